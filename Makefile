@@ -1,0 +1,39 @@
+# Every target installs what it needs first (Debian and Python packages), so each
+# works on a fresh machine. As a non-root user the installs and Mininet use sudo.
+PYTHON ?= python3
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+APT_PACKAGES := mininet bridge-utils ethtool iproute2 tcpdump
+STAMP := .deps.stamp
+
+.PHONY: deps demo test test-fast bench lint clean
+
+deps: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	$(PYTHON) -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+demo: deps
+	$(SUDO) $(PYTHON) run_topology.py
+
+lint: deps
+	$(PYTHON) -m ruff check innet topologies switch_programs tests scripts run_topology.py
+	$(PYTHON) -m mypy innet
+
+test: lint
+	$(SUDO) $(PYTHON) -m pytest
+
+test-fast: lint
+	$(PYTHON) -m pytest -m 'not mininet'
+
+bench: deps
+	$(SUDO) $(PYTHON) scripts/bench_fabric.py
+
+clean:
+	$(SUDO) $(PYTHON) run_topology.py --clean

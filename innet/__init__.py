@@ -1,0 +1,40 @@
+"""innet: in-network gradient aggregation, emulated.
+
+The names a switch program needs are exported here; see README.md for the
+architecture and a walk-through of writing a program.
+"""
+
+from innet.packet import (
+    ABORT,
+    ALL_RANKS,
+    FALLBACK,
+    OVERFLOW,
+    RESULT,
+    RETX,
+    ROUTE,
+    SPARSE,
+    VER,
+    InnetAgg,
+    Packet,
+    make_packet,
+)
+from innet.program import (
+    Context,
+    Drop,
+    Emit,
+    JobPort,
+    Multicast,
+    Register,
+    SwitchProgram,
+    ToPBox,
+    on_packet,
+    on_start,
+    on_timer,
+)
+
+__all__ = [
+    "ABORT", "ALL_RANKS", "FALLBACK", "OVERFLOW", "RESULT", "RETX", "ROUTE", "SPARSE", "VER",
+    "InnetAgg", "Packet", "make_packet",
+    "Context", "Drop", "Emit", "JobPort", "Multicast", "Register", "SwitchProgram", "ToPBox",
+    "on_packet", "on_start", "on_timer",
+]

@@ -1,0 +1,134 @@
+"""``run_topology.py``: bring a topology up, run all-reduce, check it, report the bytes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+from innet.errors import UserError
+from innet.experiment import MODES, RunSpec
+from innet.faults import FaultSpec
+from innet.metrics import summary_table, write_link_csv, write_results
+from innet.planner import METHODS
+
+TCLINK_MAX_MBPS = 1000.0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="run_topology.py",
+        description="Run gradient all-reduce over an emulated topology, in-network and as baselines, "
+                    "check every result and report where the bytes went.",
+    )
+    p.add_argument("--backend", choices=("mininet", "local"), default=None,
+                   help="mininet: real Python switches on veth links (needs root; the default as root); "
+                        "local: the in-process fabric in virtual time (no root)")
+    p.add_argument("--topo", default="leaf-spine",
+                   help="star, leaf-spine, fat-tree, phub-rack, or a .graphml/.json file (default leaf-spine)")
+    p.add_argument("--program", default="sum_allreduce",
+                   help="switch program: a name in switch_programs/ or a path to a .py file (default sum_allreduce)")
+    p.add_argument("--mode", choices=MODES, default="innet", help="what does the aggregating (default innet)")
+    p.add_argument("--placement", choices=(*METHODS, "pbox"), default="tor",
+                   help="which switches aggregate: root, tor (rack then root, the default), tree (Steiner), pbox")
+    p.add_argument("--workers", type=int, default=None,
+                   help="workers in the job; for star, the number of hosts (default: every host; star: 4)")
+    p.add_argument("--elements", type=int, default=65536, help="gradient elements per worker per iteration (default 65536)")
+    p.add_argument("--iterations", type=int, default=1, help="all-reduce calls per worker (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the gradients and of fault injection (default 0)")
+    p.add_argument("--racks", type=int, default=None, help="leaf-spine/phub-rack: racks (default 2)")
+    p.add_argument("--hosts-per-rack", type=int, default=None, help="leaf-spine/phub-rack: hosts per rack (default 2, phub-rack 4)")
+    p.add_argument("--spines", type=int, default=None, help="leaf-spine: spine switches (default 1)")
+    p.add_argument("--oversubscription", type=float, default=None, help="leaf-spine/phub-rack: ToR uplink oversubscription")
+    p.add_argument("--k", type=int, default=None, help="fat-tree: arity k (default 4)")
+    p.add_argument("--bw", type=float, default=None, help=f"host link bandwidth in Mbit/s (at most {TCLINK_MAX_MBPS:g}; default 1000)")
+    p.add_argument("--loss", type=float, default=0.0, help="loss probability on every link direction, e.g. 0.01")
+    p.add_argument("--dup", type=float, default=0.0, help="duplication probability on every link direction")
+    p.add_argument("--reorder", type=float, default=0.0, help="probability a frame is held back (reordered)")
+    p.add_argument("--delay", type=float, default=0.0, help="extra one-way delay per link, seconds")
+    p.add_argument("--switch-memory", type=int, default=4 << 20, help="register memory per switch, bytes (default 4 MiB)")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds without progress before an all-reduce fails (default 10)")
+    p.add_argument("--json", default=None, help="also write the results JSON to this path")
+    p.add_argument("--out", default=None, help="directory for results.json and links.csv (default results/<timestamp>)")
+    p.add_argument("--pcap", default=None, help="mininet: write a pcap per switch interface into this directory")
+    p.add_argument("--cli", action="store_true", help="mininet: open the Mininet CLI after the run")
+    p.add_argument("--clean", action="store_true", help="remove what an interrupted innet run left behind, then exit")
+    return p
+
+
+def _spec(args: argparse.Namespace) -> RunSpec:
+    for name in ("elements", "iterations"):
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.bw is not None and not 0 < args.bw <= TCLINK_MAX_MBPS:
+        raise UserError(f"--bw must be in (0, {TCLINK_MAX_MBPS:g}] Mbit/s (TCLink ignores larger values), got {args.bw:g}")
+    if args.switch_memory < 0 or args.timeout <= 0:
+        raise UserError("--switch-memory must not be negative and --timeout must be positive")
+    try:
+        faults = FaultSpec(loss=args.loss, dup=args.dup, reorder=args.reorder, delay=args.delay)
+    except ValueError as exc:
+        raise UserError(f"bad fault flag: {exc}") from None
+    return RunSpec(mode=args.mode, program=args.program, placement=args.placement,
+                   workers=None if args.topo == "star" else args.workers, elements=args.elements,
+                   iterations=args.iterations, seed=args.seed, faults=faults,
+                   switch_memory=args.switch_memory, timeout=args.timeout,
+                   min_rto=0.001 if args.backend == "local" else 0.02)
+
+
+def _graph(args: argparse.Namespace) -> Any:
+    from topologies import build
+
+    workers = args.workers if args.topo == "star" else None
+    return build(args.topo, workers=workers if workers is not None else 4, racks=args.racks,
+                 hosts_per_rack=args.hosts_per_rack, spines=args.spines, k=args.k, bw=args.bw,
+                 oversubscription=args.oversubscription)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return _main(args)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; everything this run created was removed", file=sys.stderr)
+        return 130
+
+
+def _main(args: argparse.Namespace) -> int:
+    if args.clean:
+        from innet.cleanup import clean_leftovers
+
+        print(clean_leftovers())
+        return 0
+    if args.backend is None:
+        if os.geteuid() != 0:
+            raise UserError("the mininet backend needs root: run with sudo, or use --backend local")
+        args.backend = "mininet"
+    if args.backend == "mininet" and os.geteuid() != 0:
+        raise UserError("the mininet backend needs root: run with sudo, or use --backend local")
+    run = _spec(args)
+    graph = _graph(args)
+    if args.backend == "local":
+        from innet.local import run_local
+
+        record = run_local(graph, run)
+    else:
+        from innet.emulation import run_mininet
+
+        record = run_mininet(graph, run, pcap_dir=args.pcap, cli=args.cli)
+    runs = [record]
+    print(summary_table(runs))
+    out = args.out or os.path.join("results", time.strftime("%Y%m%d-%H%M%S"))
+    write_results(os.path.join(out, "results.json"), graph, runs)
+    write_link_csv(os.path.join(out, "links.csv"), graph, runs)
+    if args.json:
+        write_results(args.json, graph, runs)
+    print(f"results: {os.path.join(out, 'results.json')}, {os.path.join(out, 'links.csv')}")
+    for r in runs:
+        for err in r.get("errors", []):
+            print(f"error: {err}", file=sys.stderr)
+    return 0 if all(r["correct"] for r in runs) else 1

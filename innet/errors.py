@@ -1,0 +1,9 @@
+"""Errors a user can cause: shown as one clear line, never a traceback."""
+
+
+class UserError(Exception):
+    """Bad input or an impossible request; the message says what and how to fix it."""
+
+
+class AllreduceTimeout(Exception):
+    """An all-reduce made no progress within its deadline."""

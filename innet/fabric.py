@@ -1,0 +1,164 @@
+"""The in-process fabric: hosts, switches and links in virtual time.
+
+It runs the very same switch runtime, programs and worker state machines as
+the Mininet backend, with no root and no real time: every link has a
+bandwidth (serialisation delay, FIFO queue per direction), a latency and a
+FaultInjector. Deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import networkx as nx
+
+from innet.faults import FaultInjector, FaultSpec
+from innet.graph import link_name, port_to, ports
+from innet.runtime import SwitchRuntime
+
+
+class Endpoint(Protocol):
+    """What a host runs: a sans-I/O state machine (worker, PBox, ring peer)."""
+
+    @property
+    def done(self) -> bool: ...
+
+    def start(self, now: float) -> list[bytes]: ...
+
+    def receive(self, frame: bytes, now: float) -> list[bytes]: ...
+
+    def next_deadline(self) -> float | None: ...
+
+    def on_timeout(self, now: float) -> list[bytes]: ...
+
+
+@dataclass
+class LinkDirection:
+    bps: float
+    latency: float
+    injector: FaultInjector
+    free_at: float = 0.0
+    packets: int = 0
+    bytes: int = 0
+
+
+class Fabric:
+    def __init__(self, graph: nx.Graph, faults: dict[str, FaultSpec] | FaultSpec | None = None,
+                 seed: int = 0, switch_delay: float = 0.0) -> None:
+        """``faults`` is one FaultSpec for every link, or a dict by link name ("a--b")."""
+        self.graph = graph
+        self.now = 0.0
+        self.switch_delay = switch_delay
+        self._events: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
+        self._seq = 0
+        self.links: dict[tuple[str, str], LinkDirection] = {}
+        for n, (u, v, data) in enumerate(sorted(graph.edges(data=True), key=lambda e: link_name(e[0], e[1]))):
+            spec = faults.get(link_name(u, v), FaultSpec()) if isinstance(faults, dict) else (faults or FaultSpec())
+            for d, (a, b) in enumerate(((u, v), (v, u))):
+                self.links[(a, b)] = LinkDirection(data["bw"] * 1e6, data["latency"],
+                                                   FaultInjector(spec, seed * 7919 + 2 * n + d))
+        self.port_peer = {n: ports(graph, n) for n in graph}
+        self.switches: dict[str, SwitchRuntime] = {}
+        self.endpoints: dict[str, list[Endpoint]] = {}
+        self._timer_at: dict[int, float] = {}
+        self.events_run = 0
+
+    # -- wiring -----------------------------------------------------------
+    def add_switch(self, name: str, runtime: SwitchRuntime) -> None:
+        self.switches[name] = runtime
+
+    def attach(self, host: str, endpoint: Endpoint) -> None:
+        self.endpoints.setdefault(host, []).append(endpoint)
+
+    # -- event loop -------------------------------------------------------
+    def _at(self, time: float, fn: Callable[..., None], *args: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (time, self._seq, fn, args))
+
+    def transmit(self, node: str, port: int, frame: bytes) -> None:
+        peer = self.port_peer[node][port]
+        link = self.links[(node, peer)]
+        start = max(self.now, link.free_at)
+        link.free_at = start + len(frame) * 8 / link.bps
+        link.packets += 1
+        link.bytes += len(frame)
+        for extra, copy in link.injector.apply(frame):
+            self._at(link.free_at + link.latency + extra, self._deliver, peer, port_to(self.graph, peer, node), copy)
+
+    def _deliver(self, node: str, port: int, frame: bytes) -> None:
+        runtime = self.switches.get(node)
+        if runtime is not None:
+            for out_port, out in runtime.receive(port, frame, self.now):
+                self.transmit(node, out_port, out)
+            self._schedule_switch(node, runtime)
+            return
+        for endpoint in self.endpoints.get(node, ()):
+            self._host_send(node, endpoint.receive(frame, self.now))
+            self._schedule_endpoint(node, endpoint)
+
+    def _host_send(self, host: str, frames: list[bytes]) -> None:
+        for frame in frames:
+            self.transmit(host, 0, frame)
+
+    def _schedule_endpoint(self, host: str, endpoint: Endpoint) -> None:
+        deadline = endpoint.next_deadline()
+        key = id(endpoint)
+        if deadline is not None and deadline < self._timer_at.get(key, float("inf")):
+            self._timer_at[key] = deadline
+            self._at(deadline, self._endpoint_timer, host, endpoint)
+
+    def _endpoint_timer(self, host: str, endpoint: Endpoint) -> None:
+        if self._timer_at.get(id(endpoint)) != self.now:
+            return
+        del self._timer_at[id(endpoint)]
+        deadline = endpoint.next_deadline()
+        if deadline is not None and deadline <= self.now:
+            self._host_send(host, endpoint.on_timeout(self.now))
+        self._schedule_endpoint(host, endpoint)
+
+    def _schedule_switch(self, name: str, runtime: SwitchRuntime) -> None:
+        due = runtime.next_timer()
+        key = id(runtime)
+        if due is not None and due < self._timer_at.get(key, float("inf")):
+            self._timer_at[key] = due
+            self._at(due, self._switch_timer, name, runtime)
+
+    def _switch_timer(self, name: str, runtime: SwitchRuntime) -> None:
+        if self._timer_at.get(id(runtime)) != self.now:
+            return
+        del self._timer_at[id(runtime)]
+        for port, frame in runtime.run_timers(self.now):
+            self.transmit(name, port, frame)
+        self._schedule_switch(name, runtime)
+
+    def run(self, until: float = float("inf"), max_events: int = 50_000_000) -> float:
+        """Start everything, run until every endpoint is done (or time/event limits)."""
+        for name, runtime in self.switches.items():
+            for port, frame in runtime.start(self.now):
+                self.transmit(name, port, frame)
+            self._schedule_switch(name, runtime)
+        for host, endpoints in self.endpoints.items():
+            for endpoint in endpoints:
+                self._host_send(host, endpoint.start(self.now))
+                self._schedule_endpoint(host, endpoint)
+        all_endpoints = [e for es in self.endpoints.values() for e in es]
+        while self._events and self.events_run < max_events:
+            if all(e.done for e in all_endpoints):
+                break
+            time, _, fn, args = heapq.heappop(self._events)
+            if time > until:
+                break
+            self.now = time
+            self.events_run += 1
+            fn(*args)
+        return self.now
+
+    def link_bytes(self) -> dict[str, int]:
+        """Bytes put on each link, both directions together, by link name."""
+        out: dict[str, int] = {}
+        for (u, v), link in self.links.items():
+            out[link_name(u, v)] = out.get(link_name(u, v), 0) + link.bytes
+        return out

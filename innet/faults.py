@@ -1,0 +1,58 @@
+"""Per-link fault injection: loss, duplication, reordering and extra delay.
+
+``tc netem`` does not exist on these machines, so faults are injected where a
+frame leaves a port: by the in-process fabric's links and by the Mininet
+ports of the switch runtime, with the same parameters and the same code.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FaultSpec:
+    """Fault probabilities for one direction of a link (all default to none)."""
+
+    loss: float = 0.0
+    dup: float = 0.0
+    reorder: float = 0.0
+    reorder_delay: float = 0.002
+    delay: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("loss", "dup", "reorder"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be a probability in [0, 1), got {value}")
+        if self.delay < 0 or self.reorder_delay < 0:
+            raise ValueError("delays must not be negative")
+
+    @property
+    def active(self) -> bool:
+        return bool(self.loss or self.dup or self.reorder or self.delay)
+
+
+class FaultInjector:
+    """Applies a FaultSpec to frames: returns (extra delay, frame) per copy sent."""
+
+    def __init__(self, spec: FaultSpec, seed: int = 0) -> None:
+        self.spec = spec
+        self.rng = random.Random(seed)
+        self.lost = self.duplicated = self.reordered = 0
+
+    def apply(self, frame: bytes) -> list[tuple[float, bytes]]:
+        spec, rng = self.spec, self.rng
+        if spec.loss and rng.random() < spec.loss:
+            self.lost += 1
+            return []
+        delay = spec.delay
+        if spec.reorder and rng.random() < spec.reorder:
+            self.reordered += 1
+            delay += spec.reorder_delay * (0.5 + rng.random())
+        out = [(delay, frame)]
+        if spec.dup and rng.random() < spec.dup:
+            self.duplicated += 1
+            out.append((delay, frame))
+        return out

@@ -1,0 +1,63 @@
+"""Fixed-point gradients, as SwitchML streams them.
+
+Workers agree on one magnitude exponent ``q`` (the max over workers of
+``ceil(log2(max|g|))``, computed in-network: switches take the max of the
+header's ``exp`` field in every round). Each worker then sends
+``round(g * 2**scale)`` with ``scale = 30 - ceil(log2(N)) - q``, so the sum of N
+workers' values is below 2**30 in magnitude (plus N/2 for rounding) and cannot
+overflow int32.
+
+Error bound (per element, documented in README and tested): quantising rounds
+to nearest, so each worker's value is off by at most ``2**-(scale+1)``; the
+integer sum is exact; converting back to float32 adds one float32 rounding.
+Hence ``|result - sum(g)| <= N * 2**-(scale+1) + 2**-24 * |sum(g)|``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from innet.errors import UserError
+
+EXP_MIN, EXP_MAX = -127, 127
+INT32_MAX = 2**31 - 1
+
+
+def magnitude_exponent(values: np.ndarray) -> int:
+    """Smallest q with max|values| < 2**q (EXP_MIN for an all-zero array)."""
+    if values.size == 0:
+        return EXP_MIN
+    peak = float(np.max(np.abs(values)))
+    if not math.isfinite(peak):
+        raise UserError("gradient contains NaN or Inf; refusing to aggregate it")
+    if peak == 0.0:
+        return EXP_MIN
+    q = math.frexp(peak)[1]
+    if q > EXP_MAX:
+        raise UserError(f"gradient magnitude {peak:g} is beyond what int32 fixed point can carry")
+    return max(q, EXP_MIN)
+
+
+def scale_for(q: int, nworkers: int) -> int:
+    """The power-of-two scale that keeps the sum of ``nworkers`` values in int32."""
+    return 30 - max(nworkers - 1, 0).bit_length() - q
+
+
+def quantize(values: np.ndarray, scale: int) -> np.ndarray:
+    """float32 -> int32 fixed point, round to nearest; OverflowError when it cannot fit."""
+    scaled = np.rint(np.asarray(values, np.float64) * math.ldexp(1.0, scale))
+    if scaled.size and float(np.max(np.abs(scaled))) > INT32_MAX:
+        raise OverflowError("value does not fit int32 at the agreed scale")
+    return scaled.astype(np.int32)
+
+
+def dequantize(values: np.ndarray, scale: int) -> np.ndarray:
+    """int32 (or int64) fixed point -> float32."""
+    return (np.asarray(values, np.float64) * math.ldexp(1.0, -scale)).astype(np.float32)
+
+
+def error_bound(true_sum: np.ndarray, scale: int, nworkers: int) -> np.ndarray:
+    """Per-element bound on |dequantized sum - exact float sum| (see module doc)."""
+    return nworkers * math.ldexp(1.0, -scale - 1) + np.abs(true_sum) * 2.0**-24

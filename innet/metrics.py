@@ -1,0 +1,62 @@
+"""Where the bytes went: per link, per tier, across racks; the summary table."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import networkx as nx
+
+from innet.graph import is_switch, link_name, natural_key, role, tier
+
+
+def tier_bytes(graph: nx.Graph, link_bytes: dict[str, int]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for u, v in graph.edges:
+        t = tier(graph, u, v)
+        out[t] = out.get(t, 0) + link_bytes.get(link_name(u, v), 0)
+    return dict(sorted(out.items()))
+
+
+def cross_rack_bytes(graph: nx.Graph, link_bytes: dict[str, int]) -> int:
+    """Bytes on links between switches: what leaves or enters a rack."""
+    return sum(link_bytes.get(link_name(u, v), 0) for u, v in graph.edges
+               if is_switch(graph, u) and is_switch(graph, v))
+
+
+def topology_summary(graph: nx.Graph) -> dict[str, Any]:
+    return {
+        "name": graph.graph.get("name", "topology"),
+        "nodes": {n: role(graph, n) for n in sorted(graph, key=natural_key)},
+        "links": [{"link": link_name(u, v), "tier": tier(graph, u, v), "bw_mbps": d["bw"]}
+                  for u, v, d in sorted(graph.edges(data=True), key=lambda e: link_name(e[0], e[1]))],
+    }
+
+
+def summary_table(runs: list[dict[str, Any]]) -> str:
+    tiers = sorted({t for r in runs for t in r["tier_bytes"]})
+    head = ["mode", "backend", "correct", "completion_s", "retx", "dropped", "cross_rack_B", *[f"{t}_B" for t in tiers]]
+    rows = [head]
+    for r in runs:
+        rows.append([r["mode"], r["backend"], str(r["correct"]), f"{r['completion_s']:.6f}",
+                     str(r["retransmissions"]), str(r["packets_dropped"]), str(r["cross_rack_bytes"]),
+                     *[str(r["tier_bytes"].get(t, 0)) for t in tiers]])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=False)) for row in rows)
+
+
+def write_results(path: str, graph: nx.Graph, runs: list[dict[str, Any]]) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump({"topology": topology_summary(graph), "runs": runs}, fh, indent=2)
+
+
+def write_link_csv(path: str, graph: nx.Graph, runs: list[dict[str, Any]]) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("mode,backend,link,tier,bytes\n")
+        for r in runs:
+            for u, v in sorted(graph.edges, key=lambda e: link_name(*e)):
+                name = link_name(u, v)
+                fh.write(f"{r['mode']},{r['backend']},{name},{tier(graph, u, v)},{r['link_bytes'].get(name, 0)}\n")

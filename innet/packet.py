@@ -1,0 +1,228 @@
+"""The innet gradient packet: one scapy layer, and the numpy views derived from it.
+
+A gradient frame is Ether / IPv4 / UDP(dport=AGG_PORT) / InnetAgg / payload, where
+the payload is ``count`` little-endian int32 values (fixed-point gradients). The
+scapy layer below is the only declaration of the header; ``HEADER_DTYPE`` (the
+fast path's numpy view of it) is derived from its ``fields_desc``.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scapy.fields import (
+    FieldListField,
+    FlagsField,
+    IntField,
+    LESignedIntField,
+    ShortField,
+    SignedByteField,
+)
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Packet as ScapyPacket
+from scapy.packet import bind_layers
+
+AGG_PORT = 48879
+ALL_RANKS = 0xFFFF  # ``rank`` of a result multicast to every contributor
+FLAG_NAMES = ["RESULT", "RETX", "ROUTE", "OVERFLOW", "VER", "SPARSE", "FALLBACK", "ABORT"]
+FLAGS = {name: 1 << bit for bit, name in enumerate(FLAG_NAMES)}
+RESULT, RETX, ROUTE, OVERFLOW, VER, SPARSE, FALLBACK, ABORT = (FLAGS[n] for n in FLAG_NAMES)
+
+
+class InnetAgg(ScapyPacket):
+    """Aggregation header (16 bytes) followed by the element values.
+
+    ``chunk`` is the chunk's sequence number in the job's stream: it grows by
+    one per chunk across all-reduce calls, so a stale packet is recognisable;
+    the tensor offset is ``(chunk - first_chunk) * elements_per_packet``.
+    ``exp`` is the fixed-point exponent (see innet.fixedpoint); the ``VER``
+    flag selects the slot's shadow copy.
+    """
+
+    name = "InnetAgg"
+    fields_desc = [
+        ShortField("job", 0),
+        ShortField("rank", 0),
+        ShortField("nworkers", 0),
+        ShortField("slot", 0),
+        IntField("chunk", 0),
+        ShortField("count", None),
+        FlagsField("flags", 0, 8, FLAG_NAMES),
+        SignedByteField("exp", 0),
+        FieldListField("values", [], LESignedIntField("", 0), count_from=lambda p: p.count),
+    ]
+
+    def post_build(self, pkt: bytes, pay: bytes) -> bytes:
+        if self.count is None:
+            pkt = pkt[:12] + struct.pack("!H", len(self.values)) + pkt[14:]
+        return pkt + pay
+
+
+bind_layers(UDP, InnetAgg, dport=AGG_PORT)
+
+
+def _numpy_code(field: Any) -> str:
+    """The numpy type code of one fixed-size scapy field (network byte order)."""
+    if isinstance(field, FlagsField):
+        return f">u{field.size // 8}"
+    code = field.fmt.lstrip("!<>=")
+    return (">" if field.fmt[0] in "!>" else "<") + np.dtype(code).str[1:]
+
+
+HEADER_DTYPE = np.dtype(
+    [(f.name, _numpy_code(f)) for f in InnetAgg.fields_desc if not isinstance(f, FieldListField)]
+)
+HEADER_LEN = HEADER_DTYPE.itemsize
+VALUE_DTYPE = np.dtype("<i4")
+ETH_LEN, IP_LEN, UDP_LEN = 14, 20, 8
+HEADER_OFFSET = ETH_LEN + IP_LEN + UDP_LEN
+PAYLOAD_OFFSET = HEADER_OFFSET + HEADER_LEN
+ETHERTYPE_IPV4 = 0x0800
+
+# Fixed-offset view of the Ethernet/IPv4/UDP prefix the fast path checks.
+PREFIX_DTYPE = np.dtype(
+    {
+        "names": ["eth_dst", "eth_src", "ethertype", "ver_ihl", "ip_len", "proto", "ip_src", "ip_dst", "dport", "udp_len"],
+        "formats": ["V6", "V6", ">u2", "u1", ">u2", "u1", ">u4", ">u4", ">u2", ">u2"],
+        "offsets": [0, 6, 12, 14, 16, 23, 26, 30, 36, 38],
+        "itemsize": HEADER_OFFSET,
+    }
+)
+
+
+def node_mac(index: int) -> bytes:
+    """The MAC address innet gives node ``index`` (locally administered)."""
+    return bytes([0x02, 0x69, 0x6E, 0x00, (index >> 8) & 0xFF, index & 0xFF])
+
+
+def node_ip(index: int) -> int:
+    """The IPv4 address (as an int) innet gives node ``index``: 10.77.x.y."""
+    return (10 << 24) | (77 << 16) | (index + 1)
+
+
+def ip_str(addr: int) -> str:
+    return ".".join(str((addr >> s) & 0xFF) for s in (24, 16, 8, 0))
+
+
+def _ip_checksum(header: bytes) -> int:
+    total = sum(struct.unpack("!10H", header))
+    total = (total & 0xFFFF) + (total >> 16)
+    total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+_prefix_cache: dict[tuple[int, int, int], bytes] = {}
+
+
+def frame_prefix(src: int, dst: int, payload_len: int) -> bytes:
+    """Ethernet + IPv4 + UDP headers from node ``src`` to node ``dst`` (cached)."""
+    key = (src, dst, payload_len)
+    prefix = _prefix_cache.get(key)
+    if prefix is None:
+        ip_total = IP_LEN + UDP_LEN + payload_len
+        ip = struct.pack("!BBHHHBBHII", 0x45, 0, ip_total, 0, 0x4000, 64, 17, 0, node_ip(src), node_ip(dst))
+        ip = ip[:10] + struct.pack("!H", _ip_checksum(ip)) + ip[12:]
+        udp = struct.pack("!HHHH", AGG_PORT, AGG_PORT, UDP_LEN + payload_len, 0)
+        prefix = node_mac(dst) + node_mac(src) + struct.pack("!H", ETHERTYPE_IPV4) + ip + udp
+        if len(_prefix_cache) > 65536:
+            _prefix_cache.clear()
+        _prefix_cache[key] = prefix
+    return prefix
+
+
+@dataclass
+class Packet:
+    """A parsed gradient packet: header record, values, and where it came from.
+
+    ``hdr`` is a ``HEADER_DTYPE`` record; header fields read as attributes
+    (``pkt.slot``, ``pkt.chunk``...). ``values`` is an int32 array (a view into
+    the frame for received packets). ``port`` is the ingress port, ``src`` and
+    ``dst`` the node indices from the IPv4 addresses.
+    """
+
+    hdr: np.ndarray
+    values: np.ndarray
+    port: int = -1
+    src: int = -1
+    dst: int = -1
+
+    def __getattr__(self, name: str) -> int:
+        if name in HEADER_DTYPE.names:  # type: ignore[operator]
+            return int(self.hdr[name])
+        raise AttributeError(name)
+
+    def has(self, flag: int) -> bool:
+        return bool(int(self.hdr["flags"]) & flag)
+
+    @property
+    def version(self) -> int:
+        return 1 if self.has(VER) else 0
+
+    def replace(self, values: np.ndarray | None = None, **fields: int) -> Packet:
+        """A new packet with some header fields (and optionally values) changed."""
+        hdr = self.hdr.copy()
+        for name, value in fields.items():
+            hdr[name] = value
+        vals = self.values if values is None else values
+        hdr["count"] = len(vals)
+        return Packet(hdr, vals, self.port, self.src, self.dst)
+
+    def to_frame(self, src: int, dst: int) -> bytes:
+        """Serialise as a full Ethernet frame from node ``src`` to node ``dst``."""
+        payload = self.hdr.tobytes() + np.ascontiguousarray(self.values, VALUE_DTYPE).tobytes()
+        return frame_prefix(src, dst, len(payload)) + payload
+
+
+def make_packet(values: np.ndarray | None = None, **fields: int) -> Packet:
+    """Build a packet from header field values; ``count`` follows ``values``."""
+    hdr = np.zeros((), HEADER_DTYPE)
+    for name, value in fields.items():
+        hdr[name] = value
+    vals = np.zeros(0, VALUE_DTYPE) if values is None else np.asarray(values, VALUE_DTYPE)
+    hdr["count"] = len(vals)
+    return Packet(hdr, vals)
+
+
+def ip_to_node(addr: int) -> int:
+    return (addr & 0xFFFF) - 1 if (addr >> 16) == (10 << 8 | 77) else -1
+
+
+def parse_frame(frame: bytes, port: int = -1) -> Packet | None:
+    """Parse a frame into a Packet, or None when it is not a well-formed innet frame."""
+    if len(frame) < PAYLOAD_OFFSET:
+        return None
+    pre = np.frombuffer(frame, PREFIX_DTYPE, 1)[0]
+    if (
+        pre["ethertype"] != ETHERTYPE_IPV4
+        or pre["ver_ihl"] != 0x45
+        or pre["proto"] != 17
+        or pre["dport"] != AGG_PORT
+    ):
+        return None
+    hdr = np.frombuffer(frame, HEADER_DTYPE, 1, HEADER_OFFSET)[0]
+    count = int(hdr["count"])
+    need = PAYLOAD_OFFSET + 4 * count
+    if len(frame) < need or int(pre["udp_len"]) != UDP_LEN + HEADER_LEN + 4 * count:
+        return None
+    values = np.frombuffer(frame, VALUE_DTYPE, count, PAYLOAD_OFFSET)
+    return Packet(hdr, values, port, ip_to_node(int(pre["ip_src"])), ip_to_node(int(pre["ip_dst"])))
+
+
+def to_scapy(frame: bytes) -> Ether:
+    """Dissect a frame with scapy (for tests, pcaps and debugging; slow)."""
+    return Ether(frame)
+
+
+def scapy_frame(src: int, dst: int, **fields: Any) -> bytes:
+    """Craft a frame with scapy (the reference the fast path is tested against)."""
+    pkt = (
+        Ether(dst=node_mac(dst), src=node_mac(src))
+        / IP(src=ip_str(node_ip(src)), dst=ip_str(node_ip(dst)), flags="DF", id=0, ttl=64)
+        / UDP(sport=AGG_PORT, dport=AGG_PORT, chksum=0)
+        / InnetAgg(**fields)
+    )
+    return bytes(pkt)

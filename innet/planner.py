@@ -1,0 +1,191 @@
+"""Placement planner: which switches aggregate which job, over which tree.
+
+Like a networkx algorithm: graph in, plain frozen data out, nothing touches
+the network. ``plan_job(G, workers, method=...)`` picks the root and the
+aggregating switches, then builds the job's tree from shortest paths to the
+root (ties broken by name), and tells every switch on it its ports.
+
+Methods (``METHODS``):
+- ``root``: one switch, the one closest to all workers, aggregates everything;
+- ``tor``: every worker's ToR aggregates its rack, the root aggregates the ToRs;
+- ``tree``: a Steiner tree spanning the workers; every switch on it aggregates;
+- ``pbox``: no switch aggregates; workers send to the PBox host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import networkx as nx
+from networkx.algorithms.approximation import steiner_tree
+
+from innet.errors import UserError
+from innet.graph import is_switch, natural_key, node_indices, pboxes, port_to
+from innet.program import JobPort
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """One job's placement: its tree, who aggregates, and how workers reach it."""
+
+    job: int
+    method: str
+    workers: tuple[str, ...]
+    root: str | None
+    aggregators: tuple[str, ...]
+    parents: dict[str, str]
+    switch_ports: dict[str, JobPort]
+    first_hop: dict[str, str]
+    slots: int
+    pbox: str | None
+
+    def children(self, node: str) -> list[str]:
+        return sorted((c for c, p in self.parents.items() if p == node), key=natural_key)
+
+
+def _switch_graph(graph: nx.Graph, workers: Sequence[str]) -> nx.Graph:
+    keep = [n for n in graph if is_switch(graph, n)] + list(workers)
+    return graph.subgraph(keep)
+
+
+def _closest_switch(graph: nx.Graph, candidates: Sequence[str], workers: Sequence[str]) -> str:
+    def cost(s: str) -> tuple[int, int, tuple[str, int, str]]:
+        dist = nx.single_source_shortest_path_length(graph, s)
+        lengths = [dist.get(w, 10**9) for w in workers]
+        return (sum(lengths), max(lengths), natural_key(s))
+
+    return min(candidates, key=cost)
+
+
+def _bfs_parents(graph: nx.Graph, root: str) -> dict[str, str]:
+    """Shortest-path tree towards ``root`` (child -> parent), ties broken by name."""
+    parents: dict[str, str] = {}
+    seen, frontier = {root}, [root]
+    while frontier:
+        nxt = []
+        for u in frontier:
+            if u != root and not is_switch(graph, u):
+                continue
+            for w in sorted(graph[u], key=natural_key):
+                if w not in seen:
+                    seen.add(w)
+                    parents[w] = u
+                    nxt.append(w)
+        frontier = nxt
+    return parents
+
+
+def _choose_root(graph: nx.Graph, workers: Sequence[str]) -> tuple[str, set[str]]:
+    sw = [n for n in graph if is_switch(graph, n)]
+    return _closest_switch(graph, sw, workers), set()
+
+
+def _method_root(graph: nx.Graph, workers: Sequence[str]) -> tuple[str, set[str], nx.Graph]:
+    root, _ = _choose_root(graph, workers)
+    return root, {root}, graph
+
+
+def _method_tor(graph: nx.Graph, workers: Sequence[str]) -> tuple[str, set[str], nx.Graph]:
+    root, _ = _choose_root(graph, workers)
+    return root, {root} | {next(iter(graph[w])) for w in workers}, graph
+
+
+def _method_tree(graph: nx.Graph, workers: Sequence[str]) -> tuple[str, set[str], nx.Graph]:
+    if len(workers) == 1:
+        tree_nodes = {workers[0], next(iter(graph[workers[0]]))}
+    else:
+        tree_nodes = set(steiner_tree(graph, list(workers), method="mehlhorn").nodes)
+    sub = graph.subgraph(tree_nodes)
+    sw = [n for n in sub if is_switch(graph, n)]
+    root = _closest_switch(sub, sw, workers)
+    return root, set(sw), sub
+
+
+METHODS: dict[str, Callable[[nx.Graph, Sequence[str]], tuple[str, set[str], nx.Graph]]] = {
+    "root": _method_root,
+    "tor": _method_tor,
+    "tree": _method_tree,
+}
+
+
+def plan_job(graph: nx.Graph, workers: Sequence[str], method: str = "tor", job: int = 1,
+             slots: int = 128, pbox: str | None = None) -> JobPlan:
+    """Plan one job's aggregation over ``graph``.
+
+    Examples
+    --------
+    >>> from topologies import build
+    >>> plan = plan_job(build("leaf-spine", racks=2, hosts_per_rack=2), ["h1", "h2", "h3", "h4"])
+    >>> plan.root, plan.aggregators
+    ('s1', ('s1', 't1', 't2'))
+    """
+    workers = tuple(sorted(workers, key=natural_key))
+    if not workers:
+        raise UserError("a job needs at least one worker")
+    if pbox is None and pboxes(graph):
+        pbox = pboxes(graph)[0]
+    first_hop = {w: next(iter(graph[w])) for w in workers}
+    if method == "pbox":
+        if pbox is None:
+            raise UserError("placement 'pbox' needs a PBox host in the topology (role 'pbox')")
+        return JobPlan(job, method, workers, None, (), {}, {}, first_hop, slots, pbox)
+    if method not in METHODS:
+        raise ValueError(f"unknown placement method {method!r}; expected one of {', '.join([*METHODS, 'pbox'])}")
+    sub = _switch_graph(graph, workers)
+    root, aggregators, tree_graph = METHODS[method](sub, workers)
+    parents = _bfs_parents(tree_graph, root)
+    missing = [w for w in workers if w not in parents]
+    if missing:
+        raise UserError(f"workers {', '.join(missing)} cannot reach switch {root}")
+    on_tree: set[str] = set()
+    for w in workers:
+        node = w
+        while node != root:
+            node = parents[node]
+            on_tree.add(node)
+    parents = {c: p for c, p in parents.items() if c in on_tree or c in workers}
+    plan = JobPlan(job, method, workers, root, tuple(sorted(aggregators & on_tree, key=natural_key)),
+                   parents, {}, first_hop, slots, pbox)
+    ports = {s: _job_port(graph, plan, s) for s in sorted(on_tree, key=natural_key)}
+    return JobPlan(job, method, workers, root, plan.aggregators, parents, ports, first_hop, slots, pbox)
+
+
+def _job_port(graph: nx.Graph, plan: JobPlan, switch: str) -> JobPort:
+    rank = {w: i for i, w in enumerate(plan.workers)}
+    index = node_indices(graph)
+
+    def below(node: str) -> list[str]:
+        if node in rank:
+            return [node]
+        return [w for c in plan.children(node) for w in below(c)]
+
+    def contributors(node: str, port: int) -> dict[int, int]:
+        """What reaches ``switch`` through ``node``: a worker, a partial sum, or both via a relay."""
+        if node in rank:
+            return {rank[node]: port}
+        if node in plan.aggregators:
+            return {min(rank[w] for w in below(node)): port}
+        return {r: p for c in plan.children(node) for r, p in contributors(c, port).items()}
+
+    children = plan.children(switch)
+    child_ports = {c: port_to(graph, switch, c) for c in children}
+    contrib: dict[int, int] = {}
+    rank_ports: dict[int, int] = {}
+    for c in children:
+        contrib.update(contributors(c, child_ports[c]))
+        rank_ports.update({rank[w]: child_ports[c] for w in below(c)})
+    parent = plan.parents.get(switch)
+    return JobPort(
+        job=plan.job,
+        nworkers=len(plan.workers),
+        children=tuple(child_ports[c] for c in children),
+        parent=None if parent is None else port_to(graph, switch, parent),
+        aggregate=switch in plan.aggregators,
+        contributors=contrib,
+        rank=min(rank_ports),
+        rank_ports=rank_ports,
+        slot_base=0,
+        slots=plan.slots,
+        pbox=None if plan.pbox is None else index[plan.pbox],
+    )

@@ -1,0 +1,41 @@
+"""Find a switch program by name (a file in switch_programs/) or by path."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+
+from innet.errors import UserError
+from innet.program import SwitchProgram
+
+PROGRAM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "switch_programs")
+
+
+def available() -> list[str]:
+    return sorted(f[:-3] for f in os.listdir(PROGRAM_DIR) if f.endswith(".py") and not f.startswith("_"))
+
+
+def load_program(name: str) -> type[SwitchProgram]:
+    """The SwitchProgram subclass defined in ``switch_programs/<name>.py`` or in file ``name``."""
+    path = name if name.endswith(".py") else os.path.join(PROGRAM_DIR, name.replace("-", "_") + ".py")
+    if not os.path.isfile(path):
+        raise UserError(f"unknown program {name!r}; available: {', '.join(available())} (or a path to a .py file)")
+    spec = importlib.util.spec_from_file_location(f"innet_program_{os.path.basename(path)[:-3]}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise UserError(f"program file {path} has a syntax error at line {exc.lineno}: {exc.msg}") from None
+    except Exception as exc:  # noqa: BLE001 - any import-time failure of user code is a user error
+        raise UserError(f"program file {path} failed to load: {type(exc).__name__}: {exc}") from None
+    found = [obj for obj in vars(module).values()
+             if inspect.isclass(obj) and issubclass(obj, SwitchProgram) and obj is not SwitchProgram
+             and obj.__module__ == module.__name__]
+    if len(found) != 1:
+        raise UserError(f"program file {path} must define exactly one SwitchProgram subclass, found {len(found)}")
+    program = found[0]
+    if program.memory_bytes() < 0 or program.slots < 0 or program.elements < 1:
+        raise UserError(f"program {program.name}: slots and elements must be positive")
+    return program

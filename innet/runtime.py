@@ -1,0 +1,175 @@
+"""The switch runtime: runs one SwitchProgram on one switch, without doing I/O.
+
+The transport (the in-process fabric, or raw sockets inside Mininet) hands it
+frames with ``receive``; it parses them, calls the program's handler, executes
+the returned actions and hands back ``(port, frame)`` pairs to send. It also
+counts packets and bytes per port and every drop by reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from innet.errors import UserError
+from innet.packet import AGG_PORT, FALLBACK, HEADER_OFFSET, RESULT, ROUTE, Packet, parse_frame
+from innet.program import Action, Context, Drop, Emit, JobPort, Multicast, SwitchProgram, ToPBox
+
+Frames = list[tuple[int, bytes]]
+DEFAULT_SWITCH_MEMORY = 4 << 20
+
+
+@dataclass
+class PortStats:
+    rx_packets: int = 0
+    rx_bytes: int = 0
+    tx_packets: int = 0
+    tx_bytes: int = 0
+
+
+@dataclass
+class SwitchConfig:
+    """Everything a switch is told by the control plane before traffic starts."""
+
+    name: str
+    node: int
+    tier: str
+    ports: dict[int, str]
+    neighbors: dict[int, int]
+    routes: dict[int, int]
+    jobs: dict[int, JobPort] = field(default_factory=dict)
+    memory_bytes: int = DEFAULT_SWITCH_MEMORY
+
+
+def kind_of(pkt: Packet) -> str:
+    flags = int(pkt.hdr["flags"])
+    if flags & ROUTE:
+        return "routed"
+    return "result" if flags & RESULT else "contribution"
+
+
+def frame_problem(frame: bytes) -> str:
+    """Why parse_frame refused a frame: 'foreign' (not innet) or 'malformed'."""
+    if len(frame) >= HEADER_OFFSET and frame[12:14] == b"\x08\x00" and frame[23] == 17:
+        if int.from_bytes(frame[36:38], "big") == AGG_PORT:
+            return "malformed"
+    return "foreign"
+
+
+class SwitchRuntime:
+    def __init__(self, config: SwitchConfig, program: type[SwitchProgram]) -> None:
+        need = program.memory_bytes()
+        if need > config.memory_bytes:
+            raise UserError(
+                f"program {program.name} needs {need} bytes of register memory but switch "
+                f"{config.name} has {config.memory_bytes}; lower its slots/elements or raise --switch-memory"
+            )
+        for job in config.jobs.values():
+            if job.aggregate and job.slot_base + job.slots > program.slots:
+                raise UserError(
+                    f"job {job.job} wants slots {job.slot_base}..{job.slot_base + job.slots - 1} "
+                    f"on {config.name}, which has {program.slots}"
+                )
+        self.config = config
+        self.program = program()
+        self.ctx = Context(
+            name=config.name, tier=config.tier, ports=dict(config.ports), jobs=dict(config.jobs),
+            regs=program.allocate(), node=config.node, routes=dict(config.routes),
+        )
+        self.handlers, timers, self.starts = program.handlers()
+        self.timers = {name: [interval, interval] for name, interval in timers.items()}
+        self.stats = {port: PortStats() for port in config.ports}
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.program.memory_bytes()
+
+    def start(self, now: float) -> Frames:
+        self.ctx.now = now
+        for timer in self.timers.values():
+            timer[1] = now + timer[0]
+        out: Frames = []
+        for name in self.starts:
+            self._execute(getattr(self.program, name)(self.ctx), out)
+        return out
+
+    def next_timer(self) -> float | None:
+        return min((t[1] for t in self.timers.values()), default=None)
+
+    def run_timers(self, now: float) -> Frames:
+        self.ctx.now = now
+        out: Frames = []
+        for name, timer in self.timers.items():
+            if timer[1] <= now:
+                timer[1] = now + timer[0]
+                self._execute(getattr(self.program, name)(self.ctx), out)
+        return out
+
+    def receive(self, port: int, frame: bytes, now: float) -> Frames:
+        """Handle one frame that arrived on ``port``; return the frames to send."""
+        stats = self.stats[port]
+        stats.rx_packets += 1
+        stats.rx_bytes += len(frame)
+        self.ctx.now = now
+        pkt = parse_frame(frame, port)
+        out: Frames = []
+        if pkt is None:
+            self.ctx.count("bad:" + frame_problem(frame))
+            return out
+        handler = self.handlers.get(kind_of(pkt))
+        if handler is None:
+            result: object = self.ctx.route(pkt) if kind_of(pkt) == "routed" else Drop("no_handler")
+        else:
+            result = getattr(self.program, handler)(self.ctx, pkt)
+        self._execute(result, out)
+        return out
+
+    def _execute(self, result: object, out: Frames) -> None:
+        if result is None:
+            return
+        actions: Iterable[Action] = (result,) if not isinstance(result, (list, tuple)) else result
+        for action in actions:
+            if isinstance(action, Emit):
+                self._send(action.port, action.packet, out)
+            elif isinstance(action, Multicast):
+                for port in action.ports:
+                    self._send(port, action.packet, out)
+            elif isinstance(action, Drop):
+                self.ctx.count("drop:" + action.reason)
+            elif isinstance(action, ToPBox):
+                self._to_pbox(action.packet, out)
+            else:
+                raise TypeError(f"{self.program.name} returned {action!r}, which is not an action")
+
+    def _to_pbox(self, pkt: Packet, out: Frames) -> None:
+        job = self.ctx.jobs.get(pkt.job)
+        if job is None or job.pbox is None or job.pbox not in self.ctx.routes:
+            self.ctx.count("drop:no_pbox")
+            return
+        flags = int(pkt.hdr["flags"]) | ROUTE | FALLBACK
+        fwd = pkt.replace(flags=flags)
+        fwd.src, fwd.dst = self.config.node, job.pbox
+        self.ctx.count("fallback")
+        self._send(self.ctx.routes[job.pbox], fwd, out)
+
+    def _send(self, port: int, pkt: Packet, out: Frames) -> None:
+        if port not in self.stats:
+            self.ctx.count("drop:bad_port")
+            return
+        if int(pkt.hdr["flags"]) & ROUTE:
+            frame = pkt.to_frame(pkt.src, pkt.dst)
+        else:
+            frame = pkt.to_frame(self.config.node, self.config.neighbors[port])
+        stats = self.stats[port]
+        stats.tx_packets += 1
+        stats.tx_bytes += len(frame)
+        out.append((port, frame))
+
+    def report(self) -> dict[str, object]:
+        """Counters, drops and register memory, for the control channel and results."""
+        return {
+            "name": self.config.name,
+            "memory_bytes": self.memory_bytes,
+            "ports": {self.config.ports[p]: vars(s).copy() for p, s in self.stats.items()},
+            "counters": dict(self.ctx.counters),
+        }
