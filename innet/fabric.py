@@ -146,7 +146,7 @@ class Fabric:
                 self._schedule_endpoint(host, endpoint)
         all_endpoints = [e for es in self.endpoints.values() for e in es]
         while self._events and self.events_run < max_events:
-            if all(e.done for e in all_endpoints):
+            if all_endpoints and all(e.done for e in all_endpoints):
                 break
             time, _, fn, args = heapq.heappop(self._events)
             if time > until:

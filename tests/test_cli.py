@@ -1,0 +1,57 @@
+"""run_topology.py end to end on the local backend, and its one-line errors."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "run_topology.py"), *args],
+                          capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def test_issue_command_eight_workers_a_million_elements(tmp_path):
+    out = run_cli("--backend", "local", "--topo", "star", "--workers", "8", "--elements", "1000003",
+                  "--json", str(tmp_path / "r.json"), "--out", str(tmp_path / "o"))
+    assert out.returncode == 0, out.stderr
+    data = json.loads((tmp_path / "r.json").read_text())
+    [r] = data["runs"]
+    assert r["correct"] is True and r["workers"] == 8 and r["elements"] == 1000003
+    for key in ("mode", "backend", "program", "iterations", "max_abs_error", "completion_s", "link_bytes",
+                "tier_bytes", "retransmissions", "packets_dropped"):
+        assert key in r
+    # every byte counted on a link also appears in its tier
+    assert sum(r["link_bytes"].values()) == sum(r["tier_bytes"].values())
+    assert (tmp_path / "o" / "links.csv").read_text().startswith("mode,backend,link,tier,bytes")
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--topo", "nope"], "unknown topology 'nope'"),
+    (["--program", "nope"], "unknown program 'nope'"),
+    (["--elements", "0"], "--elements must be at least 1"),
+    (["--iterations", "-2"], "--iterations must be at least 1"),
+    (["--bw", "5000"], "TCLink ignores larger values"),
+    (["--loss", "1.5"], "loss must be a probability"),
+    (["--workers", "99"], "more than the 4 hosts"),
+    (["--topo", "fat-tree", "--k", "3"], "even k"),
+    (["--switch-memory", "100"], "bytes of register memory but switch"),
+    (["--topo", "/nonexistent/t.graphml"], "does not exist"),
+])
+def test_bad_input_gets_one_clear_line(args, message, tmp_path):
+    out = run_cli("--backend", "local", "--out", str(tmp_path), *args)
+    assert out.returncode != 0
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], out.stderr
+
+
+def test_mininet_backend_as_non_root_says_use_sudo(monkeypatch, capsys):
+    from innet import cli
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert cli.main(["--topo", "star"]) == 2
+    assert capsys.readouterr().err.strip() == "error: the mininet backend needs root: run with sudo, or use --backend local"
