@@ -27,10 +27,11 @@ PACKET_KINDS = ("contribution", "result", "routed")
 
 @dataclass(frozen=True)
 class Emit:
-    """Send ``packet`` out of ``port``."""
+    """Send ``packet`` out of ``port``; ``priority`` picks the port's queue (0 = most urgent)."""
 
     port: int
     packet: Packet
+    priority: int = 0
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class Multicast:
 
     ports: tuple[int, ...]
     packet: Packet
+    priority: int = 0
 
 
 @dataclass(frozen=True)

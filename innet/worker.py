@@ -37,6 +37,7 @@ class JobSpec:
     node: int
     first_hop: int
     min_rto: float = 0.001
+    initial_rto: float = 0.2
     timeout: float = 10.0
 
     def chunks(self, length: int) -> int:
@@ -61,6 +62,7 @@ class AllreduceCall:
         self.timers: list[tuple[float, int]] = []
         self.srtt: float | None = None
         self.rttvar = 0.0
+        self.backoff = 1
         self.next_chunk = first_chunk
         self.retransmissions = 0
         self.started_at: float | None = None
@@ -79,9 +81,8 @@ class AllreduceCall:
 
     @property
     def rto(self) -> float:
-        if self.srtt is None:
-            return max(self.spec.min_rto, 0.05)
-        return max(self.spec.min_rto, 2 * self.srtt + 4 * self.rttvar)
+        base = self.spec.initial_rto if self.srtt is None else 2 * self.srtt + 4 * self.rttvar
+        return min(max(self.spec.min_rto, base) * self.backoff, 4.0)
 
     def _frame(self, chunk: int, retx: bool) -> bytes:
         spec = self.spec
@@ -112,7 +113,7 @@ class AllreduceCall:
                 or pkt.chunk not in self.sent):
             return []
         sent_at, retransmitted = self.sent.pop(pkt.chunk)
-        if not retransmitted:
+        if not retransmitted and pkt.chunk != self.first:  # Karn; the lone exponent packet never queues
             self._observe_rtt(now - sent_at)
         self.last_progress = now
         if pkt.has(OVERFLOW):
@@ -137,6 +138,7 @@ class AllreduceCall:
         return out
 
     def _observe_rtt(self, rtt: float) -> None:
+        self.backoff = 1
         if self.srtt is None:
             self.srtt, self.rttvar = rtt, rtt / 2
         else:
@@ -168,6 +170,8 @@ class AllreduceCall:
             if self.sent.get(chunk, (None,))[0] == sent_at:
                 self.retransmissions += 1
                 out.append(self._send(chunk, now, retx=True))
+        if out:
+            self.backoff = min(self.backoff * 2, 64)  # back off until a fresh RTT sample arrives
         return out
 
 

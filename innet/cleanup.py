@@ -1,0 +1,118 @@
+"""Knowing what a run created, and removing exactly that.
+
+Every Mininet run records what it creates (its namespace shells and processes
+by pid and start time, its interfaces by name, its run directory) in a state
+file under STATE_DIR before creating it. Teardown and ``run_topology.py
+--clean`` remove only what such a record names: no killall, no pkill -f, no
+global ``mn -c``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from typing import Any
+
+STATE_DIR = "/run/innet"
+
+
+def start_time(pid: int) -> int | None:
+    """A process's start time in clock ticks since boot (None when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+class RunState:
+    """The record of one run; written to disk on every change."""
+
+    def __init__(self, run_id: str, run_dir: str) -> None:
+        os.makedirs(STATE_DIR, exist_ok=True)
+        self.path = os.path.join(STATE_DIR, f"{run_id}.json")
+        self.data: dict[str, Any] = {"runner": [os.getpid(), start_time(os.getpid())], "dir": run_dir,
+                                     "pids": {}, "intfs": []}
+        self.save()
+
+    def save(self) -> None:
+        tmp = self.path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(self.data, fh)
+        os.replace(tmp, self.path)
+
+    def add_pid(self, label: str, pid: int) -> None:
+        self.data["pids"][f"{label}:{pid}"] = [pid, start_time(pid)]
+        self.save()
+
+    def add_intfs(self, names: list[str]) -> None:
+        self.data["intfs"].extend(names)
+        self.save()
+
+    def remove(self) -> None:
+        for path in (self.path, self.data["dir"]):
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            elif os.path.exists(path):
+                os.unlink(path)
+
+
+def _alive(pid: int, started: int | None) -> bool:
+    return started is not None and start_time(pid) == started
+
+
+def kill_recorded(pids: dict[str, list[Any]], grace: float = 1.0) -> int:
+    """SIGTERM, then SIGKILL, every recorded process that is still the same process."""
+    live = [(pid, st) for pid, st in pids.values() if _alive(pid, st)]
+    for pid, _ in live:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_alive(p, s) for p, s in live):
+        time.sleep(0.02)
+    for pid, st in live:
+        if _alive(pid, st):
+            os.kill(pid, signal.SIGKILL)
+    return len(live)
+
+
+def delete_intfs(names: list[str]) -> int:
+    """Delete the named interfaces that still exist in this (the root) namespace."""
+    removed = 0
+    for name in names:
+        if os.path.exists(f"/sys/class/net/{name}"):
+            subprocess.run(["ip", "link", "del", name], capture_output=True, check=False)
+            removed += 1
+    return removed
+
+
+def clean_leftovers() -> str:
+    """Remove what interrupted innet runs left behind; leave running runs alone."""
+    if not os.path.isdir(STATE_DIR):
+        return "nothing to clean: no innet run has left a record"
+    cleaned = procs = intfs = 0
+    running = 0
+    for entry in sorted(os.listdir(STATE_DIR)):
+        if not entry.endswith(".json"):
+            continue
+        path = os.path.join(STATE_DIR, entry)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            os.unlink(path)
+            continue
+        runner, started = data["runner"]
+        if runner != os.getpid() and _alive(runner, started):
+            running += 1
+            continue
+        procs += kill_recorded(data["pids"])
+        intfs += delete_intfs(data["intfs"])
+        shutil.rmtree(data["dir"], ignore_errors=True)
+        os.unlink(path)
+        cleaned += 1
+    note = f"; left {running} run(s) that are still running" if running else ""
+    return f"cleaned {cleaned} interrupted run(s): {procs} process(es), {intfs} interface(s){note}"

@@ -1,0 +1,194 @@
+"""The processes innet runs inside Mininet's namespaces: a switch, or a worker.
+
+``python -m innet.node switch CONFIG`` serves one switch: it opens a raw port
+per interface, listens on its control socket (a Unix socket in the run
+directory) for ``install``, ``stats`` and ``stop``, and runs the switch
+runtime on every frame, blocking in poll() when idle. ``python -m innet.node
+worker CONFIG`` runs one worker's all-reduce calls on the host's interface and
+writes what it got back to an .npz file. Both inject the configured link
+faults on the frames they send.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+import time
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from innet.experiment import make_tensors
+from innet.faults import FaultInjector
+from innet.programs import load_program
+from innet.rawport import RawPort
+from innet.runtime import SwitchRuntime
+from innet.serialize import config_from_json, faults_from_json, spec_from_json
+from innet.worker import WorkerProcess
+
+
+class Egress:
+    """Sends frames out of raw ports through each port's fault injector (delays kept in a heap)."""
+
+    def __init__(self, ports: dict[int, RawPort], faults: dict[str, Any], seed: int) -> None:
+        spec = faults_from_json(faults)
+        self.ports = ports
+        self.injectors = {p: FaultInjector(spec, seed * 7919 + p) for p in ports}
+        self.held: list[tuple[float, int, int, bytes]] = []
+        self.seq = 0
+
+    def send(self, port: int, frame: bytes, now: float) -> None:
+        for delay, copy in self.injectors[port].apply(frame):
+            if delay <= 0:
+                self.ports[port].send(copy)
+            else:
+                self.seq += 1
+                heapq.heappush(self.held, (now + delay, self.seq, port, copy))
+
+    def flush(self, now: float) -> None:
+        while self.held and self.held[0][0] <= now:
+            _, _, port, frame = heapq.heappop(self.held)
+            self.ports[port].send(frame)
+
+    def next_due(self) -> float | None:
+        return self.held[0][0] if self.held else None
+
+    def lost(self) -> int:
+        return sum(i.lost for i in self.injectors.values())
+
+
+def _wait_ms(*deadlines: float | None) -> int:
+    due = [d for d in deadlines if d is not None]
+    if not due:
+        return 1000
+    return max(0, min(1000, int((min(due) - time.monotonic()) * 1000) + 1))
+
+
+def serve_switch(conf: dict[str, Any]) -> int:
+    program = load_program(conf["program"])
+    ports = {int(p): RawPort(name) for p, name in conf["ports"].items()}
+    egress = Egress(ports, conf["faults"], conf["seed"])
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(conf["control"])
+    listener.listen(1)
+    poller = select.poll()
+    by_fd = {port.fileno(): p for p, port in ports.items()}
+    for fd in by_fd:
+        poller.register(fd, select.POLLIN)
+    poller.register(listener.fileno(), select.POLLIN)
+    runtime: SwitchRuntime | None = None
+    control: socket.socket | None = None
+    buffer = b""
+    while True:
+        timeout = _wait_ms(runtime.next_timer() if runtime else None, egress.next_due())
+        for fd, _ in poller.poll(timeout):
+            if fd == listener.fileno():
+                control, _ = listener.accept()
+                poller.register(control.fileno(), select.POLLIN)
+            elif control is not None and fd == control.fileno():
+                data = control.recv(1 << 20)
+                if not data:
+                    return 0
+                buffer += data
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    reply, runtime, stop = _control(json.loads(line), runtime, program, ports, egress)
+                    control.sendall(json.dumps(reply).encode() + b"\n")
+                    if stop:
+                        return 0
+            else:
+                port = by_fd[fd]
+                frames = ports[port].recv_batch()
+                if runtime is None:
+                    continue
+                now = time.monotonic()
+                for frame in frames:
+                    for out_port, out in runtime.receive(port, frame, now):
+                        egress.send(out_port, out, now)
+        now = time.monotonic()
+        if runtime is not None and (runtime.next_timer() or float("inf")) <= now:
+            for out_port, out in runtime.run_timers(now):
+                egress.send(out_port, out, now)
+        egress.flush(now)
+
+
+def _control(msg: dict[str, Any], runtime: SwitchRuntime | None, program: Any, ports: dict[int, RawPort],
+             egress: Egress) -> tuple[dict[str, Any], SwitchRuntime | None, bool]:
+    op = msg.get("op")
+    if op == "install":
+        try:
+            runtime = SwitchRuntime(config_from_json(msg["config"]), program)
+        except Exception as exc:  # noqa: BLE001 - reported to the controller as one line
+            return {"ok": False, "error": str(exc)}, runtime, False
+        for port, frame in runtime.start(time.monotonic()):
+            egress.send(port, frame, time.monotonic())
+        return {"ok": True, "memory_bytes": runtime.memory_bytes}, runtime, False
+    if op == "stats":
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        report: dict[str, Any] = runtime.report() if runtime else {}
+        report.update(
+            ok=True, cpu_s=usage.ru_utime + usage.ru_stime, lost=egress.lost(),
+            socket_drops={ports[p].name: ports[p].drops() for p in ports},
+        )
+        return report, runtime, False
+    if op == "stop":
+        return {"ok": True}, runtime, True
+    return {"ok": False, "error": f"unknown op {op!r}"}, runtime, False
+
+
+def serve_worker(conf: dict[str, Any]) -> int:
+    spec = spec_from_json(conf["spec"])
+    tensors = make_tensors(conf["seed"], spec.job, spec.rank, conf["iterations"], conf["elements"])
+    port = RawPort(conf["port"])
+    egress = Egress({0: port}, conf["faults"], conf["seed"] * 31 + spec.rank + 1)
+    proc = WorkerProcess(spec, tensors)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for frame in proc.start(time.monotonic()):
+        egress.send(0, frame, time.monotonic())
+    poller = select.poll()
+    poller.register(port.fileno(), select.POLLIN)
+    while not proc.done:
+        if poller.poll(_wait_ms(proc.next_deadline(), egress.next_due())):
+            frames = port.recv_batch()
+            now = time.monotonic()
+            for frame in frames:
+                for out in proc.receive(frame, now):
+                    egress.send(0, out, now)
+        now = time.monotonic()
+        deadline = proc.next_deadline()
+        if deadline is not None and deadline <= now:
+            for out in proc.on_timeout(now):
+                egress.send(0, out, now)
+        egress.flush(now)
+    calls = proc.calls
+    np.savez(
+        conf["result"],
+        ints=np.array([c.result_int for c in calls if c.finished_at is not None]),
+        started=np.array([c.started_at for c in calls], dtype=float),
+        finished=np.array([c.finished_at if c.finished_at is not None else np.nan for c in calls], dtype=float),
+        retransmissions=np.array([c.retransmissions for c in calls]),
+        scales=np.array([c.scale if c.scale is not None else 0 for c in calls]),
+        error=np.array(str(proc.error) if proc.error else ""),
+        spec=np.array(json.dumps(asdict(spec))),
+    )
+    return 0 if proc.error is None else 3
+
+
+def main(argv: list[str]) -> int:
+    role, path = argv[1], argv[2]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    with open(path, encoding="utf-8") as fh:
+        conf = json.load(fh)
+    return serve_switch(conf) if role == "switch" else serve_worker(conf)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
