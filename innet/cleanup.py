@@ -21,12 +21,13 @@ STATE_DIR = "/run/innet"
 
 
 def start_time(pid: int) -> int | None:
-    """A process's start time in clock ticks since boot (None when it is gone)."""
+    """A process's start time in clock ticks since boot (None when it is gone or a zombie)."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
-            return int(fh.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
         return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
 class RunState:

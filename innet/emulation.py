@@ -27,7 +27,8 @@ import numpy as np
 
 from innet.cleanup import RunState, kill_recorded
 from innet.errors import UserError
-from innet.experiment import RunSpec, check, make_tensors, pick_workers, run_record, switch_configs, worker_specs
+from innet.experiment import RunSpec, check, make_tensors, pick_workers, result_digest, run_record, switch_configs, worker_specs
+from innet.fixedpoint import dequantize
 from innet.graph import is_switch, link_name, natural_key, port_to
 from innet.planner import plan_job
 from innet.programs import load_program
@@ -57,6 +58,10 @@ class Control:
                     raise UserError(f"switch control socket {path} did not come up in {timeout:g}s") from None
                 time.sleep(0.05)
         self.file = self.sock.makefile("rb")
+
+    def close(self) -> None:
+        self.file.close()
+        self.sock.close()
 
     def call(self, op: str, **kw: Any) -> dict[str, Any]:
         self.sock.sendall(json.dumps({"op": op, **kw}).encode() + b"\n")
@@ -122,6 +127,8 @@ class Emulation:
         self.run_dir = run_dir
         self.net: Any = None
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.controls: list[Control] = []
+        self.pcaps = False
 
     def build(self) -> None:
         from mininet.link import TCLink
@@ -177,6 +184,7 @@ class Emulation:
             self._write(f"{sw}.json", conf)
             self._popen(sw, [sys.executable, "-m", "innet.node", "switch", os.path.join(self.run_dir, f"{sw}.json")])
         controls = {sw: Control(os.path.join(self.run_dir, f"{sw}.sock")) for sw in switches}
+        self.controls.extend(controls.values())
         for sw, ctl in controls.items():
             reply = ctl.call("install", config=config_to_json(configs[sw]))
             if not reply.get("ok"):
@@ -217,12 +225,13 @@ class Emulation:
 
     def _start_pcaps(self, pcap_dir: str, switches: list[str]) -> None:
         os.makedirs(pcap_dir, exist_ok=True)
+        self.pcaps = True
         files = []
         for sw in switches:
             for intf in self.net.get(sw).intfNames():
                 if intf != "lo":
                     path = os.path.abspath(os.path.join(pcap_dir, f"{intf}.pcap"))
-                    self._popen(sw, ["tcpdump", "-i", intf, "-w", path, "-U", "-s", "0", "-q"],
+                    self._popen(sw, ["tcpdump", "-i", intf, "-w", path, "-U", "--immediate-mode", "-s", "0", "-q"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     files.append(path)
         deadline = time.monotonic() + 10
@@ -252,7 +261,13 @@ class Emulation:
                 intf = f"{a}-eth{port_to(graph, a, b)}"
                 total += after[a].get(intf, 0) - before[a].get(intf, 0)
             link_bytes[link_name(u, v)] = total
-        inputs, ints, floats, starts, ends, retx, errors = [], [], [], [], [], 0, []
+        inputs: list[list[np.ndarray]] = []
+        ints: list[list[np.ndarray]] = []
+        floats: list[list[np.ndarray]] = []
+        starts: list[np.ndarray] = []
+        ends: list[np.ndarray] = []
+        errors: list[str] = []
+        retx = 0
         for w in workers:
             spec = specs[w]
             tensors = make_tensors(run.seed, spec.job, spec.rank, run.iterations, run.elements)
@@ -266,9 +281,7 @@ class Emulation:
             data = np.load(path)
             got = list(data["ints"])
             ints.append(got)
-            from innet.fixedpoint import dequantize
-
-            floats.append([dequantize(g, int(s)) for g, s in zip(got, data["scales"])])
+            floats.append([dequantize(g, int(s)) for g, s in zip(got, data["scales"], strict=False)])
             starts.append(data["started"])
             ends.append(data["finished"])
             retx += int(data["retransmissions"].sum())
@@ -293,11 +306,14 @@ class Emulation:
         return run_record(
             graph, run, "mininet", len(workers), correct and not errors, max_err,
             float(np.median(times)) if times else float("nan"), link_bytes, retx, drops,
-            errors=errors, switch_memory_bytes={sw: st.get("memory_bytes", 0) for sw, st in stats.items()},
+            errors=errors, result_digest=result_digest(ints),
+            switch_memory_bytes={sw: st.get("memory_bytes", 0) for sw, st in stats.items()},
             switch_cpu_s={sw: round(st.get("cpu_s", 0.0), 3) for sw, st in stats.items()},
         )
 
     def teardown(self) -> None:
+        if self.pcaps:
+            time.sleep(0.5)  # let tcpdump drain what the kernel already captured
         for proc in self.procs:
             if proc.poll() is None:
                 proc.terminate()
@@ -308,6 +324,11 @@ class Emulation:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+        for ctl in self.controls:
+            ctl.close()
         if self.net is not None:
             self.net.stop()
         kill_recorded(self.state.data["pids"], grace=0.5)

@@ -7,6 +7,7 @@ backend uses; ``check`` compares what workers got with the exact integer sum.
 
 from __future__ import annotations
 
+import hashlib
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -91,6 +92,15 @@ def make_tensors(seed: int, job: int, rank: int, iterations: int, elements: int)
     rng = np.random.default_rng([seed, job, rank])
     return [(rng.standard_normal(elements) * 10.0 ** rng.uniform(-3, 1)).astype(np.float32)
             for _ in range(iterations)]
+
+
+def result_digest(results_int: Sequence[Sequence[np.ndarray]]) -> str:
+    """sha256 of every worker's integer results: equal digests mean identical results."""
+    digest = hashlib.sha256()
+    for per_rank in results_int:
+        for arr in per_rank:
+            digest.update(np.asarray(arr, np.int64).tobytes())
+    return digest.hexdigest()[:16]
 
 
 def check(inputs: Sequence[Sequence[np.ndarray]], results_int: Sequence[Sequence[np.ndarray]],

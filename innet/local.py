@@ -6,7 +6,7 @@ from typing import Any
 
 import networkx as nx
 
-from innet.experiment import RunSpec, check, completion, make_tensors, pick_workers, run_record, switch_configs, worker_specs
+from innet.experiment import RunSpec, check, completion, make_tensors, pick_workers, result_digest, run_record, switch_configs, worker_specs
 from innet.fabric import Fabric
 from innet.planner import plan_job
 from innet.programs import load_program
@@ -31,8 +31,8 @@ def run_local(graph: nx.Graph, run: RunSpec) -> dict[str, Any]:
         procs.append(proc)
     fabric.run()
     errors = [p.error for p in procs if p.error is not None]
-    correct, max_err = check(inputs, [[c.result_int for c in p.calls if c.finished_at is not None] for p in procs],
-                             [[c.result for c in p.calls if c.finished_at is not None] for p in procs])
+    ints = [[c.result_int for c in p.calls if c.finished_at is not None] for p in procs]
+    correct, max_err = check(inputs, ints, [[c.result for c in p.calls if c.finished_at is not None] for p in procs])
     drops: dict[str, int] = {}
     for rt in runtimes.values():
         for key, n in rt.ctx.counters.items():
@@ -45,5 +45,6 @@ def run_local(graph: nx.Graph, run: RunSpec) -> dict[str, Any]:
         graph, run, "local", len(workers), correct and not errors, max_err,
         completion([p.calls for p in procs]), fabric.link_bytes(),
         sum(c.retransmissions for p in procs for c in p.calls), drops,
-        errors=[str(e) for e in errors], switch_memory_bytes={n: rt.memory_bytes for n, rt in runtimes.items()},
+        errors=[str(e) for e in errors], result_digest=result_digest(ints),
+        switch_memory_bytes={n: rt.memory_bytes for n, rt in runtimes.items()},
     )

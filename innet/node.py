@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import heapq
 import json
-import os
 import resource
 import select
 import signal
@@ -150,7 +149,8 @@ def serve_worker(conf: dict[str, Any]) -> int:
     egress = Egress({0: port}, conf["faults"], conf["seed"] * 31 + spec.rank + 1)
     proc = WorkerProcess(spec, tensors)
     print("ready", flush=True)
-    sys.stdin.readline()
+    if sys.stdin.readline().strip() != "go":  # the controller went away before the start
+        return 4
     for frame in proc.start(time.monotonic()):
         egress.send(0, frame, time.monotonic())
     poller = select.poll()

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scapy.config import conf
 from scapy.fields import (
     FieldListField,
     FlagsField,
@@ -63,6 +64,7 @@ class InnetAgg(ScapyPacket):
 
 
 bind_layers(UDP, InnetAgg, dport=AGG_PORT)
+conf.max_list_count = max(conf.max_list_count, 65535)  # scapy refuses lists over 100 items by default
 
 
 def _numpy_code(field: Any) -> str:

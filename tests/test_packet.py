@@ -3,8 +3,19 @@ import pytest
 from scapy.fields import FieldListField
 
 from innet.packet import (
-    ALL_RANKS, HEADER_DTYPE, HEADER_LEN, PAYLOAD_OFFSET, RESULT, RETX, VER, InnetAgg, make_packet, node_ip, parse_frame,
-    scapy_frame, to_scapy,
+    ALL_RANKS,
+    HEADER_DTYPE,
+    HEADER_LEN,
+    PAYLOAD_OFFSET,
+    RESULT,
+    RETX,
+    VER,
+    InnetAgg,
+    make_packet,
+    node_ip,
+    parse_frame,
+    scapy_frame,
+    to_scapy,
 )
 
 
@@ -33,6 +44,11 @@ def test_parse_agrees_with_scapy_dissection():
     assert list(pkt.values) == dissected.values == list(range(-3, 4))
     assert pkt.port == 4 and pkt.src == 1 and pkt.dst == 2 and pkt.has(RESULT) and pkt.version == 0
     assert to_scapy(frame)["IP"].dst == "10.77.0.3" and node_ip(2) == (10 << 24 | 77 << 16 | 3)
+
+
+def test_full_size_packets_dissect():
+    frame = make_packet(np.arange(1024), job=1).to_frame(0, 1)
+    assert list(to_scapy(frame)[InnetAgg].values) == list(range(1024))
 
 
 def test_ip_checksum_is_valid():
