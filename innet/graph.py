@@ -99,9 +99,9 @@ def validate(graph: nx.Graph, where: str = "topology") -> nx.Graph:
             data["bw"] = float(data.get("bw", DEFAULT_BW))
             data["latency"] = float(data.get("latency", DEFAULT_LATENCY))
         except (TypeError, ValueError):
-            raise UserError(f"{where}: link {u}--{v} has a non-numeric bw or latency") from None
+            raise UserError(f"{where}: link {link_name(u, v)} has a non-numeric bw or latency") from None
         if not data["bw"] > 0 or data["latency"] < 0:
-            raise UserError(f"{where}: link {u}--{v} needs bw > 0 and latency >= 0")
+            raise UserError(f"{where}: link {link_name(u, v)} needs bw > 0 and latency >= 0")
     sw = [n for n in graph if is_switch(graph, n)]
     if not sw:
         raise UserError(f"{where} has no switch")
