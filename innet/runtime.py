@@ -170,6 +170,9 @@ class SwitchRuntime:
         return {
             "name": self.config.name,
             "memory_bytes": self.memory_bytes,
+            "memory_capacity": self.config.memory_bytes,
+            "jobs": {job.job: {"aggregate": job.aggregate, "slot_base": job.slot_base, "slots": job.slots}
+                     for job in self.ctx.jobs.values()},
             "ports": {self.config.ports[p]: vars(s).copy() for p, s in self.stats.items()},
             "counters": dict(self.ctx.counters),
         }

@@ -82,7 +82,8 @@ class AllreduceCall:
     @property
     def rto(self) -> float:
         base = self.spec.initial_rto if self.srtt is None else 2 * self.srtt + 4 * self.rttvar
-        return min(max(self.spec.min_rto, base) * self.backoff, 4.0)
+        # back off, but keep at least ~32 tries inside the no-progress timeout
+        return min(max(self.spec.min_rto, base) * self.backoff, max(self.spec.min_rto, self.spec.timeout / 32))
 
     def _frame(self, chunk: int, retx: bool) -> bytes:
         spec = self.spec
