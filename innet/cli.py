@@ -9,9 +9,10 @@ import time
 from typing import Any
 
 from innet.errors import UserError
-from innet.experiment import MODES, RunSpec
+from innet.experiment import RunSpec
 from innet.faults import FaultSpec
 from innet.metrics import summary_table, write_link_csv, write_results
+from innet.modes import MODES
 from innet.planner import METHODS
 
 TCLINK_MAX_MBPS = 1000.0

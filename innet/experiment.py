@@ -25,8 +25,6 @@ from innet.program import SwitchProgram
 from innet.runtime import DEFAULT_SWITCH_MEMORY, SwitchConfig
 from innet.worker import AllreduceCall, JobSpec
 
-MODES = ("innet",)
-
 
 @dataclass(frozen=True)
 class RunSpec:

@@ -83,6 +83,7 @@ VALUE_DTYPE = np.dtype("<i4")
 ETH_LEN, IP_LEN, UDP_LEN = 14, 20, 8
 HEADER_OFFSET = ETH_LEN + IP_LEN + UDP_LEN
 PAYLOAD_OFFSET = HEADER_OFFSET + HEADER_LEN
+FLAGS_OFFSET = HEADER_OFFSET + HEADER_DTYPE.fields["flags"][1]  # type: ignore[index]
 ETHERTYPE_IPV4 = 0x0800
 
 # Fixed-offset view of the Ethernet/IPv4/UDP prefix the fast path checks.

@@ -15,7 +15,7 @@ Methods (``METHODS``):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import networkx as nx
 from networkx.algorithms.approximation import steiner_tree
@@ -189,3 +189,71 @@ def _job_port(graph: nx.Graph, plan: JobPlan, switch: str) -> JobPort:
         slots=plan.slots,
         pbox=None if plan.pbox is None else index[plan.pbox],
     )
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A job to place: its workers, and how many slots it would like on each switch."""
+
+    job: int
+    workers: tuple[str, ...]
+    slots: int = 128
+    pbox: str | None = None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Several jobs placed together; ``outcomes`` says what each job got."""
+
+    plans: tuple[JobPlan, ...]
+    outcomes: dict[int, str]
+    free_slots: dict[str, int]
+
+
+def plan_jobs(graph: nx.Graph, requests: Sequence[JobRequest], method: str = "tor", pool_slots: int = 128) -> Placement:
+    """Place jobs one after another in the switches' shared slot pools.
+
+    Each aggregating switch has ``pool_slots`` slots. A job gets the slots it
+    asks for where every switch of its tree has them; otherwise as many as the
+    fullest of its switches still has ("reduced"); where one has none left,
+    its aggregation goes to the PBox instead ("fallback", ATP-style). With no
+    PBox to fall back to, the request is impossible: UserError.
+
+    Examples
+    --------
+    >>> from topologies import build
+    >>> g = build("star", workers=4)
+    >>> p = plan_jobs(g, [JobRequest(1, ("h1", "h2"), 96), JobRequest(2, ("h3", "h4"), 96)], pool_slots=128)
+    >>> p.outcomes
+    {1: 'full: 96 slots', 2: 'reduced: 32 of 96 slots'}
+    """
+    free = {}
+    plans, outcomes = [], {}
+    seen_jobs: set[int] = set()
+    for req in requests:
+        if req.job in seen_jobs:
+            raise UserError(f"job id {req.job} is used twice")
+        seen_jobs.add(req.job)
+        if req.slots < 1:
+            raise UserError(f"job {req.job} asks for {req.slots} slots; it needs at least 1")
+        plan = plan_job(graph, req.workers, method=method, job=req.job, slots=req.slots, pbox=req.pbox)
+        if method == "pbox":
+            plans.append(plan)
+            outcomes[req.job] = f"pbox: {plan.pbox}"
+            continue
+        have = min(free.setdefault(s, pool_slots) for s in plan.aggregators)
+        if have == 0:
+            if plan.pbox is None:
+                full = [s for s in plan.aggregators if free[s] == 0]
+                raise UserError(f"job {req.job} does not fit: switch {full[0]} has no free slots and there is no PBox to fall back to")
+            plans.append(plan_job(graph, req.workers, method="pbox", job=req.job, slots=req.slots, pbox=plan.pbox))
+            outcomes[req.job] = f"fallback: switch memory full, aggregated by {plan.pbox}"
+            continue
+        slots = min(have, req.slots)
+        ports = {s: replace(jp, slot_base=pool_slots - free[s] if jp.aggregate else 0, slots=slots)
+                 for s, jp in plan.switch_ports.items()}
+        for s in plan.aggregators:
+            free[s] -= slots
+        plans.append(replace(plan, switch_ports=ports, slots=slots))
+        outcomes[req.job] = f"full: {slots} slots" if slots == req.slots else f"reduced: {slots} of {req.slots} slots"
+    return Placement(tuple(plans), outcomes, free)

@@ -16,13 +16,15 @@ Protocol (SwitchML, with an in-network exponent agreement first):
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from innet import fixedpoint
 from innet.errors import AllreduceTimeout
-from innet.packet import OVERFLOW, RESULT, RETX, VER, make_packet, parse_frame
+from innet.packet import OVERFLOW, RESULT, RETX, ROUTE, VER, make_packet, parse_frame
 
 
 @dataclass(frozen=True)
@@ -39,10 +41,40 @@ class JobSpec:
     min_rto: float = 0.001
     initial_rto: float = 0.2
     timeout: float = 10.0
+    pbox: int | None = None  # set: send every chunk to this PBox node instead of into the network
 
     def chunks(self, length: int) -> int:
         """Chunks one call uses for a tensor of ``length`` (one more for the exponent)."""
         return 1 + -(-length // self.elements)
+
+
+class RetransmitTimer:
+    """Adaptive retransmission timeout: SRTT + 4 RTTVAR (RFC 6298), Karn's rule, back-off.
+
+    The back-off is capped so that ~32 tries fit in the no-progress timeout.
+    """
+
+    def __init__(self, spec: JobSpec) -> None:
+        self.spec = spec
+        self.srtt: float | None = None
+        self.rttvar = 0.0
+        self.backoff = 1
+
+    @property
+    def rto(self) -> float:
+        base = self.spec.initial_rto if self.srtt is None else 2 * self.srtt + 4 * self.rttvar
+        return min(max(self.spec.min_rto, base) * self.backoff, max(self.spec.min_rto, self.spec.timeout / 32))
+
+    def sample(self, rtt: float) -> None:
+        self.backoff = 1
+        if self.srtt is None:
+            self.srtt, self.rttvar = rtt, rtt / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+
+    def expired(self) -> None:
+        self.backoff = min(self.backoff * 2, 64)
 
 
 class AllreduceCall:
@@ -60,9 +92,7 @@ class AllreduceCall:
         self.result_int = np.zeros(len(self.tensor), np.int64)
         self.sent: dict[int, tuple[float, bool]] = {}
         self.timers: list[tuple[float, int]] = []
-        self.srtt: float | None = None
-        self.rttvar = 0.0
-        self.backoff = 1
+        self.timer = RetransmitTimer(spec)
         self.next_chunk = first_chunk
         self.retransmissions = 0
         self.started_at: float | None = None
@@ -81,14 +111,12 @@ class AllreduceCall:
 
     @property
     def rto(self) -> float:
-        base = self.spec.initial_rto if self.srtt is None else 2 * self.srtt + 4 * self.rttvar
-        # back off, but keep at least ~32 tries inside the no-progress timeout
-        return min(max(self.spec.min_rto, base) * self.backoff, max(self.spec.min_rto, self.spec.timeout / 32))
+        return self.timer.rto
 
     def _frame(self, chunk: int, retx: bool) -> bytes:
         spec = self.spec
         slot, version = chunk % spec.slots, (chunk // spec.slots) & 1
-        flags = (VER if version else 0) | (RETX if retx else 0)
+        flags = (VER if version else 0) | (RETX if retx else 0) | (ROUTE if spec.pbox is not None else 0)
         if chunk == self.first:
             values, exp = None, self.local_exp
         else:
@@ -96,7 +124,7 @@ class AllreduceCall:
             values, exp = self.quantized[off : off + spec.elements], self._q
         pkt = make_packet(values, job=spec.job, rank=spec.rank, nworkers=spec.nworkers,
                           slot=slot, chunk=chunk, flags=flags, exp=exp)
-        return pkt.to_frame(spec.node, spec.first_hop)
+        return pkt.to_frame(spec.node, spec.first_hop if spec.pbox is None else spec.pbox)
 
     def _send(self, chunk: int, now: float, retx: bool = False) -> bytes:
         self.sent[chunk] = (now, retx or chunk in self.sent)
@@ -115,7 +143,7 @@ class AllreduceCall:
             return []
         sent_at, retransmitted = self.sent.pop(pkt.chunk)
         if not retransmitted and pkt.chunk != self.first:  # Karn; the lone exponent packet never queues
-            self._observe_rtt(now - sent_at)
+            self.timer.sample(now - sent_at)
         self.last_progress = now
         if pkt.has(OVERFLOW):
             self.error = OverflowError(f"job {self.spec.job}: int32 overflow in chunk {pkt.chunk}")
@@ -137,14 +165,6 @@ class AllreduceCall:
         if not self.sent and self.next_chunk >= self.end:
             self.finished_at = now
         return out
-
-    def _observe_rtt(self, rtt: float) -> None:
-        self.backoff = 1
-        if self.srtt is None:
-            self.srtt, self.rttvar = rtt, rtt / 2
-        else:
-            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
-            self.srtt = 0.875 * self.srtt + 0.125 * rtt
 
     def next_deadline(self) -> float | None:
         if self.done:
@@ -172,26 +192,31 @@ class AllreduceCall:
                 self.retransmissions += 1
                 out.append(self._send(chunk, now, retx=True))
         if out:
-            self.backoff = min(self.backoff * 2, 64)  # back off until a fresh RTT sample arrives
+            self.timer.expired()
         return out
 
 
 class WorkerProcess:
     """A worker host's whole run: one all-reduce call per tensor, back to back.
 
-    The job's chunk stream continues across calls, so a packet of an earlier
-    call is always recognisable as stale. Same interface as every endpoint the
-    backends drive: ``start``, ``receive``, ``next_deadline``, ``on_timeout``.
+    ``make_call(spec, tensor, first_chunk)`` makes each call (in-network, PBox
+    or ring). The job's chunk stream continues across calls, so a packet of an
+    earlier call is always recognisable as stale; the previous call still sees
+    every frame, so it can answer a peer that missed its end. Same interface as
+    every endpoint the backends drive: ``start``, ``receive``,
+    ``next_deadline``, ``on_timeout``.
     """
 
-    def __init__(self, spec: JobSpec, tensors: list[np.ndarray], first_chunk: int = 0) -> None:
+    def __init__(self, spec: JobSpec, tensors: list[np.ndarray], make_call: Callable[..., Any] = AllreduceCall,
+                 first_chunk: int = 0) -> None:
         self.spec = spec
         self.tensors = tensors
-        self.calls: list[AllreduceCall] = []
+        self.make_call = make_call
+        self.calls: list[Any] = []
         self.next_first = first_chunk
 
     @property
-    def current(self) -> AllreduceCall | None:
+    def current(self) -> Any:
         return self.calls[-1] if self.calls else None
 
     @property
@@ -204,26 +229,33 @@ class WorkerProcess:
         return next((c.error for c in self.calls if c.error is not None), None)
 
     def _begin(self, now: float) -> list[bytes]:
-        tensor = self.tensors[len(self.calls)]
-        call = AllreduceCall(self.spec, tensor, self.next_first)
+        call = self.make_call(self.spec, self.tensors[len(self.calls)], self.next_first)
         self.next_first = call.end
+        early = self.calls[-1].early if self.calls and hasattr(self.calls[-1], "early") else []
         self.calls.append(call)
-        return call.start(now)
+        out = list(call.start(now))
+        for frame in early:  # frames of this call that arrived while the previous one was finishing
+            out.extend(call.receive(frame, now))
+        return out
 
     def start(self, now: float) -> list[bytes]:
-        return self._begin(now) if self.tensors else []
+        return self._advance(self._begin(now), now) if self.tensors else []
 
     def _advance(self, out: list[bytes], now: float) -> list[bytes]:
         call = self.current
-        if call is not None and call.finished_at is not None and len(self.calls) < len(self.tensors):
+        while call is not None and call.done and call.error is None and len(self.calls) < len(self.tensors):
             out.extend(self._begin(now))
+            call = self.current
         return out
 
     def receive(self, frame: bytes, now: float) -> list[bytes]:
+        out: list[bytes] = []
+        if len(self.calls) > 1:
+            out.extend(self.calls[-2].receive(frame, now))
         call = self.current
-        if call is None or call.done:
-            return []
-        return self._advance(call.receive(frame, now), now)
+        if call is not None:
+            out.extend(call.receive(frame, now))
+        return self._advance(out, now)
 
     def next_deadline(self) -> float | None:
         call = self.current
@@ -231,4 +263,4 @@ class WorkerProcess:
 
     def on_timeout(self, now: float) -> list[bytes]:
         call = self.current
-        return [] if call is None else self._advance(call.on_timeout(now), now)
+        return [] if call is None else self._advance(list(call.on_timeout(now)), now)

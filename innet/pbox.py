@@ -1,0 +1,108 @@
+"""The PBox: a central parameter-server box in the style of PHub, as a sans-I/O endpoint.
+
+Workers send their chunks (keys) to the PBox's address (ROUTE flag); the PBox
+sums each key once all of the job's workers sent it and returns the sum to
+every worker. Keys are spread over ``cores`` shards by slot (``slot % cores``):
+on Mininet each shard is its own process, fed only its keys by a socket filter,
+as PHub pins key ranges to cores. The per-key bookkeeping is the switch's
+(slot x version, contributor bitmap, chunk number, shadow copy), so exactness,
+exactly-once and stale detection are the same as in-network.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from innet.packet import OVERFLOW, RESULT, ROUTE, VER, Packet, parse_frame
+
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class PBoxJob:
+    """A job the PBox serves: rank -> worker node index, and the job's slots."""
+
+    job: int
+    members: dict[int, int]
+    slots: int
+    elements: int
+
+
+class _JobState:
+    def __init__(self, job: PBoxJob) -> None:
+        shape = (2, job.slots)
+        self.acc = np.zeros((2, job.slots, job.elements), np.int64)
+        self.seen = np.zeros(shape, np.uint64)
+        self.chunk = np.full(shape, -1, np.int64)
+        self.done = np.zeros(shape, np.bool_)
+        self.exp = np.zeros(shape, np.int16)
+        self.count = np.zeros(shape, np.int32)
+        self.full = (1 << len(job.members)) - 1
+
+
+class PBoxServer:
+    """Aggregates the keys of its jobs whose ``slot % cores == core``."""
+
+    def __init__(self, node: int, jobs: list[PBoxJob], cores: int = 1, core: int = 0) -> None:
+        self.node = node
+        self.jobs = {j.job: j for j in jobs}
+        self.state = {j.job: _JobState(j) for j in jobs}
+        self.cores, self.core = cores, core
+        self.counters: dict[str, int] = {}
+
+    done = False  # serves until stopped
+
+    def _drop(self, reason: str) -> list[bytes]:
+        self.counters[reason] = self.counters.get(reason, 0) + 1
+        return []
+
+    def start(self, now: float) -> list[bytes]:
+        return []
+
+    def next_deadline(self) -> float | None:
+        return None
+
+    def on_timeout(self, now: float) -> list[bytes]:
+        return []
+
+    def receive(self, frame: bytes, now: float) -> list[bytes]:
+        pkt = parse_frame(frame)
+        if pkt is None or pkt.dst != self.node or pkt.has(RESULT):
+            return []
+        job = self.jobs.get(pkt.job)
+        if job is None:
+            return self._drop("unknown_job")
+        if job.members.get(pkt.rank) != pkt.src:
+            return self._drop("not_member")
+        if pkt.slot >= job.slots or pkt.count > job.elements or pkt.slot % self.cores != self.core:
+            return self._drop("bad_slot")
+        st, v, i, bit = self.state[pkt.job], pkt.version, pkt.slot, 1 << pkt.rank
+        if pkt.chunk < st.chunk[v, i]:
+            return self._drop("stale")
+        if pkt.chunk > st.chunk[v, i]:
+            st.chunk[v, i], st.seen[v, i], st.done[v, i] = pkt.chunk, 0, False
+            st.acc[v, i, : pkt.count] = pkt.values
+            st.exp[v, i], st.count[v, i] = pkt.exp, pkt.count
+        elif int(st.seen[v, i]) & bit:
+            if st.done[v, i]:
+                return [self._result(job, pkt, pkt.rank)]
+            return self._drop("duplicate")
+        else:
+            st.acc[v, i, : pkt.count] += pkt.values
+            st.exp[v, i] = max(int(st.exp[v, i]), pkt.exp)
+        st.seen[v, i] = int(st.seen[v, i]) | bit
+        if int(st.seen[v, i]) != st.full:
+            return []
+        st.done[v, i] = True
+        return [self._result(job, pkt, rank) for rank in sorted(job.members)]
+
+    def _result(self, job: PBoxJob, pkt: Packet, rank: int) -> bytes:
+        st, v, i = self.state[job.job], pkt.version, pkt.slot
+        total = st.acc[v, i, : st.count[v, i]]
+        flags = RESULT | ROUTE | (VER if v else 0)
+        if total.size and int(np.max(np.abs(total))) > INT32_MAX:
+            flags |= OVERFLOW
+        out = pkt.replace(total.astype(np.int32), rank=rank, flags=flags, exp=int(st.exp[v, i]))
+        return out.to_frame(self.node, job.members[rank])

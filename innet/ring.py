@@ -1,0 +1,228 @@
+"""Ring all-reduce between the worker hosts (the Horovod / Pipe-SGD baseline), sans-I/O.
+
+Rank r sends only to rank r+1 (addressed packets, routed by the switches).
+Steps, each one packet chain per ``elements``-sized piece:
+1. N-1 exponent steps pass the running max exponent along, so all agree on a scale;
+2. N-1 reduce-scatter steps: at step k rank r sends segment (r-k) mod N, its own
+   values plus what it got for that segment at step k-1;
+3. N-1 all-gather steps pass the reduced segments along.
+Packet j of a step is sent as soon as packet j of the previous step arrived
+(the ring is pipelined). Receivers acknowledge with a bitmap of the packets of
+a step they hold (every ACK_EVERY packets, at the end of a step, and on every
+retransmission); senders retransmit what is unacknowledged on a timeout.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from innet import fixedpoint
+from innet.packet import FLAGS_OFFSET, RESULT, RETX, ROUTE, Packet, make_packet, parse_frame
+from innet.worker import JobSpec, RetransmitTimer
+
+ACK_EVERY = 16
+
+
+class RingCall:
+    """One worker's part of one ring all-reduce; same endpoint interface as the others."""
+
+    def __init__(self, spec: JobSpec, ring: list[int], tensor: np.ndarray, first_chunk: int) -> None:
+        self.spec = spec
+        n = spec.nworkers
+        self.ring = ring  # rank -> node index
+        self.rank = spec.rank
+        self.next_node, self.prev_node = ring[(spec.rank + 1) % n], ring[(spec.rank - 1) % n]
+        self.tensor = np.ascontiguousarray(tensor, np.float32).ravel()
+        bounds = np.linspace(0, len(self.tensor), n + 1).astype(int) if n > 1 else np.array([0, len(self.tensor)])
+        self.segments = [(int(bounds[i]), int(bounds[i + 1])) for i in range(n)]
+        self.pieces = max(1, -(-max(b - a for a, b in self.segments) // spec.elements))
+        self.first = first_chunk
+        self.end = first_chunk + self.pieces
+        self.steps = 3 * (n - 1)
+        self.exp = fixedpoint.magnitude_exponent(self.tensor)
+        self.scale: int | None = None
+        self.quantized = np.zeros(0, np.int32)
+        self.result_int = np.zeros(len(self.tensor), np.int64)
+        self.got: dict[int, dict[int, np.ndarray]] = {}      # step -> piece -> values received
+        self.unacked: dict[tuple[int, int], tuple[float, bytes]] = {}
+        self.timers: list[tuple[float, int, int]] = []
+        self.since_ack: dict[int, int] = {}
+        self.pending: list[tuple[int, int]] = []
+        self.early: list[bytes] = []
+        self.retransmissions = 0
+        self.started_at: float | None = None
+        self.finished_at: float | None = None
+        self.last_progress = 0.0
+        self.error: Exception | None = None
+        self.timer = RetransmitTimer(spec)
+        self.retransmitted: set[tuple[int, int]] = set()
+
+    # -- geometry ---------------------------------------------------------
+    def _segment_sent(self, step: int) -> int:
+        n, k = self.spec.nworkers, step - (self.spec.nworkers - 1)
+        if k < n - 1:
+            return (self.rank - k) % n
+        return (self.rank + 1 - (k - (n - 1))) % n
+
+    def _piece(self, segment: int, j: int) -> tuple[int, int]:
+        a, b = self.segments[segment]
+        lo = a + j * self.spec.elements
+        return min(lo, b), min(lo + self.spec.elements, b)
+
+    # -- endpoint interface -------------------------------------------------
+    @property
+    def result(self) -> np.ndarray:
+        assert self.scale is not None
+        return fixedpoint.dequantize(self.result_int, self.scale)
+
+    @property
+    def done(self) -> bool:
+        return (self.finished_at is not None and not self.unacked) or self.error is not None
+
+    def start(self, now: float) -> list[bytes]:
+        self.started_at = self.last_progress = now
+        if self.spec.nworkers == 1:
+            self._agree(self.exp)
+            self.result_int[:] = self.quantized
+            self.finished_at = now
+            return []
+        return [self._send(0, 0, None, now)]
+
+    def _agree(self, q: int) -> None:
+        self.q = q
+        self.scale = fixedpoint.scale_for(q, self.spec.nworkers)
+        self.quantized = fixedpoint.quantize(self.tensor, self.scale)
+
+    def _send(self, step: int, j: int, values: np.ndarray | None, now: float, exp: int | None = None) -> bytes:
+        pkt = make_packet(values, job=self.spec.job, rank=self.rank, nworkers=self.spec.nworkers, slot=step,
+                          chunk=self.first + j, flags=ROUTE, exp=self.exp if exp is None else exp)
+        frame = pkt.to_frame(self.spec.node, self.next_node)
+        self.unacked[(step, j)] = (now, frame)
+        heapq.heappush(self.timers, (now, step, j))
+        return frame
+
+    def receive(self, frame: bytes, now: float) -> list[bytes]:
+        pkt = parse_frame(frame)
+        if pkt is None or pkt.job != self.spec.job or not pkt.has(ROUTE) or pkt.dst != self.spec.node:
+            return []
+        if pkt.chunk >= self.end:
+            self.early.append(frame)  # the next call's: the peer moved on first
+            return []
+        if pkt.chunk < self.first:
+            return []
+        if pkt.has(RESULT):
+            return self._on_ack(pkt, now) if pkt.src == self.next_node else []
+        if pkt.src != self.prev_node or pkt.slot >= self.steps:
+            return []
+        step, j = pkt.slot, pkt.chunk - self.first
+        pieces = self.got.setdefault(step, {})
+        out: list[bytes] = []
+        fresh = j not in pieces
+        if fresh:
+            pieces[j] = np.array(pkt.values, np.int64)
+            self.last_progress = now
+            if step >= self.spec.nworkers - 1 and self.scale is None:
+                self.pending.append((step, j))  # the predecessor agreed on the scale before this rank did
+            else:
+                out.extend(self._advance(step, j, pkt.exp, now))
+        self.since_ack[step] = self.since_ack.get(step, 0) + 1
+        if not fresh or pkt.has(RETX) or self.since_ack[step] >= ACK_EVERY or len(pieces) == self._expected(step):
+            self.since_ack[step] = 0
+            out.append(self._ack(step, pieces))
+        self._check_finished(now)
+        return out
+
+    def _ack(self, step: int, pieces: dict[int, np.ndarray]) -> bytes:
+        words = np.zeros(-(-self.pieces // 32), np.uint32)
+        for j in pieces:
+            words[j // 32] |= np.uint32(1 << (j % 32))
+        pkt = make_packet(words.view(np.int32), job=self.spec.job, rank=self.rank, nworkers=self.spec.nworkers,
+                          slot=step, chunk=self.first, flags=ROUTE | RESULT)
+        return pkt.to_frame(self.spec.node, self.prev_node)
+
+    def _on_ack(self, pkt: Packet, now: float) -> list[bytes]:
+        words = np.asarray(pkt.values).view(np.uint32)
+        for j in range(min(self.pieces, 32 * len(words))):
+            if words[j // 32] >> np.uint32(j % 32) & np.uint32(1):
+                sent = self.unacked.pop((pkt.slot, j), None)
+                if sent is not None:
+                    self.last_progress = now
+                    if (pkt.slot, j) not in self.retransmitted:
+                        self.timer.sample(now - sent[0])
+        return []
+
+    def _advance(self, step: int, j: int, exp: int, now: float) -> list[bytes]:
+        """What receiving packet j of ``step`` from the predecessor lets this rank send."""
+        n = self.spec.nworkers
+        if step < n - 1:  # exponent chain
+            running = max(exp, self.exp)
+            if step < n - 2:
+                return [self._send(step + 1, 0, None, now, exp=running)]
+            self._agree(running)
+            out = [self._send(n - 1, p, self._own(self._segment_sent(n - 1), p), now) for p in range(self.pieces)]
+            for pending in self.pending:
+                out.extend(self._advance(*pending, 0, now))
+            return out
+        k = step - (n - 1)
+        received = self.got[step][j]
+        if k < n - 1:  # reduce-scatter: add own part
+            seg = (self.rank - k - 1) % n
+            lo, hi = self._piece(seg, j)
+            total = received + self.quantized[lo:hi]
+            if k == n - 2:  # fully reduced: this rank's result for ``seg``; it starts the all-gather
+                self.result_int[lo:hi] = total
+            return [self._send(step + 1, j, total.astype(np.int32), now)]
+        seg = (self.rank - (k - (n - 1))) % n
+        lo, hi = self._piece(seg, j)
+        self.result_int[lo:hi] = received
+        if step + 1 < self.steps:
+            return [self._send(step + 1, j, received.astype(np.int32), now)]
+        return []
+
+    def _own(self, segment: int, j: int) -> np.ndarray:
+        lo, hi = self._piece(segment, j)
+        return self.quantized[lo:hi]
+
+    def _expected(self, step: int) -> int:
+        return 1 if step < self.spec.nworkers - 1 else self.pieces
+
+    def _check_finished(self, now: float) -> None:
+        """Finished once every step's packets arrived: then every packet this rank owes was sent too."""
+        if self.finished_at is None and all(len(self.got.get(s, {})) == self._expected(s) for s in range(self.steps)):
+            self.finished_at = now
+
+    def next_deadline(self) -> float | None:
+        if self.done:
+            return None
+        while self.timers and self.unacked.get(self.timers[0][1:], (None,))[0] != self.timers[0][0]:
+            heapq.heappop(self.timers)
+        give_up = self.last_progress + self.spec.timeout
+        return min(self.timers[0][0] + self.timer.rto, give_up) if self.timers else give_up
+
+    def on_timeout(self, now: float) -> list[bytes]:
+        if self.done:
+            return []
+        if now - self.last_progress >= self.spec.timeout:
+            from innet.errors import AllreduceTimeout
+
+            self.error = AllreduceTimeout(f"job {self.spec.job} rank {self.rank}: ring made no progress "
+                                          f"for {self.spec.timeout:g}s")
+            return []
+        out = []
+        rto = self.timer.rto
+        while self.timers and self.timers[0][0] + rto <= now:
+            sent_at, step, j = heapq.heappop(self.timers)
+            entry = self.unacked.get((step, j))
+            if entry is not None and entry[0] == sent_at:
+                frame = bytearray(entry[1])
+                frame[FLAGS_OFFSET] |= RETX
+                self.retransmissions += 1
+                self.retransmitted.add((step, j))
+                self.unacked[(step, j)] = (now, bytes(frame))
+                heapq.heappush(self.timers, (now, step, j))
+                out.append(bytes(frame))
+        if out:
+            self.timer.expired()
+        return out
