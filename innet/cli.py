@@ -120,7 +120,7 @@ def _main(args: argparse.Namespace) -> int:
     else:
         from innet.emulation import run_mininet
 
-        record = run_mininet(graph, run, pcap_dir=args.pcap, cli=args.cli)
+        record = run_mininet(graph, run, pcap_dir=args.pcap, cli=args.cli)  # noqa
     runs = [record]
     print(summary_table(runs))
     out = args.out or os.path.join("results", time.strftime("%Y%m%d-%H%M%S"))

@@ -27,10 +27,10 @@ import numpy as np
 
 from innet.cleanup import RunState, kill_recorded
 from innet.errors import UserError
-from innet.experiment import RunSpec, check, make_tensors, pick_workers, result_digest, run_record, switch_configs, worker_specs
+from innet.experiment import RunSpec, check, make_tensors, pick_workers, result_digest, run_record, switch_configs
 from innet.fixedpoint import dequantize
-from innet.graph import is_switch, link_name, natural_key, port_to
-from innet.planner import plan_job
+from innet.graph import is_switch, link_name, natural_key, node_indices, port_to
+from innet.modes import installed_plans, job_specs, make_plan, pbox_servers
 from innet.programs import load_program
 from innet.serialize import config_to_json, spec_to_json
 
@@ -94,14 +94,15 @@ def _signals_as_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli: bool = False) -> dict[str, Any]:
+def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli: bool = False,
+                pbox_cores: int = 1) -> dict[str, Any]:
     from mininet.log import setLogLevel
 
     setLogLevel("critical")
     program = load_program(run.program)
     workers = pick_workers(graph, run.workers)
-    plan = plan_job(graph, workers, method=run.placement, slots=program.slots)
-    configs = switch_configs(graph, [plan], run.switch_memory)
+    plan = make_plan(graph, run, workers, program)
+    configs = switch_configs(graph, installed_plans(run, plan), run.switch_memory)
     run_id = f"{os.getpid()}-{time.strftime('%H%M%S')}"
     run_dir = f"/tmp/innet-{run_id}"
     os.makedirs(run_dir)
@@ -110,7 +111,7 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     with _signals_as_interrupts():
         try:
             emu.build()
-            return emu.execute(run, program, plan, configs, workers, pcap_dir, cli)
+            return emu.execute(run, program, plan, configs, workers, pcap_dir, cli, pbox_cores)
         finally:
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
             try:
@@ -171,7 +172,7 @@ class Emulation:
         return proc
 
     def execute(self, run: RunSpec, program: Any, plan: Any, configs: dict[str, Any], workers: list[str],
-                pcap_dir: str | None, cli: bool) -> dict[str, Any]:
+                pcap_dir: str | None, cli: bool, pbox_cores: int) -> dict[str, Any]:
         graph, net = self.graph, self.net
         faults = {"loss": run.faults.loss, "dup": run.faults.dup, "reorder": run.faults.reorder,
                   "reorder_delay": run.faults.reorder_delay, "delay": run.faults.delay}
@@ -189,12 +190,22 @@ class Emulation:
             reply = ctl.call("install", config=config_to_json(configs[sw]))
             if not reply.get("ok"):
                 raise UserError(reply.get("error", f"switch {sw} refused its configuration"))
-        log(f"{len(switches)} switches up running {program.name}; placement {plan.method}, root {plan.root}")
-        specs = worker_specs(graph, plan, program, run)
+        log(f"{len(switches)} switches up running {program.name}; mode {run.mode}, placement {plan.method}, root {plan.root}")
+        specs = job_specs(graph, run, plan, program)
         procs = {}
+        index = node_indices(graph)
+        ring = [index[w] for w in plan.workers]
+        for core, server in enumerate(pbox_servers(graph, run, plan, specs, pbox_cores)):
+            conf = {"node": server.node, "cores": pbox_cores, "core": core, "port": f"{plan.pbox}-eth0", "faults": faults,
+                    "seed": run.seed * 977 + core, "jobs": [vars(j) for j in server.jobs.values()]}
+            self._write(f"pbox{core}.json", conf)
+            procs[f"{plan.pbox}#{core}"] = self._popen(str(plan.pbox), [sys.executable, "-m", "innet.node", "pbox",
+                                                                        os.path.join(self.run_dir, f"pbox{core}.json")],
+                                                       stdout=subprocess.PIPE)
         for w, spec in specs.items():
             conf = {"spec": spec_to_json(spec), "seed": run.seed, "iterations": run.iterations, "elements": run.elements,
-                    "port": f"{w}-eth0", "faults": faults, "result": os.path.join(self.run_dir, f"{w}.npz")}
+                    "port": f"{w}-eth0", "faults": faults, "result": os.path.join(self.run_dir, f"{w}.npz"),
+                    "mode": run.mode, "ring": ring, "linger": 1.0 if run.mode == "ring" else 0.0}
             self._write(f"{w}.json", conf)
             procs[w] = self._popen(w, [sys.executable, "-m", "innet.node", "worker", os.path.join(self.run_dir, f"{w}.json")],
                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -204,11 +215,12 @@ class Emulation:
                 raise UserError(f"worker {w} failed to start")
         before = {n.name: interface_bytes(n) for n in net.hosts}
         log(f"all-reduce: {len(workers)} workers x {run.elements} elements x {run.iterations} iteration(s)")
-        for proc in procs.values():
+        workers_procs = {w: p for w, p in procs.items() if w in specs}
+        for proc in workers_procs.values():
             assert proc.stdin is not None
             proc.stdin.write(b"go\n")
             proc.stdin.flush()
-        self._wait_workers(procs, run)
+        self._wait_workers(workers_procs, run)
         after = {n.name: interface_bytes(n) for n in net.hosts}
         stats = {sw: ctl.call("stats") for sw, ctl in controls.items()}
         for ctl in controls.values():
@@ -304,7 +316,7 @@ class Emulation:
             if sock:
                 drops["socket"] = drops.get("socket", 0) + sock
         return run_record(
-            graph, run, "mininet", len(workers), correct and not errors, max_err,
+            graph, run, plan, next(iter(specs.values())).elements, "mininet", correct and not errors, max_err,
             float(np.median(times)) if times else float("nan"), link_bytes, retx, drops,
             errors=errors, result_digest=result_digest(ints),
             switch_memory_bytes={sw: st.get("memory_bytes", 0) for sw, st in stats.items()},

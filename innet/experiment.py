@@ -136,18 +136,24 @@ def completion(calls_by_rank: Sequence[Sequence[AllreduceCall]]) -> float:
     return statistics.median(times) if times else float("nan")
 
 
-def run_record(graph: nx.Graph, run: RunSpec, backend: str, workers: int, correct: bool, max_err: float,
-               completion_s: float, link_bytes: dict[str, int], retransmissions: int,
+def run_record(graph: nx.Graph, run: RunSpec, plan: JobPlan, per_packet: int, backend: str, correct: bool,
+               max_err: float, completion_s: float, link_bytes: dict[str, int], retransmissions: int,
                drops: dict[str, int], **extra: Any) -> dict[str, Any]:
     """A results-JSON run entry (names are stable; later additions go in ``extra``)."""
+    from innet.prediction import predicted_link_bytes
+
+    busiest = max(sorted(link_bytes), key=lambda k: link_bytes[k], default="")
     return {
-        "mode": run.mode, "backend": backend, "program": run.program, "placement": run.placement,
-        "workers": workers, "elements": run.elements, "iterations": run.iterations, "seed": run.seed,
+        "mode": run.mode, "backend": backend, "program": run.program,
+        "placement": plan.method if run.mode == "innet" else run.mode,
+        "workers": len(plan.workers), "elements": run.elements, "iterations": run.iterations, "seed": run.seed,
         "correct": bool(correct), "max_abs_error": max_err, "completion_s": completion_s,
         "link_bytes": dict(sorted(link_bytes.items(), key=lambda kv: natural_key(kv[0]))),
         "tier_bytes": tier_bytes(graph, link_bytes),
         "cross_rack_bytes": cross_rack_bytes(graph, link_bytes),
         "max_link_bytes": max(link_bytes.values(), default=0),
+        "busiest_link": busiest,
+        "predicted_link_bytes": predicted_link_bytes(graph, run.mode, plan, run.elements, per_packet, run.iterations),
         "retransmissions": retransmissions,
         "packets_dropped": sum(drops.values()),
         "drops": drops,

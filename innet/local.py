@@ -32,7 +32,7 @@ def run_local(graph: nx.Graph, run: RunSpec, pbox_cores: int = 1) -> dict[str, A
     inputs, procs = [], []
     for w, spec in specs.items():
         tensors = make_tensors(run.seed, plan.job, spec.rank, run.iterations, run.elements)
-        proc = worker_process(run, spec, ring, tensors)
+        proc = worker_process(run.mode, spec, ring, tensors)
         fabric.attach(w, proc)
         inputs.append(tensors)
         procs.append(proc)
@@ -51,9 +51,9 @@ def run_local(graph: nx.Graph, run: RunSpec, pbox_cores: int = 1) -> dict[str, A
     if lost:
         drops["link:lost"] = lost
     return run_record(
-        graph, run, "local", len(workers), correct and not errors, max_err,
+        graph, run, plan, specs[plan.workers[0]].elements, "local", correct and not errors, max_err,
         completion([p.calls for p in procs]), fabric.link_bytes(),
         sum(c.retransmissions for p in procs for c in p.calls), drops,
-        errors=[str(e) for e in errors], result_digest=result_digest(ints), placement_method=plan.method,
+        errors=[str(e) for e in errors], result_digest=result_digest(ints),
         switch_memory_bytes={n: rt.memory_bytes for n, rt in runtimes.items()},
     )

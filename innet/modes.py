@@ -53,9 +53,9 @@ def _with(spec: JobSpec, **kw: Any) -> JobSpec:
     return replace(spec, **kw)
 
 
-def worker_process(run: RunSpec, spec: JobSpec, ring: list[int], tensors: list[Any]) -> WorkerProcess:
-    """The endpoint a worker host runs for ``run.mode``."""
-    if run.mode == "ring":
+def worker_process(mode: str, spec: JobSpec, ring: list[int], tensors: list[Any]) -> WorkerProcess:
+    """The endpoint a worker host runs for ``mode``."""
+    if mode == "ring":
         return WorkerProcess(spec, tensors, partial(_ring_call, ring))
     return WorkerProcess(spec, tensors, AllreduceCall)
 

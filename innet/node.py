@@ -26,11 +26,12 @@ import numpy as np
 
 from innet.experiment import make_tensors
 from innet.faults import FaultInjector
+from innet.modes import worker_process
+from innet.pbox import PBoxJob, PBoxServer
 from innet.programs import load_program
 from innet.rawport import RawPort
 from innet.runtime import SwitchRuntime
 from innet.serialize import config_from_json, faults_from_json, spec_from_json
-from innet.worker import WorkerProcess
 
 
 class Egress:
@@ -147,7 +148,7 @@ def serve_worker(conf: dict[str, Any]) -> int:
     tensors = make_tensors(conf["seed"], spec.job, spec.rank, conf["iterations"], conf["elements"])
     port = RawPort(conf["port"])
     egress = Egress({0: port}, conf["faults"], conf["seed"] * 31 + spec.rank + 1)
-    proc = WorkerProcess(spec, tensors)
+    proc = worker_process(conf["mode"], spec, conf["ring"], tensors)
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":  # the controller went away before the start
         return 4
@@ -155,8 +156,14 @@ def serve_worker(conf: dict[str, Any]) -> int:
         egress.send(0, frame, time.monotonic())
     poller = select.poll()
     poller.register(port.fileno(), select.POLLIN)
-    while not proc.done:
-        if poller.poll(_wait_ms(proc.next_deadline(), egress.next_due())):
+    linger_until = None
+    while True:
+        if proc.done:
+            # a ring peer may still miss our last acknowledgement: keep answering for a while
+            linger_until = linger_until or time.monotonic() + (conf["linger"] if proc.error is None else 0)
+            if time.monotonic() >= linger_until:
+                break
+        if poller.poll(_wait_ms(proc.next_deadline(), egress.next_due(), linger_until)):
             frames = port.recv_batch()
             now = time.monotonic()
             for frame in frames:
@@ -182,12 +189,33 @@ def serve_worker(conf: dict[str, Any]) -> int:
     return 0 if proc.error is None else 3
 
 
+def serve_pbox(conf: dict[str, Any]) -> int:
+    """One PBox shard: the keys with slot % cores == core, until stopped."""
+    jobs = [PBoxJob(j["job"], {int(r): n for r, n in j["members"].items()}, j["slots"], j["elements"]) for j in conf["jobs"]]
+    server = PBoxServer(conf["node"], jobs, conf["cores"], conf["core"])
+    port = RawPort(conf["port"])
+    if conf["cores"] > 1:
+        port.keep_slots(conf["cores"], conf["core"])
+    egress = Egress({0: port}, conf["faults"], conf["seed"])
+    poller = select.poll()
+    poller.register(port.fileno(), select.POLLIN)
+    print("ready", flush=True)
+    while True:
+        if poller.poll(_wait_ms(egress.next_due())):
+            now = time.monotonic()
+            for frame in port.recv_batch():
+                for out in server.receive(frame, now):
+                    egress.send(0, out, now)
+        egress.flush(time.monotonic())
+
+
 def main(argv: list[str]) -> int:
     role, path = argv[1], argv[2]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with open(path, encoding="utf-8") as fh:
         conf = json.load(fh)
-    return serve_switch(conf) if role == "switch" else serve_worker(conf)
+    serve = {"switch": serve_switch, "worker": serve_worker, "pbox": serve_pbox}[role]
+    return serve(conf)
 
 
 if __name__ == "__main__":

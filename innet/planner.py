@@ -227,8 +227,9 @@ def plan_jobs(graph: nx.Graph, requests: Sequence[JobRequest], method: str = "to
     >>> p.outcomes
     {1: 'full: 96 slots', 2: 'reduced: 32 of 96 slots'}
     """
-    free = {}
-    plans, outcomes = [], {}
+    free: dict[str, int] = {}
+    plans: list[JobPlan] = []
+    outcomes: dict[int, str] = {}
     seen_jobs: set[int] = set()
     for req in requests:
         if req.job in seen_jobs:

@@ -7,8 +7,11 @@ socket sends itself are not looped back (PACKET_IGNORE_OUTGOING).
 
 from __future__ import annotations
 
+import ctypes
 import socket
 import struct
+
+from innet.packet import HEADER_DTYPE, HEADER_OFFSET
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
@@ -16,6 +19,7 @@ PACKET_STATISTICS = 6
 PACKET_IGNORE_OUTGOING = 23
 SO_RCVBUFFORCE = 33
 SO_SNDBUFFORCE = 32
+SO_ATTACH_FILTER = 26
 BUFFER_BYTES = 16 << 20
 
 
@@ -30,6 +34,24 @@ class RawPort:
         self.sock.bind((ifname, 0))
         self.sock.setblocking(False)
         self.socket_drops = 0
+
+    def keep_slots(self, cores: int, core: int) -> None:
+        """Attach a classic BPF filter: deliver only frames whose header slot % cores == core.
+
+        This is how the PBox's shards each get their own keys from one interface.
+        """
+        slot_offset = HEADER_OFFSET + HEADER_DTYPE.fields["slot"][1]  # type: ignore[index]
+        program = [
+            (0x28, 0, 0, slot_offset),  # ldh [slot]
+            (0x94, 0, 0, cores),        # A %= cores
+            (0x15, 0, 1, core),         # if A == core
+            (0x06, 0, 0, 0xFFFF),       #   accept
+            (0x06, 0, 0, 0),            # else drop
+        ]
+        code = b"".join(struct.pack("HBBI", *insn) for insn in program)
+        buf = ctypes.create_string_buffer(code)
+        fprog = struct.pack("HL", len(program), ctypes.addressof(buf))
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
 
     def fileno(self) -> int:
         return self.sock.fileno()

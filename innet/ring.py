@@ -149,7 +149,8 @@ class RingCall:
                 sent = self.unacked.pop((pkt.slot, j), None)
                 if sent is not None:
                     self.last_progress = now
-                    if (pkt.slot, j) not in self.retransmitted:
+                    # Karn; and the lone exponent packets never queue, so they would underestimate
+                    if (pkt.slot, j) not in self.retransmitted and pkt.slot >= self.spec.nworkers - 1:
                         self.timer.sample(now - sent[0])
         return []
 

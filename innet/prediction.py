@@ -1,0 +1,130 @@
+"""What each mode should put on every link, computed from the plan alone.
+
+The planner's promise made checkable: the bytes one all-reduce moves over
+each link (frames as sent: Ethernet+IPv4+UDP+innet header+values), and a
+lower bound per tier that no mode can beat. Tests compare these with the
+bytes measured at the interfaces.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import networkx as nx
+
+from innet.graph import link_name, natural_key, routes, tier
+from innet.packet import PAYLOAD_OFFSET
+from innet.planner import JobPlan
+from innet.ring import ACK_EVERY
+
+
+def frame_bytes(count: int) -> int:
+    return PAYLOAD_OFFSET + 4 * count
+
+
+def stream_bytes(elements: int, per_packet: int) -> int:
+    """One worker's stream for one call: the exponent packet, then the data chunks."""
+    full, rest = divmod(elements, per_packet)
+    return frame_bytes(0) + full * frame_bytes(per_packet) + (frame_bytes(rest) if rest else 0)
+
+
+def _path(graph: nx.Graph, src: str, dst: str) -> list[tuple[str, str]]:
+    hops, node = [], src
+    while node != dst:
+        nxt = routes(graph, node)[dst]
+        hops.append((node, nxt))
+        node = nxt
+    return hops
+
+
+def innet_link_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_packet: int) -> dict[str, int]:
+    """In-network: per tree edge, one stream down, and up one stream per contribution crossing it."""
+    stream = stream_bytes(elements, per_packet)
+    crossing: dict[str, int] = {}
+
+    def up(node: str) -> int:
+        if node in plan.workers or node in plan.aggregators:
+            for child in plan.children(node):
+                up(child)
+            n = 1
+        else:
+            n = sum(up(child) for child in plan.children(node))
+        if node in plan.parents:
+            crossing[node] = n
+        return n
+
+    assert plan.root is not None
+    up(plan.root)
+    return {link_name(c, plan.parents[c]): (n + 1) * stream for c, n in crossing.items()}
+
+
+def pbox_link_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_packet: int) -> dict[str, int]:
+    """PBox: every worker's stream to the PBox and every result back, on the routed paths."""
+    assert plan.pbox is not None
+    stream = stream_bytes(elements, per_packet)
+    out: Counter[str] = Counter()
+    for w in plan.workers:
+        for u, v in _path(graph, w, plan.pbox):
+            out[link_name(u, v)] += 2 * stream
+    return dict(out)
+
+
+def ring_link_bytes(graph: nx.Graph, workers: Sequence[str], elements: int, per_packet: int) -> dict[str, int]:
+    """Ring: each rank sends N-1 exponent packets and 2(N-1) segments to the next, plus bitmap ACKs back."""
+    n = len(workers)
+    if n < 2:
+        return {}
+    bounds = [elements * i // n for i in range(n + 1)]
+    pieces = max(1, -(-max(bounds[i + 1] - bounds[i] for i in range(n)) // per_packet))
+    ack = frame_bytes(-(-pieces // 32))
+    out: Counter[str] = Counter()
+    for r in range(n):
+        src, dst = workers[r], workers[(r + 1) % n]
+        sent = (n - 1) * frame_bytes(0)
+        for k in range(2 * (n - 1)):
+            seg = (r - k) % n if k < n - 1 else (r + 1 - (k - (n - 1))) % n
+            size = bounds[seg + 1] - bounds[seg]
+            sent += sum(frame_bytes(min(per_packet, size - j * per_packet)) for j in range(pieces)
+                        if j * per_packet < size or j == 0)
+        acks = (n - 1) * ack + 2 * (n - 1) * (-(-pieces // ACK_EVERY)) * ack
+        for u, v in _path(graph, src, dst):
+            out[link_name(u, v)] += sent + acks
+    return dict(out)
+
+
+def tier_lower_bounds(graph: nx.Graph, workers: Sequence[str], elements: int, per_packet: int) -> dict[str, int]:
+    """Bytes every all-reduce must move across each tier.
+
+    Removing a tier's links splits the graph; each part holding some but not
+    all workers must send out at least one copy of its data and take in one
+    copy of the result, all across that tier's links.
+    """
+    stream = stream_bytes(elements, per_packet)
+    wset = set(workers)
+    bounds: dict[str, int] = {}
+    tiers = sorted({tier(graph, u, v) for u, v in graph.edges})
+    for t in tiers:
+        g = nx.Graph(graph)
+        g.remove_edges_from([(u, v) for u, v in graph.edges if tier(graph, u, v) == t])
+        parts = 0
+        for comp in nx.connected_components(g):
+            inside = len(comp & wset)
+            if 0 < inside < len(wset):
+                parts += 1
+        bounds[t] = 2 * stream * parts
+    return bounds
+
+
+def predicted_link_bytes(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int,
+                         iterations: int = 1) -> dict[str, int]:
+    """Predicted bytes per link (every link named, zero where the job sends nothing)."""
+    if mode == "ring":
+        per_call = ring_link_bytes(graph, plan.workers, elements, per_packet)
+    elif plan.method == "pbox":
+        per_call = pbox_link_bytes(graph, plan, elements, per_packet)
+    else:
+        per_call = innet_link_bytes(graph, plan, elements, per_packet)
+    names = sorted((link_name(u, v) for u, v in graph.edges), key=natural_key)
+    return {name: per_call.get(name, 0) * iterations for name in names}
+
