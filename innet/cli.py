@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 import time
@@ -31,7 +32,12 @@ def parser() -> argparse.ArgumentParser:
                    help="star, leaf-spine, fat-tree, phub-rack, or a .graphml/.json file (default leaf-spine)")
     p.add_argument("--program", default="sum_allreduce",
                    help="switch program: a name in switch_programs/ or a path to a .py file (default sum_allreduce)")
-    p.add_argument("--mode", choices=MODES, default="innet", help="what does the aggregating (default innet)")
+    p.add_argument("--mode", choices=(*MODES, "all"), default="innet",
+                   help="innet: switches aggregate; pbox: the PBox host does (PHub); ring: ring all-reduce; "
+                        "all: the three, same topology and gradients, side by side (default innet)")
+    p.add_argument("--plan-only", action="store_true", help="print the placement plan and predicted bytes, start nothing")
+    p.add_argument("--pbox-cores", type=int, default=1, help="PBox shards (processes), keys spread by slot (default 1)")
+    p.add_argument("--no-plots", action="store_true", help="do not write links.png and tiers.png")
     p.add_argument("--placement", choices=(*METHODS, "pbox"), default="tor",
                    help="which switches aggregate: root, tor (rack then root, the default), tree (Steiner), pbox")
     p.add_argument("--workers", type=int, default=None,
@@ -113,22 +119,37 @@ def _main(args: argparse.Namespace) -> int:
         raise UserError("the mininet backend needs root: run with sudo, or use --backend local")
     run = _spec(args)
     graph = _graph(args)
-    if args.backend == "local":
-        from innet.local import run_local
+    if args.plan_only:
+        from innet.planreport import plan_report
 
-        record = run_local(graph, run)
-    else:
-        from innet.emulation import run_mininet
+        print(plan_report(graph, run))
+        return 0
+    if args.pbox_cores < 1:
+        raise UserError(f"--pbox-cores must be at least 1, got {args.pbox_cores}")
+    modes = MODES if args.mode == "all" else (args.mode,)
+    runs = []
+    for mode in modes:
+        spec = dataclasses.replace(run, mode=mode)
+        if args.backend == "local":
+            from innet.local import run_local
 
-        record = run_mininet(graph, run, pcap_dir=args.pcap, cli=args.cli)  # noqa
-    runs = [record]
+            runs.append(run_local(graph, spec, pbox_cores=args.pbox_cores))
+        else:
+            from innet.emulation import run_mininet
+
+            runs.append(run_mininet(graph, spec, pcap_dir=args.pcap, cli=args.cli, pbox_cores=args.pbox_cores))
     print(summary_table(runs))
     out = args.out or os.path.join("results", time.strftime("%Y%m%d-%H%M%S"))
-    write_results(os.path.join(out, "results.json"), graph, runs)
-    write_link_csv(os.path.join(out, "links.csv"), graph, runs)
+    files = [os.path.join(out, "results.json"), os.path.join(out, "links.csv")]
+    write_results(files[0], graph, runs)
+    write_link_csv(files[1], graph, runs)
+    if not args.no_plots:
+        from innet.plots import write_plots
+
+        files += write_plots(graph, runs, out)
     if args.json:
         write_results(args.json, graph, runs)
-    print(f"results: {os.path.join(out, 'results.json')}, {os.path.join(out, 'links.csv')}")
+    print(f"results: {', '.join(files)}")
     for r in runs:
         for err in r.get("errors", []):
             print(f"error: {err}", file=sys.stderr)

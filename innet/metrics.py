@@ -35,13 +35,21 @@ def topology_summary(graph: nx.Graph) -> dict[str, Any]:
 
 
 def summary_table(runs: list[dict[str, Any]]) -> str:
+    """The terminal table; with a PBox run among them, each run's ratios to it."""
     tiers = sorted({t for r in runs for t in r["tier_bytes"]})
-    head = ["mode", "backend", "correct", "completion_s", "retx", "dropped", "cross_rack_B", *[f"{t}_B" for t in tiers]]
+    base = next((r for r in runs if r["mode"] == "pbox"), None)
+    head = ["mode", "placement", "backend", "correct", "completion_s", "retx", "dropped", "cross_rack_B",
+            *[f"{t}_B" for t in tiers], "busiest_link", "busiest_B"]
+    if base is not None:
+        head += ["time/pbox", "xrack/pbox"]
     rows = [head]
     for r in runs:
-        rows.append([r["mode"], r["backend"], str(r["correct"]), f"{r['completion_s']:.6f}",
-                     str(r["retransmissions"]), str(r["packets_dropped"]), str(r["cross_rack_bytes"]),
-                     *[str(r["tier_bytes"].get(t, 0)) for t in tiers]])
+        row = [r["mode"], r["placement"], r["backend"], str(r["correct"]), f"{r['completion_s']:.6f}",
+               str(r["retransmissions"]), str(r["packets_dropped"]), str(r["cross_rack_bytes"]),
+               *[str(r["tier_bytes"].get(t, 0)) for t in tiers], r["busiest_link"], str(r["max_link_bytes"])]
+        if base is not None:
+            row += [_ratio(r["completion_s"], base["completion_s"]), _ratio(r["cross_rack_bytes"], base["cross_rack_bytes"])]
+        rows.append(row)
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=False)) for row in rows)
 
@@ -60,3 +68,7 @@ def write_link_csv(path: str, graph: nx.Graph, runs: list[dict[str, Any]]) -> No
             for u, v in sorted(graph.edges, key=lambda e: link_name(*e)):
                 name = link_name(u, v)
                 fh.write(f"{r['mode']},{r['backend']},{name},{tier(graph, u, v)},{r['link_bytes'].get(name, 0)}\n")
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.3f}" if b else "-"
