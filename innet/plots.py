@@ -33,7 +33,7 @@ def plot_links(graph: nx.Graph, runs: list[dict[str, Any]], path: str) -> None:
     peak = max((max(r["link_bytes"].values(), default=0) for r in runs), default=0) or 1
     fig, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 4.5), squeeze=False)
     cmap = plt.get_cmap("viridis")
-    for ax, run in zip(axes[0], runs):
+    for ax, run in zip(axes[0], runs, strict=True):
         edges = sorted(graph.edges, key=lambda e: link_name(*e))
         load = [run["link_bytes"].get(link_name(u, v), 0) / peak for u, v in edges]
         nx.draw_networkx_edges(graph, pos, edgelist=edges, width=[0.5 + 7 * x for x in load],

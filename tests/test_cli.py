@@ -55,3 +55,26 @@ def test_mininet_backend_as_non_root_says_use_sudo(monkeypatch, capsys):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     assert cli.main(["--topo", "star"]) == 2
     assert capsys.readouterr().err.strip() == "error: the mininet backend needs root: run with sudo, or use --backend local"
+
+
+def test_mode_all_compares_the_three_modes(tmp_path):
+    out = run_cli("--backend", "local", "--mode", "all", "--hosts-per-rack", "3", "--elements", "20000", "--out", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    head, *rows = out.stdout.splitlines()[:4]
+    assert "time/pbox" in head and "xrack/pbox" in head and "busiest_link" in head
+    assert [r.split()[0] for r in rows] == ["innet", "pbox", "ring"]
+    runs = json.loads((tmp_path / "results.json").read_text())["runs"]
+    innet, pbox, ring = runs
+    assert all(r["correct"] for r in runs)
+    assert innet["cross_rack_bytes"] * 3 == pbox["cross_rack_bytes"]  # exactly 1/H with H=3
+    for r in runs:
+        assert r["link_bytes"] == r["predicted_link_bytes"]
+        assert r["max_link_bytes"] == r["link_bytes"][r["busiest_link"]]
+    for png in ("links.png", "tiers.png"):
+        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plan_only_starts_nothing_and_prints_the_tree():
+    out = run_cli("--backend", "local", "--plan-only", "--topo", "fat-tree", "--placement", "tree")
+    assert out.returncode == 0
+    assert "root c1" in out.stdout and "lower bound" in out.stdout and "cross-rack" in out.stdout

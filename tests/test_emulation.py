@@ -118,3 +118,37 @@ def test_pcap_per_interface_is_readable(tmp_path):
     # h1 sent the exponent chunk and three data chunks; it got four results back
     assert len(aggs) == 8 and {a.count for a in aggs} == {0, 256, 88}
     assert_nothing_left()
+
+
+@pytest.mark.parametrize("hosts_per_rack", [2, 3])
+def test_in_network_cross_rack_bytes_are_at_most_one_hth_of_the_pbox(hosts_per_rack):
+    graph = build("leaf-spine", racks=2, hosts_per_rack=hosts_per_rack)
+    spec = RunSpec(elements=60000, min_rto=0.02)
+    innet = run_mininet(graph, spec)
+    pbox = run_mininet(graph, RunSpec(mode="pbox", elements=60000, min_rto=0.02))
+    assert innet["correct"] and pbox["correct"]
+    assert innet["cross_rack_bytes"] <= 1.05 * pbox["cross_rack_bytes"] / hosts_per_rack
+    assert_nothing_left()
+
+
+@pytest.mark.parametrize("topo,params,mode", [
+    ("leaf-spine", {"racks": 2, "hosts_per_rack": 2, "spines": 2}, "innet"),
+    ("leaf-spine", {"racks": 2, "hosts_per_rack": 2, "spines": 2}, "pbox"),
+    ("fat-tree", {"k": 4}, "pbox"),
+])
+def test_bytes_at_the_interfaces_match_the_planner(topo, params, mode):
+    graph = build(topo, **params)
+    result = run_mininet(graph, RunSpec(mode=mode, elements=30011, min_rto=0.05, timeout=30), pbox_cores=2)
+    assert result["correct"] and result["retransmissions"] == 0, result["errors"]
+    assert result["link_bytes"] == result["predicted_link_bytes"]
+    assert_nothing_left()
+
+
+def test_ring_is_exact_on_mininet_and_close_to_its_prediction():
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2)
+    result = run_mininet(graph, RunSpec(mode="ring", elements=40000, iterations=2, min_rto=0.02))
+    assert result["correct"], result["errors"]
+    predicted = sum(result["predicted_link_bytes"].values())
+    # spurious retransmissions under the Python data plane's queueing can only add bytes
+    assert predicted <= sum(result["link_bytes"].values()) <= 1.10 * predicted
+    assert_nothing_left()

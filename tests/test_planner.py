@@ -1,0 +1,123 @@
+"""The placement planner on small hand-built graphs, and its byte predictions."""
+
+import networkx as nx
+import pytest
+
+from innet.errors import UserError
+from innet.experiment import RunSpec
+from innet.graph import hosts
+from innet.local import run_local
+from innet.planner import JobRequest, plan_job, plan_jobs
+from innet.prediction import predicted_link_bytes, stream_bytes, tier_lower_bounds
+from topologies import build
+
+
+def two_racks_two_spines():
+    """h1,h2 - t1; h3,h4 - t2; both ToRs to s1 and s2; a PBox on s2."""
+    g = nx.Graph(name="hand")
+    for s in ("s1", "s2"):
+        g.add_node(s, role="spine")
+    for t, hs in (("t1", ("h1", "h2")), ("t2", ("h3", "h4"))):
+        g.add_node(t, role="tor")
+        g.add_edge(t, "s1", bw=1000.0, latency=1e-6)
+        g.add_edge(t, "s2", bw=1000.0, latency=1e-6)
+        for h in hs:
+            g.add_node(h, role="host")
+            g.add_edge(h, t, bw=1000.0, latency=1e-6)
+    g.add_node("p1", role="pbox")
+    g.add_edge("p1", "s2", bw=1000.0, latency=1e-6)
+    return g
+
+
+WORKERS = ("h1", "h2", "h3", "h4")
+
+
+def test_root_method_has_one_aggregator_and_relays():
+    plan = plan_job(two_racks_two_spines(), WORKERS, method="root")
+    assert plan.root == "s1" and plan.aggregators == ("s1",)
+    assert plan.parents == {"t1": "s1", "t2": "s1", "h1": "t1", "h2": "t1", "h3": "t2", "h4": "t2"}
+    t1 = plan.switch_ports["t1"]
+    assert not t1.aggregate and t1.contributors == {0: 0, 1: 1} and t1.parent == 2
+    assert plan.switch_ports["s1"].contributors == {0: 0, 1: 0, 2: 1, 3: 1}
+
+
+def test_tor_method_aggregates_racks_then_root():
+    plan = plan_job(two_racks_two_spines(), WORKERS, method="tor")
+    assert plan.aggregators == ("s1", "t1", "t2")
+    assert plan.switch_ports["s1"].contributors == {0: 0, 2: 1}  # one partial per rack, by its lowest rank
+    assert plan.switch_ports["t2"].rank == 2 and plan.switch_ports["t2"].rank_ports == {2: 0, 3: 1}
+
+
+def test_tree_method_spans_only_what_the_workers_need():
+    plan = plan_job(two_racks_two_spines(), ("h1", "h2"), method="tree")
+    assert plan.root == "t1" and plan.aggregators == ("t1",) and set(plan.switch_ports) == {"t1"}
+    plan = plan_job(two_racks_two_spines(), WORKERS, method="tree")
+    assert len(plan.aggregators) == 3 and plan.root in ("s1", "s2")
+
+
+def test_pbox_method_and_unknown_method():
+    plan = plan_job(two_racks_two_spines(), WORKERS, method="pbox")
+    assert plan.pbox == "p1" and plan.switch_ports == {} and plan.aggregators == ()
+    with pytest.raises(ValueError, match="unknown placement method 'nope'"):
+        plan_job(two_racks_two_spines(), WORKERS, method="nope")
+    g = two_racks_two_spines()
+    g.remove_node("p1")
+    with pytest.raises(UserError, match="needs a PBox"):
+        plan_job(g, WORKERS, method="pbox")
+
+
+def test_jobs_share_switch_memory_then_fall_back_to_the_pbox():
+    g = two_racks_two_spines()
+    p = plan_jobs(g, [JobRequest(1, ("h1", "h3"), 100), JobRequest(2, ("h2", "h4"), 100),
+                      JobRequest(3, ("h1", "h2"), 10)], method="tor", pool_slots=128)
+    assert p.outcomes == {1: "full: 100 slots", 2: "reduced: 28 of 100 slots",
+                          3: "fallback: switch memory full, aggregated by p1"}
+    one, two, three = p.plans
+    assert one.switch_ports["t1"].slot_base == 0 and two.switch_ports["t1"].slot_base == 100
+    assert two.switch_ports["t1"].slots == 28 and three.method == "pbox"
+    assert p.free_slots == {"s1": 0, "t1": 0, "t2": 0}
+
+
+def test_impossible_requests_get_clear_errors():
+    g = two_racks_two_spines()
+    g.remove_node("p1")
+    with pytest.raises(UserError, match="switch s1 has no free slots and there is no PBox"):
+        plan_jobs(g, [JobRequest(1, WORKERS, 128), JobRequest(2, WORKERS, 1)], pool_slots=128)
+    with pytest.raises(UserError, match="job id 1 is used twice"):
+        plan_jobs(g, [JobRequest(1, WORKERS), JobRequest(1, WORKERS)])
+    with pytest.raises(UserError, match="at least 1"):
+        plan_jobs(g, [JobRequest(1, WORKERS, 0)])
+    with pytest.raises(UserError, match="at least one worker"):
+        plan_job(g, ())
+
+
+def test_tier_lower_bounds_by_hand():
+    g = two_racks_two_spines()
+    s = stream_bytes(1000, 256)
+    assert s == 58 + 3 * (58 + 1024) + 58 + 4 * 232
+    assert tier_lower_bounds(g, WORKERS, 1000, 256) == {"host-tor": 8 * s, "pbox-spine": 0, "tor-spine": 4 * s}
+
+
+@pytest.mark.parametrize("topo,params", [("leaf-spine", {"racks": 3, "hosts_per_rack": 2, "spines": 2}), ("fat-tree", {"k": 4})])
+@pytest.mark.parametrize("mode,placement", [("innet", "root"), ("innet", "tor"), ("innet", "tree"), ("pbox", "tor"), ("ring", "tor")])
+def test_measured_bytes_equal_the_prediction(topo, params, mode, placement):
+    g = build(topo, **params)
+    r = run_local(g, RunSpec(mode=mode, placement=placement, elements=5003, iterations=2))
+    assert r["correct"]
+    assert r["link_bytes"] == r["predicted_link_bytes"]
+    bounds = tier_lower_bounds(g, hosts(g), 5003, 256)
+    for t, b in r["tier_bytes"].items():
+        assert b >= 2 * bounds[t]  # two iterations; no mode beats the bound
+
+
+def test_in_network_hierarchy_meets_the_lower_bound_on_every_tier():
+    g = build("leaf-spine", racks=3, hosts_per_rack=3)
+    r = run_local(g, RunSpec(elements=4000))
+    assert r["tier_bytes"] == {t: b for t, b in tier_lower_bounds(g, hosts(g), 4000, 256).items()}
+
+
+def test_prediction_names_every_link():
+    g = two_racks_two_spines()
+    plan = plan_job(g, WORKERS, method="tor")
+    pred = predicted_link_bytes(g, "innet", plan, 1000, 256)
+    assert len(pred) == g.number_of_edges() and pred["s2--t1"] == 0 and pred["p1--s2"] == 0
