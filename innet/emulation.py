@@ -11,6 +11,7 @@ removed on success, error, Ctrl-C and SIGTERM.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -27,15 +28,19 @@ import numpy as np
 
 from innet.cleanup import RunState, kill_recorded
 from innet.errors import UserError
-from innet.experiment import RunSpec, check, make_tensors, pick_workers, result_digest, run_record, switch_configs
+from innet.experiment import RunSpec, WorkerOutcome, run_record, switch_configs
 from innet.fixedpoint import dequantize
-from innet.graph import is_switch, link_name, natural_key, node_indices, port_to
-from innet.modes import installed_plans, job_specs, make_plan, pbox_servers
+from innet.graph import is_switch, link_name, natural_key, port_to
+from innet.modes import RunPlan, installed_plans, pbox_servers, plan_run
 from innet.programs import load_program
 from innet.serialize import config_to_json, spec_to_json
 
 TCLINK_MAX_MBPS = 1000.0
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _faults(run: RunSpec) -> dict[str, float]:
+    return dataclasses.asdict(run.faults)
 
 
 def log(msg: str) -> None:
@@ -95,14 +100,20 @@ def _signals_as_interrupts() -> Iterator[None]:
 
 
 def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli: bool = False,
-                pbox_cores: int = 1) -> dict[str, Any]:
+                pbox_cores: int = 1, crash: dict[str, float] | None = None,
+                intruders: list[tuple[str, list[str]]] | None = None) -> dict[str, Any]:
+    """Run ``run`` on a Mininet network built from ``graph``; remove everything afterwards.
+
+    ``crash`` kills the named worker hosts' processes (SIGKILL) that many seconds
+    after the start; ``intruders`` are extra commands started on hosts with the
+    workers (the tests' spoofers and fuzzers).
+    """
     from mininet.log import setLogLevel
 
     setLogLevel("critical")
     program = load_program(run.program)
-    workers = pick_workers(graph, run.workers)
-    plan = make_plan(graph, run, workers, program)
-    configs = switch_configs(graph, installed_plans(run, plan), run.switch_memory)
+    rp = plan_run(graph, run, program)
+    configs = switch_configs(graph, installed_plans(run, rp), run.switch_memory, run.timeout / 2)
     run_id = f"{os.getpid()}-{time.strftime('%H%M%S')}"
     run_dir = f"/tmp/innet-{run_id}"
     os.makedirs(run_dir)
@@ -111,7 +122,8 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     with _signals_as_interrupts():
         try:
             emu.build()
-            return emu.execute(run, program, plan, configs, workers, pcap_dir, cli, pbox_cores)
+            emu.start_switches(run, program, configs, pcap_dir)
+            return emu.execute(run, rp, pbox_cores, crash or {}, intruders or [], cli)
         finally:
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
             try:
@@ -130,6 +142,7 @@ class Emulation:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.controls: list[Control] = []
         self.pcaps = False
+        self.switch_controls: dict[str, Control] = {}
 
     def build(self) -> None:
         from mininet.link import TCLink
@@ -171,65 +184,71 @@ class Emulation:
         self.state.add_pid(f"innet:{name}", proc.pid)
         return proc
 
-    def execute(self, run: RunSpec, program: Any, plan: Any, configs: dict[str, Any], workers: list[str],
-                pcap_dir: str | None, cli: bool, pbox_cores: int) -> dict[str, Any]:
-        graph, net = self.graph, self.net
-        faults = {"loss": run.faults.loss, "dup": run.faults.dup, "reorder": run.faults.reorder,
-                  "reorder_delay": run.faults.reorder_delay, "delay": run.faults.delay}
+    def start_switches(self, run: RunSpec, program: Any, configs: dict[str, Any], pcap_dir: str | None) -> None:
+        graph = self.graph
         switches = [n for n in sorted(graph, key=natural_key) if is_switch(graph, n)]
         if pcap_dir:
             self._start_pcaps(pcap_dir, switches)
         for i, sw in enumerate(switches):
             conf = {"program": run.program, "ports": {p: f"{sw}-eth{p}" for p in configs[sw].ports},
-                    "faults": faults, "seed": run.seed * 1000 + i, "control": os.path.join(self.run_dir, f"{sw}.sock")}
+                    "faults": _faults(run), "seed": run.seed * 1000 + i, "control": os.path.join(self.run_dir, f"{sw}.sock")}
             self._write(f"{sw}.json", conf)
             self._popen(sw, [sys.executable, "-m", "innet.node", "switch", os.path.join(self.run_dir, f"{sw}.json")])
-        controls = {sw: Control(os.path.join(self.run_dir, f"{sw}.sock")) for sw in switches}
-        self.controls.extend(controls.values())
-        for sw, ctl in controls.items():
+        self.switch_controls = {sw: Control(os.path.join(self.run_dir, f"{sw}.sock")) for sw in switches}
+        self.controls.extend(self.switch_controls.values())
+        for sw, ctl in self.switch_controls.items():
             reply = ctl.call("install", config=config_to_json(configs[sw]))
             if not reply.get("ok"):
                 raise UserError(reply.get("error", f"switch {sw} refused its configuration"))
-        log(f"{len(switches)} switches up running {program.name}; mode {run.mode}, placement {plan.method}, root {plan.root}")
-        specs = job_specs(graph, run, plan, program)
-        procs = {}
-        index = node_indices(graph)
-        ring = [index[w] for w in plan.workers]
-        for core, server in enumerate(pbox_servers(graph, run, plan, specs, pbox_cores)):
-            conf = {"node": server.node, "cores": pbox_cores, "core": core, "port": f"{plan.pbox}-eth0", "faults": faults,
+        log(f"{len(switches)} switches up running {program.name}")
+
+    def execute(self, run: RunSpec, rp: RunPlan, pbox_cores: int, crash: dict[str, float],
+                intruders: list[tuple[str, list[str]]], cli: bool) -> dict[str, Any]:
+        graph, net = self.graph, self.net
+        for job, outcome in rp.outcomes.items():
+            log(f"job {job}: mode {run.mode}, {outcome}")
+        procs: dict[str, subprocess.Popen[bytes]] = {}
+        host, servers = pbox_servers(graph, run, rp, pbox_cores)
+        for core, server in enumerate(servers):
+            conf = {"node": server.node, "cores": pbox_cores, "core": core, "port": f"{host}-eth0", "faults": _faults(run),
                     "seed": run.seed * 977 + core, "jobs": [vars(j) for j in server.jobs.values()]}
             self._write(f"pbox{core}.json", conf)
-            procs[f"{plan.pbox}#{core}"] = self._popen(str(plan.pbox), [sys.executable, "-m", "innet.node", "pbox",
-                                                                        os.path.join(self.run_dir, f"pbox{core}.json")],
-                                                       stdout=subprocess.PIPE)
-        for w, spec in specs.items():
-            conf = {"spec": spec_to_json(spec), "seed": run.seed, "iterations": run.iterations, "elements": run.elements,
-                    "port": f"{w}-eth0", "faults": faults, "result": os.path.join(self.run_dir, f"{w}.npz"),
-                    "mode": run.mode, "ring": ring, "linger": 1.0 if run.mode == "ring" else 0.0}
-            self._write(f"{w}.json", conf)
-            procs[w] = self._popen(w, [sys.executable, "-m", "innet.node", "worker", os.path.join(self.run_dir, f"{w}.json")],
-                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        for w, proc in procs.items():
+            procs[f"{host}#{core}"] = self._popen(str(host), [sys.executable, "-m", "innet.node", "pbox",
+                                                              os.path.join(self.run_dir, f"pbox{core}.json")],
+                                                  stdout=subprocess.PIPE)
+        workers = {}
+        for plan in rp.plans:
+            for w, spec in rp.specs[plan.job].items():
+                conf = {"spec": spec_to_json(spec), "seed": run.seed, "iterations": run.iterations, "elements": run.elements,
+                        "port": f"{w}-eth0", "faults": _faults(run), "result": os.path.join(self.run_dir, f"{w}.npz"),
+                        "mode": run.mode, "ring": rp.ring(plan.job), "linger": 1.0 if run.mode == "ring" else 0.0}
+                self._write(f"{w}.json", conf)
+                workers[w] = procs[w] = self._popen(
+                    w, [sys.executable, "-m", "innet.node", "worker", os.path.join(self.run_dir, f"{w}.json")],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        for name, proc in procs.items():
             assert proc.stdout is not None
             if proc.stdout.readline().strip() != b"ready":
-                raise UserError(f"worker {w} failed to start")
+                raise UserError(f"{name} failed to start")
         before = {n.name: interface_bytes(n) for n in net.hosts}
         log(f"all-reduce: {len(workers)} workers x {run.elements} elements x {run.iterations} iteration(s)")
-        workers_procs = {w: p for w, p in procs.items() if w in specs}
-        for proc in workers_procs.values():
+        started = time.monotonic()
+        for proc in workers.values():
             assert proc.stdin is not None
             proc.stdin.write(b"go\n")
             proc.stdin.flush()
-        self._wait_workers(workers_procs, run)
+        for name, argv in intruders:
+            self._popen(name, argv, stdout=subprocess.DEVNULL)
+        self._wait_workers(workers, run, started, crash)
         after = {n.name: interface_bytes(n) for n in net.hosts}
-        stats = {sw: ctl.call("stats") for sw, ctl in controls.items()}
-        for ctl in controls.values():
+        stats = {sw: ctl.call("stats") for sw, ctl in self.switch_controls.items()}
+        for ctl in self.switch_controls.values():
             ctl.call("stop")
         if cli:
             from mininet.cli import CLI
 
             CLI(net)
-        return self._record(run, plan, workers, specs, before, after, stats)
+        return self._record(run, rp, before, after, stats)
 
     def _write(self, name: str, conf: dict[str, Any]) -> None:
         with open(os.path.join(self.run_dir, name), "w", encoding="utf-8") as fh:
@@ -251,20 +270,28 @@ class Emulation:
             time.sleep(0.05)
         time.sleep(0.2)
 
-    def _wait_workers(self, procs: dict[str, subprocess.Popen[bytes]], run: RunSpec) -> None:
-        limit = time.monotonic() + 30 + run.timeout * (run.iterations + 1)
+    def _wait_workers(self, procs: dict[str, subprocess.Popen[bytes]], run: RunSpec, started: float,
+                      crash: dict[str, float]) -> None:
+        limit = started + 30 + run.timeout * (run.iterations + 1)
         last_report = time.monotonic()
+        crash = dict(crash)
         while any(p.poll() is None for p in procs.values()):
-            if time.monotonic() > limit:
-                raise UserError(f"workers did not finish within {limit:g}s; see --timeout")
-            if time.monotonic() - last_report > 5:
+            now = time.monotonic()
+            for host, at in list(crash.items()):
+                if now - started >= at:
+                    log(f"crashing worker {host} (SIGKILL) {at:g}s into the run")
+                    procs[host].kill()
+                    del crash[host]
+            if now > limit:
+                raise UserError(f"workers did not finish within {limit - started:.0f}s; see --timeout")
+            if now - last_report > 5:
                 done = sum(p.poll() is not None for p in procs.values())
                 log(f"  ... {done}/{len(procs)} workers finished")
-                last_report = time.monotonic()
+                last_report = now
             time.sleep(0.01)
 
-    def _record(self, run: RunSpec, plan: Any, workers: list[str], specs: dict[str, Any], before: dict[str, dict[str, int]],
-                after: dict[str, dict[str, int]], stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    def _record(self, run: RunSpec, rp: RunPlan, before: dict[str, dict[str, int]], after: dict[str, dict[str, int]],
+                stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
         graph = self.graph
         link_bytes = {}
         for u, v in graph.edges:
@@ -273,55 +300,34 @@ class Emulation:
                 intf = f"{a}-eth{port_to(graph, a, b)}"
                 total += after[a].get(intf, 0) - before[a].get(intf, 0)
             link_bytes[link_name(u, v)] = total
-        inputs: list[list[np.ndarray]] = []
-        ints: list[list[np.ndarray]] = []
-        floats: list[list[np.ndarray]] = []
-        starts: list[np.ndarray] = []
-        ends: list[np.ndarray] = []
-        errors: list[str] = []
-        retx = 0
-        for w in workers:
-            spec = specs[w]
-            tensors = make_tensors(run.seed, spec.job, spec.rank, run.iterations, run.elements)
-            inputs.append(tensors)
-            path = os.path.join(self.run_dir, f"{w}.npz")
-            if not os.path.exists(path):
-                errors.append(f"worker {w} wrote no result")
-                ints.append([])
-                floats.append([])
-                continue
-            data = np.load(path)
-            got = list(data["ints"])
-            ints.append(got)
-            floats.append([dequantize(g, int(s)) for g, s in zip(got, data["scales"], strict=False)])
-            starts.append(data["started"])
-            ends.append(data["finished"])
-            retx += int(data["retransmissions"].sum())
-            if str(data["error"]):
-                errors.append(str(data["error"]))
-        correct, max_err = check(inputs, ints, floats)
-        times = []
-        if starts and len(starts) == len(workers):
-            s, e = np.array(starts), np.array(ends)
-            times = list(e.max(axis=0) - s.min(axis=0))
+        outcomes = []
+        for plan in rp.plans:
+            for w, spec in rp.specs[plan.job].items():
+                outcomes.append(self._outcome(w, spec))
         drops: dict[str, int] = {}
         for st in stats.values():
             for key, n in st.get("counters", {}).items():
                 if key.startswith(("drop:", "bad:")):
                     drops[key] = drops.get(key, 0) + n
-            lost = st.get("lost", 0)
-            if lost:
-                drops["link:lost"] = drops.get("link:lost", 0) + lost
-            sock = sum(st.get("socket_drops", {}).values())
-            if sock:
-                drops["socket"] = drops.get("socket", 0) + sock
+            for key, n in (("link:lost", st.get("lost", 0)), ("socket", sum(st.get("socket_drops", {}).values()))):
+                if n:
+                    drops[key] = drops.get(key, 0) + n
         return run_record(
-            graph, run, plan, next(iter(specs.values())).elements, "mininet", correct and not errors, max_err,
-            float(np.median(times)) if times else float("nan"), link_bytes, retx, drops,
-            errors=errors, result_digest=result_digest(ints),
+            graph, run, rp, "mininet", outcomes, link_bytes, drops,
             switch_memory_bytes={sw: st.get("memory_bytes", 0) for sw, st in stats.items()},
             switch_cpu_s={sw: round(st.get("cpu_s", 0.0), 3) for sw, st in stats.items()},
+            switch_counters={sw: st.get("counters", {}) for sw, st in stats.items()},
         )
+
+    def _outcome(self, host: str, spec: Any) -> WorkerOutcome:
+        path = os.path.join(self.run_dir, f"{host}.npz")
+        if not os.path.exists(path):
+            return WorkerOutcome(spec.job, spec.rank, [], [], [], [], 0, f"worker {host} (rank {spec.rank}) wrote no result")
+        data = np.load(path)
+        ints = list(data["ints"])
+        return WorkerOutcome(spec.job, spec.rank, ints, [dequantize(g, int(s)) for g, s in zip(ints, data["scales"], strict=False)],
+                             list(data["started"]), list(data["finished"]), int(data["retransmissions"].sum()),
+                             str(data["error"]))
 
     def teardown(self) -> None:
         if self.pcaps:

@@ -7,3 +7,7 @@ class UserError(Exception):
 
 class AllreduceTimeout(Exception):
     """An all-reduce made no progress within its deadline."""
+
+
+class AllreduceAborted(Exception):
+    """A switch or the PBox gave up on the job because a contributor went silent."""

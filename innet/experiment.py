@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import networkx as nx
@@ -23,7 +23,7 @@ from innet.metrics import cross_rack_bytes, tier_bytes
 from innet.planner import JobPlan
 from innet.program import SwitchProgram
 from innet.runtime import DEFAULT_SWITCH_MEMORY, SwitchConfig
-from innet.worker import AllreduceCall, JobSpec
+from innet.worker import JobSpec
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,8 @@ class RunSpec:
     switch_memory: int = DEFAULT_SWITCH_MEMORY
     min_rto: float = 0.001
     timeout: float = 10.0
+    jobs: int = 1
+    job_slots: int = 0  # slots each job asks of every switch (0: the pool divided by the jobs)
 
 
 def pick_workers(graph: nx.Graph, count: int | None) -> list[str]:
@@ -56,7 +58,9 @@ def pick_workers(graph: nx.Graph, count: int | None) -> list[str]:
     return available[:count]
 
 
-def switch_configs(graph: nx.Graph, plans: Sequence[JobPlan], memory: int = DEFAULT_SWITCH_MEMORY) -> dict[str, SwitchConfig]:
+def switch_configs(graph: nx.Graph, plans: Sequence[JobPlan], memory: int = DEFAULT_SWITCH_MEMORY,
+                   stall_timeout: float = 0.0) -> dict[str, SwitchConfig]:
+    """What each switch's control channel installs; jobs abort after ``stall_timeout`` s stuck (0: never)."""
     index = node_indices(graph)
     configs = {}
     for sw in switches(graph):
@@ -69,7 +73,8 @@ def switch_configs(graph: nx.Graph, plans: Sequence[JobPlan], memory: int = DEFA
             ports={p: f"{sw}-eth{p}" for p in port_map},
             neighbors={p: index[n] for p, n in port_map.items()},
             routes={index[dst]: by_neighbor[hop] for dst, hop in routes(graph, sw).items()},
-            jobs={plan.job: plan.switch_ports[sw] for plan in plans if sw in plan.switch_ports},
+            jobs={plan.job: replace(plan.switch_ports[sw], stall_timeout=stall_timeout)
+                  for plan in plans if sw in plan.switch_ports},
             memory_bytes=memory,
         )
     return configs
@@ -125,37 +130,89 @@ def check(inputs: Sequence[Sequence[np.ndarray]], results_int: Sequence[Sequence
     return correct, max_err
 
 
-def completion(calls_by_rank: Sequence[Sequence[AllreduceCall]]) -> float:
-    """Median over iterations of (last worker's result - first packet sent)."""
+@dataclass
+class WorkerOutcome:
+    """What one worker got, whichever backend ran it."""
+
+    job: int
+    rank: int
+    ints: list[np.ndarray]
+    floats: list[np.ndarray]
+    started: list[float]
+    finished: list[float]
+    retransmissions: int
+    error: str = ""
+
+
+def outcome_of(proc: Any) -> WorkerOutcome:
+    """A finished WorkerProcess's outcome (the fabric's, or a Mininet host's before it saves it)."""
+    done = [c for c in proc.calls if c.finished_at is not None]
+    return WorkerOutcome(
+        proc.spec.job, proc.spec.rank, [c.result_int for c in done], [c.result for c in done],
+        [c.started_at if c.started_at is not None else float("nan") for c in proc.calls],
+        [c.finished_at if c.finished_at is not None else float("nan") for c in proc.calls],
+        sum(c.retransmissions for c in proc.calls), str(proc.error) if proc.error else "",
+    )
+
+
+def job_summary(run: RunSpec, plan: JobPlan, outcome: str, workers: Sequence[WorkerOutcome]) -> dict[str, Any]:
+    """One job's verdict: exact or not, its error, time, retransmissions, digest."""
+    workers = sorted(workers, key=lambda w: w.rank)
+    inputs = [make_tensors(run.seed, plan.job, w.rank, run.iterations, run.elements) for w in workers]
+    correct, max_err = check(inputs, [w.ints for w in workers], [w.floats for w in workers])
+    errors = sorted({w.error for w in workers if w.error})
     times = []
-    for it in range(min(len(c) for c in calls_by_rank)):
-        ends = [c[it].finished_at for c in calls_by_rank]
-        starts = [c[it].started_at for c in calls_by_rank]
-        if all(t is not None for t in ends + starts):
-            times.append(max(t for t in ends if t is not None) - min(t for t in starts if t is not None))
-    return statistics.median(times) if times else float("nan")
+    for it in range(run.iterations):
+        starts = [w.started[it] for w in workers if it < len(w.started)]
+        ends = [w.finished[it] for w in workers if it < len(w.finished)]
+        if len(ends) == len(workers) and not any(np.isnan(ends)) and starts:
+            times.append(max(ends) - min(starts))
+    return {
+        "job": plan.job, "workers": list(plan.workers), "placement": plan.method, "outcome": outcome,
+        "correct": correct and not errors and len(workers) == len(plan.workers), "max_abs_error": max_err,
+        "completion_s": statistics.median(times) if times else float("nan"),
+        "retransmissions": sum(w.retransmissions for w in workers), "errors": errors,
+        "result_digest": result_digest([w.ints for w in workers]),
+    }
 
 
-def run_record(graph: nx.Graph, run: RunSpec, plan: JobPlan, per_packet: int, backend: str, correct: bool,
-               max_err: float, completion_s: float, link_bytes: dict[str, int], retransmissions: int,
-               drops: dict[str, int], **extra: Any) -> dict[str, Any]:
-    """A results-JSON run entry (names are stable; later additions go in ``extra``)."""
+def run_record(graph: nx.Graph, run: RunSpec, rp: Any, backend: str, outcomes: Sequence[WorkerOutcome],
+               link_bytes: dict[str, int], drops: dict[str, int], **extra: Any) -> dict[str, Any]:
+    """A results-JSON run entry (names are stable; later additions go in ``extra``).
+
+    With several jobs, ``jobs`` holds each one's verdict; the top-level fields
+    are over all jobs (correct: all of them; completion: the slowest job's).
+    """
     from innet.prediction import predicted_link_bytes
 
+    jobs = [job_summary(run, plan, rp.outcomes[plan.job], [o for o in outcomes if o.job == plan.job])
+            for plan in rp.plans]
+    predicted: dict[str, int] = {}
+    for plan in rp.plans:
+        for name, b in predicted_link_bytes(graph, run.mode, plan, run.elements, rp.per_packet, run.iterations).items():
+            predicted[name] = predicted.get(name, 0) + b
     busiest = max(sorted(link_bytes), key=lambda k: link_bytes[k], default="")
+    methods = sorted({j["placement"] for j in jobs})
     return {
         "mode": run.mode, "backend": backend, "program": run.program,
-        "placement": plan.method if run.mode == "innet" else run.mode,
-        "workers": len(plan.workers), "elements": run.elements, "iterations": run.iterations, "seed": run.seed,
-        "correct": bool(correct), "max_abs_error": max_err, "completion_s": completion_s,
+        "placement": (methods[0] if len(methods) == 1 else "+".join(methods)) if run.mode == "innet" else run.mode,
+        "workers": sum(len(p.workers) for p in rp.plans), "elements": run.elements, "iterations": run.iterations,
+        "seed": run.seed, "correct": all(j["correct"] for j in jobs),
+        "max_abs_error": max(j["max_abs_error"] for j in jobs),
+        "completion_s": max(j["completion_s"] for j in jobs),
         "link_bytes": dict(sorted(link_bytes.items(), key=lambda kv: natural_key(kv[0]))),
         "tier_bytes": tier_bytes(graph, link_bytes),
         "cross_rack_bytes": cross_rack_bytes(graph, link_bytes),
         "max_link_bytes": max(link_bytes.values(), default=0),
         "busiest_link": busiest,
-        "predicted_link_bytes": predicted_link_bytes(graph, run.mode, plan, run.elements, per_packet, run.iterations),
-        "retransmissions": retransmissions,
+        "predicted_link_bytes": predicted,
+        "retransmissions": sum(j["retransmissions"] for j in jobs),
         "packets_dropped": sum(drops.values()),
         "drops": drops,
+        "fallbacks": sum(1 for j in jobs if j["outcome"].startswith("fallback")),
+        "errors": [e for j in jobs for e in j["errors"]],
+        "result_digest": hashlib.sha256("".join(j["result_digest"] for j in jobs).encode()).hexdigest()[:16]
+        if len(jobs) > 1 else jobs[0]["result_digest"],
+        "jobs": jobs,
         **extra,
     }

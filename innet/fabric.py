@@ -21,7 +21,11 @@ from innet.runtime import SwitchRuntime
 
 
 class Endpoint(Protocol):
-    """What a host runs: a sans-I/O state machine (worker, PBox, ring peer)."""
+    """What a host runs: a sans-I/O state machine (worker, PBox, ring peer).
+
+    A run ends when every endpoint is done, except daemons (``daemon = True``,
+    like the PBox) that serve until stopped.
+    """
 
     @property
     def done(self) -> bool: ...
@@ -144,9 +148,9 @@ class Fabric:
             for endpoint in endpoints:
                 self._host_send(host, endpoint.start(self.now))
                 self._schedule_endpoint(host, endpoint)
-        all_endpoints = [e for es in self.endpoints.values() for e in es]
+        finite = [e for es in self.endpoints.values() for e in es if not getattr(e, "daemon", False)]
         while self._events and self.events_run < max_events:
-            if all_endpoints and all(e.done for e in all_endpoints):
+            if finite and all(e.done for e in finite):
                 break
             time, _, fn, args = heapq.heappop(self._events)
             if time > until:

@@ -6,54 +6,57 @@ from typing import Any
 
 import networkx as nx
 
-from innet.experiment import RunSpec, check, completion, make_tensors, pick_workers, result_digest, run_record, switch_configs
-from innet.fabric import Fabric
-from innet.graph import node_indices
-from innet.modes import installed_plans, job_specs, make_plan, pbox_servers, worker_process
+from innet.experiment import RunSpec, make_tensors, outcome_of, run_record, switch_configs
+from innet.fabric import Endpoint, Fabric
+from innet.modes import RunPlan, installed_plans, pbox_servers, plan_run, worker_process
 from innet.programs import load_program
 from innet.runtime import SwitchRuntime
+from innet.worker import WorkerProcess
+
+
+class LocalRun:
+    """One experiment on the fabric, in steps, so tests can add hosts of their own (a spoofer, a crash)."""
+
+    def __init__(self, graph: nx.Graph, run: RunSpec, pbox_cores: int = 1) -> None:
+        self.graph, self.run = graph, run
+        self.program = load_program(run.program)
+        self.rp: RunPlan = plan_run(graph, run, self.program)
+        self.fabric = Fabric(graph, faults=run.faults, seed=run.seed)
+        configs = switch_configs(graph, installed_plans(run, self.rp), run.switch_memory, run.timeout / 2)
+        self.runtimes = {name: SwitchRuntime(cfg, self.program) for name, cfg in configs.items()}
+        for name, rt in self.runtimes.items():
+            self.fabric.add_switch(name, rt)
+        host, self.servers = pbox_servers(graph, run, self.rp, pbox_cores)
+        for server in self.servers:
+            self.fabric.attach(str(host), server)
+        self.procs: list[WorkerProcess] = []
+        for plan in self.rp.plans:
+            for w, spec in self.rp.specs[plan.job].items():
+                tensors = make_tensors(run.seed, plan.job, spec.rank, run.iterations, run.elements)
+                proc = worker_process(run.mode, spec, self.rp.ring(plan.job), tensors)
+                self.fabric.attach(w, proc)
+                self.procs.append(proc)
+
+    def attach(self, host: str, endpoint: Endpoint) -> None:
+        self.fabric.attach(host, endpoint)
+
+    def finish(self, **extra: Any) -> dict[str, Any]:
+        self.fabric.run()
+        drops: dict[str, int] = {}
+        counters = [rt.ctx.counters for rt in self.runtimes.values()]
+        counters += [{"pbox:" + k: n for k, n in s.counters.items()} for s in self.servers]
+        for c in counters:
+            for key, n in c.items():
+                if key.startswith(("drop:", "bad:", "pbox:")):
+                    drops[key] = drops.get(key, 0) + n
+        lost = sum(link.injector.lost for link in self.fabric.links.values())
+        if lost:
+            drops["link:lost"] = lost
+        return run_record(
+            self.graph, self.run, self.rp, "local", [outcome_of(p) for p in self.procs], self.fabric.link_bytes(),
+            drops, switch_memory_bytes={n: rt.memory_bytes for n, rt in self.runtimes.items()}, **extra,
+        )
 
 
 def run_local(graph: nx.Graph, run: RunSpec, pbox_cores: int = 1) -> dict[str, Any]:
-    program = load_program(run.program)
-    workers = pick_workers(graph, run.workers)
-    plan = make_plan(graph, run, workers, program)
-    fabric = Fabric(graph, faults=run.faults, seed=run.seed)
-    configs = switch_configs(graph, installed_plans(run, plan), run.switch_memory)
-    runtimes = {name: SwitchRuntime(cfg, program) for name, cfg in configs.items()}
-    for name, rt in runtimes.items():
-        fabric.add_switch(name, rt)
-    specs = job_specs(graph, run, plan, program)
-    servers = pbox_servers(graph, run, plan, specs, pbox_cores)
-    for server in servers:
-        fabric.attach(str(plan.pbox), server)
-    index = node_indices(graph)
-    ring = [index[w] for w in plan.workers]
-    inputs, procs = [], []
-    for w, spec in specs.items():
-        tensors = make_tensors(run.seed, plan.job, spec.rank, run.iterations, run.elements)
-        proc = worker_process(run.mode, spec, ring, tensors)
-        fabric.attach(w, proc)
-        inputs.append(tensors)
-        procs.append(proc)
-    fabric.run()
-    errors = [p.error for p in procs if p.error is not None]
-    ints = [[c.result_int for c in p.calls if c.finished_at is not None] for p in procs]
-    floats = [[c.result for c in p.calls if c.finished_at is not None] for p in procs]
-    correct, max_err = check(inputs, ints, floats)
-    drops: dict[str, int] = {}
-    for counters in [rt.ctx.counters for rt in runtimes.values()] + [s.counters for s in servers]:
-        for key, n in counters.items():
-            if key.startswith(("drop:", "bad:")) or not key.startswith(("fallback", "started")):
-                key = key if ":" in key else "pbox:" + key
-                drops[key] = drops.get(key, 0) + n
-    lost = sum(link.injector.lost for link in fabric.links.values())
-    if lost:
-        drops["link:lost"] = lost
-    return run_record(
-        graph, run, plan, specs[plan.workers[0]].elements, "local", correct and not errors, max_err,
-        completion([p.calls for p in procs]), fabric.link_bytes(),
-        sum(c.retransmissions for p in procs for c in p.calls), drops,
-        errors=[str(e) for e in errors], result_digest=result_digest(ints),
-        switch_memory_bytes={n: rt.memory_bytes for n, rt in runtimes.items()},
-    )
+    return LocalRun(graph, run, pbox_cores).finish()

@@ -1,56 +1,81 @@
-"""The three ways to all-reduce, as plans and host endpoints both backends run.
+"""The three ways to all-reduce, and a whole run's plan: jobs, their plans, what each host runs.
 
-- ``innet``: switches aggregate, where the placement method says;
+- ``innet``: switches aggregate, where the placement method says; jobs share
+  the switches' slot pools and fall back to the PBox when they are full;
 - ``pbox``: every worker sends to the PBox host, which aggregates (PHub);
 - ``ring``: reduce-scatter then all-gather between the workers (Horovod).
+
+With ``--jobs N`` the hosts are dealt round-robin to N jobs (so jobs share
+racks and switches), each with its own seed-derived gradients.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
 import networkx as nx
 
 from innet.errors import UserError
-from innet.experiment import RunSpec, worker_specs
+from innet.experiment import RunSpec, pick_workers, worker_specs
 from innet.graph import node_indices
 from innet.pbox import PBoxJob, PBoxServer
-from innet.planner import JobPlan, plan_job
+from innet.planner import JobPlan, JobRequest, plan_job, plan_jobs
 from innet.program import SwitchProgram
 from innet.ring import RingCall
 from innet.worker import AllreduceCall, JobSpec, WorkerProcess
 
 MODES = ("innet", "pbox", "ring")
+DEFAULT_WINDOW = 128
 
 
-def make_plan(graph: nx.Graph, run: RunSpec, workers: list[str], program: type[SwitchProgram]) -> JobPlan:
+@dataclass(frozen=True)
+class RunPlan:
+    """Every job of a run: its plan, what placing it together with the others gave, its workers' specs."""
+
+    plans: tuple[JobPlan, ...]
+    outcomes: dict[int, str]
+    specs: dict[int, dict[str, JobSpec]]
+    per_packet: int
+
+    def ring(self, job: int) -> list[int]:
+        return [s.node for s in sorted(self.specs[job].values(), key=lambda s: s.rank)]
+
+
+def plan_run(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram]) -> RunPlan:
     if run.mode not in MODES:
         raise UserError(f"unknown mode {run.mode!r}; expected one of {', '.join(MODES)}")
+    workers = pick_workers(graph, run.workers)
+    if run.jobs < 1 or run.jobs > len(workers):
+        raise UserError(f"--jobs must be between 1 and the {len(workers)} workers, got {run.jobs}")
+    groups = [tuple(workers[i::run.jobs]) for i in range(run.jobs)]
+    window = program.slots or DEFAULT_WINDOW
+    wanted = run.job_slots or max(1, window // run.jobs)
     if run.mode == "pbox" or (run.mode == "innet" and run.placement == "pbox"):
-        return plan_job(graph, workers, method="pbox", slots=program.slots or 128)
-    # ring: the plan only fixes ranks and first hops; switches just route
-    method = "tor" if run.mode == "ring" else run.placement
-    return plan_job(graph, workers, method=method, slots=program.slots or 128)
+        plans = [plan_job(graph, g, method="pbox", job=j + 1, slots=wanted) for j, g in enumerate(groups)]
+        outcomes = {p.job: f"pbox: {p.pbox}" for p in plans}
+    elif run.mode == "ring":  # the plan only fixes ranks and first hops; switches just route
+        plans = [plan_job(graph, g, method="tor", job=j + 1, slots=wanted) for j, g in enumerate(groups)]
+        outcomes = {p.job: "ring" for p in plans}
+    else:
+        placed = plan_jobs(graph, [JobRequest(j + 1, g, wanted) for j, g in enumerate(groups)],
+                           method=run.placement, pool_slots=program.slots)
+        plans, outcomes = list(placed.plans), placed.outcomes
+    index = node_indices(graph)
+    specs = {}
+    for plan in plans:
+        job_specs = worker_specs(graph, plan, program, run)
+        if plan.method == "pbox" and run.mode != "ring":
+            assert plan.pbox is not None
+            job_specs = {w: replace(s, pbox=index[plan.pbox]) for w, s in job_specs.items()}
+        specs[plan.job] = job_specs
+    return RunPlan(tuple(plans), outcomes, specs, program.elements)
 
 
-def installed_plans(run: RunSpec, plan: JobPlan) -> list[JobPlan]:
-    """The plans switches are told about: none when switches only route."""
-    return [plan] if run.mode == "innet" and plan.method != "pbox" else []
-
-
-def job_specs(graph: nx.Graph, run: RunSpec, plan: JobPlan, program: type[SwitchProgram]) -> dict[str, JobSpec]:
-    specs = worker_specs(graph, plan, program, run)
-    if plan.method == "pbox" and run.mode != "ring":
-        pbox = node_indices(graph)[plan.pbox] if plan.pbox is not None else None
-        specs = {w: _with(s, pbox=pbox) for w, s in specs.items()}
-    return specs
-
-
-def _with(spec: JobSpec, **kw: Any) -> JobSpec:
-    from dataclasses import replace
-
-    return replace(spec, **kw)
+def installed_plans(run: RunSpec, rp: RunPlan) -> list[JobPlan]:
+    """The plans switches are told about: the in-network jobs that did not fall back."""
+    return [p for p in rp.plans if run.mode == "innet" and p.method != "pbox"]
 
 
 def worker_process(mode: str, spec: JobSpec, ring: list[int], tensors: list[Any]) -> WorkerProcess:
@@ -64,11 +89,20 @@ def _ring_call(ring: list[int], spec: JobSpec, tensor: Any, first: int) -> RingC
     return RingCall(spec, ring, tensor, first)
 
 
-def pbox_servers(graph: nx.Graph, run: RunSpec, plan: JobPlan, specs: dict[str, JobSpec], cores: int) -> list[PBoxServer]:
-    """The PBox shards (one per core) when the plan sends the job to the PBox."""
-    if plan.method != "pbox" or run.mode == "ring" or plan.pbox is None:
-        return []
+def pbox_servers(graph: nx.Graph, run: RunSpec, rp: RunPlan, cores: int) -> tuple[str | None, list[PBoxServer]]:
+    """The PBox host and its shards (one per core), serving every job that aggregates there."""
+    if run.mode == "ring":
+        return None, []
+    jobs = [p for p in rp.plans if p.method == "pbox" and p.pbox is not None]
+    if not jobs:
+        return None, []
+    host = jobs[0].pbox
     index = node_indices(graph)
-    first = next(iter(specs.values()))
-    job = PBoxJob(plan.job, {s.rank: s.node for s in specs.values()}, first.slots, first.elements)
-    return [PBoxServer(index[plan.pbox], [job], cores, core) for core in range(cores)]
+    boxed = []
+    for plan in jobs:
+        specs = rp.specs[plan.job]
+        first = next(iter(specs.values()))
+        boxed.append(PBoxJob(plan.job, {s.rank: s.node for s in specs.values()}, first.slots, first.elements,
+                             run.timeout / 2))
+    assert host is not None
+    return host, [PBoxServer(index[host], boxed, cores, core) for core in range(cores)]

@@ -191,7 +191,8 @@ def serve_worker(conf: dict[str, Any]) -> int:
 
 def serve_pbox(conf: dict[str, Any]) -> int:
     """One PBox shard: the keys with slot % cores == core, until stopped."""
-    jobs = [PBoxJob(j["job"], {int(r): n for r, n in j["members"].items()}, j["slots"], j["elements"]) for j in conf["jobs"]]
+    jobs = [PBoxJob(j["job"], {int(r): n for r, n in j["members"].items()}, j["slots"], j["elements"], j["stall_timeout"])
+            for j in conf["jobs"]]
     server = PBoxServer(conf["node"], jobs, conf["cores"], conf["core"])
     port = RawPort(conf["port"])
     if conf["cores"] > 1:
@@ -201,12 +202,17 @@ def serve_pbox(conf: dict[str, Any]) -> int:
     poller.register(port.fileno(), select.POLLIN)
     print("ready", flush=True)
     while True:
-        if poller.poll(_wait_ms(egress.next_due())):
+        if poller.poll(_wait_ms(egress.next_due(), server.next_deadline())):
             now = time.monotonic()
             for frame in port.recv_batch():
                 for out in server.receive(frame, now):
                     egress.send(0, out, now)
-        egress.flush(time.monotonic())
+        now = time.monotonic()
+        deadline = server.next_deadline()
+        if deadline is not None and deadline <= now:
+            for out in server.on_timeout(now):
+                egress.send(0, out, now)
+        egress.flush(now)
 
 
 def main(argv: list[str]) -> int:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from innet.packet import OVERFLOW, RESULT, ROUTE, VER, Packet, parse_frame
+from innet.packet import ABORT, OVERFLOW, RESULT, ROUTE, VER, Packet, make_packet, parse_frame
 
 INT32_MAX = 2**31 - 1
 
@@ -28,6 +28,7 @@ class PBoxJob:
     members: dict[int, int]
     slots: int
     elements: int
+    stall_timeout: float = 0.0  # a key incomplete this long aborts the job (0: never)
 
 
 class _JobState:
@@ -39,6 +40,7 @@ class _JobState:
         self.done = np.zeros(shape, np.bool_)
         self.exp = np.zeros(shape, np.int16)
         self.count = np.zeros(shape, np.int32)
+        self.since = np.zeros(shape, np.float64)
         self.full = (1 << len(job.members)) - 1
 
 
@@ -52,7 +54,8 @@ class PBoxServer:
         self.cores, self.core = cores, core
         self.counters: dict[str, int] = {}
 
-    done = False  # serves until stopped
+    done = False
+    daemon = True  # serves until stopped
 
     def _drop(self, reason: str) -> list[bytes]:
         self.counters[reason] = self.counters.get(reason, 0) + 1
@@ -61,11 +64,32 @@ class PBoxServer:
     def start(self, now: float) -> list[bytes]:
         return []
 
+    CHECK_EVERY = 0.05
+
     def next_deadline(self) -> float | None:
-        return None
+        if not any(j.stall_timeout > 0 for j in self.jobs.values()):
+            return None
+        return self._next_check
+
+    _next_check = 0.0
 
     def on_timeout(self, now: float) -> list[bytes]:
-        return []
+        """Abort every job with a key that waited too long for a worker; free its keys."""
+        self._next_check = now + self.CHECK_EVERY
+        out: list[bytes] = []
+        for job in self.jobs.values():
+            st = self.state[job.job]
+            stuck = (~st.done) & (st.chunk >= 0) & (now - st.since > job.stall_timeout) if job.stall_timeout > 0 else None
+            if stuck is None or not stuck.any():
+                continue
+            v, i = (int(x[0]) for x in np.nonzero(stuck))
+            missing = [r for r in sorted(job.members) if not int(st.seen[v, i]) >> r & 1]
+            st.chunk[:], st.seen[:], st.done[:] = -1, 0, False
+            self.counters["aborted_jobs"] = self.counters.get("aborted_jobs", 0) + 1
+            for rank in sorted(job.members):
+                note = make_packet(np.array([self.node, *missing]), job=job.job, rank=rank, flags=ABORT | ROUTE)
+                out.append(note.to_frame(self.node, job.members[rank]))
+        return out
 
     def receive(self, frame: bytes, now: float) -> list[bytes]:
         pkt = parse_frame(frame)
@@ -84,7 +108,7 @@ class PBoxServer:
         if pkt.chunk > st.chunk[v, i]:
             st.chunk[v, i], st.seen[v, i], st.done[v, i] = pkt.chunk, 0, False
             st.acc[v, i, : pkt.count] = pkt.values
-            st.exp[v, i], st.count[v, i] = pkt.exp, pkt.count
+            st.exp[v, i], st.count[v, i], st.since[v, i] = pkt.exp, pkt.count, now
         elif int(st.seen[v, i]) & bit:
             if st.done[v, i]:
                 return [self._result(job, pkt, pkt.rank)]

@@ -19,7 +19,7 @@ import numpy as np
 
 from innet.packet import Packet
 
-PACKET_KINDS = ("contribution", "result", "routed")
+PACKET_KINDS = ("contribution", "result", "routed", "abort")
 
 
 # ---- actions ---------------------------------------------------------------
@@ -104,6 +104,7 @@ class JobPort:
     slot_base: int = 0
     slots: int = 0
     pbox: int | None = None
+    stall_timeout: float = 0.0  # a slot incomplete this long aborts the job (0: never)
 
     @property
     def is_root(self) -> bool:

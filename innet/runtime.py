@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from innet.errors import UserError
-from innet.packet import AGG_PORT, FALLBACK, HEADER_OFFSET, RESULT, ROUTE, Packet, parse_frame
+from innet.packet import ABORT, AGG_PORT, FALLBACK, HEADER_OFFSET, RESULT, ROUTE, Packet, parse_frame
 from innet.program import Action, Context, Drop, Emit, JobPort, Multicast, SwitchProgram, ToPBox
 
 Frames = list[tuple[int, bytes]]
@@ -45,6 +45,8 @@ def kind_of(pkt: Packet) -> str:
     flags = int(pkt.hdr["flags"])
     if flags & ROUTE:
         return "routed"
+    if flags & ABORT:
+        return "abort"
     return "result" if flags & RESULT else "contribution"
 
 
@@ -116,6 +118,9 @@ class SwitchRuntime:
         if pkt is None:
             self.ctx.count("bad:" + frame_problem(frame))
             return out
+        if self._spoofed(port, pkt):
+            self.ctx.count("drop:spoofed_source")
+            return out
         handler = self.handlers.get(kind_of(pkt))
         if handler is None:
             result: object = self.ctx.route(pkt) if kind_of(pkt) == "routed" else Drop("no_handler")
@@ -123,6 +128,13 @@ class SwitchRuntime:
             result = getattr(self.program, handler)(self.ctx, pkt)
         self._execute(result, out)
         return out
+
+    def _spoofed(self, port: int, pkt: Packet) -> bool:
+        """Reverse-path check: a routed packet must arrive where its source's route leads,
+        a hop-by-hop one from the neighbour on that port; so no host can pose as another."""
+        if int(pkt.hdr["flags"]) & ROUTE:
+            return self.ctx.routes.get(pkt.src) != port
+        return self.config.neighbors.get(port) != pkt.src
 
     def _execute(self, result: object, out: Frames) -> None:
         if result is None:

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from innet import fixedpoint
-from innet.errors import AllreduceTimeout
-from innet.packet import OVERFLOW, RESULT, RETX, ROUTE, VER, make_packet, parse_frame
+from innet.errors import AllreduceAborted, AllreduceTimeout
+from innet.packet import ABORT, OVERFLOW, RESULT, RETX, ROUTE, VER, make_packet, parse_frame
 
 
 @dataclass(frozen=True)
@@ -138,8 +138,16 @@ class AllreduceCall:
 
     def receive(self, frame: bytes, now: float) -> list[bytes]:
         pkt = parse_frame(frame)
-        if (pkt is None or not pkt.has(RESULT) or pkt.job != self.spec.job or self.done
-                or pkt.chunk not in self.sent):
+        source = self.spec.first_hop if self.spec.pbox is None else self.spec.pbox
+        if pkt is None or pkt.job != self.spec.job or self.done or pkt.src != source:
+            return []
+        if pkt.has(ABORT):
+            origin, *missing = (int(x) for x in pkt.values) or (-1,)
+            self.error = AllreduceAborted(
+                f"job {self.spec.job}: rank(s) {', '.join(map(str, missing)) or '?'} sent nothing for "
+                f"{self.spec.timeout / 2:g}s; node {origin} aborted the job and freed its slots")
+            return []
+        if not pkt.has(RESULT) or pkt.chunk not in self.sent:
             return []
         sent_at, retransmitted = self.sent.pop(pkt.chunk)
         if not retransmitted and pkt.chunk != self.first:  # Karn; the lone exponent packet never queues

@@ -9,13 +9,19 @@ exponent, and whether the sum overflowed. A complete slot is multicast down at
 the root, or sent up as one contribution to the parent switch elsewhere. The
 other version is the shadow copy: it keeps the previous result so a worker who
 lost it gets it again when it retransmits.
+
+A slot left incomplete for the job's ``stall_timeout`` (a crashed worker)
+aborts the job: the switch frees the job's slots and floods an ABORT through
+the job's tree naming the contributors that never came, so every worker fails
+at once with that name, and the next job finds the slots clean.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from innet import ALL_RANKS, OVERFLOW, RESULT, RETX, VER, Drop, Emit, Multicast, Register, SwitchProgram, on_packet
+from innet import ABORT, ALL_RANKS, OVERFLOW, RESULT, RETX, VER, Drop, Emit, Multicast, Register, SwitchProgram, make_packet
+from innet import on_packet, on_timer
 
 COLLECTING, WAITING, DONE = 0, 1, 2
 
@@ -32,6 +38,7 @@ class SumAllreduce(SwitchProgram):
         Register("state", ("versions", "slots"), np.uint8),
         Register("exp", ("versions", "slots"), np.int8),
         Register("overflow", ("versions", "slots"), np.bool_),
+        Register("since", ("versions", "slots"), np.float64),
     )
 
     @on_packet("contribution")
@@ -51,7 +58,7 @@ class SumAllreduce(SwitchProgram):
             return Drop("stale")
         if pkt.chunk > r.chunk[v, i]:  # first packet of a new round in this slot
             r.chunk[v, i], r.seen[v, i], r.state[v, i] = pkt.chunk, 0, COLLECTING
-            r.exp[v, i], r.overflow[v, i] = pkt.exp, False
+            r.exp[v, i], r.overflow[v, i], r.since[v, i] = pkt.exp, False, ctx.now
             r.pool[v, i, : pkt.count] = pkt.values
         elif int(r.seen[v, i]) & bit:  # a retransmission: answer from what we have
             if r.state[v, i] == DONE:
@@ -87,6 +94,42 @@ class SumAllreduce(SwitchProgram):
         r.pool[v, i, : pkt.count] = pkt.values
         r.exp[v, i], r.overflow[v, i], r.state[v, i] = pkt.exp, pkt.has(OVERFLOW), DONE
         return Multicast(job.children, self._packet(ctx, job, pkt, v, i, RESULT, rank=ALL_RANKS))
+
+    @on_timer(0.05)
+    def watch_stalls(self, ctx):
+        """Abort every job with a slot that has waited too long for a contribution."""
+        actions = []
+        for job in ctx.jobs.values():
+            if not job.aggregate or job.stall_timeout <= 0:
+                continue
+            r, part = ctx.regs, slice(job.slot_base, job.slot_base + job.slots)
+            stuck = (r.state[:, part] == COLLECTING) & (r.chunk[:, part] >= 0) & (ctx.now - r.since[:, part] > job.stall_timeout)
+            if stuck.any():
+                v, i = (int(x[0]) for x in np.nonzero(stuck))
+                seen = int(r.seen[v, job.slot_base + i])
+                missing = [rank for rank, bit in job.bits.items() if not seen & bit]
+                ctx.count("aborted_jobs")
+                self._free(ctx, job)
+                note = make_packet(np.array([ctx.node, *missing]), job=job.job, rank=ALL_RANKS, flags=ABORT)
+                ports = (*job.children, *(() if job.parent is None else (job.parent,)))
+                actions.append(Multicast(ports, note))
+        return actions
+
+    @on_packet("abort")
+    def abort(self, ctx, pkt):
+        """Another switch aborted the job: free its slots here and pass the news along the tree."""
+        job = ctx.jobs.get(pkt.job)
+        if job is None:
+            return Drop("unknown_job")
+        self._free(ctx, job)
+        ports = (*job.children, *(() if job.parent is None else (job.parent,)))
+        return Multicast(tuple(p for p in ports if p != pkt.port), pkt)
+
+    @staticmethod
+    def _free(ctx, job):
+        if job.aggregate:
+            part = slice(job.slot_base, job.slot_base + job.slots)
+            ctx.regs.chunk[:, part], ctx.regs.seen[:, part], ctx.regs.state[:, part] = -1, 0, COLLECTING
 
     @staticmethod
     def _add(r, v, i, values):

@@ -54,7 +54,7 @@ def test_start_timer_and_packet_handlers_run_in_the_fabric():
     fabric = Fabric(graph)
     fabric.add_switch("s1", rt)
     for slot in (1, 1, 2):
-        fabric._at(0.1, fabric._deliver, "s1", 0, make_packet(np.arange(3), job=1, slot=slot).to_frame(1, 0))
+        fabric._at(0.1, fabric._deliver, "s1", 0, make_packet(np.arange(3), job=1, slot=slot).to_frame(0, 3))
     fabric.run(until=1.2)
     assert rt.ctx.counters == {"started": 1, "ticks": 2, "drop:counted": 3}
     assert list(rt.ctx.regs.hits) == [0, 2, 1, 0]
@@ -65,7 +65,7 @@ def test_unhandled_kinds_are_dropped_and_unparsable_frames_counted():
     graph = build("star", workers=2)
     plan = plan_job(graph, ["h1", "h2"], method="root", slots=4)
     rt = SwitchRuntime(switch_configs(graph, [plan])["s1"], Counter)
-    assert rt.receive(0, make_packet(np.arange(2), job=1, flags=1).to_frame(1, 0), 0.0) == []  # a result: no handler
+    assert rt.receive(0, make_packet(np.arange(2), job=1, flags=1).to_frame(0, 3), 0.0) == []  # a result: no handler
     assert rt.receive(0, b"\x00" * 70, 0.0) == []
     assert rt.ctx.counters == {"drop:no_handler": 1, "bad:foreign": 1}
 

@@ -26,7 +26,7 @@ def test_exact_on_hierarchies(topo, params, placement):
 
 def contribution(rank, values, chunk=5, slot=1, flags=0, port=None):
     pkt = make_packet(values, job=1, rank=rank, nworkers=3, slot=slot, chunk=chunk, flags=flags, exp=3)
-    return pkt.to_frame(rank + 1, 0), rank if port is None else port
+    return pkt.to_frame(rank, 99), rank if port is None else port  # star: h<r+1> is node r on port r
 
 
 def test_duplicate_and_retransmitted_contributions_are_counted_once():
@@ -66,13 +66,15 @@ def test_stale_retransmission_after_the_slot_moved_on_is_dropped():
 
 def test_spoofed_rank_wrong_port_and_unknown_job_are_dropped():
     _, _, rt = star_runtime(workers=2)
-    frame, _ = contribution(0, ints(4))
-    assert rt.receive(1, frame, 0.0) == []          # rank 0 claimed from rank 1's port
-    other = make_packet(ints(4), job=9, rank=0, slot=0, chunk=1).to_frame(1, 0)
+    claimed = make_packet(ints(4), job=1, rank=0, slot=0, chunk=1).to_frame(1, 99)
+    assert rt.receive(1, claimed, 0.0) == []        # rank 0 claimed from rank 1's port
+    posing, _ = contribution(0, ints(4))
+    assert rt.receive(1, posing, 0.0) == []         # ... and with rank 0's address too
+    other = make_packet(ints(4), job=9, rank=0, slot=0, chunk=1).to_frame(0, 99)
     assert rt.receive(0, other, 0.0) == []
-    outside = make_packet(ints(4), job=1, rank=0, slot=10_000, chunk=1).to_frame(1, 0)
+    outside = make_packet(ints(4), job=1, rank=0, slot=10_000, chunk=1).to_frame(0, 99)
     assert rt.receive(0, outside, 0.0) == []
-    assert rt.ctx.counters == {"drop:not_member": 1, "drop:unknown_job": 1, "drop:bad_slot": 1}
+    assert rt.ctx.counters == {"drop:not_member": 1, "drop:spoofed_source": 1, "drop:unknown_job": 1, "drop:bad_slot": 1}
 
 
 def test_int32_overflow_is_flagged_never_silently_wrapped():
