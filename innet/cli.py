@@ -11,8 +11,8 @@ from typing import Any
 
 from innet.errors import UserError
 from innet.experiment import RunSpec
-from innet.faults import FaultSpec
-from innet.metrics import summary_table, write_link_csv, write_results
+from innet.faults import FaultSpec, parse_link_fault
+from innet.metrics import summary_table, topology_summary, write_link_csv, write_results
 from innet.modes import MODES
 from innet.planner import METHODS
 
@@ -55,6 +55,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dup", type=float, default=0.0, help="duplication probability on every link direction")
     p.add_argument("--reorder", type=float, default=0.0, help="probability a frame is held back (reordered)")
     p.add_argument("--delay", type=float, default=0.0, help="extra one-way delay per link, seconds")
+    p.add_argument("--fault", action="append", default=[], metavar="LINK:K=V,...",
+                   help="faults on one link instead, e.g. h3--t2:delay=0.01 (a straggler) or t1--s1:loss=0.2; repeatable")
+    p.add_argument("--crash", action="append", default=[], metavar="HOST@SECONDS",
+                   help="kill a worker host's process that many seconds into the run (virtual seconds on local)")
+    p.add_argument("--jobs", type=int, default=1, help="jobs at once, hosts dealt round-robin, each its own seed (default 1)")
+    p.add_argument("--job-slots", type=int, default=0,
+                   help="slots each job asks of every switch (default: the pool divided by --jobs); "
+                        "a job that finds a switch full falls back to the PBox")
     p.add_argument("--switch-memory", type=int, default=4 << 20, help="register memory per switch, bytes (default 4 MiB)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds without progress before an all-reduce fails (default 10)")
     p.add_argument("--json", default=None, help="also write the results JSON to this path")
@@ -75,12 +83,16 @@ def _spec(args: argparse.Namespace) -> RunSpec:
         raise UserError("--switch-memory must not be negative and --timeout must be positive")
     try:
         faults = FaultSpec(loss=args.loss, dup=args.dup, reorder=args.reorder, delay=args.delay)
+        link_faults = tuple(parse_link_fault(f) for f in args.fault)
     except ValueError as exc:
         raise UserError(f"bad fault flag: {exc}") from None
+    if args.job_slots < 0:
+        raise UserError(f"--job-slots must not be negative, got {args.job_slots}")
     return RunSpec(mode=args.mode, program=args.program, placement=args.placement,
                    workers=None if args.topo == "star" else args.workers, elements=args.elements,
                    iterations=args.iterations, seed=args.seed, faults=faults,
-                   switch_memory=args.switch_memory, timeout=args.timeout,
+                   switch_memory=args.switch_memory, timeout=args.timeout, jobs=args.jobs, job_slots=args.job_slots,
+                   link_faults=link_faults,
                    min_rto=0.001 if args.backend == "local" else 0.02)
 
 
@@ -91,6 +103,20 @@ def _graph(args: argparse.Namespace) -> Any:
     return build(args.topo, workers=workers if workers is not None else 4, racks=args.racks,
                  hosts_per_rack=args.hosts_per_rack, spines=args.spines, k=args.k, bw=args.bw,
                  oversubscription=args.oversubscription)
+
+
+def _crashes(specs: list[str], graph: Any) -> dict[str, float]:
+    crash = {}
+    for text in specs:
+        host, _, at = text.partition("@")
+        try:
+            seconds = float(at)
+        except ValueError:
+            raise UserError(f"--crash wants HOST@SECONDS, got {text!r}") from None
+        if host not in graph or graph.nodes[host]["role"] != "host":
+            raise UserError(f"--crash names {host!r}, which is not a host of this topology")
+        crash[host] = seconds
+    return crash
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,6 +152,10 @@ def _main(args: argparse.Namespace) -> int:
         return 0
     if args.pbox_cores < 1:
         raise UserError(f"--pbox-cores must be at least 1, got {args.pbox_cores}")
+    crash = _crashes(args.crash, graph)
+    for link, _ in run.link_faults:
+        if link not in {r["link"] for r in topology_summary(graph)["links"]}:
+            raise UserError(f"--fault names link {link}, which this topology does not have")
     modes = MODES if args.mode == "all" else (args.mode,)
     runs = []
     for mode in modes:
@@ -133,11 +163,11 @@ def _main(args: argparse.Namespace) -> int:
         if args.backend == "local":
             from innet.local import run_local
 
-            runs.append(run_local(graph, spec, pbox_cores=args.pbox_cores))
+            runs.append(run_local(graph, spec, pbox_cores=args.pbox_cores, crash=crash))
         else:
             from innet.emulation import run_mininet
 
-            runs.append(run_mininet(graph, spec, pcap_dir=args.pcap, cli=args.cli, pbox_cores=args.pbox_cores))
+            runs.append(run_mininet(graph, spec, pcap_dir=args.pcap, cli=args.cli, pbox_cores=args.pbox_cores, crash=crash))
     print(summary_table(runs))
     out = args.out or os.path.join("results", time.strftime("%Y%m%d-%H%M%S"))
     files = [os.path.join(out, "results.json"), os.path.join(out, "links.csv")]

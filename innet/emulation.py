@@ -30,7 +30,7 @@ from innet.cleanup import RunState, kill_recorded
 from innet.errors import UserError
 from innet.experiment import RunSpec, WorkerOutcome, run_record, switch_configs
 from innet.fixedpoint import dequantize
-from innet.graph import is_switch, link_name, natural_key, port_to
+from innet.graph import is_switch, link_name, natural_key, port_to, ports
 from innet.modes import RunPlan, installed_plans, pbox_servers, plan_run
 from innet.programs import load_program
 from innet.serialize import config_to_json, spec_to_json
@@ -39,8 +39,9 @@ TCLINK_MAX_MBPS = 1000.0
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _faults(run: RunSpec) -> dict[str, float]:
-    return dataclasses.asdict(run.faults)
+def _faults(graph: nx.Graph, run: RunSpec, node: str) -> dict[str, dict[str, float]]:
+    """Each port's faults, for the link behind it (JSON keys are strings)."""
+    return {str(p): dataclasses.asdict(run.faults_on(link_name(node, peer))) for p, peer in ports(graph, node).items()}
 
 
 def log(msg: str) -> None:
@@ -191,7 +192,7 @@ class Emulation:
             self._start_pcaps(pcap_dir, switches)
         for i, sw in enumerate(switches):
             conf = {"program": run.program, "ports": {p: f"{sw}-eth{p}" for p in configs[sw].ports},
-                    "faults": _faults(run), "seed": run.seed * 1000 + i, "control": os.path.join(self.run_dir, f"{sw}.sock")}
+                    "faults": _faults(graph, run, sw), "seed": run.seed * 1000 + i, "control": os.path.join(self.run_dir, f"{sw}.sock")}
             self._write(f"{sw}.json", conf)
             self._popen(sw, [sys.executable, "-m", "innet.node", "switch", os.path.join(self.run_dir, f"{sw}.json")])
         self.switch_controls = {sw: Control(os.path.join(self.run_dir, f"{sw}.sock")) for sw in switches}
@@ -210,7 +211,8 @@ class Emulation:
         procs: dict[str, subprocess.Popen[bytes]] = {}
         host, servers = pbox_servers(graph, run, rp, pbox_cores)
         for core, server in enumerate(servers):
-            conf = {"node": server.node, "cores": pbox_cores, "core": core, "port": f"{host}-eth0", "faults": _faults(run),
+            conf = {"node": server.node, "cores": pbox_cores, "core": core, "port": f"{host}-eth0",
+                    "faults": _faults(graph, run, str(host)),
                     "seed": run.seed * 977 + core, "jobs": [vars(j) for j in server.jobs.values()]}
             self._write(f"pbox{core}.json", conf)
             procs[f"{host}#{core}"] = self._popen(str(host), [sys.executable, "-m", "innet.node", "pbox",
@@ -220,7 +222,7 @@ class Emulation:
         for plan in rp.plans:
             for w, spec in rp.specs[plan.job].items():
                 conf = {"spec": spec_to_json(spec), "seed": run.seed, "iterations": run.iterations, "elements": run.elements,
-                        "port": f"{w}-eth0", "faults": _faults(run), "result": os.path.join(self.run_dir, f"{w}.npz"),
+                        "port": f"{w}-eth0", "faults": _faults(graph, run, w), "result": os.path.join(self.run_dir, f"{w}.npz"),
                         "mode": run.mode, "ring": rp.ring(plan.job), "linger": 1.0 if run.mode == "ring" else 0.0}
                 self._write(f"{w}.json", conf)
                 workers[w] = procs[w] = self._popen(

@@ -8,6 +8,7 @@ backend uses; ``check`` compares what workers got with the exact integer sum.
 from __future__ import annotations
 
 import hashlib
+import re
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -43,6 +44,11 @@ class RunSpec:
     timeout: float = 10.0
     jobs: int = 1
     job_slots: int = 0  # slots each job asks of every switch (0: the pool divided by the jobs)
+    link_faults: tuple[tuple[str, FaultSpec], ...] = ()  # per link ("a--b"), instead of ``faults``
+
+    def faults_on(self, link: str) -> FaultSpec:
+        """The faults of one link: its own if given, else the run's."""
+        return dict(self.link_faults).get(link, self.faults)
 
 
 def pick_workers(graph: nx.Graph, count: int | None) -> list[str]:
@@ -191,6 +197,9 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Any, backend: str, outcomes: S
     for plan in rp.plans:
         for name, b in predicted_link_bytes(graph, run.mode, plan, run.elements, rp.per_packet, run.iterations).items():
             predicted[name] = predicted.get(name, 0) + b
+    names = dict(enumerate(sorted(graph, key=natural_key)))
+    for j in jobs:  # name the nodes an error mentions
+        j["errors"] = [re.sub(r"node (\d+)", lambda m: names.get(int(m.group(1)), m.group(0)), e) for e in j["errors"]]
     busiest = max(sorted(link_bytes), key=lambda k: link_bytes[k], default="")
     methods = sorted({j["placement"] for j in jobs})
     return {

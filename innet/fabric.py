@@ -50,9 +50,9 @@ class LinkDirection:
 
 
 class Fabric:
-    def __init__(self, graph: nx.Graph, faults: dict[str, FaultSpec] | FaultSpec | None = None,
+    def __init__(self, graph: nx.Graph, faults: Callable[[str], FaultSpec] | FaultSpec | None = None,
                  seed: int = 0, switch_delay: float = 0.0) -> None:
-        """``faults`` is one FaultSpec for every link, or a dict by link name ("a--b")."""
+        """``faults`` is one FaultSpec for every link, or a function of the link name ("a--b")."""
         self.graph = graph
         self.now = 0.0
         self.switch_delay = switch_delay
@@ -60,7 +60,7 @@ class Fabric:
         self._seq = 0
         self.links: dict[tuple[str, str], LinkDirection] = {}
         for n, (u, v, data) in enumerate(sorted(graph.edges(data=True), key=lambda e: link_name(e[0], e[1]))):
-            spec = faults.get(link_name(u, v), FaultSpec()) if isinstance(faults, dict) else (faults or FaultSpec())
+            spec = faults(link_name(u, v)) if callable(faults) else (faults or FaultSpec())
             for d, (a, b) in enumerate(((u, v), (v, u))):
                 self.links[(a, b)] = LinkDirection(data["bw"] * 1e6, data["latency"],
                                                    FaultInjector(spec, seed * 7919 + 2 * n + d))
@@ -80,7 +80,7 @@ class Fabric:
     # -- event loop -------------------------------------------------------
     def _at(self, time: float, fn: Callable[..., None], *args: Any) -> None:
         self._seq += 1
-        heapq.heappush(self._events, (time, self._seq, fn, args))
+        heapq.heappush(self._events, (max(time, self.now), self._seq, fn, args))
 
     def transmit(self, node: str, port: int, frame: bytes) -> None:
         peer = self.port_peer[node][port]
@@ -110,6 +110,8 @@ class Fabric:
     def _schedule_endpoint(self, host: str, endpoint: Endpoint) -> None:
         deadline = endpoint.next_deadline()
         key = id(endpoint)
+        if deadline is not None:
+            deadline = max(deadline, self.now)
         if deadline is not None and deadline < self._timer_at.get(key, float("inf")):
             self._timer_at[key] = deadline
             self._at(deadline, self._endpoint_timer, host, endpoint)
@@ -126,6 +128,8 @@ class Fabric:
     def _schedule_switch(self, name: str, runtime: SwitchRuntime) -> None:
         due = runtime.next_timer()
         key = id(runtime)
+        if due is not None:
+            due = max(due, self.now)
         if due is not None and due < self._timer_at.get(key, float("inf")):
             self._timer_at[key] = due
             self._at(due, self._switch_timer, name, runtime)

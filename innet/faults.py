@@ -56,3 +56,20 @@ class FaultInjector:
             self.duplicated += 1
             out.append((delay, frame))
         return out
+
+
+def parse_link_fault(text: str) -> tuple[str, FaultSpec]:
+    """``a--b:loss=0.1,delay=0.005`` -> ("a--b", FaultSpec(loss=0.1, delay=0.005)); ValueError if bad."""
+    link, _, params = text.partition(":")
+    if "--" not in link or not params:
+        raise ValueError(f"{text!r} is not LINK:key=value,... (e.g. h1--t1:loss=0.05)")
+    a, b = link.split("--", 1)
+    from innet.graph import link_name
+
+    kw = {}
+    for item in params.split(","):
+        key, _, value = item.partition("=")
+        if key not in FaultSpec.__dataclass_fields__:
+            raise ValueError(f"unknown fault {key!r}; use loss, dup, reorder, reorder_delay or delay")
+        kw[key] = float(value)
+    return link_name(a, b), FaultSpec(**kw)

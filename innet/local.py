@@ -17,11 +17,11 @@ from innet.worker import WorkerProcess
 class LocalRun:
     """One experiment on the fabric, in steps, so tests can add hosts of their own (a spoofer, a crash)."""
 
-    def __init__(self, graph: nx.Graph, run: RunSpec, pbox_cores: int = 1) -> None:
+    def __init__(self, graph: nx.Graph, run: RunSpec, pbox_cores: int = 1, crash: dict[str, float] | None = None) -> None:
         self.graph, self.run = graph, run
         self.program = load_program(run.program)
         self.rp: RunPlan = plan_run(graph, run, self.program)
-        self.fabric = Fabric(graph, faults=run.faults, seed=run.seed)
+        self.fabric = Fabric(graph, faults=run.faults_on, seed=run.seed)
         configs = switch_configs(graph, installed_plans(run, self.rp), run.switch_memory, run.timeout / 2)
         self.runtimes = {name: SwitchRuntime(cfg, self.program) for name, cfg in configs.items()}
         for name, rt in self.runtimes.items():
@@ -34,7 +34,7 @@ class LocalRun:
             for w, spec in self.rp.specs[plan.job].items():
                 tensors = make_tensors(run.seed, plan.job, spec.rank, run.iterations, run.elements)
                 proc = worker_process(run.mode, spec, self.rp.ring(plan.job), tensors)
-                self.fabric.attach(w, proc)
+                self.fabric.attach(w, Crashing(proc, crash[w]) if crash and w in crash else proc)
                 self.procs.append(proc)
 
     def attach(self, host: str, endpoint: Endpoint) -> None:
@@ -58,5 +58,36 @@ class LocalRun:
         )
 
 
-def run_local(graph: nx.Graph, run: RunSpec, pbox_cores: int = 1) -> dict[str, Any]:
-    return LocalRun(graph, run, pbox_cores).finish()
+def run_local(graph: nx.Graph, run: RunSpec, pbox_cores: int = 1, crash: dict[str, float] | None = None) -> dict[str, Any]:
+    return LocalRun(graph, run, pbox_cores, crash).finish()
+
+
+class Crashing:
+    """A worker that dies at virtual time ``at``: from then on it neither hears nor says anything."""
+
+    def __init__(self, proc: WorkerProcess, at: float) -> None:
+        self.proc, self.at = proc, at
+        self.dead = False
+
+    @property
+    def done(self) -> bool:
+        return self.dead or self.proc.done
+
+    def _alive(self, now: float) -> bool:
+        if now >= self.at and not self.dead:
+            self.dead = True
+            self.proc.calls[-1].error = RuntimeError(f"rank {self.proc.spec.rank} crashed (injected at {self.at:g}s)")
+        return not self.dead
+
+    def start(self, now: float) -> list[bytes]:
+        return self.proc.start(now) if self._alive(now) else []
+
+    def receive(self, frame: bytes, now: float) -> list[bytes]:
+        return self.proc.receive(frame, now) if self._alive(now) else []
+
+    def next_deadline(self) -> float | None:
+        deadline = self.proc.next_deadline()
+        return None if self.dead else self.at if deadline is None else min(deadline, self.at)
+
+    def on_timeout(self, now: float) -> list[bytes]:
+        return self.proc.on_timeout(now) if self._alive(now) else []

@@ -37,10 +37,10 @@ from innet.serialize import config_from_json, faults_from_json, spec_from_json
 class Egress:
     """Sends frames out of raw ports through each port's fault injector (delays kept in a heap)."""
 
-    def __init__(self, ports: dict[int, RawPort], faults: dict[str, Any], seed: int) -> None:
-        spec = faults_from_json(faults)
+    def __init__(self, ports: dict[int, RawPort], faults: dict[str, dict[str, Any]], seed: int) -> None:
+        """``faults``: port number (as a string) -> FaultSpec fields, for the link behind that port."""
         self.ports = ports
-        self.injectors = {p: FaultInjector(spec, seed * 7919 + p) for p in ports}
+        self.injectors = {p: FaultInjector(faults_from_json(faults[str(p)]), seed * 7919 + p) for p in ports}
         self.held: list[tuple[float, int, int, bytes]] = []
         self.seq = 0
 

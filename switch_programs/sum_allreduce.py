@@ -121,8 +121,10 @@ class SumAllreduce(SwitchProgram):
         job = ctx.jobs.get(pkt.job)
         if job is None:
             return Drop("unknown_job")
-        self._free(ctx, job)
         ports = (*job.children, *(() if job.parent is None else (job.parent,)))
+        if pkt.port not in ports:
+            return Drop("not_member")
+        self._free(ctx, job)
         return Multicast(tuple(p for p in ports if p != pkt.port), pkt)
 
     @staticmethod

@@ -1,0 +1,50 @@
+"""Malformed frames, seeded, for the fuzz tests and ``scripts/fuzz_frames.py``.
+
+Every frame made here is wrong in a way a switch must notice: truncated
+headers, lengths that disagree, random bytes, impossible element counts,
+broken IPv4 headers, or a well-formed header from a port that is no member of
+any job. None carries the ROUTE flag with a valid source, so a correct switch
+counts each one as bad or dropped and forwards none.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import numpy as np
+
+from innet.packet import FLAGS_OFFSET, HEADER_OFFSET, PAYLOAD_OFFSET, ROUTE, make_packet
+
+KINDS = ("truncated", "short_payload", "long_payload", "random", "huge_count", "bad_ip", "wrong_udp_len", "not_member")
+
+
+def malformed_frames(count: int, src: int, dst: int, seed: int = 0) -> list[bytes]:
+    """``count`` malformed frames, as if sent by node ``src`` towards neighbour ``dst``."""
+    rng = random.Random(seed)
+    frames = []
+    for n in range(count):
+        kind = KINDS[n % len(KINDS)]
+        values = np.array([rng.randrange(-(2**31), 2**31) for _ in range(rng.randrange(0, 8))], np.int32)
+        pkt = make_packet(values, job=rng.randrange(65536), rank=rng.randrange(65536), nworkers=rng.randrange(65536),
+                          slot=rng.randrange(65536), chunk=rng.randrange(2**32), flags=rng.randrange(256) & ~ROUTE,
+                          exp=rng.randrange(-128, 128))
+        frame = bytearray(pkt.to_frame(src, dst))
+        if kind == "truncated":
+            frame = frame[: rng.randrange(0, PAYLOAD_OFFSET)]
+        elif kind == "short_payload" and len(values):
+            frame = frame[:-rng.randrange(1, 4 * len(values) + 1)]
+        elif kind == "long_payload" or (kind == "short_payload" and not len(values)):
+            frame += bytes(rng.randrange(1, 64))
+        elif kind == "random":
+            frame = bytearray(rng.randbytes(rng.randrange(1, 1500)))
+        elif kind == "huge_count":
+            frame[HEADER_OFFSET + 12 : HEADER_OFFSET + 14] = struct.pack("!H", rng.randrange(len(values) + 1, 65536))
+        elif kind == "bad_ip":
+            frame[14] = rng.choice([0x46, 0x55, 0x65, 0x00])
+        elif kind == "wrong_udp_len":
+            frame[38:40] = struct.pack("!H", (struct.unpack("!H", frame[38:40])[0] + rng.randrange(1, 100)) % 65536)
+        if kind == "random" and len(frame) > FLAGS_OFFSET:
+            frame[FLAGS_OFFSET] &= ~ROUTE & 0xFF
+        frames.append(bytes(frame))
+    return frames

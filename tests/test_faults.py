@@ -1,0 +1,199 @@
+"""Faults, crashes, tenants, spoofers, overflow and garbage, on the in-process fabric."""
+
+import numpy as np
+import pytest
+
+from innet.errors import UserError
+from innet.experiment import RunSpec
+from innet.fabric import Fabric
+from innet.faults import FaultSpec
+from innet.fuzz import malformed_frames
+from innet.graph import node_indices
+from innet.local import LocalRun, run_local
+from innet.packet import ABORT, RESULT, ROUTE, make_packet
+from innet.worker import AllreduceCall, JobSpec, WorkerProcess
+from topologies import build
+
+MODES = ("innet", "pbox", "ring")
+
+
+def small():
+    return build("leaf-spine", racks=2, hosts_per_rack=2)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("faults", [FaultSpec(loss=0.01), FaultSpec(loss=0.05), FaultSpec(loss=0.2),
+                                    FaultSpec(dup=0.2), FaultSpec(reorder=0.3, reorder_delay=0.001),
+                                    FaultSpec(loss=0.05, dup=0.05, reorder=0.1)], ids=str)
+def test_every_mode_stays_bit_exact_under_faults(mode, faults):
+    clean = run_local(small(), RunSpec(mode=mode, elements=3001, iterations=2))
+    faulty = run_local(small(), RunSpec(mode=mode, elements=3001, iterations=2, faults=faults, seed=0))
+    assert faulty["correct"], faulty["errors"]
+    assert faulty["result_digest"] == clean["result_digest"]
+    if faults.loss >= 0.05:
+        assert faulty["retransmissions"] > 0 and faulty["drops"]["link:lost"] > 0
+
+
+def test_a_straggler_slows_the_job_but_never_corrupts_it():
+    clean = run_local(small(), RunSpec(elements=20000))
+    slow = run_local(small(), RunSpec(elements=20000, link_faults=(("h3--t2", FaultSpec(delay=0.002)),)))
+    assert slow["correct"] and slow["result_digest"] == clean["result_digest"]
+    assert slow["completion_s"] > clean["completion_s"] + 0.002
+
+
+@pytest.mark.parametrize("mode", ["innet", "pbox"])
+def test_a_crashed_worker_is_named_the_slots_are_freed_and_the_next_job_succeeds(mode):
+    graph = small()
+    run = RunSpec(mode=mode, elements=50000, timeout=2.0)
+    first = LocalRun(graph, run, crash={"h3": 0.0005})
+    result = first.finish()
+    assert not result["correct"]
+    survivors = [e for e in result["errors"] if "crashed" not in e]
+    assert survivors and all("rank(s) 2 sent nothing" in e and "aborted the job" in e for e in survivors)
+    assert first.fabric.now < 2.0  # the others knew within the stall timeout (1 s) plus a check period
+    for rt in first.runtimes.values():  # every slot of the job is free again
+        assert (rt.ctx.regs.chunk == -1).all()
+    # the next job runs on the very same switches (and PBox), from a clean slate
+    again = Fabric(graph, seed=1)
+    for name, rt in first.runtimes.items():
+        again.add_switch(name, rt)
+    for server in first.servers:
+        again.attach("p1", server)
+    procs = []
+    for w, spec in first.rp.specs[1].items():
+        proc = WorkerProcess(spec, [np.full(3000, spec.rank + 1.0, np.float32)])
+        again.attach(w, proc)
+        procs.append(proc)
+    again.run()
+    assert all(p.error is None for p in procs)
+    assert all(np.array_equal(p.calls[0].result, np.full(3000, 10.0, np.float32)) for p in procs)
+
+
+def test_tenants_share_switches_and_the_overflowing_job_falls_back_exactly():
+    graph = build("leaf-spine", racks=2, hosts_per_rack=3)
+    result = run_local(graph, RunSpec(elements=20000, jobs=3, job_slots=64, iterations=2))
+    assert result["correct"] and result["fallbacks"] == 1
+    assert [j["outcome"] for j in result["jobs"]] == ["full: 64 slots", "full: 64 slots",
+                                                      "fallback: switch memory full, aggregated by p1"]
+    assert result["link_bytes"] == result["predicted_link_bytes"]
+
+
+class Spoofer:
+    """A host that forges every kind of packet it can think of, all through the run."""
+
+    daemon = True
+    done = False
+
+    def __init__(self, me, tor, victim, pbox, count=300):
+        self.me, self.tor, self.victim, self.pbox = me, tor, victim, pbox
+        self.left = count
+        self.sent = {"unknown_job": 0, "not_member": 0, "spoofed_source": 0, "result_from_child": 0, "to_victim": 0}
+
+    def start(self, now):
+        return []
+
+    def receive(self, frame, now):
+        return []
+
+    def next_deadline(self):
+        return None if self.left <= 0 else 0.0001 * (300 - self.left)
+
+    def on_timeout(self, now):
+        self.left -= 1
+        vals = np.full(256, 2**20, np.int32)
+        forged = [
+            ("unknown_job", make_packet(vals, job=77, rank=0, slot=0, chunk=1).to_frame(self.me, self.tor)),
+            ("not_member", make_packet(vals, job=1, rank=0, slot=1, chunk=2).to_frame(self.me, self.tor)),
+            ("spoofed_source", make_packet(vals, job=1, rank=2, slot=1, chunk=2).to_frame(self.victim, self.tor)),
+            ("result_from_child", make_packet(vals, job=1, rank=0xFFFF, slot=1, chunk=2, flags=RESULT).to_frame(self.me, self.tor)),
+            ("not_member", make_packet([0, 0], job=1, flags=ABORT).to_frame(self.me, self.tor)),
+            ("spoofed_source", make_packet(vals, job=1, rank=0, slot=1, chunk=2, flags=RESULT | ROUTE).to_frame(self.pbox, self.victim)),
+            ("to_victim", make_packet(vals, job=1, rank=0, slot=1, chunk=2, flags=RESULT | ROUTE).to_frame(self.me, self.victim)),
+        ]
+        for kind, _ in forged:
+            self.sent[kind if kind != "not_member" else kind] += 1
+        return [f for _, f in forged]
+
+
+def test_a_spoofing_host_cannot_change_anyone_elses_sums():
+    graph = build("leaf-spine", racks=2, hosts_per_rack=3)
+    clean = run_local(graph, RunSpec(elements=30000, workers=4))
+    lr = LocalRun(graph, RunSpec(elements=30000, workers=4))
+    idx = node_indices(graph)
+    spoofer = Spoofer(idx["h6"], idx["t2"], idx["h4"], idx["p1"])
+    lr.attach("h6", spoofer)
+    result = lr.finish()
+    assert result["correct"] and result["result_digest"] == clean["result_digest"]
+    counters = lr.runtimes["t2"].ctx.counters
+    assert counters["drop:unknown_job"] == spoofer.sent["unknown_job"]
+    assert counters["drop:not_member"] == spoofer.sent["not_member"]
+    assert counters["drop:spoofed_source"] == spoofer.sent["spoofed_source"]
+    assert counters["drop:result_from_child"] == spoofer.sent["result_from_child"]
+
+
+class Fuzzer(Spoofer):
+    daemon = False  # the run lasts until every frame went out
+
+    def __init__(self, frames):
+        self.frames = frames
+        self.left = len(frames)
+        self.drained_at = None  # done once the link had time to deliver everything sent
+        self.done = False
+
+    def next_deadline(self):
+        return self.drained_at if self.left == 0 else 0.0
+
+    def on_timeout(self, now):
+        if self.left == 0:
+            self.done = now >= self.drained_at
+            return []
+        batch, self.frames = self.frames[:200], self.frames[200:]
+        self.left = len(self.frames)
+        if self.left == 0:
+            self.drained_at = now + 2.0
+        return batch
+
+
+def test_100k_malformed_frames_at_a_live_switch_are_all_counted_and_change_nothing():
+    graph = build("leaf-spine", racks=2, hosts_per_rack=3)
+    clean = run_local(graph, RunSpec(elements=100000, workers=4))
+    lr = LocalRun(graph, RunSpec(elements=100000, workers=4))
+    idx = node_indices(graph)
+    frames = malformed_frames(100_000, idx["h6"], idx["t2"], seed=7)
+    lr.attach("h6", Fuzzer(frames))
+    result = lr.finish()
+    assert result["correct"] and result["result_digest"] == clean["result_digest"]
+    t2 = lr.runtimes["t2"]
+    counted = sum(n for k, n in t2.ctx.counters.items() if k.startswith(("bad:", "drop:")))
+    assert counted == 100_000
+    assert t2.stats[2].rx_packets == 100_000  # h6 is port 2 of t2
+
+
+def test_overflow_is_never_silent():
+    class Rogue(AllreduceCall):
+        """A member whose fixed-point values ignore the agreed scale."""
+
+        def _frame(self, chunk, retx):
+            if self.scale is not None:
+                self.quantized[:] = 2**31 - 1
+            return super()._frame(chunk, retx)
+
+    graph = build("star", workers=3)
+    lr = LocalRun(graph, RunSpec(elements=1000))
+    lr.procs[0].make_call = Rogue
+    result = lr.finish()
+    assert not result["correct"]
+    assert any("int32 overflow" in e for e in result["errors"])
+
+
+def test_extreme_magnitudes_stay_exact_and_nan_is_refused():
+    graph = build("star", workers=2)
+    lr = LocalRun(graph, RunSpec(elements=10))
+    lr.procs[0].tensors = [np.full(10, 3e37, np.float32)]
+    lr.procs[1].tensors = [np.full(10, -1e-30, np.float32)]
+    lr.fabric.run()
+    got = [p.calls[0].result for p in lr.procs]
+    assert np.array_equal(got[0], got[1]) and np.allclose(got[0], 3e37, rtol=1e-6)
+    spec = JobSpec(job=1, rank=0, nworkers=2, slots=4, elements=4, node=0, first_hop=1)
+    with pytest.raises(UserError, match="NaN or Inf"):
+        AllreduceCall(spec, np.array([1.0, np.nan], np.float32), 0)
