@@ -7,7 +7,7 @@ import dataclasses
 import os
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from innet.errors import UserError
 from innet.experiment import RunSpec
@@ -19,8 +19,14 @@ from innet.planner import METHODS
 TCLINK_MAX_MBPS = 1000.0
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        """Bad flags are one line too (argparse would print the usage first)."""
+        self.exit(2, f"error: {message} (see --help)\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="run_topology.py",
         description="Run gradient all-reduce over an emulated topology, in-network and as baselines, "
                     "check every result and report where the bytes went.",

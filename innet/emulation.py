@@ -117,19 +117,22 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     configs = switch_configs(graph, installed_plans(run, rp), run.switch_memory, run.timeout / 2)
     run_id = f"{os.getpid()}-{time.strftime('%H%M%S')}"
     run_dir = f"/tmp/innet-{run_id}"
-    os.makedirs(run_dir)
-    state = RunState(run_id, run_dir)
-    emu = Emulation(graph, state, run_dir)
+    emu: Emulation | None = None
     with _signals_as_interrupts():
         try:
+            os.makedirs(run_dir)
+            emu = Emulation(graph, RunState(run_id, run_dir), run_dir)
             emu.build()
             emu.start_switches(run, program, configs, pcap_dir)
             return emu.execute(run, rp, pbox_cores, crash or {}, intruders or [], cli)
         finally:
             signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
             try:
-                emu.teardown()
-                state.remove()
+                if emu is not None:
+                    emu.teardown()
+                    emu.state.remove()
+                elif os.path.isdir(run_dir):
+                    os.rmdir(run_dir)
             finally:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
@@ -239,9 +242,9 @@ class Emulation:
             assert proc.stdin is not None
             proc.stdin.write(b"go\n")
             proc.stdin.flush()
-        for name, argv in intruders:
-            self._popen(name, argv, stdout=subprocess.DEVNULL)
+        others = {f"{name}!{i}": self._popen(name, argv, stdout=subprocess.DEVNULL) for i, (name, argv) in enumerate(intruders)}
         self._wait_workers(workers, run, started, crash)
+        self._wait_workers(others, run, started, {})
         after = {n.name: interface_bytes(n) for n in net.hosts}
         stats = {sw: ctl.call("stats") for sw, ctl in self.switch_controls.items()}
         for ctl in self.switch_controls.values():

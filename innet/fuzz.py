@@ -48,3 +48,36 @@ def malformed_frames(count: int, src: int, dst: int, seed: int = 0) -> list[byte
             frame[FLAGS_OFFSET] &= ~ROUTE & 0xFF
         frames.append(bytes(frame))
     return frames
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Send malformed frames out of an interface at a bounded rate (run inside a Mininet host)."""
+    import argparse
+    import time
+
+    from innet.rawport import RawPort
+
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--iface", required=True)
+    p.add_argument("--src", type=int, required=True, help="node index of the sending host")
+    p.add_argument("--dst", type=int, required=True, help="node index of its switch")
+    p.add_argument("--count", type=int, default=100_000)
+    p.add_argument("--rate", type=float, default=20_000, help="frames per second at most")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    port = RawPort(args.iface)
+    frames = malformed_frames(args.count, args.src, args.dst, args.seed)
+    start = time.monotonic()
+    for n, frame in enumerate(frames):
+        if len(frame) < 14:  # shorter than an Ethernet header: the kernel refuses to send it
+            frame = frame + bytes(14 - len(frame))
+        port.send(frame)
+        ahead = n / args.rate - (time.monotonic() - start)
+        if ahead > 0.001:
+            time.sleep(ahead)
+    print(f"sent {len(frames)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

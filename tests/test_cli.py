@@ -41,8 +41,45 @@ def test_issue_command_eight_workers_a_million_elements(tmp_path):
     (["--topo", "fat-tree", "--k", "3"], "even k"),
     (["--switch-memory", "100"], "bytes of register memory but switch"),
     (["--topo", "/nonexistent/t.graphml"], "does not exist"),
+    (["--topo", "BAD_GRAPHML"], "is not valid GraphML"),
+    (["--program", "SYNTAX_ERROR"], "syntax error at line 2"),
+    (["--program", "RAISES"], "failed to load: ZeroDivisionError"),
+    (["--program", "HUGE"], "needs 4294967296 bytes of register memory but switch"),
+    (["--racks", "0"], "at least 1"),
+    (["--topo", "leaf-spine", "--oversubscription", "0"], "oversubscription must be positive"),
+    (["--timeout", "0"], "--timeout must be positive"),
+    (["--bw", "-5"], "--bw must be in"),
+    (["--dup", "-0.1"], "dup must be a probability"),
+    (["--fault", "h1t1:loss=0.1"], "is not LINK:key=value"),
+    (["--fault", "h1--t1:speed=3"], "unknown fault 'speed'"),
+    (["--fault", "h1--s1:loss=0.1"], "does not have"),
+    (["--crash", "h9@1"], "not a host of this topology"),
+    (["--crash", "h1@soon"], "HOST@SECONDS"),
+    (["--jobs", "9"], "--jobs must be between 1 and the 4 workers"),
+    (["--pbox-cores", "0"], "--pbox-cores must be at least 1"),
+    (["--mode", "pbox", "--topo", "NO_PBOX"], "needs a PBox host"),
+    (["--topo", "star", "--workers", "0"], "at least 1 worker"),
+    (["--no-such-flag"], "unrecognized arguments"),
+    (["--elements", "many"], "invalid int value"),
+    (["--job-slots", "-1"], "--job-slots must not be negative"),
 ])
 def test_bad_input_gets_one_clear_line(args, message, tmp_path):
+    files = {
+        "BAD_GRAPHML": ("t.graphml", "<graphml><graph><node id='a'/>"),
+        "SYNTAX_ERROR": ("p.py", "from innet import SwitchProgram\nclass P(SwitchProgram:\n"),
+        "RAISES": ("p.py", "x = 1 / 0\n"),
+        "HUGE": ("p.py", "import numpy as np\nfrom innet import Register, SwitchProgram\n"
+                         "class Huge(SwitchProgram):\n    slots = 2**20\n    elements = 1024\n"
+                         "    registers = (Register('pool', ('slots', 'elements'), np.int32),)\n"),
+        "NO_PBOX": ("t.json", '{"nodes": [{"id": "h1"}, {"id": "h2"}, {"id": "s"}], "links": [{"source": "h1", "target": "s"}, '
+                              '{"source": "h2", "target": "s"}]}'),
+    }
+    args = list(args)
+    for i, a in enumerate(args):
+        if a in files:
+            name, text = files[a]
+            (tmp_path / name).write_text(text)
+            args[i] = str(tmp_path / name)
     out = run_cli("--backend", "local", "--out", str(tmp_path), *args)
     assert out.returncode != 0
     lines = out.stderr.strip().splitlines()

@@ -1,0 +1,99 @@
+"""Faults, crashes, spoofers, fuzzing and interrupted teardown on real Mininet networks (root)."""
+
+import glob
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from innet.emulation import run_mininet
+from innet.experiment import RunSpec
+from innet.faults import FaultSpec
+from innet.graph import node_indices
+from innet.local import run_local
+from tests.test_emulation import ROOT, _start, _wait_for_state, assert_nothing_left
+from topologies import build
+
+pytestmark = pytest.mark.mininet
+
+
+@pytest.mark.parametrize("mode,faults", [
+    ("innet", FaultSpec(loss=0.05)), ("pbox", FaultSpec(loss=0.05)), ("ring", FaultSpec(loss=0.05)),
+    ("innet", FaultSpec(loss=0.2)), ("innet", FaultSpec(dup=0.1, reorder=0.2, reorder_delay=0.002)),
+    ("ring", FaultSpec(dup=0.1, reorder=0.2, reorder_delay=0.002)),
+], ids=lambda x: str(x))
+def test_lossy_links_stay_bit_exact_on_mininet(mode, faults):
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2)
+    spec = RunSpec(mode=mode, elements=20000, iterations=2, min_rto=0.02, faults=faults, timeout=20)
+    result = run_mininet(graph, spec)
+    assert result["correct"], result["errors"]
+    assert result["result_digest"] == run_local(graph, RunSpec(mode=mode, elements=20000, iterations=2))["result_digest"]
+    if faults.loss:
+        assert result["retransmissions"] > 0 and result["drops"]["link:lost"] > 0
+    assert_nothing_left()
+
+
+def test_a_killed_worker_is_named_within_the_timeout():
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2)
+    began = time.monotonic()
+    result = run_mininet(graph, RunSpec(elements=3_000_000, min_rto=0.02, timeout=4), crash={"h3": 0.3})
+    assert not result["correct"]
+    survivors = [e for e in result["errors"] if "wrote no result" not in e]
+    assert survivors and all("rank(s) 2 sent nothing" in e for e in survivors), result["errors"]
+    assert time.monotonic() - began < 30
+    assert_nothing_left()
+
+
+def test_100k_malformed_frames_and_a_spoofer_at_live_switches():
+    graph = build("leaf-spine", racks=2, hosts_per_rack=3)
+    idx = node_indices(graph)
+    fuzz = [sys.executable, "-m", "innet.fuzz", "--iface", "h6-eth0", "--src", str(idx["h6"]), "--dst", str(idx["t2"]),
+            "--count", "100000", "--rate", "25000"]
+    spec = RunSpec(elements=400_000, iterations=3, workers=4, min_rto=0.02, timeout=30)
+    result = run_mininet(graph, spec, intruders=[("h6", fuzz)])
+    assert result["correct"], result["errors"]
+    assert result["result_digest"] == run_local(graph, RunSpec(elements=400_000, iterations=3, workers=4))["result_digest"]
+    t2 = result["switch_counters"]["t2"]
+    counted = sum(n for k, n in t2.items() if k.startswith(("bad:", "drop:")))
+    assert counted + result["drops"].get("socket", 0) == 100_000
+    assert_nothing_left()
+
+
+def test_interrupts_at_random_points_leave_nothing_behind():
+    rng = random.Random(2026)
+    for n in range(6):
+        proc = _start("--elements", "2000000", "--iterations", "2", "--no-plots")
+        if n % 3 == 2:  # sometimes before the network is even complete
+            time.sleep(rng.uniform(0.2, 1.0))
+            state = None
+        else:
+            state = _wait_for_state(proc, "innet: building" if n % 2 else "innet: all-reduce")
+            time.sleep(rng.uniform(0.0, 1.5))
+        proc.send_signal(rng.choice([signal.SIGINT, signal.SIGTERM]))
+        proc.communicate(timeout=60)
+        assert proc.returncode in (0, 1, 130), proc.returncode
+        assert_nothing_left(state)
+
+
+def test_sigkill_at_random_points_then_clean():
+    rng = random.Random(7)
+    for _ in range(3):
+        proc = _start("--elements", "2000000", "--no-plots")
+        time.sleep(rng.uniform(0.5, 2.5))
+        states = []
+        for path in glob.glob("/run/innet/*.json"):
+            with open(path) as fh:
+                states.append(json.load(fh))
+        proc.kill()
+        proc.communicate(timeout=30)
+        out = subprocess.run([sys.executable, os.path.join(ROOT, "run_topology.py"), "--clean"],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        for state in states:
+            assert_nothing_left(state)
+        assert_nothing_left()
