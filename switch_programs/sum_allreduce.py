@@ -20,8 +20,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from innet import ABORT, ALL_RANKS, OVERFLOW, RESULT, RETX, VER, Drop, Emit, Multicast, Register, SwitchProgram, make_packet
-from innet import on_packet, on_timer
+from innet import (
+    ABORT,
+    ALL_RANKS,
+    OVERFLOW,
+    RESULT,
+    RETX,
+    VER,
+    Drop,
+    Emit,
+    Multicast,
+    Register,
+    SwitchProgram,
+    make_packet,
+    on_packet,
+    on_timer,
+)
 
 COLLECTING, WAITING, DONE = 0, 1, 2
 
