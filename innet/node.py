@@ -163,18 +163,7 @@ def serve_worker(conf: dict[str, Any]) -> int:
             linger_until = linger_until or time.monotonic() + (conf["linger"] if proc.error is None else 0)
             if time.monotonic() >= linger_until:
                 break
-        if poller.poll(_wait_ms(proc.next_deadline(), egress.next_due(), linger_until)):
-            frames = port.recv_batch()
-            now = time.monotonic()
-            for frame in frames:
-                for out in proc.receive(frame, now):
-                    egress.send(0, out, now)
-        now = time.monotonic()
-        deadline = proc.next_deadline()
-        if deadline is not None and deadline <= now:
-            for out in proc.on_timeout(now):
-                egress.send(0, out, now)
-        egress.flush(now)
+        _serve_once(poller, port, proc, egress, linger_until)
     calls = proc.calls
     np.savez(
         conf["result"],
@@ -202,17 +191,22 @@ def serve_pbox(conf: dict[str, Any]) -> int:
     poller.register(port.fileno(), select.POLLIN)
     print("ready", flush=True)
     while True:
-        if poller.poll(_wait_ms(egress.next_due(), server.next_deadline())):
-            now = time.monotonic()
-            for frame in port.recv_batch():
-                for out in server.receive(frame, now):
-                    egress.send(0, out, now)
+        _serve_once(poller, port, server, egress)
+
+
+def _serve_once(poller: select.poll, port: RawPort, endpoint: Any, egress: Egress, wake: float | None = None) -> None:
+    """One wake-up of a host endpoint: wait for frames or its deadline, feed it, send what it says."""
+    if poller.poll(_wait_ms(endpoint.next_deadline(), egress.next_due(), wake)):
         now = time.monotonic()
-        deadline = server.next_deadline()
-        if deadline is not None and deadline <= now:
-            for out in server.on_timeout(now):
+        for frame in port.recv_batch():
+            for out in endpoint.receive(frame, now):
                 egress.send(0, out, now)
-        egress.flush(now)
+    now = time.monotonic()
+    deadline = endpoint.next_deadline()
+    if deadline is not None and deadline <= now:
+        for out in endpoint.on_timeout(now):
+            egress.send(0, out, now)
+    egress.flush(now)
 
 
 def main(argv: list[str]) -> int:
