@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 from innet.errors import UserError
 from innet.experiment import RunSpec
 from innet.faults import FaultSpec, parse_link_fault
-from innet.metrics import summary_table, topology_summary, write_link_csv, write_results
+from innet.metrics import summary_table, write_link_csv, write_results
 from innet.modes import MODES
 from innet.planner import METHODS
 
@@ -62,7 +62,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--reorder", type=float, default=0.0, help="probability a frame is held back (reordered)")
     p.add_argument("--delay", type=float, default=0.0, help="extra one-way delay per link, seconds")
     p.add_argument("--fault", action="append", default=[], metavar="LINK:K=V,...",
-                   help="faults on one link instead, e.g. h3--t2:delay=0.01 (a straggler) or t1--s1:loss=0.2; repeatable")
+                   help="faults on one link (a--b) or one direction (a->b) instead, e.g. h3--t2:delay=0.01 (a straggler) "
+                        "or s1->t1:loss=0.2; repeatable")
     p.add_argument("--crash", action="append", default=[], metavar="HOST@SECONDS",
                    help="kill a worker host's process that many seconds into the run (virtual seconds on local)")
     p.add_argument("--jobs", type=int, default=1, help="jobs at once, hosts dealt round-robin, each its own seed (default 1)")
@@ -160,7 +161,8 @@ def _main(args: argparse.Namespace) -> int:
         raise UserError(f"--pbox-cores must be at least 1, got {args.pbox_cores}")
     crash = _crashes(args.crash, graph)
     for link, _ in run.link_faults:
-        if link not in {r["link"] for r in topology_summary(graph)["links"]}:
+        ends = link.split("->") if "->" in link else link.split("--")
+        if not graph.has_edge(*ends):
             raise UserError(f"--fault names link {link}, which this topology does not have")
     modes = MODES if args.mode == "all" else (args.mode,)
     runs = []

@@ -41,7 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _faults(graph: nx.Graph, run: RunSpec, node: str) -> dict[str, dict[str, float]]:
     """Each port's faults, for the link behind it (JSON keys are strings)."""
-    return {str(p): dataclasses.asdict(run.faults_on(link_name(node, peer))) for p, peer in ports(graph, node).items()}
+    return {str(p): dataclasses.asdict(run.faults_on(node, peer)) for p, peer in ports(graph, node).items()}
 
 
 def log(msg: str) -> None:

@@ -44,11 +44,14 @@ class RunSpec:
     timeout: float = 10.0
     jobs: int = 1
     job_slots: int = 0  # slots each job asks of every switch (0: the pool divided by the jobs)
-    link_faults: tuple[tuple[str, FaultSpec], ...] = ()  # per link ("a--b"), instead of ``faults``
+    link_faults: tuple[tuple[str, FaultSpec], ...] = ()  # per link ("a--b") or direction ("a->b")
 
-    def faults_on(self, link: str) -> FaultSpec:
-        """The faults of one link: its own if given, else the run's."""
-        return dict(self.link_faults).get(link, self.faults)
+    def faults_on(self, sender: str, receiver: str) -> FaultSpec:
+        """The faults of frames ``sender`` puts on its link to ``receiver``: the direction's,
+        else the link's, else the run's."""
+        given = dict(self.link_faults)
+        a, b = sorted((sender, receiver), key=natural_key)
+        return given.get(f"{sender}->{receiver}", given.get(f"{a}--{b}", self.faults))
 
 
 def pick_workers(graph: nx.Graph, count: int | None) -> list[str]:

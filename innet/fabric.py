@@ -50,9 +50,9 @@ class LinkDirection:
 
 
 class Fabric:
-    def __init__(self, graph: nx.Graph, faults: Callable[[str], FaultSpec] | FaultSpec | None = None,
+    def __init__(self, graph: nx.Graph, faults: Callable[[str, str], FaultSpec] | FaultSpec | None = None,
                  seed: int = 0, switch_delay: float = 0.0) -> None:
-        """``faults`` is one FaultSpec for every link, or a function of the link name ("a--b")."""
+        """``faults`` is one FaultSpec for every link, or a function of (sender, receiver)."""
         self.graph = graph
         self.now = 0.0
         self.switch_delay = switch_delay
@@ -60,8 +60,8 @@ class Fabric:
         self._seq = 0
         self.links: dict[tuple[str, str], LinkDirection] = {}
         for n, (u, v, data) in enumerate(sorted(graph.edges(data=True), key=lambda e: link_name(e[0], e[1]))):
-            spec = faults(link_name(u, v)) if callable(faults) else (faults or FaultSpec())
             for d, (a, b) in enumerate(((u, v), (v, u))):
+                spec = faults(a, b) if callable(faults) else (faults or FaultSpec())
                 self.links[(a, b)] = LinkDirection(data["bw"] * 1e6, data["latency"],
                                                    FaultInjector(spec, seed * 7919 + 2 * n + d))
         self.port_peer = {n: ports(graph, n) for n in graph}

@@ -59,11 +59,10 @@ class FaultInjector:
 
 
 def parse_link_fault(text: str) -> tuple[str, FaultSpec]:
-    """``a--b:loss=0.1,delay=0.005`` -> ("a--b", FaultSpec(loss=0.1, delay=0.005)); ValueError if bad."""
+    """``a--b:loss=0.1`` (both directions) or ``a->b:delay=0.005`` (one port's direction); ValueError if bad."""
     link, _, params = text.partition(":")
-    if "--" not in link or not params:
-        raise ValueError(f"{text!r} is not LINK:key=value,... (e.g. h1--t1:loss=0.05)")
-    a, b = link.split("--", 1)
+    if not ("--" in link or "->" in link) or not params:
+        raise ValueError(f"{text!r} is not LINK:key=value,... (e.g. h1--t1:loss=0.05 or t1->h1:loss=0.05)")
     from innet.graph import link_name
 
     kw = {}
@@ -72,4 +71,8 @@ def parse_link_fault(text: str) -> tuple[str, FaultSpec]:
         if key not in FaultSpec.__dataclass_fields__:
             raise ValueError(f"unknown fault {key!r}; use loss, dup, reorder, reorder_delay or delay")
         kw[key] = float(value)
+    if "->" in link:
+        a, b = link.split("->", 1)
+        return f"{a}->{b}", FaultSpec(**kw)
+    a, b = link.split("--", 1)
     return link_name(a, b), FaultSpec(**kw)

@@ -14,7 +14,7 @@ import struct
 
 import numpy as np
 
-from innet.packet import FLAGS_OFFSET, HEADER_OFFSET, PAYLOAD_OFFSET, ROUTE, make_packet
+from innet.packet import ABORT, FLAGS_OFFSET, HEADER_OFFSET, PAYLOAD_OFFSET, RESULT, ROUTE, make_packet
 
 KINDS = ("truncated", "short_payload", "long_payload", "random", "huge_count", "bad_ip", "wrong_udp_len", "not_member")
 
@@ -50,6 +50,26 @@ def malformed_frames(count: int, src: int, dst: int, seed: int = 0) -> list[byte
     return frames
 
 
+def forged_frames(me: int, tor: int, victim: int, pbox: int, job: int = 1) -> list[tuple[str, bytes]]:
+    """One round of a deliberately spoofing host ``me`` behind switch ``tor``: (the drop it must cause, frame).
+
+    It claims another job, a rank it is not, another host's address, a result
+    from below, an ABORT, and results routed as if from the PBox; the last one
+    is honestly addressed from ``me`` to ``victim``, so the switches deliver it
+    and the victim must ignore it ("delivered").
+    """
+    vals = np.full(256, 2**20, np.int32)
+    return [
+        ("drop:unknown_job", make_packet(vals, job=job + 76, rank=0, slot=0, chunk=1).to_frame(me, tor)),
+        ("drop:not_member", make_packet(vals, job=job, rank=0, slot=1, chunk=2).to_frame(me, tor)),
+        ("drop:spoofed_source", make_packet(vals, job=job, rank=2, slot=1, chunk=2).to_frame(victim, tor)),
+        ("drop:result_from_child", make_packet(vals, job=job, rank=0xFFFF, slot=1, chunk=2, flags=RESULT).to_frame(me, tor)),
+        ("drop:not_member", make_packet([0, 0], job=job, flags=ABORT).to_frame(me, tor)),
+        ("drop:spoofed_source", make_packet(vals, job=job, rank=0, slot=1, chunk=2, flags=RESULT | ROUTE).to_frame(pbox, victim)),
+        ("delivered", make_packet(vals, job=job, rank=0, slot=1, chunk=2, flags=RESULT | ROUTE).to_frame(me, victim)),
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Send malformed frames out of an interface at a bounded rate (run inside a Mininet host)."""
     import argparse
@@ -64,9 +84,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--count", type=int, default=100_000)
     p.add_argument("--rate", type=float, default=20_000, help="frames per second at most")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--spoof", nargs=2, type=int, metavar=("VICTIM", "PBOX"),
+                   help="send forged packets (innet.fuzz.forged_frames) instead, --count rounds of them")
     args = p.parse_args(argv)
     port = RawPort(args.iface)
-    frames = malformed_frames(args.count, args.src, args.dst, args.seed)
+    if args.spoof:
+        frames = [f for _ in range(args.count) for _, f in forged_frames(args.src, args.dst, *args.spoof)]
+    else:
+        frames = malformed_frames(args.count, args.src, args.dst, args.seed)
     start = time.monotonic()
     for n, frame in enumerate(frames):
         if len(frame) < 14:  # shorter than an Ethernet header: the kernel refuses to send it

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from innet.client import AllreduceClient
 from innet.experiment import make_tensors
 from innet.faults import FaultInjector
-from innet.modes import worker_process
 from innet.pbox import PBoxJob, PBoxServer
 from innet.programs import load_program
 from innet.rawport import RawPort
@@ -144,27 +144,22 @@ def _control(msg: dict[str, Any], runtime: SwitchRuntime | None, program: Any, p
 
 
 def serve_worker(conf: dict[str, Any]) -> int:
+    """A worker host: wait for "go", then one blocking all-reduce per iteration; save what came back."""
     spec = spec_from_json(conf["spec"])
     tensors = make_tensors(conf["seed"], spec.job, spec.rank, conf["iterations"], conf["elements"])
-    port = RawPort(conf["port"])
-    egress = Egress({0: port}, conf["faults"], conf["seed"] * 31 + spec.rank + 1)
-    proc = worker_process(conf["mode"], spec, conf["ring"], tensors)
+    faults = {0: faults_from_json(conf["faults"]["0"])}
+    client = AllreduceClient(spec, conf["port"], conf["mode"], conf["ring"], faults, conf["seed"] * 31 + spec.rank + 1)
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":  # the controller went away before the start
         return 4
-    for frame in proc.start(time.monotonic()):
-        egress.send(0, frame, time.monotonic())
-    poller = select.poll()
-    poller.register(port.fileno(), select.POLLIN)
-    linger_until = None
-    while True:
-        if proc.done:
-            # a ring peer may still miss our last acknowledgement: keep answering for a while
-            linger_until = linger_until or time.monotonic() + (conf["linger"] if proc.error is None else 0)
-            if time.monotonic() >= linger_until:
-                break
-        _serve_once(poller, port, proc, egress, linger_until)
-    calls = proc.calls
+    for tensor in tensors:
+        try:
+            client.allreduce(tensor)
+        except Exception:  # noqa: BLE001 - recorded in the result file, reported by the controller
+            break
+    if client.proc.error is None:
+        client.linger(conf["linger"])
+    calls = client.proc.calls
     np.savez(
         conf["result"],
         ints=np.array([c.result_int for c in calls if c.finished_at is not None]),
@@ -172,10 +167,10 @@ def serve_worker(conf: dict[str, Any]) -> int:
         finished=np.array([c.finished_at if c.finished_at is not None else np.nan for c in calls], dtype=float),
         retransmissions=np.array([c.retransmissions for c in calls]),
         scales=np.array([c.scale if c.scale is not None else 0 for c in calls]),
-        error=np.array(str(proc.error) if proc.error else ""),
+        error=np.array(str(client.proc.error) if client.proc.error else ""),
         spec=np.array(json.dumps(asdict(spec))),
     )
-    return 0 if proc.error is None else 3
+    return 0 if client.proc.error is None else 3
 
 
 def serve_pbox(conf: dict[str, Any]) -> int:
@@ -191,10 +186,10 @@ def serve_pbox(conf: dict[str, Any]) -> int:
     poller.register(port.fileno(), select.POLLIN)
     print("ready", flush=True)
     while True:
-        _serve_once(poller, port, server, egress)
+        serve_once(poller, port, server, egress)
 
 
-def _serve_once(poller: select.poll, port: RawPort, endpoint: Any, egress: Egress, wake: float | None = None) -> None:
+def serve_once(poller: select.poll, port: RawPort, endpoint: Any, egress: Egress, wake: float | None = None) -> None:
     """One wake-up of a host endpoint: wait for frames or its deadline, feed it, send what it says."""
     if poller.poll(_wait_ms(endpoint.next_deadline(), egress.next_due(), wake)):
         now = time.monotonic()

@@ -208,8 +208,9 @@ class RingCall:
         if now - self.last_progress >= self.spec.timeout:
             from innet.errors import AllreduceTimeout
 
-            self.error = AllreduceTimeout(f"job {self.spec.job} rank {self.rank}: ring made no progress "
-                                          f"for {self.spec.timeout:g}s")
+            prev = (self.rank - 1) % self.spec.nworkers
+            self.error = AllreduceTimeout(f"job {self.spec.job} rank {self.rank}: nothing new from rank {prev} "
+                                          f"(its predecessor in the ring) for {self.spec.timeout:g}s")
             return []
         out = []
         rto = self.timer.rto

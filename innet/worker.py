@@ -249,6 +249,10 @@ class WorkerProcess:
     def start(self, now: float) -> list[bytes]:
         return self._advance(self._begin(now), now) if self.tensors else []
 
+    def advance(self, now: float) -> list[bytes]:
+        """Begin the next call if the current one is over and another tensor is waiting."""
+        return self._advance([], now)
+
     def _advance(self, out: list[bytes], now: float) -> list[bytes]:
         call = self.current
         while call is not None and call.done and call.error is None and len(self.calls) < len(self.tensors):

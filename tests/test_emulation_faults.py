@@ -97,3 +97,18 @@ def test_sigkill_at_random_points_then_clean():
         for state in states:
             assert_nothing_left(state)
         assert_nothing_left()
+
+
+def test_a_spoofing_host_on_mininet_changes_no_sum():
+    graph = build("leaf-spine", racks=2, hosts_per_rack=3)
+    idx = node_indices(graph)
+    spoof = [sys.executable, "-m", "innet.fuzz", "--iface", "h6-eth0", "--src", str(idx["h6"]), "--dst", str(idx["t2"]),
+             "--count", "2000", "--rate", "5000", "--spoof", str(idx["h4"]), str(idx["p1"])]
+    spec = RunSpec(elements=300_000, iterations=2, workers=4, min_rto=0.02, timeout=30)
+    result = run_mininet(graph, spec, intruders=[("h6", spoof)])
+    assert result["correct"], result["errors"]
+    assert result["result_digest"] == run_local(graph, RunSpec(elements=300_000, iterations=2, workers=4))["result_digest"]
+    t2 = result["switch_counters"]["t2"]
+    assert (t2["drop:unknown_job"], t2["drop:result_from_child"]) == (2000, 2000)
+    assert t2["drop:not_member"] == 4000 and t2["drop:spoofed_source"] == 4000
+    assert_nothing_left()
