@@ -64,7 +64,7 @@ def forged_frames(me: int, tor: int, victim: int, pbox: int, job: int = 1) -> li
         ("drop:not_member", make_packet(vals, job=job, rank=0, slot=1, chunk=2).to_frame(me, tor)),
         ("drop:spoofed_source", make_packet(vals, job=job, rank=2, slot=1, chunk=2).to_frame(victim, tor)),
         ("drop:result_from_child", make_packet(vals, job=job, rank=0xFFFF, slot=1, chunk=2, flags=RESULT).to_frame(me, tor)),
-        ("drop:not_member", make_packet([0, 0], job=job, flags=ABORT).to_frame(me, tor)),
+        ("drop:not_member", make_packet(np.zeros(2, np.int32), job=job, flags=ABORT).to_frame(me, tor)),
         ("drop:spoofed_source", make_packet(vals, job=job, rank=0, slot=1, chunk=2, flags=RESULT | ROUTE).to_frame(pbox, victim)),
         ("delivered", make_packet(vals, job=job, rank=0, slot=1, chunk=2, flags=RESULT | ROUTE).to_frame(me, victim)),
     ]
