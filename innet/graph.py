@@ -74,11 +74,6 @@ def tier(graph: nx.Graph, u: str, v: str) -> str:
     return f"{a}-{b}"
 
 
-def rack_of(graph: nx.Graph, host: str) -> str:
-    """The switch a host hangs off (its rack's ToR)."""
-    return next(iter(graph[host]))
-
-
 def validate(graph: nx.Graph, where: str = "topology") -> nx.Graph:
     """Check roles and links, fill link defaults; raise UserError naming the problem."""
     if graph.number_of_nodes() == 0:

@@ -76,18 +76,17 @@ def _bfs_parents(graph: nx.Graph, root: str) -> dict[str, str]:
     return parents
 
 
-def _choose_root(graph: nx.Graph, workers: Sequence[str]) -> tuple[str, set[str]]:
-    sw = [n for n in graph if is_switch(graph, n)]
-    return _closest_switch(graph, sw, workers), set()
+def _choose_root(graph: nx.Graph, workers: Sequence[str]) -> str:
+    return _closest_switch(graph, [n for n in graph if is_switch(graph, n)], workers)
 
 
 def _method_root(graph: nx.Graph, workers: Sequence[str]) -> tuple[str, set[str], nx.Graph]:
-    root, _ = _choose_root(graph, workers)
+    root = _choose_root(graph, workers)
     return root, {root}, graph
 
 
 def _method_tor(graph: nx.Graph, workers: Sequence[str]) -> tuple[str, set[str], nx.Graph]:
-    root, _ = _choose_root(graph, workers)
+    root = _choose_root(graph, workers)
     return root, {root} | {next(iter(graph[w])) for w in workers}, graph
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from innet.errors import UserError
 from innet.packet import ABORT, AGG_PORT, FALLBACK, HEADER_OFFSET, RESULT, ROUTE, Packet, parse_frame
-from innet.program import Action, Context, Drop, Emit, JobPort, Multicast, SwitchProgram, ToPBox
+from innet.program import Action, Context, Drop, Emit, HandlerResult, JobPort, Multicast, SwitchProgram, ToPBox
 
 Frames = list[tuple[int, bytes]]
 DEFAULT_SWITCH_MEMORY = 4 << 20
@@ -123,7 +123,7 @@ class SwitchRuntime:
             return out
         handler = self.handlers.get(kind_of(pkt))
         if handler is None:
-            result: object = self.ctx.route(pkt) if kind_of(pkt) == "routed" else Drop("no_handler")
+            result: HandlerResult = self.ctx.route(pkt) if kind_of(pkt) == "routed" else Drop("no_handler")
         else:
             result = getattr(self.program, handler)(self.ctx, pkt)
         self._execute(result, out)
@@ -136,7 +136,7 @@ class SwitchRuntime:
             return self.ctx.routes.get(pkt.src) != port
         return self.config.neighbors.get(port) != pkt.src
 
-    def _execute(self, result: object, out: Frames) -> None:
+    def _execute(self, result: HandlerResult, out: Frames) -> None:
         if result is None:
             return
         actions: Iterable[Action] = (result,) if not isinstance(result, (list, tuple)) else result
