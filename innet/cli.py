@@ -189,6 +189,8 @@ def _main(args: argparse.Namespace) -> int:
         write_results(args.json, graph, runs)
     print(f"results: {', '.join(files)}")
     for r in runs:
+        for warning in r.get("warnings", []):
+            print(f"warning: {r['mode']}: {warning}", file=sys.stderr)
         for err in r.get("errors", []):
             print(f"error: {err}", file=sys.stderr)
     return 0 if all(r["correct"] for r in runs) else 1

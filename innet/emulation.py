@@ -48,6 +48,27 @@ def log(msg: str) -> None:
     print(f"innet: {msg}", file=sys.stderr, flush=True)
 
 
+CPU_BOUND = 0.8  # of one core, during the all-reduce
+
+
+def bottlenecks(stats: dict[str, dict[str, Any]], host_cpu_s: float = 0.0, wall: float = 0.0) -> list[str]:
+    """Say when CPUs, not the links, limited the run: a CPU-bound switch, socket drops, or a saturated machine."""
+    out = []
+    busy = sum(st["cpu_share"] for st in stats.values()) + (host_cpu_s / wall if wall > 0 else 0.0)
+    if busy >= CPU_BOUND * (os.cpu_count() or 1):
+        out.append(f"switches and hosts kept {busy:.1f} of the machine's {os.cpu_count()} cores busy: "
+                   "the emulation was CPU-bound, not link-bound")
+    for sw, st in sorted(stats.items(), key=lambda kv: natural_key(kv[0])):
+        if st["cpu_share"] >= CPU_BOUND:
+            out.append(f"switch {sw} was CPU-bound ({100 * st['cpu_share']:.0f}% of a core during the all-reduce): "
+                       "the links were not the limit")
+        dropped = {port: n for port, n in st.get("socket_drops", {}).items() if n}
+        if dropped:
+            out.append(f"switch {sw} dropped frames at its sockets ({', '.join(f'{p}: {n}' for p, n in dropped.items())}): "
+                       "it could not keep up")
+    return out
+
+
 class Control:
     """The controller's end of one switch's control channel (JSON lines on a Unix socket)."""
 
@@ -235,6 +256,7 @@ class Emulation:
             assert proc.stdout is not None
             if proc.stdout.readline().strip() != b"ready":
                 raise UserError(f"{name} failed to start")
+        cpu_before = {sw: ctl.call("stats")["cpu_s"] for sw, ctl in self.switch_controls.items()}
         before = {n.name: interface_bytes(n) for n in net.hosts}
         log(f"all-reduce: {len(workers)} workers x {run.elements} elements x {run.iterations} iteration(s)")
         started = time.monotonic()
@@ -246,14 +268,17 @@ class Emulation:
         self._wait_workers(workers, run, started, crash)
         self._wait_workers(others, run, started, {})
         after = {n.name: interface_bytes(n) for n in net.hosts}
+        wall = time.monotonic() - started
         stats = {sw: ctl.call("stats") for sw, ctl in self.switch_controls.items()}
+        for sw, st in stats.items():
+            st["cpu_share"] = (st["cpu_s"] - cpu_before[sw]) / wall if wall > 0 else 0.0
         for ctl in self.switch_controls.values():
             ctl.call("stop")
         if cli:
             from mininet.cli import CLI
 
             CLI(net)
-        return self._record(run, rp, before, after, stats)
+        return self._record(run, rp, before, after, stats, wall)
 
     def _write(self, name: str, conf: dict[str, Any]) -> None:
         with open(os.path.join(self.run_dir, name), "w", encoding="utf-8") as fh:
@@ -296,7 +321,7 @@ class Emulation:
             time.sleep(0.01)
 
     def _record(self, run: RunSpec, rp: RunPlan, before: dict[str, dict[str, int]], after: dict[str, dict[str, int]],
-                stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
+                stats: dict[str, dict[str, Any]], wall: float) -> dict[str, Any]:
         graph = self.graph
         link_bytes = {}
         for u, v in graph.edges:
@@ -305,10 +330,12 @@ class Emulation:
                 intf = f"{a}-eth{port_to(graph, a, b)}"
                 total += after[a].get(intf, 0) - before[a].get(intf, 0)
             link_bytes[link_name(u, v)] = total
-        outcomes = []
+        outcomes, host_cpu = [], 0.0
         for plan in rp.plans:
             for w, spec in rp.specs[plan.job].items():
                 outcomes.append(self._outcome(w, spec))
+                path = os.path.join(self.run_dir, f"{w}.npz")
+                host_cpu += float(np.load(path)["cpu_s"]) if os.path.exists(path) else 0.0
         drops: dict[str, int] = {}
         for st in stats.values():
             for key, n in st.get("counters", {}).items():
@@ -320,7 +347,8 @@ class Emulation:
         return run_record(
             graph, run, rp, "mininet", outcomes, link_bytes, drops,
             switch_memory_bytes={sw: st.get("memory_bytes", 0) for sw, st in stats.items()},
-            switch_cpu_s={sw: round(st.get("cpu_s", 0.0), 3) for sw, st in stats.items()},
+            switch_cpu_share={sw: round(st["cpu_share"], 3) for sw, st in stats.items()},
+            warnings=bottlenecks(stats, host_cpu, wall),
             switch_counters={sw: st.get("counters", {}) for sw, st in stats.items()},
         )
 

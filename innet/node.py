@@ -131,10 +131,9 @@ def _control(msg: dict[str, Any], runtime: SwitchRuntime | None, program: Any, p
             egress.send(port, frame, time.monotonic())
         return {"ok": True, "memory_bytes": runtime.memory_bytes}, runtime, False
     if op == "stats":
-        usage = resource.getrusage(resource.RUSAGE_SELF)
         report: dict[str, Any] = runtime.report() if runtime else {}
         report.update(
-            ok=True, cpu_s=usage.ru_utime + usage.ru_stime, lost=egress.lost(),
+            ok=True, cpu_s=_cpu_s(), lost=egress.lost(),
             socket_drops={ports[p].name: ports[p].drops() for p in ports},
         )
         return report, runtime, False
@@ -152,6 +151,7 @@ def serve_worker(conf: dict[str, Any]) -> int:
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":  # the controller went away before the start
         return 4
+    cpu_at_go = _cpu_s()
     for tensor in tensors:
         try:
             client.allreduce(tensor)
@@ -169,8 +169,14 @@ def serve_worker(conf: dict[str, Any]) -> int:
         scales=np.array([c.scale if c.scale is not None else 0 for c in calls]),
         error=np.array(str(client.proc.error) if client.proc.error else ""),
         spec=np.array(json.dumps(asdict(spec))),
+        cpu_s=np.array(_cpu_s() - cpu_at_go),
     )
     return 0 if client.proc.error is None else 3
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def serve_pbox(conf: dict[str, Any]) -> int:

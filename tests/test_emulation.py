@@ -152,3 +152,15 @@ def test_ring_is_exact_on_mininet_and_close_to_its_prediction():
     # spurious retransmissions under the Python data plane's queueing can only add bytes
     assert predicted <= sum(result["link_bytes"].values()) <= 1.10 * predicted
     assert_nothing_left()
+
+
+def test_bottleneck_warnings_name_the_cpu_bound_switch_and_socket_drops():
+    from innet.emulation import bottlenecks
+
+    stats = {"t1": {"cpu_share": 0.95, "socket_drops": {"t1-eth0": 0}},
+             "s1": {"cpu_share": 0.1, "socket_drops": {"s1-eth1": 12}}}
+    warnings = bottlenecks(stats, host_cpu_s=0.0, wall=1.0)
+    assert any(w.startswith("switch t1 was CPU-bound (95% of a core") for w in warnings)
+    assert any(w.startswith("switch s1 dropped frames at its sockets (s1-eth1: 12)") for w in warnings)
+    assert not any("s1 was CPU-bound" in w for w in warnings)
+    assert bottlenecks({"s1": {"cpu_share": 0.1}}, host_cpu_s=0.1, wall=1.0) == []
