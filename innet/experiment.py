@@ -41,6 +41,7 @@ class RunSpec:
     faults: FaultSpec = field(default_factory=FaultSpec)
     switch_memory: int = DEFAULT_SWITCH_MEMORY
     min_rto: float = 0.001
+    initial_rto: float = 0.2
     timeout: float = 10.0
     jobs: int = 1
     job_slots: int = 0  # slots each job asks of every switch (0: the pool divided by the jobs)
@@ -94,7 +95,7 @@ def worker_specs(graph: nx.Graph, plan: JobPlan, program: type[SwitchProgram], r
     return {
         w: JobSpec(job=plan.job, rank=rank, nworkers=len(plan.workers), slots=plan.slots,
                    elements=program.elements, node=index[w], first_hop=index[plan.first_hop[w]],
-                   min_rto=run.min_rto, timeout=run.timeout)
+                   min_rto=run.min_rto, initial_rto=run.initial_rto, timeout=run.timeout)
         for rank, w in enumerate(plan.workers)
     }
 

@@ -41,7 +41,7 @@ def assert_nothing_left(state=None):
 ])
 def test_allreduce_is_exact_and_identical_to_the_local_backend(topo, params, elements):
     graph = build(topo, **params)
-    spec = RunSpec(elements=elements, iterations=2, min_rto=0.02)
+    spec = RunSpec(elements=elements, iterations=2, min_rto=0.2, initial_rto=1.0)
     real = run_mininet(graph, spec)
     assert real["correct"], real["errors"]
     local = run_local(graph, spec)
@@ -123,9 +123,9 @@ def test_pcap_per_interface_is_readable(tmp_path):
 @pytest.mark.parametrize("hosts_per_rack", [2, 3])
 def test_in_network_cross_rack_bytes_are_at_most_one_hth_of_the_pbox(hosts_per_rack):
     graph = build("leaf-spine", racks=2, hosts_per_rack=hosts_per_rack)
-    spec = RunSpec(elements=60000, min_rto=0.02)
+    spec = RunSpec(elements=60000, min_rto=0.2, initial_rto=1.0)  # patient timers: no spurious retransmission
     innet = run_mininet(graph, spec)
-    pbox = run_mininet(graph, RunSpec(mode="pbox", elements=60000, min_rto=0.02))
+    pbox = run_mininet(graph, RunSpec(mode="pbox", elements=60000, min_rto=0.2, initial_rto=1.0))
     assert innet["correct"] and pbox["correct"]
     assert innet["cross_rack_bytes"] <= 1.05 * pbox["cross_rack_bytes"] / hosts_per_rack
     assert_nothing_left()
@@ -138,7 +138,7 @@ def test_in_network_cross_rack_bytes_are_at_most_one_hth_of_the_pbox(hosts_per_r
 ])
 def test_bytes_at_the_interfaces_match_the_planner(topo, params, mode):
     graph = build(topo, **params)
-    result = run_mininet(graph, RunSpec(mode=mode, elements=30011, min_rto=0.05, timeout=30), pbox_cores=2)
+    result = run_mininet(graph, RunSpec(mode=mode, elements=30011, min_rto=0.2, initial_rto=1.0, timeout=30), pbox_cores=2)
     assert result["correct"] and result["retransmissions"] == 0, result["errors"]
     assert result["link_bytes"] == result["predicted_link_bytes"]
     assert_nothing_left()
