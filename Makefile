@@ -33,6 +33,7 @@ test-fast: lint
 	$(PYTHON) -m pytest -m 'not mininet'
 
 bench: deps
+	$(SUDO) $(PYTHON) scripts/bench_switch.py
 	$(SUDO) $(PYTHON) scripts/bench_fabric.py
 
 clean:

@@ -158,6 +158,29 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
+@contextmanager
+def network(graph: nx.Graph) -> Iterator[Emulation]:
+    """A bare Mininet network of ``graph`` (nothing started on it), removed on exit: for benchmarks."""
+    from mininet.log import setLogLevel
+
+    setLogLevel("critical")
+    run_id = f"{os.getpid()}-{time.strftime('%H%M%S')}-bench"
+    run_dir = f"/tmp/innet-{run_id}"
+    os.makedirs(run_dir)
+    emu = Emulation(graph, RunState(run_id, run_dir), run_dir)
+    with _signals_as_interrupts():
+        try:
+            emu.build()
+            yield emu
+        finally:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+            try:
+                emu.teardown()
+                emu.state.remove()
+            finally:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 class Emulation:
     def __init__(self, graph: nx.Graph, state: RunState, run_dir: str) -> None:
         self.graph = graph
@@ -202,12 +225,19 @@ class Emulation:
                 if intf != "lo":
                     node.cmd(f"ethtool -K {intf} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1")
 
-    def _popen(self, name: str, args: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+    def _popen(self, name: str | None, args: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+        """Start ``args`` inside node ``name`` (or, with None, here), recorded for teardown."""
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        proc: subprocess.Popen[bytes] = self.net.get(name).popen(args, env=env, **kw)
+        proc: subprocess.Popen[bytes]
+        if name is None:
+            proc = subprocess.Popen(args, env=env, **kw)
+        else:
+            proc = self.net.get(name).popen(args, env=env, **kw)
         self.procs.append(proc)
-        self.state.add_pid(f"innet:{name}", proc.pid)
+        self.state.add_pid(f"innet:{name or 'root'}", proc.pid)
         return proc
+
+    spawn = _popen
 
     def start_switches(self, run: RunSpec, program: Any, configs: dict[str, Any], pcap_dir: str | None) -> None:
         graph = self.graph
