@@ -8,7 +8,6 @@ socket sends itself are not looped back (PACKET_IGNORE_OUTGOING).
 from __future__ import annotations
 
 import ctypes
-import mmap
 import socket
 import struct
 
@@ -21,11 +20,6 @@ PACKET_IGNORE_OUTGOING = 23
 SO_RCVBUFFORCE = 33
 SO_SNDBUFFORCE = 32
 SO_ATTACH_FILTER = 26
-PACKET_RX_RING = 5
-PACKET_VERSION = 10
-TPACKET_V3 = 2
-TP_STATUS_KERNEL, TP_STATUS_USER = 0, 1
-FRAME_SIZE = 2048
 BUFFER_BYTES = 16 << 20
 
 
@@ -91,44 +85,3 @@ class RawPort:
     def close(self) -> None:
         self.sock.close()
 
-
-class RingPort(RawPort):
-    """A RawPort whose receive side is a TPACKET_V3 ring: one poll wake-up hands over whole blocks.
-
-    The kernel fills blocks of ``block_size`` bytes and retires each when it is
-    full or ``retire_ms`` after its first frame; ``recv_batch`` walks every
-    retired block and gives it back. No receive system call per frame.
-    """
-
-    def __init__(self, ifname: str, block_size: int = 1 << 18, blocks: int = 64, retire_ms: int = 1) -> None:
-        super().__init__(ifname)
-        self.sock.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V3)
-        req = struct.pack("IIIIIII", block_size, blocks, FRAME_SIZE, block_size * blocks // FRAME_SIZE, retire_ms, 0, 0)
-        self.sock.setsockopt(SOL_PACKET, PACKET_RX_RING, req)
-        self.ring = mmap.mmap(self.sock.fileno(), block_size * blocks, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        self.block_size, self.blocks, self.current = block_size, blocks, 0
-
-    def recv_batch(self) -> list[bytes]:
-        frames: list[bytes] = []
-        ring, size = self.ring, self.block_size
-        while True:
-            base = self.current * size
-            status, count, first = struct.unpack_from("III", ring, base + 8)
-            if not status & TP_STATUS_USER:
-                return frames
-            offset = base + first
-            for _ in range(count):
-                nxt, snaplen, mac = struct.unpack_from("I8xI8xH", ring, offset)
-                frames.append(ring[offset + mac : offset + mac + snaplen])
-                offset += nxt
-            struct.pack_into("I", ring, base + 8, TP_STATUS_KERNEL)
-            self.current = (self.current + 1) % self.blocks
-
-    def drops(self) -> int:
-        raw = self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 12)
-        self.socket_drops += struct.unpack("III", raw)[1]
-        return self.socket_drops
-
-    def close(self) -> None:
-        self.ring.close()
-        super().close()
