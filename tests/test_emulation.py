@@ -54,7 +54,7 @@ def test_allreduce_is_exact_and_identical_to_the_local_backend(topo, params, ele
 def test_fat_tree_k4_brings_up_aggregates_and_tears_down():
     graph = build("fat-tree", k=4)
     result = run_mininet(graph, RunSpec(elements=20000, min_rto=0.05, timeout=30))
-    assert result["correct"] and result["workers"] == 15 and len(result["switch_cpu_s"]) == 20
+    assert result["correct"] and result["workers"] == 15 and len(result["switch_cpu_share"]) == 20
     assert_nothing_left()
 
 
