@@ -105,29 +105,36 @@ def validate(graph: nx.Graph, where: str = "topology") -> nx.Graph:
     return graph
 
 
+def bfs_parents(graph: nx.Graph, root: str) -> dict[str, str]:
+    """Shortest-path tree from ``root`` (node -> its parent towards root), ties broken by name.
 
-
-def routes(graph: nx.Graph, node: str) -> dict[str, str]:
-    """Destination node -> next hop from ``node``, by shortest paths through switches.
-
-    Hosts never relay: paths are computed on the graph where hosts are leaves.
-    Ties break by node name, so routes are deterministic.
+    Hosts never relay: only ``root`` itself and switches are expanded.
     """
-    result: dict[str, str] = {}
-    dist = {node: 0}
-    first: dict[str, str] = {}
-    frontier = [node]
+    parents: dict[str, str] = {}
+    seen, frontier = {root}, [root]
     while frontier:
         nxt = []
         for u in frontier:
-            if u != node and not is_switch(graph, u):
+            if u != root and not is_switch(graph, u):
                 continue
             for w in sorted(graph[u], key=natural_key):
-                if w not in dist:
-                    dist[w] = dist[u] + 1
-                    first[w] = w if u == node else first[u]
+                if w not in seen:
+                    seen.add(w)
+                    parents[w] = u
                     nxt.append(w)
         frontier = nxt
-    for dst, hop in first.items():
-        result[dst] = hop
-    return result
+    return parents
+
+
+def routes(graph: nx.Graph, node: str) -> dict[str, str]:
+    """Destination node -> next hop from ``node``, by shortest paths through switches (see bfs_parents)."""
+    parents = bfs_parents(graph, node)
+    first: dict[str, str] = {}
+
+    def hop(dst: str) -> str:
+        if dst not in first:
+            up = parents[dst]
+            first[dst] = dst if up == node else hop(up)
+        return first[dst]
+
+    return {dst: hop(dst) for dst in parents}

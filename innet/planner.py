@@ -21,7 +21,7 @@ import networkx as nx
 from networkx.algorithms.approximation import steiner_tree
 
 from innet.errors import UserError
-from innet.graph import is_switch, natural_key, node_indices, pboxes, port_to
+from innet.graph import bfs_parents, is_switch, natural_key, node_indices, pboxes, port_to
 from innet.program import JobPort
 
 
@@ -56,24 +56,6 @@ def _closest_switch(graph: nx.Graph, candidates: Sequence[str], workers: Sequenc
         return (sum(lengths), max(lengths), natural_key(s))
 
     return min(candidates, key=cost)
-
-
-def _bfs_parents(graph: nx.Graph, root: str) -> dict[str, str]:
-    """Shortest-path tree towards ``root`` (child -> parent), ties broken by name."""
-    parents: dict[str, str] = {}
-    seen, frontier = {root}, [root]
-    while frontier:
-        nxt = []
-        for u in frontier:
-            if u != root and not is_switch(graph, u):
-                continue
-            for w in sorted(graph[u], key=natural_key):
-                if w not in seen:
-                    seen.add(w)
-                    parents[w] = u
-                    nxt.append(w)
-        frontier = nxt
-    return parents
 
 
 def _choose_root(graph: nx.Graph, workers: Sequence[str]) -> str:
@@ -133,7 +115,7 @@ def plan_job(graph: nx.Graph, workers: Sequence[str], method: str = "tor", job: 
         raise ValueError(f"unknown placement method {method!r}; expected one of {', '.join([*METHODS, 'pbox'])}")
     sub = _switch_graph(graph, workers)
     root, aggregators, tree_graph = METHODS[method](sub, workers)
-    parents = _bfs_parents(tree_graph, root)
+    parents = bfs_parents(tree_graph, root)
     missing = [w for w in workers if w not in parents]
     if missing:
         raise UserError(f"workers {', '.join(missing)} cannot reach switch {root}")
