@@ -107,37 +107,34 @@ class Fabric:
         for frame in frames:
             self.transmit(host, 0, frame)
 
-    def _schedule_endpoint(self, host: str, endpoint: Endpoint) -> None:
-        deadline = endpoint.next_deadline()
-        key = id(endpoint)
-        if deadline is not None:
-            deadline = max(deadline, self.now)
-        if deadline is not None and deadline < self._timer_at.get(key, float("inf")):
-            self._timer_at[key] = deadline
-            self._at(deadline, self._endpoint_timer, host, endpoint)
-
-    def _endpoint_timer(self, host: str, endpoint: Endpoint) -> None:
-        if self._timer_at.get(id(endpoint)) != self.now:
+    def _schedule(self, owner: object, due: float | None, fire: Callable[[], None]) -> None:
+        """Arm ``owner``'s one timer for ``due`` (never in the past) unless it is armed earlier already."""
+        if due is None:
             return
-        del self._timer_at[id(endpoint)]
+        due = max(due, self.now)
+        if due < self._timer_at.get(id(owner), float("inf")):
+            self._timer_at[id(owner)] = due
+            self._at(due, self._timer, owner, fire)
+
+    def _timer(self, owner: object, fire: Callable[[], None]) -> None:
+        if self._timer_at.get(id(owner)) != self.now:  # superseded by an earlier arming
+            return
+        del self._timer_at[id(owner)]
+        fire()
+
+    def _schedule_endpoint(self, host: str, endpoint: Endpoint) -> None:
+        self._schedule(endpoint, endpoint.next_deadline(), lambda: self._endpoint_due(host, endpoint))
+
+    def _endpoint_due(self, host: str, endpoint: Endpoint) -> None:
         deadline = endpoint.next_deadline()
         if deadline is not None and deadline <= self.now:
             self._host_send(host, endpoint.on_timeout(self.now))
         self._schedule_endpoint(host, endpoint)
 
     def _schedule_switch(self, name: str, runtime: SwitchRuntime) -> None:
-        due = runtime.next_timer()
-        key = id(runtime)
-        if due is not None:
-            due = max(due, self.now)
-        if due is not None and due < self._timer_at.get(key, float("inf")):
-            self._timer_at[key] = due
-            self._at(due, self._switch_timer, name, runtime)
+        self._schedule(runtime, runtime.next_timer(), lambda: self._switch_due(name, runtime))
 
-    def _switch_timer(self, name: str, runtime: SwitchRuntime) -> None:
-        if self._timer_at.get(id(runtime)) != self.now:
-            return
-        del self._timer_at[id(runtime)]
+    def _switch_due(self, name: str, runtime: SwitchRuntime) -> None:
         for port, frame in runtime.run_timers(self.now):
             self.transmit(name, port, frame)
         self._schedule_switch(name, runtime)
