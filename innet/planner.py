@@ -128,8 +128,7 @@ def plan_job(graph: nx.Graph, workers: Sequence[str], method: str = "tor", job: 
     parents = {c: p for c, p in parents.items() if c in on_tree or c in workers}
     plan = JobPlan(job, method, workers, root, tuple(sorted(aggregators & on_tree, key=natural_key)),
                    parents, {}, first_hop, slots, pbox)
-    ports = {s: _job_port(graph, plan, s) for s in sorted(on_tree, key=natural_key)}
-    return JobPlan(job, method, workers, root, plan.aggregators, parents, ports, first_hop, slots, pbox)
+    return replace(plan, switch_ports={s: _job_port(graph, plan, s) for s in sorted(on_tree, key=natural_key)})
 
 
 def _job_port(graph: nx.Graph, plan: JobPlan, switch: str) -> JobPort:

@@ -121,9 +121,10 @@ class SwitchRuntime:
         if self._spoofed(port, pkt):
             self.ctx.count("drop:spoofed_source")
             return out
-        handler = self.handlers.get(kind_of(pkt))
+        kind = kind_of(pkt)
+        handler = self.handlers.get(kind)
         if handler is None:
-            result: HandlerResult = self.ctx.route(pkt) if kind_of(pkt) == "routed" else Drop("no_handler")
+            result: HandlerResult = self.ctx.route(pkt) if kind == "routed" else Drop("no_handler")
         else:
             result = getattr(self.program, handler)(self.ctx, pkt)
         self._execute(result, out)
