@@ -28,7 +28,7 @@ import numpy as np
 
 from innet.cleanup import RunState, kill_recorded
 from innet.errors import UserError
-from innet.experiment import RunSpec, WorkerOutcome, run_record, switch_configs
+from innet.experiment import RunSpec, WorkerOutcome, run_record, switch_configs, tally_drops
 from innet.fixedpoint import dequantize
 from innet.graph import is_switch, link_name, natural_key, port_to, ports
 from innet.modes import RunPlan, installed_plans, pbox_servers, plan_run
@@ -363,17 +363,13 @@ class Emulation:
         outcomes, host_cpu = [], 0.0
         for plan in rp.plans:
             for w, spec in rp.specs[plan.job].items():
-                outcomes.append(self._outcome(w, spec))
-                path = os.path.join(self.run_dir, f"{w}.npz")
-                host_cpu += float(np.load(path)["cpu_s"]) if os.path.exists(path) else 0.0
-        drops: dict[str, int] = {}
-        for st in stats.values():
-            for key, n in st.get("counters", {}).items():
-                if key.startswith(("drop:", "bad:")):
-                    drops[key] = drops.get(key, 0) + n
-            for key, n in (("link:lost", st.get("lost", 0)), ("socket", sum(st.get("socket_drops", {}).values()))):
-                if n:
-                    drops[key] = drops.get(key, 0) + n
+                outcome, cpu = self._outcome(w, spec)
+                outcomes.append(outcome)
+                host_cpu += cpu
+        drops = tally_drops((st.get("counters", {}) for st in stats.values()), {
+            "link:lost": sum(st.get("lost", 0) for st in stats.values()),
+            "socket": sum(sum(st.get("socket_drops", {}).values()) for st in stats.values()),
+        })
         return run_record(
             graph, run, rp, "mininet", outcomes, link_bytes, drops,
             switch_memory_bytes={sw: st.get("memory_bytes", 0) for sw, st in stats.items()},
@@ -382,15 +378,17 @@ class Emulation:
             switch_counters={sw: st.get("counters", {}) for sw, st in stats.items()},
         )
 
-    def _outcome(self, host: str, spec: Any) -> WorkerOutcome:
+    def _outcome(self, host: str, spec: Any) -> tuple[WorkerOutcome, float]:
+        """What a worker host saved: its outcome, and the CPU seconds it spent from "go"."""
         path = os.path.join(self.run_dir, f"{host}.npz")
         if not os.path.exists(path):
-            return WorkerOutcome(spec.job, spec.rank, [], [], [], [], 0, f"worker {host} (rank {spec.rank}) wrote no result")
+            return WorkerOutcome(spec.job, spec.rank, [], [], [], [], 0, f"worker {host} (rank {spec.rank}) wrote no result"), 0.0
         data = np.load(path)
         ints = list(data["ints"])
-        return WorkerOutcome(spec.job, spec.rank, ints, [dequantize(g, int(s)) for g, s in zip(ints, data["scales"], strict=False)],
-                             list(data["started"]), list(data["finished"]), int(data["retransmissions"].sum()),
-                             str(data["error"]))
+        outcome = WorkerOutcome(spec.job, spec.rank, ints, [dequantize(g, int(s)) for g, s in zip(ints, data["scales"], strict=False)],
+                                list(data["started"]), list(data["finished"]), int(data["retransmissions"].sum()),
+                                str(data["error"]))
+        return outcome, float(data["cpu_s"])
 
     def teardown(self) -> None:
         if self.pcaps:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -18,8 +18,9 @@ import networkx as nx
 import numpy as np
 
 from innet import fixedpoint
+from innet.errors import UserError
 from innet.faults import FaultSpec
-from innet.graph import hosts, natural_key, node_indices, ports, role, routes, switches
+from innet.graph import hosts, link_name, natural_key, node_indices, ports, role, routes, switches
 from innet.metrics import cross_rack_bytes, tier_bytes
 from innet.planner import JobPlan
 from innet.program import SwitchProgram
@@ -51,13 +52,10 @@ class RunSpec:
         """The faults of frames ``sender`` puts on its link to ``receiver``: the direction's,
         else the link's, else the run's."""
         given = dict(self.link_faults)
-        a, b = sorted((sender, receiver), key=natural_key)
-        return given.get(f"{sender}->{receiver}", given.get(f"{a}--{b}", self.faults))
+        return given.get(f"{sender}->{receiver}", given.get(link_name(sender, receiver), self.faults))
 
 
 def pick_workers(graph: nx.Graph, count: int | None) -> list[str]:
-    from innet.errors import UserError
-
     available = hosts(graph)
     if count is None:
         return available
@@ -138,6 +136,19 @@ def check(inputs: Sequence[Sequence[np.ndarray]], results_int: Sequence[Sequence
             if exact.size:
                 max_err = max(max_err, float(np.max(np.abs(results[r][it].astype(np.float64) - exact))))
     return correct, max_err
+
+
+def tally_drops(counters: Iterable[dict[str, int]], extra: dict[str, int]) -> dict[str, int]:
+    """Every drop counter (``drop:``, ``bad:``, ``pbox:``) summed over nodes, plus the non-zero ``extra`` ones."""
+    drops: dict[str, int] = {}
+    for c in counters:
+        for key, n in c.items():
+            if key.startswith(("drop:", "bad:", "pbox:")):
+                drops[key] = drops.get(key, 0) + n
+    for key, n in extra.items():
+        if n:
+            drops[key] = drops.get(key, 0) + n
+    return drops
 
 
 @dataclass

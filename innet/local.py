@@ -6,7 +6,7 @@ from typing import Any
 
 import networkx as nx
 
-from innet.experiment import RunSpec, make_tensors, outcome_of, run_record, switch_configs
+from innet.experiment import RunSpec, make_tensors, outcome_of, run_record, switch_configs, tally_drops
 from innet.fabric import Endpoint, Fabric
 from innet.modes import RunPlan, installed_plans, pbox_servers, plan_run, worker_process
 from innet.programs import load_program
@@ -42,16 +42,9 @@ class LocalRun:
 
     def finish(self, **extra: Any) -> dict[str, Any]:
         self.fabric.run()
-        drops: dict[str, int] = {}
         counters = [rt.ctx.counters for rt in self.runtimes.values()]
         counters += [{"pbox:" + k: n for k, n in s.counters.items()} for s in self.servers]
-        for c in counters:
-            for key, n in c.items():
-                if key.startswith(("drop:", "bad:", "pbox:")):
-                    drops[key] = drops.get(key, 0) + n
-        lost = sum(link.injector.lost for link in self.fabric.links.values())
-        if lost:
-            drops["link:lost"] = lost
+        drops = tally_drops(counters, {"link:lost": sum(link.injector.lost for link in self.fabric.links.values())})
         return run_record(
             self.graph, self.run, self.rp, "local", [outcome_of(p) for p in self.procs], self.fabric.link_bytes(),
             drops, switch_memory_bytes={n: rt.memory_bytes for n, rt in self.runtimes.items()}, **extra,
