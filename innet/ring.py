@@ -9,7 +9,14 @@ Steps, each one packet chain per ``elements``-sized piece:
 Packet j of a step is sent as soon as packet j of the previous step arrived
 (the ring is pipelined). Receivers acknowledge with a bitmap of the packets of
 a step they hold (every ACK_EVERY packets, at the end of a step, and on every
-retransmission); senders retransmit what is unacknowledged on a timeout.
+retransmission).
+
+Loss recovery (RACK-like): the path to the successor is FIFO, so an unacknowledged
+packet of a step sent before one the successor has acknowledged for that step was
+lost, and is retransmitted at once. On a timeout a sender retransmits only the
+oldest unacknowledged packet of each step, as a probe: its RETX flag asks for an
+immediate ACK, which then names any other holes. A late ACK so costs at most one
+spurious packet per step, not a window's worth.
 """
 
 from __future__ import annotations
@@ -47,7 +54,8 @@ class RingCall:
         self.result_int = np.zeros(len(self.tensor), np.int64)
         self.got: dict[int, dict[int, np.ndarray]] = {}      # step -> piece -> values received
         self.unacked: dict[tuple[int, int], tuple[float, bytes]] = {}
-        self.timers: list[tuple[float, int, int]] = []
+        self.timers: list[tuple[float, int, int]] = []  # (armed at, step, j); stale once ``armed`` differs
+        self.armed: dict[tuple[int, int], float] = {}
         self.since_ack: dict[int, int] = {}
         self.pending: list[tuple[int, int]] = []
         self.early: list[bytes] = []
@@ -58,6 +66,7 @@ class RingCall:
         self.error: Exception | None = None
         self.timer = RetransmitTimer(spec)
         self.retransmitted: set[tuple[int, int]] = set()
+        self.newest_acked: dict[int, float] = {}  # step -> send time of the newest packet acknowledged
 
     # -- geometry ---------------------------------------------------------
     def _segment_sent(self, step: int) -> int:
@@ -100,8 +109,12 @@ class RingCall:
                           chunk=self.first + j, flags=ROUTE, exp=self.exp if exp is None else exp)
         frame = pkt.to_frame(self.spec.node, self.next_node)
         self.unacked[(step, j)] = (now, frame)
-        heapq.heappush(self.timers, (now, step, j))
+        self._arm((step, j), now)
         return frame
+
+    def _arm(self, key: tuple[int, int], now: float) -> None:
+        self.armed[key] = now
+        heapq.heappush(self.timers, (now, *key))
 
     def receive(self, frame: bytes, now: float) -> list[bytes]:
         pkt = parse_frame(frame)
@@ -144,15 +157,31 @@ class RingCall:
 
     def _on_ack(self, pkt: Packet, now: float) -> list[bytes]:
         words = np.asarray(pkt.values).view(np.uint32)
+        step = pkt.slot
         for j in range(min(self.pieces, 32 * len(words))):
             if words[j // 32] >> np.uint32(j % 32) & np.uint32(1):
-                sent = self.unacked.pop((pkt.slot, j), None)
+                sent = self.unacked.pop((step, j), None)
                 if sent is not None:
+                    del self.armed[(step, j)]
                     self.last_progress = now
+                    self.newest_acked[step] = max(self.newest_acked.get(step, sent[0]), sent[0])
                     # Karn; and the lone exponent packets never queue, so they would underestimate
-                    if (pkt.slot, j) not in self.retransmitted and pkt.slot >= self.spec.nworkers - 1:
+                    if (step, j) not in self.retransmitted and step >= self.spec.nworkers - 1:
                         self.timer.sample(now - sent[0])
-        return []
+        newest = self.newest_acked.get(step)
+        if newest is None:
+            return []
+        lost = [key for key, (sent_at, _) in self.unacked.items() if key[0] == step and sent_at < newest]
+        return [self._retransmit(key, now) for key in sorted(lost)]
+
+    def _retransmit(self, key: tuple[int, int], now: float) -> bytes:
+        frame = bytearray(self.unacked[key][1])
+        frame[FLAGS_OFFSET] |= RETX
+        self.retransmissions += 1
+        self.retransmitted.add(key)
+        self.unacked[key] = (now, bytes(frame))
+        self._arm(key, now)
+        return bytes(frame)
 
     def _advance(self, step: int, j: int, exp: int, now: float) -> list[bytes]:
         """What receiving packet j of ``step`` from the predecessor lets this rank send."""
@@ -197,7 +226,7 @@ class RingCall:
     def next_deadline(self) -> float | None:
         if self.done:
             return None
-        while self.timers and self.unacked.get(self.timers[0][1:], (None,))[0] != self.timers[0][0]:
+        while self.timers and self.armed.get(self.timers[0][1:]) != self.timers[0][0]:
             heapq.heappop(self.timers)
         give_up = self.last_progress + self.spec.timeout
         return min(self.timers[0][0] + self.timer.rto, give_up) if self.timers else give_up
@@ -212,19 +241,17 @@ class RingCall:
             self.error = AllreduceTimeout(f"job {self.spec.job} rank {self.rank}: nothing new from rank {prev} "
                                           f"(its predecessor in the ring) for {self.spec.timeout:g}s")
             return []
-        out = []
         rto = self.timer.rto
+        probes: dict[int, tuple[int, int]] = {}  # step -> its oldest expired packet
         while self.timers and self.timers[0][0] + rto <= now:
-            sent_at, step, j = heapq.heappop(self.timers)
-            entry = self.unacked.get((step, j))
-            if entry is not None and entry[0] == sent_at:
-                frame = bytearray(entry[1])
-                frame[FLAGS_OFFSET] |= RETX
-                self.retransmissions += 1
-                self.retransmitted.add((step, j))
-                self.unacked[(step, j)] = (now, bytes(frame))
-                heapq.heappush(self.timers, (now, step, j))
-                out.append(bytes(frame))
+            armed_at, step, j = heapq.heappop(self.timers)
+            if self.armed.get((step, j)) != armed_at:
+                continue
+            if step in probes:  # not resent: the probe's ACK names it lost, or the next timeout probes it
+                self._arm((step, j), now)
+            else:
+                probes[step] = (step, j)
+        out = [self._retransmit(key, now) for key in probes.values()]
         if out:
             self.timer.expired()
         return out
