@@ -19,14 +19,17 @@ from innet.packet import (
     make_packet,
 )
 from innet.program import (
+    Batch,
     Context,
     Drop,
     Emit,
+    EmitMany,
     JobPort,
     Multicast,
     Register,
     SwitchProgram,
     ToPBox,
+    on_batch,
     on_packet,
     on_start,
     on_timer,
@@ -35,6 +38,6 @@ from innet.program import (
 __all__ = [
     "ABORT", "ALL_RANKS", "FALLBACK", "OVERFLOW", "RESULT", "RETX", "ROUTE", "SPARSE", "VER",
     "InnetAgg", "Packet", "make_packet",
-    "Context", "Drop", "Emit", "JobPort", "Multicast", "Register", "SwitchProgram", "ToPBox",
-    "on_packet", "on_start", "on_timer",
+    "Batch", "Context", "Drop", "Emit", "EmitMany", "JobPort", "Multicast", "Register", "SwitchProgram", "ToPBox",
+    "on_batch", "on_packet", "on_start", "on_timer",
 ]

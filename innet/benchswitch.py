@@ -9,6 +9,7 @@ bridge or the innet switch. Rates come from interface and switch counters.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from typing import Any
@@ -39,50 +40,87 @@ def _rx_tx(node: Any) -> dict[str, tuple[int, int]]:
     return out
 
 
-def measure(kind: str, workers: int, elements: int, target: str, seconds: float = 2.0) -> dict[str, float]:
-    """Packets/s the sender sent, the middle node took in, and it sent out; for sum, aggregations/s."""
+def measure(kind: str, workers: int, elements: int, target: str, seconds: float = 1.0, search: int = 0) -> dict[str, Any]:
+    """Packets/s through the middle node, the sender on CPU 0 and the innet switch on CPU 1.
+
+    One unpaced run gives the sender's rate, what the node took in (``in_pps``)
+    and what it completed (``done_pps``: frames forwarded to the sink, or
+    contributions folded into finished aggregations). With ``search`` > 0 (innet
+    only), that many paced runs bisect for ``lossless_pps``: the highest offered
+    rate at which at least 99% of what was sent was completed (RFC 2544's
+    throughput, with a 1% allowance).
+    """
     hosts = workers + (1 if kind == "forward" else 0)
     graph = star(hosts, bw=100_000.0, pbox=False)  # above TCLink's range: left unshaped, veth speed
     idx = node_indices(graph)
     senders = [f"h{i + 1}" for i in range(workers)]
     with network(graph) as emu:
         s1 = emu.net.get("s1")
+        for node in emu.net.hosts:  # room for 1024 elements per frame (4154 bytes)
+            for intf in node.intfNames():
+                if intf != "lo":
+                    node.cmd(f"ip link set {intf} mtu 9000")
+        control = None
         if target == "bridge":
             s1.cmd("ip link add br0 type bridge && ip link set br0 up")
             for intf in s1.intfNames():
                 if intf != "lo":
                     s1.cmd(f"ip link set {intf} master br0")
         else:
-            program = os.path.join(emu.run_dir, f"sum_{elements}.py")
-            with open(program, "w", encoding="utf-8") as fh:
-                fh.write(PROGRAM.format(elements=elements))
-            plans = [] if kind == "forward" else [plan_job(graph, senders, method="root", slots=128)]
-            config = switch_configs(graph, plans, memory=64 << 20)["s1"]
-            conf = {"program": "forward" if kind == "forward" else program,
-                    "ports": {p: f"s1-eth{p}" for p in config.ports},
-                    "faults": {str(p): {} for p in config.ports}, "seed": 0,
-                    "control": os.path.join(emu.run_dir, "s1.sock")}
-            emu._write("s1.json", conf)
-            emu.spawn("s1", [sys.executable, "-m", "innet.node", "switch", os.path.join(emu.run_dir, "s1.json")])
-            control = Control(os.path.join(emu.run_dir, "s1.sock"))
-            emu.controls.append(control)
-            reply = control.call("install", config=config_to_json(config))
-            assert reply["ok"], reply
+            control = _start_switch(emu, graph, kind, senders, elements)
         where = ",".join(f"{emu.net.get(h).pid}:{h}-eth0" for h in senders)
         dst = idx["s1"] if kind == "sum" else idx[f"h{hosts}"]
-        before = _rx_tx(s1)
-        blast = emu.spawn(None, [sys.executable, "-m", "innet.blast", where, "--kind", kind, "--dst", str(dst),
-                                 "--src", ",".join(str(idx[h]) for h in senders), "--elements", str(elements),
-                                 "--seconds", str(seconds)], stdout=__import__("subprocess").PIPE)
-        out, _ = blast.communicate(timeout=seconds + 60)
-        time.sleep(0.2)  # let the switch drain what is queued
-        after = _rx_tx(s1)
-        sent, took = out.split()[1:3]
-        elapsed = float(took)
-        rx = sum(after[i][0] - before[i][0] for i in after if i in before and i != "lo")
-        tx = sum(after[i][1] - before[i][1] for i in after if i in before and i != "lo")
-        result = {"sender_pps": int(sent) / elapsed, "in_pps": rx / elapsed, "out_pps": tx / elapsed}
-        if kind == "sum":
-            first = "s1-eth0"
-            result["aggregations_per_s"] = (after[first][1] - before[first][1]) / elapsed
+        done_intf = "s1-eth0" if kind == "sum" else f"s1-eth{hosts - 1}"
+
+        def run(rate: float, first_chunk: int) -> dict[str, float]:
+            before = _rx_tx(s1)
+            blast = emu.spawn(None, ["taskset", "-c", "0", sys.executable, "-m", "innet.blast", where, "--kind", kind,
+                                     "--dst", str(dst), "--src", ",".join(str(idx[h]) for h in senders),
+                                     "--elements", str(elements), "--seconds", str(seconds), "--rate", str(rate),
+                                     "--first-chunk", str(first_chunk)], stdout=subprocess.PIPE)
+            out, _ = blast.communicate(timeout=seconds + 60)
+            time.sleep(0.3)  # let the switch drain what is queued
+            after = _rx_tx(s1)
+            sent, elapsed = int(out.split()[1]), float(out.split()[2])
+            rx = sum(after[i][0] - before[i][0] for i in after if i in before and i != "lo")
+            done = after[done_intf][1] - before[done_intf][1]
+            return {"sent": sent, "elapsed": elapsed, "in": rx, "done": done * (workers if kind == "sum" else 1)}
+
+        first = run(0.0, 0)
+        result: dict[str, Any] = {"sender_pps": first["sent"] / first["elapsed"], "in_pps": first["in"] / first["elapsed"],
+                                  "done_pps": first["done"] / first["elapsed"]}
+        if control is not None:
+            stats = control.call("stats")
+            result["counters"] = stats.get("counters", {})
+            result["socket_drops"] = sum(stats.get("socket_drops", {}).values())
+        lo, hi = 0.0, result["sender_pps"]
+        for step in range(search):
+            rate = (lo + hi) / 2
+            r = run(rate, (step + 1) << 24)
+            if r["done"] >= 0.99 * r["sent"]:
+                lo = r["sent"] / r["elapsed"]
+            else:
+                hi = rate
+        if search:
+            result["lossless_pps"] = lo
         return result
+
+
+def _start_switch(emu: Any, graph: Any, kind: str, senders: list[str], elements: int) -> Control:
+    """The innet switch on s1, pinned to CPU 1: forward, or sum_allreduce at ``elements`` per packet."""
+    program = os.path.join(emu.run_dir, f"sum_{elements}.py")
+    with open(program, "w", encoding="utf-8") as fh:
+        fh.write(PROGRAM.format(elements=elements))
+    plans = [] if kind == "forward" else [plan_job(graph, senders, method="root", slots=128)]
+    config = switch_configs(graph, plans, memory=64 << 20)["s1"]
+    conf = {"program": "forward" if kind == "forward" else program,
+            "ports": {p: f"s1-eth{p}" for p in config.ports},
+            "faults": {str(p): {} for p in config.ports}, "seed": 0,
+            "control": os.path.join(emu.run_dir, "s1.sock")}
+    emu._write("s1.json", conf)
+    emu.spawn("s1", ["taskset", "-c", "1", sys.executable, "-m", "innet.node", "switch", os.path.join(emu.run_dir, "s1.json")])
+    control = Control(os.path.join(emu.run_dir, "s1.sock"))
+    emu.controls.append(control)
+    reply = control.call("install", config=config_to_json(config))
+    assert reply["ok"], reply
+    return control

@@ -2,8 +2,8 @@
 
 ``python -m innet.blast IFACE[,IFACE...] --seconds S --kind forward|sum ...`` runs inside
 a Mininet host: it builds the frames once, then hands the kernel batches of up
-to 256 with one sendmmsg each, round-robin over its interfaces, and prints how
-many it sent. One process drives all of a benchmark's "workers", in lockstep.
+to 64 with one sendmmsg each, round-robin over its interfaces (paced to
+``--rate`` when given), and prints how many it sent. One process drives all of a benchmark's "workers", in lockstep.
 """
 
 from __future__ import annotations
@@ -14,51 +14,29 @@ import time
 
 import numpy as np
 
-from innet.packet import HEADER_OFFSET, ROUTE, VER, make_packet
+from innet.mmsg import FrameBuffer
+from innet.packet import HEADER_DTYPE, HEADER_OFFSET, ROUTE, VER, make_packet
 from innet.rawport import RawPort
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-class _IoVec(ctypes.Structure):
-    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
-
-
-class _MsgHdr(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_void_p), ("namelen", ctypes.c_uint32), ("iov", ctypes.POINTER(_IoVec)),
-                ("iovlen", ctypes.c_size_t), ("control", ctypes.c_void_p), ("controllen", ctypes.c_size_t),
-                ("flags", ctypes.c_int)]
-
-
-class _MMsgHdr(ctypes.Structure):
-    _fields_ = [("hdr", _MsgHdr), ("len", ctypes.c_uint)]
-
-
 class MultiSender:
-    """sendmmsg of many frames held in one contiguous buffer."""
+    """sendmmsg of many equal-length frames held in one FrameBuffer."""
 
     def __init__(self, frames: list[bytes]) -> None:
-        self.buffer = ctypes.create_string_buffer(b"".join(frames))
-        self.iov = (_IoVec * len(frames))()
-        self.msgs = (_MMsgHdr * len(frames))()
-        offset, base = 0, ctypes.addressof(self.buffer)
-        for i, frame in enumerate(frames):
-            self.iov[i].base, self.iov[i].len = base + offset, len(frame)
-            self.msgs[i].hdr.iov = ctypes.pointer(self.iov[i])
-            self.msgs[i].hdr.iovlen = 1
-            offset += len(frame)
+        self.frames = FrameBuffer(len(frames), len(frames[0]))
+        self.frames.load(np.frombuffer(b"".join(frames), np.uint8).reshape(len(frames), -1))
         self.count = len(frames)
 
     def advance_chunks(self, delta: int) -> None:
-        """Add ``delta`` to every frame's chunk number (all frames the same size), so a replay is new data."""
-        size = self.iov[0].len
-        view = np.ndarray((self.count,), ">u4", np.frombuffer(memoryview(self.buffer).cast("B"), np.uint8), HEADER_OFFSET + 8, (size,))
-        view += np.uint32(delta)
+        """Add ``delta`` to every frame's chunk number, so a replay is new data."""
+        at = HEADER_OFFSET + HEADER_DTYPE.fields["chunk"][1]  # type: ignore[index]
+        chunks = self.frames.frames[:, at:at + 4].view(">u4")
+        chunks += np.uint32(delta)
 
     def send(self, fd: int, start: int = 0, count: int | None = None) -> int:
-        n = self.count - start if count is None else count
-        sent = _libc.sendmmsg(fd, ctypes.byref(self.msgs, start * ctypes.sizeof(_MMsgHdr)), n, 0)
-        return max(sent, 0)
+        return self.frames.send(fd, start, self.count - start if count is None else count)
 
 
 def frames_for(kind: str, srcs: list[int], dst: int, slots: int, elements: int, rounds: int) -> list[list[bytes]]:
@@ -104,17 +82,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=4096,
                    help="chunks prepared (a multiple of 2 x slots), replayed with new chunk numbers")
     p.add_argument("--seconds", type=float, default=2.0)
+    p.add_argument("--rate", type=float, default=0.0, help="frames/s over all interfaces (0: as fast as possible)")
+    p.add_argument("--first-chunk", type=int, default=0, help="added to every chunk number (a later run's data is new)")
     args = p.parse_args(argv)
     names = args.ifaces.split(",")
     ports = [open_port(n) for n in names]
     srcs = [int(x) for x in args.src.split(",")]
     per_port = frames_for(args.kind, srcs, args.dst, args.slots, args.elements, args.rounds)
     senders = [MultiSender(frames) for frames in per_port]
-    batch = 64
+    for sender in senders:
+        sender.advance_chunks(args.first_chunk)
+    batch = 64 if not args.rate else max(1, min(64, int(args.rate / len(ports) / 2000)))  # ~0.5 ms rounds
     sent, end = 0, time.monotonic() + args.seconds
     start = time.monotonic()
     position = 0
     while time.monotonic() < end:
+        if args.rate:
+            ahead = start + sent / args.rate - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
         for port, sender in zip(ports, senders, strict=True):
             sent += sender.send(port.fileno(), position, min(batch, sender.count - position))
         position = (position + batch) % senders[0].count

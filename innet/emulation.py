@@ -73,6 +73,8 @@ class Control:
     """The controller's end of one switch's control channel (JSON lines on a Unix socket)."""
 
     def __init__(self, path: str, timeout: float = 20.0) -> None:
+        self.path = path
+        self.name = os.path.basename(path).removesuffix(".sock")
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -91,12 +93,24 @@ class Control:
         self.sock.close()
 
     def call(self, op: str, **kw: Any) -> dict[str, Any]:
-        self.sock.sendall(json.dumps({"op": op, **kw}).encode() + b"\n")
-        line = self.file.readline()
+        try:
+            self.sock.sendall(json.dumps({"op": op, **kw}).encode() + b"\n")
+            line = self.file.readline()
+        except OSError:
+            line = b""
         if not line:
-            raise UserError("a switch process exited unexpectedly")
+            raise UserError(f"switch process {self.name} exited unexpectedly: {self._last_words()}")
         reply: dict[str, Any] = json.loads(line)
         return reply
+
+    def _last_words(self) -> str:
+        """The last line the switch process wrote to its log (its error, when it crashed)."""
+        try:
+            with open(self.path.removesuffix(".sock") + ".log", encoding="utf-8", errors="replace") as fh:
+                lines = [ln.strip() for ln in fh if ln.strip()]
+        except OSError:
+            lines = []
+        return lines[-1] if lines else "no message"
 
 
 def interface_bytes(node: Any) -> dict[str, int]:
@@ -248,7 +262,9 @@ class Emulation:
             conf = {"program": run.program, "ports": {p: f"{sw}-eth{p}" for p in configs[sw].ports},
                     "faults": _faults(graph, run, sw), "seed": run.seed * 1000 + i, "control": os.path.join(self.run_dir, f"{sw}.sock")}
             self._write(f"{sw}.json", conf)
-            self._popen(sw, [sys.executable, "-m", "innet.node", "switch", os.path.join(self.run_dir, f"{sw}.json")])
+            with open(os.path.join(self.run_dir, f"{sw}.log"), "wb") as log_file:
+                self._popen(sw, [sys.executable, "-m", "innet.node", "switch", os.path.join(self.run_dir, f"{sw}.json")],
+                            stdout=subprocess.DEVNULL, stderr=log_file)
         self.switch_controls = {sw: Control(os.path.join(self.run_dir, f"{sw}.sock")) for sw in switches}
         self.controls.extend(self.switch_controls.values())
         for sw, ctl in self.switch_controls.items():

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import json
+import os
 import resource
 import select
 import signal
@@ -51,6 +52,14 @@ class Egress:
             else:
                 self.seq += 1
                 heapq.heappush(self.held, (now + delay, self.seq, port, copy))
+
+    def send_block(self, port: int, block: np.ndarray, now: float) -> None:
+        """Send a block of equal-length frames: one sendmmsg per batch where the link has no faults."""
+        if self.injectors[port].spec.active:
+            for row in block:
+                self.send(port, row.tobytes(), now)
+        else:
+            self.ports[port].send_block(block)
 
     def flush(self, now: float) -> None:
         while self.held and self.held[0][0] <= now:
@@ -105,13 +114,15 @@ def serve_switch(conf: dict[str, Any]) -> int:
                         return 0
             else:
                 port = by_fd[fd]
-                frames = ports[port].recv_batch()
-                if runtime is None:
+                block = ports[port].recv_block()
+                if runtime is None or block is None:
                     continue
                 now = time.monotonic()
-                for frame in frames:
-                    for out_port, out in runtime.receive(port, frame, now):
+                for out_port, out in runtime.receive_block(port, block, now):
+                    if isinstance(out, bytes):
                         egress.send(out_port, out, now)
+                    else:
+                        egress.send_block(out_port, out, now)
         now = time.monotonic()
         if runtime is not None and (runtime.next_timer() or float("inf")) <= now:
             for out_port, out in runtime.run_timers(now):
@@ -216,7 +227,16 @@ def main(argv: list[str]) -> int:
     with open(path, encoding="utf-8") as fh:
         conf = json.load(fh)
     serve = {"switch": serve_switch, "worker": serve_worker, "pbox": serve_pbox}[role]
-    return serve(conf)
+    profile = os.environ.get("INNET_PROFILE")  # a directory: write <role>-<pid>.prof there (cProfile)
+    if not profile:
+        return serve(conf)
+    import cProfile
+
+    prof = cProfile.Profile()
+    try:
+        return prof.runcall(serve, conf)
+    finally:
+        prof.dump_stats(os.path.join(profile, f"{role}-{os.getpid()}.prof"))
 
 
 if __name__ == "__main__":

@@ -215,6 +215,76 @@ def parse_frame(frame: bytes, port: int = -1) -> Packet | None:
     return Packet(hdr, values, port, ip_to_node(int(pre["ip_src"])), ip_to_node(int(pre["ip_dst"])))
 
 
+@dataclass
+class FrameBlock:
+    """A block of received frames parsed at once: ``frames[k, :lengths[k]]`` is frame k.
+
+    ``ok`` marks the well-formed innet frames (the same test as ``parse_frame``);
+    ``hdr``, ``src``, ``dst`` are meaningful where ``ok``. ``frames`` rows should
+    start 2 bytes past a 4-byte boundary so the int32 payload views are aligned.
+    """
+
+    frames: np.ndarray
+    lengths: np.ndarray
+    ok: np.ndarray
+    hdr: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+
+    def values(self, rows: np.ndarray | slice, count: int) -> np.ndarray:
+        """The (len(rows), count) int32 payloads of ``rows`` (a copy when rows is an index array)."""
+        return self.frames[rows, PAYLOAD_OFFSET:PAYLOAD_OFFSET + 4 * count].view(VALUE_DTYPE)
+
+    def frame(self, k: int) -> bytes:
+        return self.frames[k, : self.lengths[k]].tobytes()
+
+
+def pack_frames(frames: list[bytes], stride: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Frames copied into rows of one aligned array (as a receive buffer holds them), and their lengths."""
+    stride = max(stride, PAYLOAD_OFFSET, *(len(f) for f in frames)) + 2 + 3 & ~3
+    buf = np.zeros((len(frames), stride), np.uint8)
+    for k, frame in enumerate(frames):
+        buf[k, 2 : 2 + len(frame)] = np.frombuffer(frame, np.uint8)
+    return buf[:, 2:], np.array([len(f) for f in frames], np.int64)
+
+
+def _nodes(addrs: np.ndarray) -> np.ndarray:
+    return np.where(addrs >> 16 == (10 << 8 | 77), (addrs & 0xFFFF).astype(np.int64) - 1, -1)
+
+
+def parse_block(frames: np.ndarray, lengths: np.ndarray) -> FrameBlock:
+    """Parse ``frames[k, :lengths[k]]`` for every row k with a few numpy calls."""
+    pre = frames[:, :HEADER_OFFSET].view(PREFIX_DTYPE)[:, 0]
+    hdr = frames[:, HEADER_OFFSET:PAYLOAD_OFFSET].view(HEADER_DTYPE)[:, 0]
+    payload = 4 * hdr["count"].astype(np.int64)
+    ok = (
+        (lengths >= PAYLOAD_OFFSET)
+        & (pre["ethertype"] == ETHERTYPE_IPV4)
+        & (pre["ver_ihl"] == 0x45)
+        & (pre["proto"] == 17)
+        & (pre["dport"] == AGG_PORT)
+        & (lengths >= PAYLOAD_OFFSET + payload)
+        & (pre["udp_len"] == UDP_LEN + HEADER_LEN + payload)
+    )
+    return FrameBlock(frames, lengths, ok, hdr, _nodes(pre["ip_src"]), _nodes(pre["ip_dst"]))
+
+
+def build_frames(src: int | np.ndarray, dst: int | np.ndarray, hdr: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``len(hdr)`` frames from node ``src`` to ``dst`` (or ``src[k]`` to ``dst[k]``) as one
+    (n, frame length) uint8 array."""
+    n, count = values.shape
+    out = np.empty((n, PAYLOAD_OFFSET + 4 * count), np.uint8)
+    if isinstance(src, np.ndarray) and isinstance(dst, np.ndarray):
+        pairs, which = np.unique(np.stack([src, dst], axis=1), axis=0, return_inverse=True)
+        prefixes = np.array([np.frombuffer(frame_prefix(int(a), int(b), HEADER_LEN + 4 * count), np.uint8) for a, b in pairs])
+        out[:, :HEADER_OFFSET] = prefixes[which.ravel()]
+    else:
+        out[:, :HEADER_OFFSET] = np.frombuffer(frame_prefix(int(src), int(dst), HEADER_LEN + 4 * count), np.uint8)
+    out[:, HEADER_OFFSET:PAYLOAD_OFFSET] = np.ascontiguousarray(hdr, HEADER_DTYPE).view(np.uint8).reshape(n, HEADER_LEN)
+    out[:, PAYLOAD_OFFSET:] = np.ascontiguousarray(values, VALUE_DTYPE).view(np.uint8).reshape(n, 4 * count)
+    return out
+
+
 def to_scapy(frame: bytes) -> Ether:
     """Dissect a frame with scapy (for tests, pcaps and debugging; slow)."""
     return Ether(frame)

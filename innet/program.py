@@ -57,7 +57,46 @@ class ToPBox:
     packet: Packet
 
 
-Action = Emit | Multicast | Drop | ToPBox
+@dataclass(frozen=True)
+class EmitMany:
+    """Send ``len(hdr)`` packets out of ``port`` at once (a batch handler's output).
+
+    ``hdr`` is a contiguous ``HEADER_DTYPE`` array, ``values`` an (n, count) int32
+    array; the runtime writes the frames with a few numpy copies, hop by hop.
+    """
+
+    port: int
+    hdr: np.ndarray
+    values: np.ndarray
+    priority: int = 0
+    src: np.ndarray | None = None  # with ``dst``: routed packets, addressed from src[k] to dst[k]
+    dst: np.ndarray | None = None
+
+
+@dataclass
+class Batch:
+    """Packets of one kind that arrived together on one port, all with the same ``count``.
+
+    Numpy views into the receive buffer, valid only during the handler call:
+    ``hdr`` (``HEADER_DTYPE`` records), ``values`` (n, count) int32, ``src``
+    and ``dst`` (node indices). A batch handler returns ``(actions, rest)``: ``rest``
+    are the indices (in arrival order) of packets it leaves to the per-packet handler.
+    """
+
+    port: int
+    hdr: np.ndarray
+    values: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.hdr)
+
+    def packet(self, k: int) -> Packet:
+        return Packet(self.hdr[k], self.values[k], self.port, int(self.src[k]), int(self.dst[k]))
+
+
+Action = Emit | Multicast | Drop | ToPBox | EmitMany
 HandlerResult = Action | Iterable[Action] | None
 
 
@@ -145,6 +184,31 @@ class Context:
         port = self.routes.get(pkt.dst)
         return Drop("no_route") if port is None else Emit(port, pkt)
 
+    @cached_property
+    def route_table(self) -> np.ndarray:
+        """``routes`` as an array: node index -> port (-1: none; the switch itself: -2)."""
+        table = np.full(max([*self.routes, self.node], default=-1) + 2, -1, np.int64)
+        for node, port in self.routes.items():
+            table[node] = port
+        if self.node >= 0:
+            table[self.node] = -2
+        return table
+
+    def route_many(self, batch: Batch) -> list[Action]:
+        """``route`` for a whole batch: one EmitMany per egress port, drops counted."""
+        table = self.route_table
+        port = table[np.clip(batch.dst, 0, len(table) - 1)]
+        port[(batch.dst < 0) | (batch.dst >= len(table) - 1)] = -1
+        for code, reason in ((-2, "addressed_to_switch"), (-1, "no_route")):
+            dropped = int(np.count_nonzero(port == code))
+            if dropped:
+                self.count("drop:" + reason, dropped)
+        actions: list[Action] = []
+        for out in np.unique(port[port >= 0]).tolist():
+            rows = np.flatnonzero(port == out)
+            actions.append(EmitMany(out, batch.hdr[rows], batch.values[rows], src=batch.src[rows], dst=batch.dst[rows]))
+        return actions
+
 
 # ---- handler decorators ----------------------------------------------------
 
@@ -156,6 +220,23 @@ def on_packet(kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 
     def tag(fn: Callable[..., Any]) -> Callable[..., Any]:
         fn._innet_packet = (*getattr(fn, "_innet_packet", ()), kind)  # type: ignore[attr-defined]
+        return fn
+
+    return tag
+
+
+def on_batch(kind: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Tag a method as the batch handler for ``kind``: it gets a ``Batch`` of such packets at once.
+
+    A program with a batch handler must also have the per-packet one: the
+    runtime uses it for packets the batch handler leaves, and on backends that
+    deliver one frame at a time. Both must give the same result.
+    """
+    if kind not in PACKET_KINDS:
+        raise ValueError(f"unknown packet kind {kind!r}; expected one of {PACKET_KINDS}")
+
+    def tag(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn._innet_batch = kind  # type: ignore[attr-defined]
         return fn
 
     return tag
@@ -201,6 +282,15 @@ class SwitchProgram:
         for reg in cls.registers:
             setattr(regs, reg.name, np.full(reg.resolve(cls), reg.fill, dtype=reg.dtype))
         return regs
+
+    @classmethod
+    def batch_handlers(cls) -> dict[str, str]:
+        """Packet kind -> name of its batch handler."""
+        found = {getattr(cls, a)._innet_batch: a for a in dir(cls) if hasattr(getattr(cls, a, None), "_innet_batch")}
+        missing = set(found) - set(cls.handlers()[0])
+        if missing:
+            raise TypeError(f"{cls.name} has a batch handler but no per-packet handler for {sorted(missing)}")
+        return found
 
     @classmethod
     def handlers(cls) -> tuple[dict[str, str], dict[str, float], list[str]]:

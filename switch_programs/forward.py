@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from innet import SwitchProgram, on_packet
+from innet import SwitchProgram, on_batch, on_packet
 
 
 class Forward(SwitchProgram):
@@ -13,3 +13,7 @@ class Forward(SwitchProgram):
     @on_packet("routed")
     def forward(self, ctx, pkt):
         return ctx.route(pkt)
+
+    @on_batch("routed")
+    def forward_many(self, ctx, batch):
+        return ctx.route_many(batch), ()

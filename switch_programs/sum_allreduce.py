@@ -10,6 +10,10 @@ the root, or sent up as one contribution to the parent switch elsewhere. The
 other version is the shadow copy: it keeps the previous result so a worker who
 lost it gets it again when it retransmits.
 
+Packets arriving together are summed with a few numpy calls per batch
+(``contributions``); slots where arrival order matters go through the
+per-packet handler, so both paths give the same registers and results.
+
 A slot left incomplete for the job's ``stall_timeout`` (a crashed worker)
 aborts the job: the switch frees the job's slots and floods an ABORT through
 the job's tree naming the contributors that never came, so every worker fails
@@ -17,6 +21,8 @@ at once with that name, and the next job finds the slots clean.
 """
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -29,15 +35,18 @@ from innet import (
     VER,
     Drop,
     Emit,
+    EmitMany,
     Multicast,
     Register,
     SwitchProgram,
     make_packet,
+    on_batch,
     on_packet,
     on_timer,
 )
 
 COLLECTING, WAITING, DONE = 0, 1, 2
+INT32_LIMIT = 1 << 31
 
 
 class SumAllreduce(SwitchProgram):
@@ -91,6 +100,142 @@ class SumAllreduce(SwitchProgram):
             return Multicast(job.children, self._packet(ctx, job, pkt, v, i, RESULT, rank=ALL_RANKS))
         r.state[v, i] = WAITING
         return Emit(job.parent, self._packet(ctx, job, pkt, v, i, 0, rank=job.rank))
+
+    @on_batch("contribution")
+    def contributions(self, ctx, batch):
+        """``contribution`` for a whole batch. A slot's packets in the batch are summed
+        at once when they are plain new contributions of one round that cannot
+        overflow; any other slot (a duplicate, a retransmission, a stale or mixed
+        round, a possible overflow) is left to the per-packet handler."""
+        jobs = batch.hdr["job"]
+        actions, rest = [], []
+        one_job = len(jobs) and (jobs == jobs[0]).all()
+        for job_id in ([jobs[0]] if one_job else np.unique(jobs)):
+            rows = np.arange(len(jobs)) if one_job else np.flatnonzero(jobs == job_id)
+            job = ctx.jobs.get(int(job_id))
+            if job is None or not job.aggregate or batch.values.shape[1] > self.elements:
+                rest.append(rows)
+                continue
+            left = self._sum_batch(ctx, job, batch, rows, actions)
+            rest.append(rows[left])
+        return actions, np.sort(np.concatenate(rest))
+
+    def _sum_batch(self, ctx, job, batch, rows, actions):
+        """Fold the plain contributions of ``rows`` (one job's) into the pool; return the positions left."""
+        whole = len(rows) == len(batch)
+        hdr = batch.hdr if whole else batch.hdr[rows]
+        values = batch.values if whole else batch.values[rows]
+        count = values.shape[1]
+        bits_of, port_of = self._members(job)
+        rank = hdr["rank"].astype(np.int64)
+        known = rank < len(bits_of)
+        rank = np.where(known, rank, 0)
+        bits = np.where(known, bits_of[rank], np.uint64(0))
+        flags = hdr["flags"].astype(np.int64)
+        slot = hdr["slot"].astype(np.int64)
+        touches = (bits != 0) & (port_of[rank] == batch.port) & (slot < job.slots)  # packets that reach a slot
+        key = np.where(flags & VER, self.slots, 0) + job.slot_base + np.where(touches, slot, 0)
+        chunk = hdr["chunk"].astype(np.int64)
+
+        # group by slot (key = version * slots + slot) every packet that reaches one
+        order = np.flatnonzero(touches)
+        order = order[np.argsort(key[order], kind="stable")]
+        if len(order) == 0:
+            return np.arange(len(rows))
+        sorted_keys = key[order]
+        starts = np.flatnonzero(np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1])))
+        sizes = np.diff(starts, append=len(order))
+        slots = sorted_keys[starts]
+        first = np.minimum.reduceat(chunk[order], starts)
+        plain = np.logical_and.reduceat(flags[order] & ~VER == 0, starts)  # no retransmission in the group
+        last = np.maximum.reduceat(chunk[order], starts)
+        same_round = first == last
+        group_bits = np.bitwise_or.reduceat(bits[order], starts)
+        exps = np.maximum.reduceat(hdr["exp"][order], starts)
+        distinct = group_bits == np.add.reduceat(bits[order], starts)
+        r = self._flat(ctx.regs)
+        cur, seen = r.chunk[slots], r.seen[slots]
+        new = first > cur
+        joins = (first == cur) & (r.state[slots] == COLLECTING) & (seen & group_bits == 0)
+        peak = max(int(values.max()), -int(values.min())) if values.size else 0
+        held = r.pool[slots[~new], :count]
+        held_peak = max(int(held.max()), -int(held.min())) if held.size else 0
+        fits = peak * sizes + np.where(new, 0, held_peak) < INT32_LIMIT  # no partial sum can overflow
+        ok = plain & same_round & distinct & (new | joins) & fits
+        stale = last < cur  # every packet of the group is stale: dropped
+        if stale.any():
+            ctx.count("drop:stale", int(sizes[stale].sum()))
+
+        left = [np.flatnonzero(~touches)]
+        for g in np.flatnonzero(~ok & ~stale):
+            left.append(order[starts[g]:starts[g] + sizes[g]])
+        g_ok = np.flatnonzero(ok)
+        if len(g_ok):
+            self._fold(ctx, job, hdr, values, order, starts[g_ok], sizes[g_ok], slots[g_ok], new[g_ok],
+                       group_bits[g_ok], first[g_ok], exps[g_ok], actions)
+        return np.sort(np.concatenate(left))
+
+    def _fold(self, ctx, job, hdr, values, order, starts, sizes, slots, new, group_bits, first, exps, actions):
+        r = self._flat(ctx.regs)
+        count = values.shape[1]
+        total = np.empty((len(slots), count), np.int64)
+        for size in np.unique(sizes):
+            groups = np.flatnonzero(sizes == size)
+            members = order[starts[groups][:, None] + np.arange(size)]
+            total[groups] = values[members].sum(axis=1, dtype=np.int64)
+        held = np.where(new[:, None], 0, r.pool[slots, :count])
+        r.pool[slots, :count] = held + total
+        r.overflow[slots] &= ~new
+        r.exp[slots] = np.where(new, exps, np.maximum(r.exp[slots], exps))
+        r.seen[slots] = np.where(new, np.uint64(0), r.seen[slots]) | group_bits
+        r.chunk[slots], r.state[slots] = first, COLLECTING
+        r.since[slots] = np.where(new, ctx.now, r.since[slots])
+        done = slots[r.seen[slots] == job.full]
+        if len(done) == 0:
+            return
+        out = hdr[order[starts[r.seen[slots] == job.full]]].copy()
+        flags = np.where(done >= self.slots, VER, 0) | np.where(r.overflow[done], OVERFLOW, 0)
+        out["count"], out["nworkers"], out["exp"] = count, job.nworkers, r.exp[done]
+        sums = r.pool[done, :count]
+        if job.is_root:
+            r.state[done] = DONE
+            out["flags"], out["rank"] = flags | RESULT, ALL_RANKS
+            actions.extend(EmitMany(port, out, sums) for port in job.children)
+        else:
+            r.state[done] = WAITING
+            out["flags"], out["rank"] = flags, job.rank
+            actions.append(EmitMany(job.parent, out, sums))
+
+    def _flat(self, regs):
+        """The registers with (version, slot) flattened to one index: version * slots + slot (views)."""
+        cached = getattr(self, "_flat_regs", None)
+        if cached is None or cached[0] is not regs:
+            flat = {name: getattr(regs, name).reshape(self.versions * self.slots, *getattr(regs, name).shape[2:])
+                    for name in ("pool", "seen", "chunk", "state", "exp", "overflow", "since")}
+            cached = self._flat_regs = (regs, SimpleNamespace(**flat))
+        return cached[1]
+
+    def _members(self, job):
+        """Lookup tables rank -> contributor bit (0: not a contributor) and rank -> its ingress port."""
+        cache = self.__dict__.setdefault("_member_tables", {})
+        hit = cache.get(job.job)
+        if hit is None or hit[0] is not job:
+            size = max(job.contributors, default=-1) + 1
+            bits = np.zeros(size, np.uint64)
+            ports = np.full(size, -1, np.int64)
+            for rank, bit in job.bits.items():
+                bits[rank], ports[rank] = bit, job.contributors[rank]
+            hit = cache[job.job] = (job, bits, ports)
+        return hit[1], hit[2]
+
+    @on_packet("routed")
+    def routed(self, ctx, pkt):
+        """Addressed traffic (ring steps, PBox fallback, PBox mode) is forwarded by shortest-path routes."""
+        return ctx.route(pkt)
+
+    @on_batch("routed")
+    def routed_many(self, ctx, batch):
+        return ctx.route_many(batch), ()
 
     @on_packet("result")
     def result(self, ctx, pkt):

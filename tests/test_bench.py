@@ -20,8 +20,7 @@ def test_replayed_frames_get_new_chunks_with_the_same_slot_and_version():
     sender = MultiSender(frames)
     sender.advance_chunks(8)
     size = len(frames[0])
-    raw = bytes(sender.buffer)
-    replay = [parse_frame(raw[i * size:(i + 1) * size]) for i in range(8)]
+    replay = [parse_frame(sender.frames.frames[i, :size].tobytes()) for i in range(8)]
     assert [p.chunk for p in replay] == list(range(9, 17))
     assert [p.has(VER) for p in replay] == [parse_frame(f).has(VER) for f in frames]
 

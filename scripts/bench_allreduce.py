@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""End-to-end all-reduce on shaped links: goodput, and the modes' time ratios against theory.
+
+A star of N workers (and the PBox host) on links of 100, 200 and 500 Mbit/s;
+each worker all-reduces a tensor sized to take ~0.4 s in-network. Per mode:
+completion time (median of --runs), goodput = tensor bits / time / link rate
+(in-network's ceiling is the payload share of a frame, 1024/1082 = 94.6% at
+256 elements per packet), and the ratio to in-network's time next to the
+theory: PBox ≈ N (its one link carries every worker's gradient), ring ≈ 2(N-1)/N.
+It also names the highest link rate at which in-network goodput was >= 90%.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from innet.bench import report  # noqa: E402
+from innet.emulation import run_mininet  # noqa: E402
+from innet.experiment import RunSpec  # noqa: E402
+from topologies import build  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--rates", default="100,200,500", help="link rates in Mbit/s")
+    args = p.parse_args()
+    n = args.workers
+    theory = {"innet": 1.0, "pbox": float(n), "ring": 2 * (n - 1) / n}
+    rows, best = [], 0
+    for rate in [int(r) for r in args.rates.split(",")]:
+        graph = build("star", workers=n, bw=float(rate))
+        elements = rate * 12_000
+        times = {}
+        for mode in ("innet", "pbox", "ring"):
+            runs = [run_mininet(graph, RunSpec(mode=mode, elements=elements, seed=k)) for k in range(args.runs)]
+            assert all(r["correct"] for r in runs), [r["errors"] for r in runs]
+            times[mode] = statistics.median(r["completion_s"] for r in runs)
+        for mode, t in times.items():
+            goodput = elements * 32 / t / (rate * 1e6)
+            rows.append([rate, mode, elements, t, round(goodput, 3), round(t / times["innet"], 2), round(theory[mode], 2),
+                         f"{100 * (t / times['innet'] / theory[mode] - 1):+.0f}%"])
+        if elements * 32 / times["innet"] / (rate * 1e6) >= 0.9:
+            best = max(best, rate)
+    report("all-reduce goodput and mode ratios", ["Mbit/s", "mode", "elements", "time s", "goodput", "x innet",
+                                                  "theory", "off by"], rows,
+           extra={"workers": n, "highest_rate_with_90pct_goodput": best})
+    print(f"highest link rate with in-network goodput >= 90%: {best or 'none'} Mbit/s")
+
+
+if __name__ == "__main__":
+    main()
