@@ -101,9 +101,10 @@ def main(argv: list[str] | None = None) -> int:
             ahead = start + sent / args.rate - time.monotonic()
             if ahead > 0:
                 time.sleep(ahead)
+        step = min(batch, senders[0].count - position)
         for port, sender in zip(ports, senders, strict=True):
-            sent += sender.send(port.fileno(), position, min(batch, sender.count - position))
-        position = (position + batch) % senders[0].count
+            sent += sender.send(port.fileno(), position, step)
+        position = (position + step) % senders[0].count
         if position == 0 and args.kind == "sum":  # a new pass: new chunks, same slots and versions
             for sender in senders:
                 sender.advance_chunks(args.rounds)
