@@ -34,6 +34,8 @@ test-fast: lint
 
 bench: deps
 	$(SUDO) $(PYTHON) scripts/bench_switch.py
+	$(SUDO) $(PYTHON) scripts/bench_allreduce.py
+	$(SUDO) $(PYTHON) scripts/bench_scale.py
 	$(SUDO) $(PYTHON) scripts/bench_fabric.py
 
 clean:

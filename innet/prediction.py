@@ -16,7 +16,7 @@ import networkx as nx
 from innet.graph import link_name, natural_key, routes, tier
 from innet.packet import PAYLOAD_OFFSET
 from innet.planner import JobPlan
-from innet.ring import ACK_EVERY
+from innet.ring import ACK_EVERY, ACK_SPAN
 
 
 def frame_bytes(count: int) -> int:
@@ -77,7 +77,7 @@ def ring_link_bytes(graph: nx.Graph, workers: Sequence[str], elements: int, per_
         return {}
     bounds = [elements * i // n for i in range(n + 1)]
     pieces = max(1, -(-max(bounds[i + 1] - bounds[i] for i in range(n)) // per_packet))
-    ack = frame_bytes(-(-pieces // 32))
+    ack = frame_bytes(1 + ACK_SPAN // 32)
     out: Counter[str] = Counter()
     for r in range(n):
         src, dst = workers[r], workers[(r + 1) % n]

@@ -7,9 +7,14 @@ Steps, each one packet chain per ``elements``-sized piece:
    values plus what it got for that segment at step k-1;
 3. N-1 all-gather steps pass the reduced segments along.
 Packet j of a step is sent as soon as packet j of the previous step arrived
-(the ring is pipelined). Receivers acknowledge with a bitmap of the packets of
-a step they hold (every ACK_EVERY packets, at the end of a step, and on every
-retransmission).
+(the ring is pipelined), as long as fewer than WINDOW packets are unacknowledged
+(the flow control a ring gets from TCP in Gloo or NCCL; in-network all-reduce
+gets the same from its slot pool); the rest wait in order. Receivers acknowledge with a bitmap of the packets of
+a step they hold (every ACK_EVERY packets of a step, at the end of a step, and
+on every retransmission). The window is at least ACK_EVERY x steps, so when it
+is full some step has ACK_EVERY packets unacknowledged: either one of them is
+still on its way, or its ACK is, or one was lost (and the timeout's probe
+finds it); the two ends never just wait for each other.
 
 Loss recovery (RACK-like): the path to the successor is FIFO, so an unacknowledged
 packet of a step sent before one the successor has acknowledged for that step was
@@ -22,6 +27,7 @@ spurious packet per step, not a window's worth.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 
 import numpy as np
 
@@ -30,6 +36,8 @@ from innet.packet import FLAGS_OFFSET, RESULT, RETX, ROUTE, Packet, make_packet,
 from innet.worker import JobSpec, RetransmitTimer
 
 ACK_EVERY = 16
+ACK_SPAN = 1024  # pieces an ACK's bitmap covers above its cumulative point (128 bytes)
+WINDOW = 128
 
 
 class RingCall:
@@ -53,16 +61,19 @@ class RingCall:
         self.quantized = np.zeros(0, np.int32)
         self.result_int = np.zeros(len(self.tensor), np.int64)
         self.got: dict[int, dict[int, np.ndarray]] = {}      # step -> piece -> values received
+        self.have: dict[int, np.ndarray] = {}                # step -> which pieces arrived (for ACKs)
         self.unacked: dict[tuple[int, int], tuple[float, bytes]] = {}
         self.timers: list[tuple[float, int, int]] = []  # (armed at, step, j); stale once ``armed`` differs
         self.armed: dict[tuple[int, int], float] = {}
         self.since_ack: dict[int, int] = {}
         self.pending: list[tuple[int, int]] = []
+        self.backlog: deque[tuple[int, int, np.ndarray | None, int | None]] = deque()  # waiting for the window
         self.early: list[bytes] = []
         self.retransmissions = 0
         self.started_at: float | None = None
         self.finished_at: float | None = None
         self.last_progress = 0.0
+        self.last_ack = 0.0  # the successor's last useful ACK
         self.error: Exception | None = None
         self.timer = RetransmitTimer(spec)
         self.retransmitted: set[tuple[int, int]] = set()
@@ -88,23 +99,34 @@ class RingCall:
 
     @property
     def done(self) -> bool:
-        return (self.finished_at is not None and not self.unacked) or self.error is not None
+        return (self.finished_at is not None and not self.unacked and not self.backlog) or self.error is not None
 
     def start(self, now: float) -> list[bytes]:
-        self.started_at = self.last_progress = now
+        self.started_at = self.last_progress = self.last_ack = now
         if self.spec.nworkers == 1:
             self._agree(self.exp)
             self.result_int[:] = self.quantized
             self.finished_at = now
             return []
-        return [self._send(0, 0, None, now)]
+        return self._send(0, 0, None, now)
 
     def _agree(self, q: int) -> None:
         self.q = q
         self.scale = fixedpoint.scale_for(q, self.spec.nworkers)
         self.quantized = fixedpoint.quantize(self.tensor, self.scale)
 
-    def _send(self, step: int, j: int, values: np.ndarray | None, now: float, exp: int | None = None) -> bytes:
+    def _send(self, step: int, j: int, values: np.ndarray | None, now: float, exp: int | None = None) -> list[bytes]:
+        """Send packet j of ``step`` now if the window has room, else queue it behind the others."""
+        self.backlog.append((step, j, values, exp))
+        return self._drain(now)
+
+    def _drain(self, now: float) -> list[bytes]:
+        out = []
+        while self.backlog and len(self.unacked) < max(WINDOW, ACK_EVERY * self.steps):
+            out.append(self._transmit(*self.backlog.popleft(), now))
+        return out
+
+    def _transmit(self, step: int, j: int, values: np.ndarray | None, exp: int | None, now: float) -> bytes:
         pkt = make_packet(values, job=self.spec.job, rank=self.rank, nworkers=self.spec.nworkers, slot=step,
                           chunk=self.first + j, flags=ROUTE, exp=self.exp if exp is None else exp)
         frame = pkt.to_frame(self.spec.node, self.next_node)
@@ -148,31 +170,39 @@ class RingCall:
         return out
 
     def _ack(self, step: int, pieces: dict[int, np.ndarray]) -> bytes:
-        words = np.zeros(-(-self.pieces // 32), np.uint32)
-        for j in pieces:
-            words[j // 32] |= np.uint32(1 << (j % 32))
-        pkt = make_packet(words.view(np.int32), job=self.spec.job, rank=self.rank, nworkers=self.spec.nworkers,
+        """A cumulative ACK with a selective bitmap: values[0] is the first piece of the step still
+        missing (all below it arrived), the other values a bitmap of the ACK_SPAN pieces from there."""
+        have = self.have.setdefault(step, np.zeros(self._expected(step), bool))
+        have[list(pieces)] = True
+        missing = np.flatnonzero(~have)
+        base = int(missing[0]) if len(missing) else len(have)
+        bits = np.zeros(ACK_SPAN, bool)
+        span = have[base:base + ACK_SPAN]
+        bits[:len(span)] = span
+        words = np.concatenate(([base], np.packbits(bits, bitorder="little").view(np.int32)))
+        pkt = make_packet(words, job=self.spec.job, rank=self.rank, nworkers=self.spec.nworkers,
                           slot=step, chunk=self.first, flags=ROUTE | RESULT)
         return pkt.to_frame(self.spec.node, self.prev_node)
 
     def _on_ack(self, pkt: Packet, now: float) -> list[bytes]:
-        words = np.asarray(pkt.values).view(np.uint32)
-        step = pkt.slot
-        for j in range(min(self.pieces, 32 * len(words))):
-            if words[j // 32] >> np.uint32(j % 32) & np.uint32(1):
-                sent = self.unacked.pop((step, j), None)
-                if sent is not None:
-                    del self.armed[(step, j)]
-                    self.last_progress = now
-                    self.newest_acked[step] = max(self.newest_acked.get(step, sent[0]), sent[0])
-                    # Karn; and the lone exponent packets never queue, so they would underestimate
-                    if (step, j) not in self.retransmitted and step >= self.spec.nworkers - 1:
-                        self.timer.sample(now - sent[0])
+        if pkt.count < 1:
+            return []
+        step, base = pkt.slot, int(pkt.values[0])
+        bits = np.unpackbits(np.asarray(pkt.values[1:]).view(np.uint8), bitorder="little")
+        acked = [key for key in self.unacked if key[0] == step and (key[1] < base or (key[1] - base < len(bits) and bits[key[1] - base]))]
+        for key in acked:
+            sent = self.unacked.pop(key)
+            del self.armed[key]
+            self.last_progress = self.last_ack = now
+            self.newest_acked[step] = max(self.newest_acked.get(step, sent[0]), sent[0])
+            # Karn; and the lone exponent packets never queue, so they would underestimate
+            if key not in self.retransmitted and step >= self.spec.nworkers - 1:
+                self.timer.sample(now - sent[0])
         newest = self.newest_acked.get(step)
         if newest is None:
-            return []
+            return self._drain(now)
         lost = [key for key, (sent_at, _) in self.unacked.items() if key[0] == step and sent_at < newest]
-        return [self._retransmit(key, now) for key in sorted(lost)]
+        return [self._retransmit(key, now) for key in sorted(lost)] + self._drain(now)
 
     def _retransmit(self, key: tuple[int, int], now: float) -> bytes:
         frame = bytearray(self.unacked[key][1])
@@ -189,9 +219,9 @@ class RingCall:
         if step < n - 1:  # exponent chain
             running = max(exp, self.exp)
             if step < n - 2:
-                return [self._send(step + 1, 0, None, now, exp=running)]
+                return self._send(step + 1, 0, None, now, exp=running)
             self._agree(running)
-            out = [self._send(n - 1, p, self._own(self._segment_sent(n - 1), p), now) for p in range(self.pieces)]
+            out = [f for p in range(self.pieces) for f in self._send(n - 1, p, self._own(self._segment_sent(n - 1), p), now)]
             for pending in self.pending:
                 out.extend(self._advance(*pending, 0, now))
             return out
@@ -203,12 +233,12 @@ class RingCall:
             total = received + self.quantized[lo:hi]
             if k == n - 2:  # fully reduced: this rank's result for ``seg``; it starts the all-gather
                 self.result_int[lo:hi] = total
-            return [self._send(step + 1, j, total.astype(np.int32), now)]
+            return self._send(step + 1, j, total.astype(np.int32), now)
         seg = (self.rank - (k - (n - 1))) % n
         lo, hi = self._piece(seg, j)
         self.result_int[lo:hi] = received
         if step + 1 < self.steps:
-            return [self._send(step + 1, j, received.astype(np.int32), now)]
+            return self._send(step + 1, j, received.astype(np.int32), now)
         return []
 
     def _own(self, segment: int, j: int) -> np.ndarray:
@@ -234,12 +264,15 @@ class RingCall:
     def on_timeout(self, now: float) -> list[bytes]:
         if self.done:
             return []
-        if now - self.last_progress >= self.spec.timeout:
+        if now >= self.last_progress + self.spec.timeout:  # the very sum next_deadline gave, so no float gap
             from innet.errors import AllreduceTimeout
 
-            prev = (self.rank - 1) % self.spec.nworkers
-            self.error = AllreduceTimeout(f"job {self.spec.job} rank {self.rank}: nothing new from rank {prev} "
-                                          f"(its predecessor in the ring) for {self.spec.timeout:g}s")
+            n, timeout = self.spec.nworkers, self.spec.timeout
+            if self.unacked and now >= self.last_ack + timeout:
+                blame = f"rank {(self.rank + 1) % n} (its successor in the ring) acknowledged nothing"
+            else:
+                blame = f"nothing new from rank {(self.rank - 1) % n} (its predecessor in the ring)"
+            self.error = AllreduceTimeout(f"job {self.spec.job} rank {self.rank}: {blame} for {timeout:g}s")
             return []
         rto = self.timer.rto
         probes: dict[int, tuple[int, int]] = {}  # step -> its oldest expired packet

@@ -186,7 +186,7 @@ class AllreduceCall:
     def on_timeout(self, now: float) -> list[bytes]:
         if self.done:
             return []
-        if now - self.last_progress >= self.spec.timeout:
+        if now >= self.last_progress + self.spec.timeout:  # the very sum next_deadline gave, so no float gap
             self.error = AllreduceTimeout(
                 f"job {self.spec.job} rank {self.spec.rank}: no result for {self.spec.timeout:g}s "
                 f"(chunks {sorted(self.sent)[:4]}... outstanding)"
