@@ -97,8 +97,6 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
         for step in range(search):
             rate = (lo + hi) / 2
             r = run(rate, (step + 1) << 24)
-            if os.environ.get("INNET_BENCH_DEBUG"):
-                print(rate, r, control.call("stats").get("counters") if control else None, file=sys.stderr)
             if r["done"] >= 0.99 * r["sent"]:
                 lo = r["sent"] / r["elapsed"]
             else:
