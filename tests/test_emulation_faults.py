@@ -59,7 +59,9 @@ def test_100k_malformed_frames_and_a_spoofer_at_live_switches():
     assert result["correct"], result["errors"]
     assert result["result_digest"] == run_local(graph, RunSpec(elements=400_000, iterations=3, workers=4))["result_digest"]
     t2 = result["switch_counters"]["t2"]
-    counted = sum(n for k, n in t2.items() if k.startswith(("bad:", "drop:")))
+    # every fuzzed frame is refused before a slot is touched; stale and duplicate drops need a real member's
+    # port, so those are the workers' own late retransmissions, not the fuzzer's
+    counted = sum(n for k, n in t2.items() if k.startswith(("bad:", "drop:")) and k not in ("drop:stale", "drop:duplicate"))
     assert counted + result["drops"].get("socket", 0) == 100_000
     assert_nothing_left()
 
