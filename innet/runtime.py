@@ -44,7 +44,8 @@ from innet.program import (
 
 Frames = list[tuple[int, bytes]]
 Out = list[tuple[int, "bytes | np.ndarray"]]  # a frame, or a block of equal-length frames (one per row)
-KIND_CODES = {"contribution": 0, "result": 1, "abort": 2, "routed": 3}
+KIND_NAMES = ("contribution", "result", "abort", "routed")
+KIND_CODES = {name: code for code, name in enumerate(KIND_NAMES)}
 DEFAULT_SWITCH_MEMORY = 4 << 20
 
 
@@ -125,6 +126,8 @@ class SwitchRuntime:
         )
         self.handlers, timers, self.starts = program.handlers()
         self.batch_handlers = program.batch_handlers()
+        if "routed" not in self.handlers:  # the default for routed packets, ctx.route, has a batch form too
+            self.batch_handlers["routed"] = ""
         self.batch_codes = np.array([KIND_CODES[k] for k in self.batch_handlers], np.int64)
         self.timers = {name: [interval, interval] for name, interval in timers.items()}
         self.stats = {port: PortStats() for port in config.ports}
@@ -197,8 +200,11 @@ class SwitchRuntime:
             rows = slice(a, b)
             batch = Batch(port, block.hdr[rows], block.values(rows, int(block.hdr["count"][a])), block.src[rows],
                           block.dst[rows])
-            kind = next(k for k, c in KIND_CODES.items() if c == key[a] % 4)
-            actions, rest = getattr(self.program, self.batch_handlers[kind])(self.ctx, batch)
+            handler = self.batch_handlers[KIND_NAMES[key[a] % 4]]
+            if handler:
+                actions, rest = getattr(self.program, handler)(self.ctx, batch)
+            else:
+                actions, rest = self.ctx.route_many(batch), ()
             self._execute(actions, out)
             for k in rest:
                 self._dispatch(port, batch.packet(int(k)), out)

@@ -1,8 +1,12 @@
-"""Plain forwarding: every packet goes out of the port its destination is routed to."""
+"""Plain forwarding: every packet goes out of the port its destination is routed to.
+
+Routed packets need no handler: the runtime's default forwards them by
+address (``ctx.route``, a block at a time with ``ctx.route_many``).
+"""
 
 from __future__ import annotations
 
-from innet import SwitchProgram, on_batch, on_packet
+from innet import SwitchProgram, on_packet
 
 
 class Forward(SwitchProgram):
@@ -10,10 +14,5 @@ class Forward(SwitchProgram):
 
     @on_packet("contribution")
     @on_packet("result")
-    @on_packet("routed")
     def forward(self, ctx, pkt):
         return ctx.route(pkt)
-
-    @on_batch("routed")
-    def forward_many(self, ctx, batch):
-        return ctx.route_many(batch), ()

@@ -228,15 +228,6 @@ class SumAllreduce(SwitchProgram):
             hit = cache[job.job] = (job, bits, ports)
         return hit[1], hit[2]
 
-    @on_packet("routed")
-    def routed(self, ctx, pkt):
-        """Addressed traffic (ring steps, PBox fallback, PBox mode) is forwarded by shortest-path routes."""
-        return ctx.route(pkt)
-
-    @on_batch("routed")
-    def routed_many(self, ctx, batch):
-        return ctx.route_many(batch), ()
-
     @on_packet("result")
     def result(self, ctx, pkt):
         job = ctx.jobs.get(pkt.job)
