@@ -40,8 +40,7 @@ class AllreduceClient:
         """The element-wise sum over all workers (exact in fixed point); raises if the job fails."""
         self.proc.tensors.append(np.asarray(tensor, np.float32))
         now = time.monotonic()
-        for frame in self.proc.start(now) if not self.proc.calls else self.proc.advance(now):
-            self.egress.send(0, frame, now)
+        self.egress.send_all(0, self.proc.start(now) if not self.proc.calls else self.proc.advance(now), now)
         while not self.proc.done:
             self.serve_once()
         call = self.proc.calls[-1]

@@ -9,15 +9,16 @@ FaultInjector. Deterministic for a given seed.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import networkx as nx
+import numpy as np
 
 from innet.faults import FaultInjector, FaultSpec
 from innet.graph import link_name, port_to, ports
-from innet.runtime import SwitchRuntime
+from innet.runtime import SwitchRuntime, flatten
 
 
 class Endpoint(Protocol):
@@ -30,13 +31,13 @@ class Endpoint(Protocol):
     @property
     def done(self) -> bool: ...
 
-    def start(self, now: float) -> list[bytes]: ...
+    def start(self, now: float) -> Sequence[bytes | np.ndarray]: ...
 
-    def receive(self, frame: bytes, now: float) -> list[bytes]: ...
+    def receive(self, frame: bytes, now: float) -> Sequence[bytes | np.ndarray]: ...
 
     def next_deadline(self) -> float | None: ...
 
-    def on_timeout(self, now: float) -> list[bytes]: ...
+    def on_timeout(self, now: float) -> Sequence[bytes | np.ndarray]: ...
 
 
 @dataclass
@@ -103,8 +104,8 @@ class Fabric:
             self._host_send(node, endpoint.receive(frame, self.now))
             self._schedule_endpoint(node, endpoint)
 
-    def _host_send(self, host: str, frames: list[bytes]) -> None:
-        for frame in frames:
+    def _host_send(self, host: str, frames: Sequence[bytes | np.ndarray]) -> None:
+        for _, frame in flatten([(0, f) for f in frames]):
             self.transmit(host, 0, frame)
 
     def _schedule(self, owner: object, due: float | None, fire: Callable[[], None]) -> None:

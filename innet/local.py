@@ -11,7 +11,7 @@ from innet.fabric import Endpoint, Fabric
 from innet.modes import RunPlan, installed_plans, pbox_servers, plan_run, worker_process
 from innet.programs import load_program
 from innet.runtime import SwitchRuntime
-from innet.worker import WorkerProcess
+from innet.worker import Frames, WorkerProcess
 
 
 class LocalRun:
@@ -72,15 +72,15 @@ class Crashing:
             self.proc.calls[-1].error = RuntimeError(f"rank {self.proc.spec.rank} crashed (injected at {self.at:g}s)")
         return not self.dead
 
-    def start(self, now: float) -> list[bytes]:
+    def start(self, now: float) -> Frames:
         return self.proc.start(now) if self._alive(now) else []
 
-    def receive(self, frame: bytes, now: float) -> list[bytes]:
+    def receive(self, frame: bytes, now: float) -> Frames:
         return self.proc.receive(frame, now) if self._alive(now) else []
 
     def next_deadline(self) -> float | None:
         deadline = self.proc.next_deadline()
         return None if self.dead else self.at if deadline is None else min(deadline, self.at)
 
-    def on_timeout(self, now: float) -> list[bytes]:
+    def on_timeout(self, now: float) -> Frames:
         return self.proc.on_timeout(now) if self._alive(now) else []

@@ -33,6 +33,7 @@ from innet.programs import load_program
 from innet.rawport import RawPort
 from innet.runtime import SwitchRuntime
 from innet.serialize import config_from_json, faults_from_json, spec_from_json
+from innet.worker import Frames
 
 
 class Egress:
@@ -60,6 +61,14 @@ class Egress:
                 self.send(port, row.tobytes(), now)
         else:
             self.ports[port].send_block(block)
+
+    def send_all(self, port: int, frames: Frames, now: float) -> None:
+        """Send what an endpoint gave: frames, and blocks of frames."""
+        for out in frames:
+            if isinstance(out, bytes):
+                self.send(port, out, now)
+            else:
+                self.send_block(port, out, now)
 
     def flush(self, now: float) -> None:
         while self.held and self.held[0][0] <= now:
@@ -119,10 +128,7 @@ def serve_switch(conf: dict[str, Any]) -> int:
                     continue
                 now = time.monotonic()
                 for out_port, out in runtime.receive_block(port, block, now):
-                    if isinstance(out, bytes):
-                        egress.send(out_port, out, now)
-                    else:
-                        egress.send_block(out_port, out, now)
+                    egress.send_all(out_port, [out], now)
         now = time.monotonic()
         if runtime is not None and (runtime.next_timer() or float("inf")) <= now:
             for out_port, out in runtime.run_timers(now):
@@ -210,14 +216,17 @@ def serve_once(poller: select.poll, port: RawPort, endpoint: Any, egress: Egress
     """One wake-up of a host endpoint: wait for frames or its deadline, feed it, send what it says."""
     if poller.poll(_wait_ms(endpoint.next_deadline(), egress.next_due(), wake)):
         now = time.monotonic()
-        for frame in port.recv_batch():
-            for out in endpoint.receive(frame, now):
-                egress.send(0, out, now)
+        if hasattr(endpoint, "receive_block"):
+            block = port.recv_block()
+            if block is not None:
+                egress.send_all(0, endpoint.receive_block(block, now), now)
+        else:
+            for frame in port.recv_batch():
+                egress.send_all(0, endpoint.receive(frame, now), now)
     now = time.monotonic()
     deadline = endpoint.next_deadline()
     if deadline is not None and deadline <= now:
-        for out in endpoint.on_timeout(now):
-            egress.send(0, out, now)
+        egress.send_all(0, endpoint.on_timeout(now), now)
     egress.flush(now)
 
 

@@ -15,7 +15,6 @@ Protocol (SwitchML, with an in-network exponent agreement first):
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +23,22 @@ import numpy as np
 
 from innet import fixedpoint
 from innet.errors import AllreduceAborted, AllreduceTimeout
-from innet.packet import ABORT, OVERFLOW, RESULT, RETX, ROUTE, VER, make_packet, parse_frame
+from innet.packet import (
+    ABORT,
+    FLAGS_OFFSET,
+    HEADER_DTYPE,
+    OVERFLOW,
+    RESULT,
+    RETX,
+    ROUTE,
+    VER,
+    FrameBlock,
+    build_frames,
+    pack_frames,
+    parse_block,
+)
+
+Frames = list[bytes | np.ndarray]  # what a host endpoint sends: frames, and blocks of equal-length frames (rows)
 
 
 @dataclass(frozen=True)
@@ -78,7 +92,13 @@ class RetransmitTimer:
 
 
 class AllreduceCall:
-    """One worker's part of one in-network all-reduce (see module doc)."""
+    """One worker's part of one in-network all-reduce (see module doc).
+
+    The window is kept per slot (a slot holds at most one chunk in flight, its
+    result frees it), as numpy arrays, so a block of results is taken with a
+    few array operations. Every data chunk's frame is built in one go once the
+    scale is agreed; sending chunks ``a..b`` is then a slice of that array.
+    """
 
     def __init__(self, spec: JobSpec, tensor: np.ndarray, first_chunk: int) -> None:
         self.spec = spec
@@ -88,12 +108,15 @@ class AllreduceCall:
         self.local_exp = fixedpoint.magnitude_exponent(self.tensor)
         self.scale: int | None = None
         self._q = 0
-        self.quantized = np.zeros(0, np.int32)
-        self.result_int = np.zeros(len(self.tensor), np.int64)
-        self.sent: dict[int, tuple[float, bool]] = {}
-        self.timers: list[tuple[float, int]] = []
+        self._padded = np.zeros((self.end - first_chunk - 1) * spec.elements, np.int64)
+        self.result_int = self._padded[: len(self.tensor)]
+        self.in_flight = np.full(spec.slots, -1, np.int64)  # the chunk each slot carries, -1: free
+        self.sent_at = np.full(spec.slots, np.inf)
+        self.resent = np.zeros(spec.slots, np.bool_)
+        self.frames = np.zeros((0, 0), np.uint8)  # row i: data chunk first + 1 + i (full chunks only)
+        self.tail = np.zeros((0, 0), np.uint8)  # the last data chunk's frame when it is shorter than the others
         self.timer = RetransmitTimer(spec)
-        self.next_chunk = first_chunk
+        self.sent_all = False  # the last chunk has been sent (so every chunk has: each follows its slot's last)
         self.retransmissions = 0
         self.started_at: float | None = None
         self.finished_at: float | None = None
@@ -113,93 +136,149 @@ class AllreduceCall:
     def rto(self) -> float:
         return self.timer.rto
 
-    def _frame(self, chunk: int, retx: bool) -> bytes:
+    @property
+    def _peer(self) -> int:
+        """The node this worker sends to and hears results from: its switch, or the PBox."""
+        return self.spec.first_hop if self.spec.pbox is None else self.spec.pbox
+
+    def _header(self, chunks: np.ndarray, counts: np.ndarray | int, exp: int) -> np.ndarray:
         spec = self.spec
-        slot, version = chunk % spec.slots, (chunk // spec.slots) & 1
-        flags = (VER if version else 0) | (RETX if retx else 0) | (ROUTE if spec.pbox is not None else 0)
+        hdr = np.zeros(len(chunks), HEADER_DTYPE)
+        hdr["job"], hdr["rank"], hdr["nworkers"], hdr["exp"], hdr["count"] = spec.job, spec.rank, spec.nworkers, exp, counts
+        hdr["slot"], hdr["chunk"] = chunks % spec.slots, chunks
+        hdr["flags"] = np.where((chunks // spec.slots) & 1, VER, 0) | (ROUTE if spec.pbox is not None else 0)
+        return hdr
+
+    def _build(self, exp: int) -> None:
+        """Quantize with the agreed exponent and build every data chunk's frame."""
+        spec, n = self.spec, len(self.tensor)
+        self._q = exp
+        self.scale = fixedpoint.scale_for(exp, spec.nworkers)
+        quantized = fixedpoint.quantize(self.tensor, self.scale)
+        full = n // spec.elements
+        chunks = np.arange(self.first + 1, self.first + 1 + full)
+        values = quantized[: full * spec.elements].reshape(full, spec.elements)
+        self.frames = build_frames(spec.node, self._peer, self._header(chunks, spec.elements, exp), values)
+        if n % spec.elements:
+            last = np.array([self.end - 1])
+            hdr = self._header(last, n % spec.elements, exp)
+            self.tail = build_frames(spec.node, self._peer, hdr, quantized[full * spec.elements :][None])
+
+    def _frame(self, chunk: int) -> np.ndarray:
         if chunk == self.first:
-            values, exp = None, self.local_exp
-        else:
-            off = (chunk - self.first - 1) * spec.elements
-            values, exp = self.quantized[off : off + spec.elements], self._q
-        pkt = make_packet(values, job=spec.job, rank=spec.rank, nworkers=spec.nworkers,
-                          slot=slot, chunk=chunk, flags=flags, exp=exp)
-        return pkt.to_frame(spec.node, spec.first_hop if spec.pbox is None else spec.pbox)
+            hdr = self._header(np.array([chunk]), 0, self.local_exp)
+            return build_frames(self.spec.node, self._peer, hdr, np.zeros((1, 0), np.int32))[0]
+        i = chunk - self.first - 1
+        return self.frames[i] if i < len(self.frames) else self.tail[0]
 
-    def _send(self, chunk: int, now: float, retx: bool = False) -> bytes:
-        self.sent[chunk] = (now, retx or chunk in self.sent)
-        heapq.heappush(self.timers, (now, chunk))
-        return self._frame(chunk, retx)
-
-    def start(self, now: float) -> list[bytes]:
-        self.started_at = self.last_progress = now
-        self.next_chunk = self.first + 1
-        return [self._send(self.first, now)]
-
-    def receive(self, frame: bytes, now: float) -> list[bytes]:
-        pkt = parse_frame(frame)
-        source = self.spec.first_hop if self.spec.pbox is None else self.spec.pbox
-        if pkt is None or pkt.job != self.spec.job or self.done or pkt.src != source:
+    def _send(self, chunks: np.ndarray, now: float) -> Frames:
+        """Put ``chunks`` (those before the end) in flight, each in its free slot; their frames, as a block."""
+        chunks = chunks[chunks < self.end]
+        if not len(chunks):
             return []
-        if pkt.has(ABORT):
-            origin, *missing = (int(x) for x in pkt.values) or (-1,)
+        slots = chunks % self.spec.slots
+        self.in_flight[slots], self.sent_at[slots], self.resent[slots] = chunks, now, False
+        self.sent_all = self.sent_all or int(chunks[-1]) == self.end - 1  # chunks come sorted
+        if chunks[0] == self.first:
+            return [self._frame(self.first).tobytes()]
+        index = chunks - self.first - 1
+        full = index < len(self.frames)
+        out: Frames = [self.frames[index[full]]] if full.any() else []
+        if not full.all():
+            out.append(self.tail)
+        return out
+
+    def start(self, now: float) -> Frames:
+        self.started_at = self.last_progress = now
+        return self._send(np.array([self.first]), now)
+
+    def receive(self, frame: bytes, now: float) -> Frames:
+        return self.receive_block(parse_block(*pack_frames([frame])), now)
+
+    def receive_block(self, block: FrameBlock, now: float) -> Frames:
+        """Take every result for this call in ``block``; the frames to send in return."""
+        if self.done:
+            return []
+        hdr = block.hdr
+        mine = block.ok & (hdr["job"] == self.spec.job) & (block.src == self._peer)
+        aborts = np.flatnonzero(mine & (hdr["flags"] & ABORT != 0))
+        if len(aborts):
+            origin, *missing = block.values(aborts[:1], int(hdr["count"][aborts[0]]))[0].tolist() or [-1]
             self.error = AllreduceAborted(
                 f"job {self.spec.job}: rank(s) {', '.join(map(str, missing)) or '?'} sent nothing for "
                 f"{self.spec.timeout / 2:g}s; node {origin} aborted the job and freed its slots")
             return []
-        if not pkt.has(RESULT) or pkt.chunk not in self.sent:
+        rows = np.flatnonzero(mine & (hdr["flags"] & RESULT != 0))
+        chunks = hdr["chunk"][rows].astype(np.int64)
+        slots = chunks % self.spec.slots
+        fresh = (self.in_flight[slots] == chunks) & (hdr["count"][rows] == self._count(chunks))
+        chunks, first = np.unique(chunks[fresh], return_index=True)  # a duplicate result counts once
+        if not len(chunks):
             return []
-        sent_at, retransmitted = self.sent.pop(pkt.chunk)
-        if not retransmitted and pkt.chunk != self.first:  # Karn; the lone exponent packet never queues
-            self.timer.sample(now - sent_at)
+        rows, slots = rows[fresh][first], slots[fresh][first]
+        self.in_flight[slots] = -1
+        clean = ~self.resent[slots] & (chunks != self.first)  # Karn; the lone exponent packet never queues
+        if clean.any():
+            self.timer.sample(float(np.max(now - self.sent_at[slots][clean])))
+        self.sent_at[slots] = np.inf
         self.last_progress = now
-        if pkt.has(OVERFLOW):
-            self.error = OverflowError(f"job {self.spec.job}: int32 overflow in chunk {pkt.chunk}")
+        flags = hdr["flags"][rows]
+        if (flags & OVERFLOW).any():
+            self.error = OverflowError(f"job {self.spec.job}: int32 overflow in chunk {chunks[(flags & OVERFLOW) != 0][0]}")
             return []
-        out: list[bytes] = []
-        if pkt.chunk == self.first:
-            self._q = pkt.exp
-            self.scale = fixedpoint.scale_for(pkt.exp, self.spec.nworkers)
-            self.quantized = fixedpoint.quantize(self.tensor, self.scale)
-            while self.next_chunk < min(self.end, self.first + 1 + self.spec.slots):
-                out.append(self._send(self.next_chunk, now))
-                self.next_chunk += 1
-        else:
-            off = (pkt.chunk - self.first - 1) * self.spec.elements
-            self.result_int[off : off + pkt.count] = pkt.values
-            if self.next_chunk < self.end:
-                out.append(self._send(self.next_chunk, now))
-                self.next_chunk += 1
-        if not self.sent and self.next_chunk >= self.end:
+        out: Frames = []
+        if chunks[0] == self.first:
+            self._build(int(hdr["exp"][rows[0]]))
+            chunks, rows = chunks[1:], rows[1:]
+            out += self._send(np.arange(self.first + 1, self.first + 1 + self.spec.slots), now)
+        self._store(block, rows, chunks)
+        out += self._send(chunks + self.spec.slots, now)  # a result frees its slot for the chunk ``slots`` later
+        if self.sent_all and (self.in_flight < 0).all():
             self.finished_at = now
         return out
+
+    def _count(self, chunks: np.ndarray) -> np.ndarray:
+        """How many values the result of each chunk carries (none for the exponent chunk)."""
+        elements = self.spec.elements
+        return np.where(chunks == self.first, 0, np.minimum(elements, len(self.tensor) - (chunks - self.first - 1) * elements))
+
+    def _store(self, block: FrameBlock, rows: np.ndarray, chunks: np.ndarray) -> None:
+        """Write the results' values into place: full chunks at once, the short last one alone."""
+        elements = self.spec.elements
+        counts = block.hdr["count"][rows]
+        full = counts == elements
+        if full.any():
+            self._padded.reshape(-1, elements)[chunks[full] - self.first - 1] = block.values(rows[full], elements)
+        for k in np.flatnonzero(~full):
+            off, count = (int(chunks[k]) - self.first - 1) * elements, int(counts[k])
+            self._padded[off : off + count] = block.values(rows[k : k + 1], count)[0]
 
     def next_deadline(self) -> float | None:
         if self.done:
             return None
-        while self.timers and self.sent.get(self.timers[0][1], (None,))[0] != self.timers[0][0]:
-            heapq.heappop(self.timers)
-        retx = self.timers[0][0] + self.rto if self.timers else None
+        oldest = float(self.sent_at.min())
         give_up = self.last_progress + self.spec.timeout
-        return give_up if retx is None else min(retx, give_up)
+        return min(oldest + self.rto, give_up)
 
-    def on_timeout(self, now: float) -> list[bytes]:
+    def on_timeout(self, now: float) -> Frames:
         if self.done:
             return []
         if now >= self.last_progress + self.spec.timeout:  # the very sum next_deadline gave, so no float gap
+            outstanding = np.sort(self.in_flight[self.in_flight >= 0])
             self.error = AllreduceTimeout(
                 f"job {self.spec.job} rank {self.spec.rank}: no result for {self.spec.timeout:g}s "
-                f"(chunks {sorted(self.sent)[:4]}... outstanding)"
+                f"(chunks {outstanding[:4].tolist()}... outstanding)"
             )
             return []
-        out = []
-        rto = self.rto
-        while self.timers and self.timers[0][0] + rto <= now:
-            sent_at, chunk = heapq.heappop(self.timers)
-            if self.sent.get(chunk, (None,))[0] == sent_at:
-                self.retransmissions += 1
-                out.append(self._send(chunk, now, retx=True))
-        if out:
+        expired = np.flatnonzero(self.sent_at + self.rto <= now)
+        out: Frames = []
+        for slot in expired[np.argsort(self.in_flight[expired])]:
+            frame = np.array(self._frame(int(self.in_flight[slot])))
+            frame[FLAGS_OFFSET] |= RETX
+            out.append(frame.tobytes())
+        self.sent_at[expired], self.resent[expired] = now, True
+        self.retransmissions += len(expired)
+        if len(expired):
             self.timer.expired()
         return out
 
@@ -236,7 +315,7 @@ class WorkerProcess:
     def error(self) -> Exception | None:
         return next((c.error for c in self.calls if c.error is not None), None)
 
-    def _begin(self, now: float) -> list[bytes]:
+    def _begin(self, now: float) -> Frames:
         call = self.make_call(self.spec, self.tensors[len(self.calls)], self.next_first)
         self.next_first = call.end
         early = self.calls[-1].early if self.calls and hasattr(self.calls[-1], "early") else []
@@ -246,33 +325,41 @@ class WorkerProcess:
             out.extend(call.receive(frame, now))
         return out
 
-    def start(self, now: float) -> list[bytes]:
+    def start(self, now: float) -> Frames:
         return self._advance(self._begin(now), now) if self.tensors else []
 
-    def advance(self, now: float) -> list[bytes]:
+    def advance(self, now: float) -> Frames:
         """Begin the next call if the current one is over and another tensor is waiting."""
         return self._advance([], now)
 
-    def _advance(self, out: list[bytes], now: float) -> list[bytes]:
+    def _advance(self, out: Frames, now: float) -> Frames:
         call = self.current
         while call is not None and call.done and call.error is None and len(self.calls) < len(self.tensors):
             out.extend(self._begin(now))
             call = self.current
         return out
 
-    def receive(self, frame: bytes, now: float) -> list[bytes]:
-        out: list[bytes] = []
-        if len(self.calls) > 1:
-            out.extend(self.calls[-2].receive(frame, now))
-        call = self.current
-        if call is not None:
+    def receive(self, frame: bytes, now: float) -> Frames:
+        out: Frames = []
+        for call in self.calls[-2:]:
             out.extend(call.receive(frame, now))
+        return self._advance(out, now)
+
+    def receive_block(self, block: FrameBlock, now: float) -> Frames:
+        """``receive`` for a block of frames; calls without a block form get them one by one."""
+        out: Frames = []
+        for call in self.calls[-2:]:
+            if hasattr(call, "receive_block"):
+                out.extend(call.receive_block(block, now))
+            else:
+                for k in range(len(block.lengths)):
+                    out.extend(call.receive(block.frame(k), now))
         return self._advance(out, now)
 
     def next_deadline(self) -> float | None:
         call = self.current
         return None if call is None or self.done else call.next_deadline()
 
-    def on_timeout(self, now: float) -> list[bytes]:
+    def on_timeout(self, now: float) -> Frames:
         call = self.current
         return [] if call is None else self._advance(list(call.on_timeout(now)), now)

@@ -12,6 +12,7 @@ from innet.faults import FaultSpec
 from innet.fuzz import forged_frames, malformed_frames
 from innet.graph import node_indices
 from innet.local import LocalRun, run_local
+from innet.packet import PAYLOAD_OFFSET
 from innet.worker import AllreduceCall, JobSpec, WorkerProcess
 from topologies import build
 
@@ -168,10 +169,9 @@ def test_overflow_is_never_silent():
     class Rogue(AllreduceCall):
         """A member whose fixed-point values ignore the agreed scale."""
 
-        def _frame(self, chunk, retx):
-            if self.scale is not None:
-                self.quantized[:] = 2**31 - 1
-            return super()._frame(chunk, retx)
+        def _build(self, exp):
+            super()._build(exp)
+            self.frames[:, PAYLOAD_OFFSET:].view("<i4")[:] = 2**31 - 1
 
     graph = build("star", workers=3)
     lr = LocalRun(graph, RunSpec(elements=1000))

@@ -1,0 +1,88 @@
+"""The worker's batch data path: prebuilt chunk frames, results taken a block at a time."""
+
+import numpy as np
+
+from innet import fixedpoint
+from innet.experiment import check
+from innet.packet import FLAGS_OFFSET, RESULT, RETX, VER, make_packet, pack_frames, parse_block, parse_frame, scapy_frame
+from innet.runtime import flatten
+from innet.worker import AllreduceCall, JobSpec
+
+SWITCH = 9
+
+
+def spec(rank, n, slots=8, elements=16):
+    return JobSpec(job=1, rank=rank, nworkers=n, slots=slots, elements=elements, node=rank, first_hop=SWITCH)
+
+
+def frames_of(out):
+    return [f for _, f in flatten([(0, o) for o in out])]
+
+
+def test_chunk_frames_are_byte_identical_to_scapy():
+    tensor = np.linspace(-3, 5, 40, dtype=np.float32)  # 16 + 16 + 8: the last chunk is short
+    call = AllreduceCall(spec(2, 3), tensor, first_chunk=13)
+    [exp_frame] = frames_of(call.start(0.0))
+    assert exp_frame == scapy_frame(2, SWITCH, job=1, rank=2, nworkers=3, slot=13 % 8, chunk=13, exp=call.local_exp,
+                                    flags="VER")
+    agreed = call.local_exp + 1
+    result = make_packet(None, job=1, rank=2, nworkers=3, slot=13 % 8, chunk=13, flags=RESULT | VER, exp=agreed)
+    sent = frames_of(call.receive(result.to_frame(SWITCH, 2), 0.001))
+    q = fixedpoint.quantize(tensor, fixedpoint.scale_for(agreed, 3))
+    assert len(sent) == 3
+    for k, frame in enumerate(sent):
+        chunk = 14 + k
+        assert frame == scapy_frame(2, SWITCH, job=1, rank=2, nworkers=3, slot=chunk % 8, chunk=chunk, exp=agreed,
+                                    flags="VER" if (chunk // 8) & 1 else 0, values=q[16 * k:16 * k + 16].tolist())
+    # a retransmission is the same frame with the RETX flag set, and only for the chunks still out
+    resent = frames_of(call.on_timeout(0.001 + call.rto))
+    assert [parse_frame(f).chunk for f in resent] == [14, 15, 16]
+    for old, new in zip(sent, resent, strict=True):
+        assert new[FLAGS_OFFSET] == old[FLAGS_OFFSET] | RETX
+        assert new[:FLAGS_OFFSET] + new[FLAGS_OFFSET + 1:] == old[:FLAGS_OFFSET] + old[FLAGS_OFFSET + 1:]
+    assert call.retransmissions == 3
+
+
+def test_results_in_shuffled_blocks_are_exact_and_slots_never_overlap():
+    """A switch that answers in random order and delivers in random blocks: each result frees only
+    its own slot, every worker gets the exact sum, and no worker ever has two chunks in one slot."""
+    rng = np.random.default_rng(7)
+    n, slots, elements = 3, 8, 16
+    tensors = [rng.normal(size=1000).astype(np.float32) * 10 ** float(rng.integers(-3, 3)) for _ in range(n)]
+    calls = [AllreduceCall(spec(r, n, slots, elements), t, first_chunk=5) for r, t in enumerate(tensors)]
+    in_slot: dict[tuple[int, int], int] = {}  # (rank, slot) -> the chunk the worker has in flight there
+    got: dict[int, dict[int, tuple[np.ndarray, int]]] = {}  # chunk -> rank -> (values, exp)
+    to_worker: list[list[bytes]] = [[] for _ in range(n)]
+    uplink = [(r, f) for r, c in enumerate(calls) for f in frames_of(c.start(0.0))]
+    now, blocks = 0.0, 0
+    while not all(c.done for c in calls):
+        for rank, frame in uplink:
+            pkt = parse_frame(frame)
+            assert in_slot.get((rank, pkt.slot), pkt.chunk) == pkt.chunk, "two chunks in flight in one slot"
+            in_slot[(rank, pkt.slot)] = pkt.chunk
+            got.setdefault(pkt.chunk, {})[rank] = (np.array(pkt.values, np.int64), pkt.exp)
+            if len(got[pkt.chunk]) == n:
+                total = np.sum([v for v, _ in got[pkt.chunk].values()], axis=0)
+                exp = max(e for _, e in got[pkt.chunk].values())
+                res = make_packet(total, job=1, rank=0, nworkers=n, slot=pkt.slot, chunk=pkt.chunk,
+                                  flags=RESULT | (pkt.flags & VER), exp=exp)
+                for r in range(n):
+                    to_worker[r].append(res.to_frame(SWITCH, r))
+        uplink = []
+        now += 0.0001
+        for r, call in enumerate(calls):
+            pending = to_worker[r]
+            rng.shuffle(pending)
+            take = int(rng.integers(1, len(pending) + 1)) if pending else 0
+            block, to_worker[r] = pending[:take], pending[take:]
+            if not block:
+                continue
+            for frame in block:
+                pkt = parse_frame(frame)
+                in_slot.pop((r, pkt.slot), None)
+            blocks += 1
+            uplink += [(r, f) for f in frames_of(call.receive_block(parse_block(*pack_frames(block)), now))]
+    correct, _ = check([[t] for t in tensors], [[c.result_int] for c in calls], [[c.result] for c in calls])
+    assert correct and all(c.error is None for c in calls)
+    assert blocks < n * calls[0].end  # results really came several to a block
+    assert all(c.retransmissions == 0 for c in calls)
