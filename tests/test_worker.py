@@ -86,3 +86,21 @@ def test_results_in_shuffled_blocks_are_exact_and_slots_never_overlap():
     assert correct and all(c.error is None for c in calls)
     assert blocks < n * calls[0].end  # results really came several to a block
     assert all(c.retransmissions == 0 for c in calls)
+
+
+def test_holdoff_only_while_half_the_window_is_in_flight():
+    call = AllreduceCall(spec(0, 2, slots=8, elements=4), np.ones(100, np.float32), first_chunk=0)
+    call.start(0.0)
+    assert call.holdoff() == 0.0  # no RTT measured yet
+    res = make_packet(None, job=1, rank=0, nworkers=2, slot=0, chunk=0, flags=RESULT, exp=call.local_exp)
+    call.receive(res.to_frame(SWITCH, 0), 0.001)  # the exponent: 8 chunks go out, but it gives no RTT sample
+    frames = []
+    for chunk in range(1, 5):
+        r = make_packet(np.zeros(4, np.int32), job=1, rank=0, nworkers=2, slot=chunk % 8, chunk=chunk, flags=RESULT,
+                        exp=call.local_exp)
+        frames.append(r.to_frame(SWITCH, 0))
+    call.receive_block(parse_block(*pack_frames(frames)), 0.005)  # RTT 4 ms; 4 freed slots refilled: 8 in flight
+    assert call.timer.srtt == 0.004
+    assert call.holdoff() == min(0.001, call.rto / 8)
+    call.in_flight[:5] = -1  # only 3 of 8 in flight: every result is needed at once
+    assert call.holdoff() == 0.0
