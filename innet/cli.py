@@ -15,6 +15,7 @@ from innet.faults import FaultSpec, parse_link_fault
 from innet.metrics import summary_table, write_link_csv, write_results
 from innet.modes import MODES
 from innet.planner import METHODS
+from innet.workloads import WORKLOADS
 
 TCLINK_MAX_MBPS = 1000.0
 
@@ -50,6 +51,20 @@ def parser() -> argparse.ArgumentParser:
                    help="workers in the job; for star, the number of hosts (default: every host; star: 4)")
     p.add_argument("--elements", type=int, default=65536, help="gradient elements per worker per iteration (default 65536)")
     p.add_argument("--iterations", type=int, default=1, help="all-reduce calls per worker (default 1)")
+    p.add_argument("--workload", choices=sorted(WORKLOADS), default=None,
+                   help="train a model: each iteration all-reduces its layers' gradients (last layer first) as "
+                        "backpropagation computes them, instead of one flat tensor (see README: Workloads)")
+    p.add_argument("--workload-scale", type=float, default=0.01,
+                   help="with --workload: shrink every layer (and the compute) to this fraction (default 0.01)")
+    p.add_argument("--pipeline", type=int, default=1, choices=(1, 2),
+                   help="with --workload: 1 = BSP; 2 = Pipe-SGD pipelining, iteration t+1 computes while t "
+                        "communicates (default 1)")
+    p.add_argument("--compute-scale", type=float, default=1.0,
+                   help="with --workload: multiply every layer's compute time by this (default 1: a V100 at batch 32)")
+    p.add_argument("--predict", action="store_true",
+                   help="print the timing model's prediction next to every measured run, with the error")
+    p.add_argument("--hop-latency", type=float, default=None,
+                   help="with --predict: seconds a node takes to pass a frame on (default 0 on local, 0.0006 on mininet)")
     p.add_argument("--seed", type=int, default=0, help="seed of the gradients and of fault injection (default 0)")
     p.add_argument("--racks", type=int, default=None, help="leaf-spine/phub-rack: racks (default 2)")
     p.add_argument("--hosts-per-rack", type=int, default=None, help="leaf-spine/phub-rack: hosts per rack (default 2, phub-rack 4)")
@@ -93,14 +108,16 @@ def _spec(args: argparse.Namespace) -> RunSpec:
         link_faults = tuple(parse_link_fault(f) for f in args.fault)
     except ValueError as exc:
         raise UserError(f"bad fault flag: {exc}") from None
+    if not 0 < args.workload_scale <= 1 or args.compute_scale < 0:
+        raise UserError("--workload-scale must be in (0, 1] and --compute-scale must not be negative")
     if args.job_slots < 0:
         raise UserError(f"--job-slots must not be negative, got {args.job_slots}")
     return RunSpec(mode=args.mode, program=args.program, placement=args.placement,
                    workers=None if args.topo == "star" else args.workers, elements=args.elements,
                    iterations=args.iterations, seed=args.seed, faults=faults,
                    switch_memory=args.switch_memory, timeout=args.timeout, jobs=args.jobs, job_slots=args.job_slots,
-                   link_faults=link_faults,
-                   min_rto=0.001 if args.backend == "local" else 0.02)
+                   link_faults=link_faults, workload=args.workload or "", workload_scale=args.workload_scale,
+                   pipeline=args.pipeline, compute_scale=args.compute_scale, min_rto=0.001 if args.backend == "local" else 0.02)
 
 
 def _graph(args: argparse.Namespace) -> Any:
@@ -177,6 +194,10 @@ def _main(args: argparse.Namespace) -> int:
 
             runs.append(run_mininet(graph, spec, pcap_dir=args.pcap, cli=args.cli, pbox_cores=args.pbox_cores, crash=crash))
     print(summary_table(runs))
+    if args.predict:
+        from innet.timing import prediction_table
+
+        print(prediction_table(graph, run, runs, args.hop_latency))
     out = args.out or os.path.join("results", time.strftime("%Y%m%d-%H%M%S"))
     files = [os.path.join(out, "results.json"), os.path.join(out, "links.csv")]
     write_results(files[0], graph, runs)

@@ -16,6 +16,7 @@ import numpy as np
 from innet.faults import FaultSpec
 from innet.modes import worker_process
 from innet.rawport import RawPort
+from innet.training import Training
 from innet.worker import JobSpec
 
 
@@ -27,22 +28,26 @@ class AllreduceClient:
     """
 
     def __init__(self, spec: JobSpec, iface: str, mode: str = "innet", ring: list[int] | None = None,
-                 faults: dict[int, FaultSpec] | None = None, seed: int = 0) -> None:
+                 faults: dict[int, FaultSpec] | None = None, seed: int = 0, training: Training | None = None) -> None:
         from innet.node import Egress
 
         self.port = RawPort(iface)
         self.egress = Egress({0: self.port}, {"0": vars(faults[0]) if faults else vars(FaultSpec())}, seed)
-        self.proc = worker_process(mode, spec, ring or [], [])
+        self.proc = worker_process(mode, spec, ring or [], [], training)
         self.poller = select.poll()
         self.poller.register(self.port.fileno(), select.POLLIN)
 
-    def allreduce(self, tensor: np.ndarray) -> np.ndarray:
-        """The element-wise sum over all workers (exact in fixed point); raises if the job fails."""
-        self.proc.tensors.append(np.asarray(tensor, np.float32))
+    def run(self, tensors: list[np.ndarray]) -> None:
+        """All-reduce ``tensors`` in order (following the training schedule, if any) until done or failed."""
+        self.proc.tensors.extend(np.asarray(t, np.float32) for t in tensors)
         now = time.monotonic()
         self.egress.send_all(0, self.proc.start(now) if not self.proc.calls else self.proc.advance(now), now)
         while not self.proc.done:
             self.serve_once()
+
+    def allreduce(self, tensor: np.ndarray) -> np.ndarray:
+        """The element-wise sum over all workers (exact in fixed point); raises if the job fails."""
+        self.run([tensor])
         call = self.proc.calls[-1]
         if call.error is not None:
             raise call.error

@@ -291,7 +291,8 @@ class Emulation:
         workers = {}
         for plan in rp.plans:
             for w, spec in rp.specs[plan.job].items():
-                conf = {"spec": spec_to_json(spec), "seed": run.seed, "iterations": run.iterations, "elements": run.elements,
+                conf = {"spec": spec_to_json(spec), "seed": run.seed, "sizes": run.call_sizes(),
+                        "training": dataclasses.asdict(training) if (training := run.training()) else None,
                         "port": f"{w}-eth0", "faults": _faults(graph, run, w), "result": os.path.join(self.run_dir, f"{w}.npz"),
                         "mode": run.mode, "ring": rp.ring(plan.job), "linger": 1.0 if run.mode == "ring" else 0.0}
                 self._write(f"{w}.json", conf)
@@ -348,7 +349,7 @@ class Emulation:
 
     def _wait_workers(self, procs: dict[str, subprocess.Popen[bytes]], run: RunSpec, started: float,
                       crash: dict[str, float]) -> None:
-        limit = started + 30 + run.timeout * (run.iterations + 1)
+        limit = started + 30 + run.timeout * (len(run.call_sizes()) + 1)
         last_report = time.monotonic()
         crash = dict(crash)
         while any(p.poll() is None for p in procs.values()):
@@ -400,10 +401,10 @@ class Emulation:
         if not os.path.exists(path):
             return WorkerOutcome(spec.job, spec.rank, [], [], [], [], 0, f"worker {host} (rank {spec.rank}) wrote no result"), 0.0
         data = np.load(path)
-        ints = list(data["ints"])
+        ints = np.split(data["ints"], np.cumsum(data["sizes"])[:-1]) if len(data["sizes"]) else []
         outcome = WorkerOutcome(spec.job, spec.rank, ints, [dequantize(g, int(s)) for g, s in zip(ints, data["scales"], strict=False)],
                                 list(data["started"]), list(data["finished"]), int(data["retransmissions"].sum()),
-                                str(data["error"]))
+                                str(data["error"]), list(data["compute_starts"]))
         return outcome, float(data["cpu_s"])
 
     def teardown(self) -> None:

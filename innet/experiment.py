@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -25,7 +26,9 @@ from innet.metrics import cross_rack_bytes, tier_bytes
 from innet.planner import JobPlan
 from innet.program import SwitchProgram
 from innet.runtime import DEFAULT_SWITCH_MEMORY, SwitchConfig
+from innet.training import Training, iteration_stats
 from innet.worker import JobSpec
+from innet.workloads import load_workload
 
 
 @dataclass(frozen=True)
@@ -42,11 +45,30 @@ class RunSpec:
     faults: FaultSpec = field(default_factory=FaultSpec)
     switch_memory: int = DEFAULT_SWITCH_MEMORY
     min_rto: float = 0.001
-    initial_rto: float = 0.2
+    initial_rto: float = 1.0  # RFC 6298's: the first window may queue behind a slow link
     timeout: float = 10.0
     jobs: int = 1
     job_slots: int = 0  # slots each job asks of every switch (0: the pool divided by the jobs)
     link_faults: tuple[tuple[str, FaultSpec], ...] = ()  # per link ("a--b") or direction ("a->b")
+    workload: str = ""  # a model (innet.workloads): iterations over its layers instead of one flat tensor
+    workload_scale: float = 0.01  # the model's layers (and compute) shrunk to this fraction
+    pipeline: int = 1  # with a workload: 1 = BSP, 2 = Pipe-SGD width-2 pipelining
+    compute_scale: float = 1.0  # with a workload: multiplies every layer's compute time (a faster or slower GPU)
+
+    def call_sizes(self) -> list[int]:
+        """The elements of each all-reduce call of a worker, in order."""
+        if not self.workload:
+            return [self.elements] * self.iterations
+        layers = load_workload(self.workload, self.workload_scale).layers
+        return [la.elements for la in reversed(layers)] * self.iterations
+
+    def training(self) -> Training | None:
+        """The compute schedule the calls follow (None: back to back, no compute)."""
+        if not self.workload:
+            return None
+        w = load_workload(self.workload, self.workload_scale)
+        c = self.compute_scale
+        return Training(c * sum(w.forward_times()), tuple(c * t for t in reversed(w.backward_times())), self.pipeline)
 
     def faults_on(self, sender: str, receiver: str) -> FaultSpec:
         """The faults of frames ``sender`` puts on its link to ``receiver``: the direction's,
@@ -98,11 +120,10 @@ def worker_specs(graph: nx.Graph, plan: JobPlan, program: type[SwitchProgram], r
     }
 
 
-def make_tensors(seed: int, job: int, rank: int, iterations: int, elements: int) -> list[np.ndarray]:
-    """Seeded gradients: per iteration, normal values with a per-worker magnitude."""
+def make_tensors(seed: int, job: int, rank: int, sizes: Sequence[int]) -> list[np.ndarray]:
+    """Seeded gradients: per call, normal values with a per-worker magnitude."""
     rng = np.random.default_rng([seed, job, rank])
-    return [(rng.standard_normal(elements) * 10.0 ** rng.uniform(-3, 1)).astype(np.float32)
-            for _ in range(iterations)]
+    return [(rng.standard_normal(n) * 10.0 ** rng.uniform(-3, 1)).astype(np.float32) for n in sizes]
 
 
 def result_digest(results_int: Sequence[Sequence[np.ndarray]]) -> str:
@@ -163,6 +184,7 @@ class WorkerOutcome:
     finished: list[float]
     retransmissions: int
     error: str = ""
+    compute_starts: list[float] = field(default_factory=list)  # with a workload: each iteration's
 
 
 def outcome_of(proc: Any) -> WorkerOutcome:
@@ -172,23 +194,29 @@ def outcome_of(proc: Any) -> WorkerOutcome:
         proc.spec.job, proc.spec.rank, [c.result_int for c in done], [c.result for c in done],
         [c.started_at if c.started_at is not None else float("nan") for c in proc.calls],
         [c.finished_at if c.finished_at is not None else float("nan") for c in proc.calls],
-        sum(c.retransmissions for c in proc.calls), str(proc.error) if proc.error else "",
+        sum(c.retransmissions for c in proc.calls), str(proc.error) if proc.error else "", proc.compute_starts,
     )
 
 
 def job_summary(run: RunSpec, plan: JobPlan, outcome: str, workers: Sequence[WorkerOutcome]) -> dict[str, Any]:
     """One job's verdict: exact or not, its error, time, retransmissions, digest."""
     workers = sorted(workers, key=lambda w: w.rank)
-    inputs = [make_tensors(run.seed, plan.job, w.rank, run.iterations, run.elements) for w in workers]
+    inputs = [make_tensors(run.seed, plan.job, w.rank, run.call_sizes()) for w in workers]
     correct, max_err = check(inputs, [w.ints for w in workers], [w.floats for w in workers])
     errors = sorted({w.error for w in workers if w.error})
     times = []
-    for it in range(run.iterations):
+    for it in range(len(inputs[0]) if inputs else 0):
         starts = [w.started[it] for w in workers if it < len(w.started)]
         ends = [w.finished[it] for w in workers if it < len(w.finished)]
         if len(ends) == len(workers) and not any(np.isnan(ends)) and starts:
             times.append(max(ends) - min(starts))
+    training = run.training()
+    stats: dict[str, float] = {}
+    if training is not None and workers and all(not np.isnan(w.finished).any() for w in workers):
+        per_worker = [iteration_stats(training, w.compute_starts, w.finished) for w in workers]
+        stats = {k: max(p[k] for p in per_worker) for k in per_worker[0]} if per_worker[0] else {}
     return {
+        **stats,
         "job": plan.job, "workers": list(plan.workers), "placement": plan.method, "outcome": outcome,
         "correct": correct and not errors and len(workers) == len(plan.workers), "max_abs_error": max_err,
         "completion_s": statistics.median(times) if times else float("nan"),
@@ -210,8 +238,9 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Any, backend: str, outcomes: S
             for plan in rp.plans]
     predicted: dict[str, int] = {}
     for plan in rp.plans:
-        for name, b in predicted_link_bytes(graph, run.mode, plan, run.elements, rp.per_packet, run.iterations).items():
-            predicted[name] = predicted.get(name, 0) + b
+        for size, calls in Counter(run.call_sizes()).items():
+            for name, b in predicted_link_bytes(graph, run.mode, plan, size, rp.per_packet, calls).items():
+                predicted[name] = predicted.get(name, 0) + b
     names = dict(enumerate(sorted(graph, key=natural_key)))
     for j in jobs:  # name the nodes an error mentions
         j["errors"] = [re.sub(r"node (\d+)", lambda m: names.get(int(m.group(1)), m.group(0)), e) for e in j["errors"]]
@@ -238,5 +267,8 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Any, backend: str, outcomes: S
         "result_digest": hashlib.sha256("".join(j["result_digest"] for j in jobs).encode()).hexdigest()[:16]
         if len(jobs) > 1 else jobs[0]["result_digest"],
         "jobs": jobs,
+        **({"workload": run.workload, "workload_scale": run.workload_scale, "pipeline": run.pipeline,
+            **{k: max(j[k] for j in jobs) for k in ("iteration_s", "compute_s", "comm_wait_s") if k in jobs[0]}}
+           if run.workload else {}),
         **extra,
     }

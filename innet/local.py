@@ -32,8 +32,8 @@ class LocalRun:
         self.procs: list[WorkerProcess] = []
         for plan in self.rp.plans:
             for w, spec in self.rp.specs[plan.job].items():
-                tensors = make_tensors(run.seed, plan.job, spec.rank, run.iterations, run.elements)
-                proc = worker_process(run.mode, spec, self.rp.ring(plan.job), tensors)
+                tensors = make_tensors(run.seed, plan.job, spec.rank, run.call_sizes())
+                proc = worker_process(run.mode, spec, self.rp.ring(plan.job), tensors, run.training())
                 self.fabric.attach(w, Crashing(proc, crash[w]) if crash and w in crash else proc)
                 self.procs.append(proc)
 

@@ -24,6 +24,7 @@ from innet.pbox import PBoxJob, PBoxServer
 from innet.planner import JobPlan, JobRequest, plan_job, plan_jobs
 from innet.program import SwitchProgram
 from innet.ring import RingCall
+from innet.training import Training
 from innet.worker import AllreduceCall, JobSpec, WorkerProcess
 
 MODES = ("innet", "pbox", "ring")
@@ -78,11 +79,11 @@ def installed_plans(run: RunSpec, rp: RunPlan) -> list[JobPlan]:
     return [p for p in rp.plans if run.mode == "innet" and p.method != "pbox"]
 
 
-def worker_process(mode: str, spec: JobSpec, ring: list[int], tensors: list[Any]) -> WorkerProcess:
-    """The endpoint a worker host runs for ``mode``."""
-    if mode == "ring":
-        return WorkerProcess(spec, tensors, partial(_ring_call, ring))
-    return WorkerProcess(spec, tensors, AllreduceCall)
+def worker_process(mode: str, spec: JobSpec, ring: list[int], tensors: list[Any],
+                   training: Training | None = None) -> WorkerProcess:
+    """The endpoint a worker host runs for ``mode`` (``training``: the compute schedule its calls follow)."""
+    make_call = partial(_ring_call, ring) if mode == "ring" else AllreduceCall
+    return WorkerProcess(spec, tensors, make_call, training=training)
 
 
 def _ring_call(ring: list[int], spec: JobSpec, tensor: Any, first: int) -> RingCall:

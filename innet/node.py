@@ -33,6 +33,7 @@ from innet.programs import load_program
 from innet.rawport import RawPort
 from innet.runtime import SwitchRuntime
 from innet.serialize import config_from_json, faults_from_json, spec_from_json
+from innet.training import Training
 from innet.worker import Frames
 
 
@@ -152,6 +153,7 @@ def _control(msg: dict[str, Any], runtime: SwitchRuntime | None, program: Any, p
         report.update(
             ok=True, cpu_s=_cpu_s(), lost=egress.lost(),
             socket_drops={ports[p].name: ports[p].drops() for p in ports},
+            qdisc_waits={ports[p].name: ports[p].qdisc_waits for p in ports},
         )
         return report, runtime, False
     if op == "stop":
@@ -160,26 +162,28 @@ def _control(msg: dict[str, Any], runtime: SwitchRuntime | None, program: Any, p
 
 
 def serve_worker(conf: dict[str, Any]) -> int:
-    """A worker host: wait for "go", then one blocking all-reduce per iteration; save what came back."""
+    """A worker host: wait for "go", then its all-reduce calls (following the training schedule, if any);
+    save what came back."""
     spec = spec_from_json(conf["spec"])
-    tensors = make_tensors(conf["seed"], spec.job, spec.rank, conf["iterations"], conf["elements"])
+    tensors = make_tensors(conf["seed"], spec.job, spec.rank, conf["sizes"])
     faults = {0: faults_from_json(conf["faults"]["0"])}
-    client = AllreduceClient(spec, conf["port"], conf["mode"], conf["ring"], faults, conf["seed"] * 31 + spec.rank + 1)
+    training = conf["training"] and Training(conf["training"]["forward"], tuple(conf["training"]["backward"]),
+                                             conf["training"]["width"])
+    client = AllreduceClient(spec, conf["port"], conf["mode"], conf["ring"], faults, conf["seed"] * 31 + spec.rank + 1,
+                             training or None)
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":  # the controller went away before the start
         return 4
     cpu_at_go = _cpu_s()
-    for tensor in tensors:
-        try:
-            client.allreduce(tensor)
-        except Exception:  # noqa: BLE001 - recorded in the result file, reported by the controller
-            break
+    client.run(tensors)  # a failed call ends the run; its error is recorded in the result file
     if client.proc.error is None:
         client.linger(conf["linger"])
     calls = client.proc.calls
+    done = [c for c in calls if c.finished_at is not None]
     np.savez(
         conf["result"],
-        ints=np.array([c.result_int for c in calls if c.finished_at is not None]),
+        ints=np.concatenate([np.zeros(0, np.int64), *(c.result_int for c in done)]),  # calls differ in size
+        sizes=np.array([len(c.result_int) for c in done], dtype=np.int64),
         started=np.array([c.started_at for c in calls], dtype=float),
         finished=np.array([c.finished_at if c.finished_at is not None else np.nan for c in calls], dtype=float),
         retransmissions=np.array([c.retransmissions for c in calls]),
@@ -187,6 +191,7 @@ def serve_worker(conf: dict[str, Any]) -> int:
         error=np.array(str(client.proc.error) if client.proc.error else ""),
         spec=np.array(json.dumps(asdict(spec))),
         cpu_s=np.array(_cpu_s() - cpu_at_go),
+        compute_starts=np.array(client.proc.compute_starts, dtype=float),
     )
     return 0 if client.proc.error is None else 3
 

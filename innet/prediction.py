@@ -38,9 +38,9 @@ def _path(graph: nx.Graph, src: str, dst: str) -> list[tuple[str, str]]:
     return hops
 
 
-def innet_link_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_packet: int) -> dict[str, int]:
-    """In-network: per tree edge, one stream down, and up one stream per contribution crossing it."""
-    stream = stream_bytes(elements, per_packet)
+def innet_crossings(plan: JobPlan) -> dict[str, int]:
+    """In-network: per tree node below the root, how many contributions it sends up to its parent
+    (one where it aggregates or is a worker, else the sum of its children's)."""
     crossing: dict[str, int] = {}
 
     def up(node: str) -> int:
@@ -56,7 +56,13 @@ def innet_link_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_packet: 
 
     assert plan.root is not None
     up(plan.root)
-    return {link_name(c, plan.parents[c]): (n + 1) * stream for c, n in crossing.items()}
+    return crossing
+
+
+def innet_link_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_packet: int) -> dict[str, int]:
+    """In-network: per tree edge, one stream down, and up one stream per contribution crossing it."""
+    stream = stream_bytes(elements, per_packet)
+    return {link_name(c, plan.parents[c]): (n + 1) * stream for c, n in innet_crossings(plan).items()}
 
 
 def pbox_link_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_packet: int) -> dict[str, int]:
@@ -70,15 +76,16 @@ def pbox_link_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_packet: i
     return dict(out)
 
 
-def ring_link_bytes(graph: nx.Graph, workers: Sequence[str], elements: int, per_packet: int) -> dict[str, int]:
-    """Ring: each rank sends N-1 exponent packets and 2(N-1) segments to the next, plus bitmap ACKs back."""
+def ring_direction_bytes(graph: nx.Graph, workers: Sequence[str], elements: int, per_packet: int) -> dict[tuple[str, str], int]:
+    """Ring, per link direction: each rank sends N-1 exponent packets and 2(N-1) segments to the next,
+    and the next sends bitmap ACKs back."""
     n = len(workers)
     if n < 2:
         return {}
     bounds = [elements * i // n for i in range(n + 1)]
     pieces = max(1, -(-max(bounds[i + 1] - bounds[i] for i in range(n)) // per_packet))
     ack = frame_bytes(1 + ACK_SPAN // 32)
-    out: Counter[str] = Counter()
+    out: Counter[tuple[str, str]] = Counter()
     for r in range(n):
         src, dst = workers[r], workers[(r + 1) % n]
         sent = (n - 1) * frame_bytes(0)
@@ -89,7 +96,16 @@ def ring_link_bytes(graph: nx.Graph, workers: Sequence[str], elements: int, per_
                         if j * per_packet < size or j == 0)
         acks = (n - 1) * ack + 2 * (n - 1) * (-(-pieces // ACK_EVERY)) * ack
         for u, v in _path(graph, src, dst):
-            out[link_name(u, v)] += sent + acks
+            out[(u, v)] += sent
+            out[(v, u)] += acks
+    return dict(out)
+
+
+def ring_link_bytes(graph: nx.Graph, workers: Sequence[str], elements: int, per_packet: int) -> dict[str, int]:
+    """Ring: both directions of every link the ring crosses."""
+    out: Counter[str] = Counter()
+    for (u, v), b in ring_direction_bytes(graph, workers, elements, per_packet).items():
+        out[link_name(u, v)] += b
     return dict(out)
 
 

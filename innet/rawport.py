@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
-import select
 import socket
 import struct
+import time
 
 import numpy as np
 
@@ -41,6 +41,7 @@ class RawPort:
         self.sock.bind((ifname, 0))
         self.sock.setblocking(False)
         self.socket_drops = 0
+        self.qdisc_waits = 0  # times a send found the link's queue full
         mtu = struct.unpack("16si", fcntl.ioctl(self.sock, SIOCGIFMTU, struct.pack("16si", ifname.encode(), 0)))[1]
         self.rx = FrameBuffer(max_batch, ETH_HEADER + mtu)
         self.tx = FrameBuffer(max_batch, ETH_HEADER + mtu)
@@ -82,7 +83,7 @@ class RawPort:
                 self.sock.send(frame)
                 return
             except BlockingIOError:  # the qdisc is full: wait for room, never drop silently
-                select.select([], [self.sock], [], 0.01)
+                self._wait_for_room()
 
     def send_block(self, block: np.ndarray) -> None:
         """Send the equal-length frames of ``block`` (one per row), max_batch per sendmmsg."""
@@ -93,8 +94,16 @@ class RawPort:
             while done < len(part):
                 sent = self.tx.send(self.sock.fileno(), done, len(part) - done)
                 if sent == 0:  # the qdisc is full: wait for room, never drop silently
-                    select.select([], [self.sock], [], 0.01)
+                    self._wait_for_room()
                 done += sent
+
+    QDISC_WAIT = 0.0005
+
+    def _wait_for_room(self) -> None:
+        """The link's queue is full. A packet socket stays writable regardless (its send buffer is not
+        what filled), so poll() would return at once and spin: sleep a fraction of a millisecond instead."""
+        self.qdisc_waits += 1
+        time.sleep(self.QDISC_WAIT)
 
     def drops(self) -> int:
         """Frames the kernel dropped because this socket's buffer was full (cumulative)."""

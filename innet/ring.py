@@ -37,7 +37,7 @@ from innet.worker import JobSpec, RetransmitTimer
 
 ACK_EVERY = 16
 ACK_SPAN = 1024  # pieces an ACK's bitmap covers above its cumulative point (128 bytes)
-WINDOW = 128
+WINDOW = 256
 
 
 class RingCall:
@@ -259,7 +259,8 @@ class RingCall:
         while self.timers and self.armed.get(self.timers[0][1:]) != self.timers[0][0]:
             heapq.heappop(self.timers)
         give_up = self.last_progress + self.spec.timeout
-        return min(self.timers[0][0] + self.timer.rto, give_up) if self.timers else give_up
+        # the timer restarts whenever an ACK makes progress (RFC 6298 5.3): a queue that grows is not a loss
+        return min(max(self.timers[0][0], self.last_ack) + self.timer.rto, give_up) if self.timers else give_up
 
     def on_timeout(self, now: float) -> list[bytes]:
         if self.done:
@@ -275,6 +276,8 @@ class RingCall:
             self.error = AllreduceTimeout(f"job {self.spec.job} rank {self.rank}: {blame} for {timeout:g}s")
             return []
         rto = self.timer.rto
+        if now < self.last_ack + rto:
+            return []
         probes: dict[int, tuple[int, int]] = {}  # step -> its oldest expired packet
         while self.timers and self.timers[0][0] + rto <= now:
             armed_at, step, j = heapq.heappop(self.timers)

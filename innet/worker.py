@@ -37,6 +37,7 @@ from innet.packet import (
     pack_frames,
     parse_block,
 )
+from innet.training import Training, TrainingClock
 
 Frames = list[bytes | np.ndarray]  # what a host endpoint sends: frames, and blocks of equal-length frames (rows)
 
@@ -53,7 +54,7 @@ class JobSpec:
     node: int
     first_hop: int
     min_rto: float = 0.001
-    initial_rto: float = 0.2
+    initial_rto: float = 1.0  # RFC 6298's: the first window may queue behind a slow link
     timeout: float = 10.0
     pbox: int | None = None  # set: send every chunk to this PBox node instead of into the network
 
@@ -116,6 +117,7 @@ class AllreduceCall:
         self.frames = np.zeros((0, 0), np.uint8)  # row i: data chunk first + 1 + i (full chunks only)
         self.tail = np.zeros((0, 0), np.uint8)  # the last data chunk's frame when it is shorter than the others
         self.timer = RetransmitTimer(spec)
+        self.newest_result = -np.inf  # when the newest chunk whose result came back was sent
         self.sent_all = False  # the last chunk has been sent (so every chunk has: each follows its slot's last)
         self.retransmissions = 0
         self.started_at: float | None = None
@@ -220,6 +222,7 @@ class AllreduceCall:
         clean = ~self.resent[slots] & (chunks != self.first)  # Karn; the lone exponent packet never queues
         if clean.any():
             self.timer.sample(float(np.max(now - self.sent_at[slots][clean])))
+        self.newest_result = max(self.newest_result, float(self.sent_at[slots].max()))
         self.sent_at[slots] = np.inf
         self.last_progress = now
         flags = hdr["flags"][rows]
@@ -233,6 +236,7 @@ class AllreduceCall:
             out += self._send(np.arange(self.first + 1, self.first + 1 + self.spec.slots), now)
         self._store(block, rows, chunks)
         out += self._send(chunks + self.spec.slots, now)  # a result frees its slot for the chunk ``slots`` later
+        out += self._resend(self._lost(), now)
         if self.sent_all and (self.in_flight < 0).all():
             self.finished_at = now
         return out
@@ -264,10 +268,18 @@ class AllreduceCall:
             return 0.0
         return min(self.timer.srtt / 4, self.rto / 8)
 
+    def _lost(self) -> np.ndarray:
+        """Slots whose chunk was sent a reordering window before one whose result came back (RACK):
+        results return in about the order chunks were sent, so these chunks (or their results) were lost."""
+        reorder = max(self.spec.min_rto, (self.timer.srtt or 0.0) / 4)
+        return np.flatnonzero(self.sent_at < self.newest_result - reorder)
+
     def next_deadline(self) -> float | None:
         if self.done:
             return None
-        oldest = float(self.sent_at.min())
+        # the backstop timer restarts whenever a result makes progress (RFC 6298 5.3): a queue that
+        # grows behind a slow link is not a loss
+        oldest = max(float(self.sent_at.min()), self.last_progress)
         give_up = self.last_progress + self.spec.timeout
         return min(oldest + self.rto, give_up)
 
@@ -281,21 +293,27 @@ class AllreduceCall:
                 f"(chunks {outstanding[:4].tolist()}... outstanding)"
             )
             return []
+        if now < self.last_progress + self.rto:
+            return []
         expired = np.flatnonzero(self.sent_at + self.rto <= now)
+        if len(expired):
+            self.timer.expired()
+        return self._resend(expired, now)
+
+    def _resend(self, slots: np.ndarray, now: float) -> Frames:
+        """Retransmit the chunks in ``slots`` (oldest first), flagged RETX."""
         out: Frames = []
-        for slot in expired[np.argsort(self.in_flight[expired])]:
+        for slot in slots[np.argsort(self.in_flight[slots])]:
             frame = np.array(self._frame(int(self.in_flight[slot])))
             frame[FLAGS_OFFSET] |= RETX
             out.append(frame.tobytes())
-        self.sent_at[expired], self.resent[expired] = now, True
-        self.retransmissions += len(expired)
-        if len(expired):
-            self.timer.expired()
+        self.sent_at[slots], self.resent[slots] = now, True
+        self.retransmissions += len(slots)
         return out
 
 
 class WorkerProcess:
-    """A worker host's whole run: one all-reduce call per tensor, back to back.
+    """A worker host's whole run: one all-reduce call per tensor, FIFO.
 
     ``make_call(spec, tensor, first_chunk)`` makes each call (in-network, PBox
     or ring). The job's chunk stream continues across calls, so a packet of an
@@ -303,15 +321,21 @@ class WorkerProcess:
     every frame, so it can answer a peer that missed its end. Same interface as
     every endpoint the backends drive: ``start``, ``receive``,
     ``next_deadline``, ``on_timeout``.
+
+    Without ``training`` the calls run back to back. With it, the tensors are
+    the layers of successive iterations and each call also waits until its
+    gradient is computed (innet.training: compute is modelled as time passing).
     """
 
     def __init__(self, spec: JobSpec, tensors: list[np.ndarray], make_call: Callable[..., Any] = AllreduceCall,
-                 first_chunk: int = 0) -> None:
+                 first_chunk: int = 0, training: Training | None = None) -> None:
         self.spec = spec
         self.tensors = tensors
         self.make_call = make_call
         self.calls: list[Any] = []
         self.next_first = first_chunk
+        self.training = training
+        self.clock: TrainingClock | None = None
 
     @property
     def current(self) -> Any:
@@ -326,6 +350,22 @@ class WorkerProcess:
     def error(self) -> Exception | None:
         return next((c.error for c in self.calls if c.error is not None), None)
 
+    @property
+    def compute_starts(self) -> list[float]:
+        """Each iteration's compute start (with ``training``), as far as the run got."""
+        return list(self.clock.starts) if self.clock else []
+
+    def _comm_end(self, iteration: int) -> float | None:
+        assert self.training is not None
+        last = (iteration + 1) * self.training.layers - 1
+        return self.calls[last].finished_at if last < len(self.calls) else None
+
+    def _ready(self) -> float | None:
+        """When the next call's gradient exists (None: not before more calls finish)."""
+        if self.clock is None:
+            return -float("inf")
+        return self.clock.ready(len(self.calls), self._comm_end)
+
     def _begin(self, now: float) -> Frames:
         call = self.make_call(self.spec, self.tensors[len(self.calls)], self.next_first)
         self.next_first = call.end
@@ -337,15 +377,20 @@ class WorkerProcess:
         return out
 
     def start(self, now: float) -> Frames:
-        return self._advance(self._begin(now), now) if self.tensors else []
+        if self.training is not None:
+            self.clock = TrainingClock(self.training, now)
+        return self._advance([], now)
 
     def advance(self, now: float) -> Frames:
-        """Begin the next call if the current one is over and another tensor is waiting."""
+        """Begin the next call if the current one is over, another tensor is waiting and its gradient is ready."""
         return self._advance([], now)
 
     def _advance(self, out: Frames, now: float) -> Frames:
         call = self.current
-        while call is not None and call.done and call.error is None and len(self.calls) < len(self.tensors):
+        while (call is None or (call.done and call.error is None)) and len(self.calls) < len(self.tensors):
+            ready = self._ready()
+            if ready is None or ready > now:
+                break
             out.extend(self._begin(now))
             call = self.current
         return out
@@ -369,7 +414,11 @@ class WorkerProcess:
 
     def next_deadline(self) -> float | None:
         call = self.current
-        return None if call is None or self.done else call.next_deadline()
+        if self.done:
+            return None
+        if call is not None and not call.done:
+            return call.next_deadline()
+        return self._ready() if len(self.calls) < len(self.tensors) else None
 
     def holdoff(self) -> float:
         call = self.current
@@ -377,4 +426,5 @@ class WorkerProcess:
 
     def on_timeout(self, now: float) -> Frames:
         call = self.current
-        return [] if call is None else self._advance(list(call.on_timeout(now)), now)
+        out = list(call.on_timeout(now)) if call is not None and not call.done else []
+        return self._advance(out, now)

@@ -1,0 +1,145 @@
+"""An analytic timing model of every mode (Pipe-SGD's, made exact for innet's protocols).
+
+One all-reduce call of ``e`` elements per worker takes
+
+    T(e) = T_bw(e) + T_lat
+
+- ``T_bw``: the busiest link direction's bytes over its rate. The bytes are
+  innet.prediction's exact per-mode frame counts: in-network, a worker link
+  carries one stream each way; PBox, the PBox link carries N streams each way;
+  ring, each neighbour link carries 2(N-1)/N of a stream (plus ACKs back).
+- ``T_lat``: the round trips the protocol waits for, each hop costing one full
+  frame's serialization plus ``hop`` seconds of processing. In-network and PBox:
+  the exponent round trip (small frames) and the last chunk's round trip to the
+  aggregation point (less the last frame's serialization on the busiest
+  link, already in ``T_bw``); at a PBox, plus the N-1 frames its first key
+  waits for before results can flow back. Ring: the exponent passes N-1 hops; each of the
+  2(N-1) steps then takes the longer of its share of ``T_bw`` and one piece's
+  trip from the predecessor (a step's first piece waits for it), summed along
+  the ring's slowest chain of neighbour paths, plus the last piece's arrival.
+
+With a workload, the calls follow the training schedule (innet.training) with
+these durations: iteration time and communication wait come from the same
+recurrence the emulated workers run, so model and measurement differ only by
+the call times. ``hop``: 0 on the fabric (it models links, not CPUs); on
+Mininet, a Python switch or host takes ~0.6 ms to pass a frame on when
+several share 2 cores (``MININET_HOP``: measured with ``run_topology.py
+--predict`` on star and leaf-spine at 10 Mbit/s; ``--hop-latency`` sets it).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import networkx as nx
+
+from innet.experiment import RunSpec
+from innet.planner import JobPlan
+from innet.prediction import _path, frame_bytes, innet_crossings, ring_direction_bytes, stream_bytes
+from innet.training import iteration_stats, run_schedule
+
+MININET_HOP = 0.0006
+
+
+def _rate(graph: nx.Graph, u: str, v: str) -> float:
+    return float(graph.edges[u, v]["bw"]) * 1e6 / 8  # bytes per second
+
+
+def direction_bytes(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int) -> dict[tuple[str, str], int]:
+    """Bytes one call puts on each link direction."""
+    if mode == "ring":
+        return ring_direction_bytes(graph, plan.workers, elements, per_packet)
+    stream = stream_bytes(elements, per_packet)
+    out: Counter[tuple[str, str]] = Counter()
+    if plan.method == "pbox":
+        assert plan.pbox is not None
+        for w in plan.workers:
+            for u, v in _path(graph, w, plan.pbox):
+                out[(u, v)] += stream
+                out[(v, u)] += stream
+        return dict(out)
+    for child, n in innet_crossings(plan).items():
+        out[(child, plan.parents[child])] += n * stream
+        out[(plan.parents[child], child)] += stream
+    return dict(out)
+
+
+def _hops(graph: nx.Graph, mode: str, plan: JobPlan) -> list[list[tuple[str, str]]]:
+    """The paths a call's latency runs along: worker to aggregation point, or ring neighbour to neighbour."""
+    if mode == "ring":
+        n = len(plan.workers)
+        return [_path(graph, plan.workers[r], plan.workers[(r + 1) % n]) for r in range(n)] if n > 1 else [[]]
+    target = plan.pbox if plan.method == "pbox" else plan.root
+    assert target is not None
+    return [_path(graph, w, target) for w in plan.workers]
+
+
+def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int, hop: float) -> float:
+    """Predicted seconds of one all-reduce call of ``elements`` per worker."""
+    loads = direction_bytes(graph, mode, plan, elements, per_packet)
+    bw = max((b / _rate(graph, u, v) for (u, v), b in loads.items()), default=0.0)
+    slowest = min((_rate(graph, u, v) for u, v in loads), default=1.0)
+    n = len(plan.workers)
+    full = frame_bytes(min(per_packet, -(-elements // n) if mode == "ring" else elements))
+
+    def trip(path: list[tuple[str, str]], size: int) -> float:  # one way, one frame
+        return sum(size / _rate(graph, u, v) + hop for u, v in path)
+
+    paths = _hops(graph, mode, plan)
+    small = max(trip(p, frame_bytes(0)) for p in paths)
+    last = max(trip(p, full) for p in paths)
+    if mode == "ring":  # N-1 exponent hops; then each of 2(N-1) steps takes its stream or one piece's hop,
+        if n < 2:       # whichever is longer, along the ring's slowest chain; the last piece still has to arrive
+            return 0.0
+        steps = 2 * (n - 1)
+
+        def chain(per_rank: list[float], length: int) -> float:  # ``length`` consecutive neighbour paths
+            return max(sum(per_rank[(r - i) % n] for i in range(length)) for r in range(n))
+
+        exponent = chain([trip(p, frame_bytes(0)) for p in paths], n - 1)
+        return exponent + chain([max(bw / steps, trip(p, full)) for p in paths], steps) + last - full / slowest
+    # the exponent's round trip, the stream through the busiest link, the last chunk's round trip
+    # (less its serialization on that link, which the stream already counts); at a PBox the first key
+    # also waits for all N workers' first chunks to pass its link before any result can flow back
+    incast = (n - 1) * full / slowest if plan.method == "pbox" else 0.0
+    return 2 * small + bw + 2 * last - full / slowest + incast
+
+
+def predict(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int, hop: float) -> dict[str, Any]:
+    """The model's figures for a run: per-call time (``completion_s``) and, with a workload,
+    ``iteration_s``, ``compute_s`` and ``comm_wait_s``. Jobs sharing links are taken one at a time."""
+    sizes = run.call_sizes()
+    slowest = max(plans, key=lambda p: call_time(graph, run.mode, p, max(sizes), per_packet, hop))
+    durations = [call_time(graph, run.mode, slowest, n, per_packet, hop) for n in sizes]
+    out: dict[str, Any] = {"completion_s": sorted(durations)[len(durations) // 2]}
+    training = run.training()
+    if training is not None:
+        starts, ends = run_schedule(training, durations)
+        out.update(iteration_stats(training, starts, ends))
+    return out
+
+
+def prediction_table(graph: nx.Graph, run: RunSpec, runs: list[dict[str, Any]], hop: float | None = None) -> str:
+    """The model next to each measured run (also stored in the run as ``prediction``), with the error.
+    ``hop``: per-hop processing time (default: 0 on local, MININET_HOP on mininet)."""
+    from dataclasses import replace
+
+    from innet.modes import plan_run
+    from innet.programs import load_program
+
+    keys = ["iteration_s", "comm_wait_s"] if run.workload else ["completion_s"]
+    rows = [["mode", "backend", *[f"{k} {w}" for k in keys for w in ("measured", "model", "error")]]]
+    for r in runs:
+        spec = replace(run, mode=r["mode"])
+        rp = plan_run(graph, spec, load_program(spec.program))
+        per_hop = hop if hop is not None else 0.0 if r["backend"] == "local" else MININET_HOP
+        r["prediction"] = predict(graph, spec, list(rp.plans), rp.per_packet, per_hop)
+        row = [r["mode"], r["backend"]]
+        for k in keys:
+            got, model = r.get(k, float("nan")), r["prediction"][k]
+            err = f"{100 * (model / got - 1):+.1f}%" if got and got == got and k != "comm_wait_s" else "-"
+            row += [f"{got:.4f}", f"{model:.4f}", err]
+        rows.append(row)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in rows)

@@ -1,0 +1,89 @@
+"""Workloads, the training schedule (BSP and Pipe-SGD width 2) and the timing model."""
+
+import pytest
+
+from innet.errors import UserError
+from innet.experiment import RunSpec
+from innet.local import LocalRun
+from innet.timing import call_time, predict
+from innet.training import Training, iteration_stats, run_schedule
+from innet.workloads import load_workload
+from topologies import build
+
+
+@pytest.mark.parametrize("name,params,layers,macs", [
+    ("resnet50", 25_557_032, 54, 4_089_184_256),     # torchvision resnet50
+    ("vgg19", 143_667_240, 19, 19_632_062_464),      # torchvision vgg19
+    ("bert-base", 109_482_240, 26, 11_174_215_680),  # bert-base-uncased with pooler, 128 tokens
+])
+def test_workloads_have_the_reference_parameter_counts(name, params, layers, macs):
+    w = load_workload(name)
+    assert w.parameters == params and len(w.layers) == layers
+    assert sum(la.macs for la in w.layers) == macs
+    assert sum(w.forward_times()) + sum(w.backward_times()) == pytest.approx(w.iteration_compute)
+    small = load_workload(name, 0.01)
+    assert small.parameters == pytest.approx(params / 100, rel=1e-3)
+    assert small.iteration_compute == pytest.approx(w.iteration_compute / 100)
+    with pytest.raises(UserError, match="unknown workload"):
+        load_workload("alexnet")
+
+
+def test_schedule_by_hand():
+    """Two layers (backward 2 s then 3 s in send order), forward 1 s, every all-reduce 1 s."""
+    bsp = Training(1.0, (2.0, 3.0), width=1)
+    starts, ends = run_schedule(bsp, [1.0] * 4)
+    # iteration 0: grads at 3 and 6, all-reduced by 4 and 7; iteration 1 computes from 7: grads at 10, 13
+    assert ends == [4.0, 7.0, 11.0, 14.0] and starts == [0.0, 7.0, 14.0]
+    assert iteration_stats(bsp, starts, ends) == {"iteration_s": 7.0, "compute_s": 6.0, "comm_wait_s": 1.0}
+    pipe = Training(1.0, (2.0, 3.0), width=2)
+    starts, ends = run_schedule(pipe, [1.0] * 4)
+    # iteration 1 computes from 6, on weights one iteration stale; its grads at 9 and 12
+    assert ends == [4.0, 7.0, 10.0, 13.0] and starts == [0.0, 6.0, 12.0]
+    assert iteration_stats(pipe, starts, ends)["iteration_s"] == 6.5
+    with pytest.raises(UserError, match="--pipeline"):
+        Training(1.0, (1.0,), width=3)
+
+
+def test_call_time_by_hand():
+    """Star of 2 on 8 Mbit/s links (10^6 bytes/s), one 256-element chunk, no processing time:
+    the exponent's round trip to the switch (2 x 58 B) + the stream (58 + 1082 B) through a worker
+    link + the chunk's round trip (2 x 1082 B) less its serialization once."""
+    graph = build("star", workers=2, bw=8.0)
+    lr = LocalRun(graph, RunSpec(elements=256))
+    plan = lr.rp.plans[0]
+    expected = 2 * 58e-6 + 1140e-6 + 2 * 1082e-6 - 1082e-6
+    assert call_time(graph, "innet", plan, 256, 256, 0.0) == pytest.approx(expected)
+    # a hop's processing time adds once per hop and direction of each round trip
+    assert call_time(graph, "innet", plan, 256, 256, 0.001) == pytest.approx(expected + 4 * 0.001)
+
+
+@pytest.mark.parametrize("topo,params", [("star", {"workers": 4}), ("leaf-spine", {"racks": 2, "hosts_per_rack": 2})])
+@pytest.mark.parametrize("mode", ["innet", "pbox", "ring"])
+def test_model_matches_the_fabric(topo, params, mode):
+    """The fabric models links exactly and CPUs not at all: the model (hop time 0) is within 2%."""
+    graph = build(topo, bw=25.0, **params)
+    for run in (RunSpec(mode=mode, elements=100_000), RunSpec(mode=mode, workload="resnet50", iterations=2)):
+        lr = LocalRun(graph, run)
+        got = lr.finish()
+        model = predict(graph, run, list(lr.rp.plans), lr.rp.per_packet, 0.0)
+        key = "iteration_s" if run.workload else "completion_s"
+        assert got["correct"] and model[key] == pytest.approx(got[key], rel=0.02)
+
+
+def test_workers_wait_for_their_gradients_and_pipelining_overlaps():
+    """Virtual time: the first call starts after forward + the last layer's backward, and width 2
+    finishes the same iterations sooner, as the model says."""
+    graph = build("star", workers=2, bw=100.0)
+    times = {}
+    for width in (1, 2):
+        run = RunSpec(workload="resnet50", iterations=4, pipeline=width, compute_scale=80)
+        lr = LocalRun(graph, run)
+        got = lr.finish()
+        training = run.training()
+        assert got["correct"]
+        first = lr.procs[0].calls[0]
+        assert first.started_at == pytest.approx(training.forward + training.backward[0])
+        model = predict(graph, run, list(lr.rp.plans), lr.rp.per_packet, 0.0)
+        assert model["iteration_s"] == pytest.approx(got["iteration_s"], rel=0.02)
+        times[width] = got["iteration_s"]
+    assert times[2] < 0.9 * times[1]
