@@ -260,11 +260,13 @@ class AllreduceCall:
     def holdoff(self) -> float:
         """How long a woken worker may let results gather before reading them (interrupt coalescing).
 
-        With at least half the window in flight, a quarter of the smoothed RTT: about a quarter
-        window of results then comes in one block (far fewer wake-ups), and the half still in
-        flight keeps the links busy meanwhile. Otherwise nothing: a thin window needs every result now.
+        With at least half the window in flight and chunks still to send, a quarter of the smoothed
+        RTT: about a quarter window of results then comes in one block (far fewer wake-ups), and the
+        half still in flight keeps the links busy meanwhile. Otherwise nothing: a thin window needs
+        every result now, and once every chunk is out, results only end the call, which should be seen at once.
         """
-        if self.timer.srtt is None or np.count_nonzero(self.in_flight >= 0) * 2 < self.spec.slots:
+        if (self.timer.srtt is None or self.sent_all
+                or np.count_nonzero(self.in_flight >= 0) * 2 < self.spec.slots):
             return 0.0
         return min(self.timer.srtt / 4, self.rto / 8)
 

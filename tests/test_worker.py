@@ -89,7 +89,7 @@ def test_results_in_shuffled_blocks_are_exact_and_slots_never_overlap():
 
 
 def test_holdoff_only_while_half_the_window_is_in_flight():
-    call = AllreduceCall(spec(0, 2, slots=8, elements=4), np.ones(100, np.float32), first_chunk=0)
+    call = AllreduceCall(spec(0, 2, slots=8, elements=4), np.ones(100, np.float32), first_chunk=0)  # 25 chunks
     call.start(0.0)
     assert call.holdoff() == 0.0  # no RTT measured yet
     res = make_packet(None, job=1, rank=0, nworkers=2, slot=0, chunk=0, flags=RESULT, exp=call.local_exp)
@@ -103,4 +103,7 @@ def test_holdoff_only_while_half_the_window_is_in_flight():
     assert call.timer.srtt == 0.004
     assert call.holdoff() == min(0.001, call.rto / 8)
     call.in_flight[:5] = -1  # only 3 of 8 in flight: every result is needed at once
+    assert call.holdoff() == 0.0
+    call.in_flight[:5] = 1
+    call.sent_all = True  # every chunk is out: results only end the call
     assert call.holdoff() == 0.0
