@@ -289,12 +289,15 @@ class Emulation:
                                                               os.path.join(self.run_dir, f"pbox{core}.json")],
                                                   stdout=subprocess.PIPE)
         workers = {}
+        # a ring neighbour may have missed this rank's last ACKs: answer its probes for 4 of the
+        # longest RTOs (timeout / 32) before leaving
+        linger = max(1.0, run.timeout / 8) if run.mode == "ring" else 0.0
         for plan in rp.plans:
             for w, spec in rp.specs[plan.job].items():
                 conf = {"spec": spec_to_json(spec), "seed": run.seed, "sizes": run.call_sizes(),
                         "training": dataclasses.asdict(training) if (training := run.training()) else None,
                         "port": f"{w}-eth0", "faults": _faults(graph, run, w), "result": os.path.join(self.run_dir, f"{w}.npz"),
-                        "mode": run.mode, "ring": rp.ring(plan.job), "linger": 1.0 if run.mode == "ring" else 0.0}
+                        "mode": run.mode, "ring": rp.ring(plan.job), "linger": linger}
                 self._write(f"{w}.json", conf)
                 workers[w] = procs[w] = self._popen(
                     w, [sys.executable, "-m", "innet.node", "worker", os.path.join(self.run_dir, f"{w}.json")],

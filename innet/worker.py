@@ -10,7 +10,11 @@ Protocol (SwitchML, with an in-network exponent agreement first):
 2. the quantized tensor streams through the job's slots, ``elements`` values a
    chunk, at most ``slots`` chunks in flight; the result of chunk ``c`` frees
    its slot for chunk ``c + slots``;
-3. a chunk whose result is late is retransmitted (adaptive timeout, Karn's rule).
+3. a lost chunk is retransmitted: once it is a retransmission timeout old and
+   the result of a chunk sent a reordering window after it came back (RACK),
+   else when no result at all came for a retransmission timeout (RFC 6298:
+   SRTT + 4 RTTVAR, Karn's rule, initial 1 s, the timer restarted by every
+   result, so a queue that grows behind a slow link is not taken for a loss).
 """
 
 from __future__ import annotations
@@ -236,7 +240,7 @@ class AllreduceCall:
             out += self._send(np.arange(self.first + 1, self.first + 1 + self.spec.slots), now)
         self._store(block, rows, chunks)
         out += self._send(chunks + self.spec.slots, now)  # a result frees its slot for the chunk ``slots`` later
-        out += self._resend(self._lost(), now)
+        out += self._resend(self._lost(now), now)
         if self.sent_all and (self.in_flight < 0).all():
             self.finished_at = now
         return out
@@ -270,11 +274,13 @@ class AllreduceCall:
             return 0.0
         return min(self.timer.srtt / 4, self.rto / 8)
 
-    def _lost(self) -> np.ndarray:
-        """Slots whose chunk was sent a reordering window before one whose result came back (RACK):
-        results return in about the order chunks were sent, so these chunks (or their results) were lost."""
+    def _lost(self, now: float) -> np.ndarray:
+        """Slots whose chunk is older than the RTO and was sent a reordering window before one whose
+        result came back (RACK): results return in about the order chunks were sent, so these chunks
+        (or their results) were lost. Both tests are needed: the newer result alone may just have
+        been read before older ones still queued in the socket, and age alone may be a growing queue."""
         reorder = max(self.spec.min_rto, (self.timer.srtt or 0.0) / 4)
-        return np.flatnonzero(self.sent_at < self.newest_result - reorder)
+        return np.flatnonzero((self.sent_at < self.newest_result - reorder) & (self.sent_at + self.rto <= now))
 
     def next_deadline(self) -> float | None:
         if self.done:
