@@ -56,6 +56,7 @@ class RingCall:
         self.first = first_chunk
         self.end = first_chunk + self.pieces
         self.steps = 3 * (n - 1)
+        self.missing = (n - 1) + 2 * (n - 1) * self.pieces  # packets still to receive: every step's
         self.exp = fixedpoint.magnitude_exponent(self.tensor)
         self.scale: int | None = None
         self.quantized = np.zeros(0, np.int32)
@@ -63,6 +64,7 @@ class RingCall:
         self.got: dict[int, dict[int, np.ndarray]] = {}      # step -> piece -> values received
         self.have: dict[int, np.ndarray] = {}                # step -> which pieces arrived (for ACKs)
         self.unacked: dict[tuple[int, int], tuple[float, bytes]] = {}
+        self.open: dict[int, set[int]] = {}  # step -> its unacknowledged packets (the keys of ``unacked``)
         self.timers: list[tuple[float, int, int]] = []  # (armed at, step, j); stale once ``armed`` differs
         self.armed: dict[tuple[int, int], float] = {}
         self.since_ack: dict[int, int] = {}
@@ -131,6 +133,7 @@ class RingCall:
                           chunk=self.first + j, flags=ROUTE, exp=self.exp if exp is None else exp)
         frame = pkt.to_frame(self.spec.node, self.next_node)
         self.unacked[(step, j)] = (now, frame)
+        self.open.setdefault(step, set()).add(j)
         self._arm((step, j), now)
         return frame
 
@@ -157,6 +160,7 @@ class RingCall:
         fresh = j not in pieces
         if fresh:
             pieces[j] = np.array(pkt.values, np.int64)
+            self.missing -= 1
             self.last_progress = now
             if step >= self.spec.nworkers - 1 and self.scale is None:
                 self.pending.append((step, j))  # the predecessor agreed on the scale before this rank did
@@ -189,9 +193,12 @@ class RingCall:
             return []
         step, base = pkt.slot, int(pkt.values[0])
         bits = np.unpackbits(np.asarray(pkt.values[1:]).view(np.uint8), bitorder="little")
-        acked = [key for key in self.unacked if key[0] == step and (key[1] < base or (key[1] - base < len(bits) and bits[key[1] - base]))]
+        pending = self.open.get(step, set())
+        held = {base + int(k) for k in np.flatnonzero(bits)}  # beyond the cumulative point
+        acked = [(step, j) for j in pending if j < base or j in held]
         for key in acked:
             sent = self.unacked.pop(key)
+            pending.discard(key[1])
             del self.armed[key]
             self.last_progress = self.last_ack = now
             self.newest_acked[step] = max(self.newest_acked.get(step, sent[0]), sent[0])
@@ -201,7 +208,7 @@ class RingCall:
         newest = self.newest_acked.get(step)
         if newest is None:
             return self._drain(now)
-        lost = [key for key, (sent_at, _) in self.unacked.items() if key[0] == step and sent_at < newest]
+        lost = [(step, j) for j in pending if self.unacked[(step, j)][0] < newest]
         return [self._retransmit(key, now) for key in sorted(lost)] + self._drain(now)
 
     def _retransmit(self, key: tuple[int, int], now: float) -> bytes:
@@ -250,7 +257,7 @@ class RingCall:
 
     def _check_finished(self, now: float) -> None:
         """Finished once every step's packets arrived: then every packet this rank owes was sent too."""
-        if self.finished_at is None and all(len(self.got.get(s, {})) == self._expected(s) for s in range(self.steps)):
+        if self.finished_at is None and not self.missing:
             self.finished_at = now
 
     def next_deadline(self) -> float | None:
