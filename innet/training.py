@@ -50,13 +50,14 @@ class TrainingClock:
         self.starts = [start]  # compute start of each iteration known so far
         self.offsets = [training.forward + t for t in accumulate(training.backward)]
 
-    def ready(self, k: int, comm_end: Callable[[int], float | None]) -> float | None:
-        """When call k's gradient exists; None while it depends on communication not yet finished."""
-        i, j = divmod(k, self.training.layers)
+    def ready(self, k: int, finished: Callable[[int], float | None]) -> float | None:
+        """When call k's gradient exists, given when each call finished (None: not yet);
+        None while that depends on communication not yet finished."""
+        layers = self.training.layers
+        i, j = divmod(k, layers)
         while len(self.starts) <= i:
-            n = len(self.starts)
-            before = n - self.training.width
-            end = comm_end(before) if before >= 0 else self.starts[0]
+            before = len(self.starts) - self.training.width  # the iteration whose last call must be done
+            end = finished((before + 1) * layers - 1) if before >= 0 else self.starts[0]
             if end is None:
                 return None
             self.starts.append(max(self.starts[-1] + self.training.compute, end))
@@ -67,17 +68,15 @@ def run_schedule(training: Training, durations: Sequence[float], start: float = 
     """Run the schedule with known all-reduce durations: (each iteration's compute start, each call's end)."""
     clock = TrainingClock(training, start)
     ends: list[float] = []
-    layers = training.layers
 
-    def comm_end(i: int) -> float | None:
-        last = (i + 1) * layers - 1
-        return ends[last] if last < len(ends) else None
+    def finished(k: int) -> float | None:
+        return ends[k] if k < len(ends) else None
 
     for k, duration in enumerate(durations):
-        ready = clock.ready(k, comm_end)
+        ready = clock.ready(k, finished)
         assert ready is not None  # every earlier call has ended
         ends.append(max(ready, ends[-1] if ends else start) + duration)
-    clock.ready(len(durations), comm_end)  # close the last iteration's compute start too
+    clock.ready(len(durations), finished)  # close the last iteration's compute start too
     return clock.starts, ends
 
 

@@ -363,16 +363,14 @@ class WorkerProcess:
         """Each iteration's compute start (with ``training``), as far as the run got."""
         return list(self.clock.starts) if self.clock else []
 
-    def _comm_end(self, iteration: int) -> float | None:
-        assert self.training is not None
-        last = (iteration + 1) * self.training.layers - 1
-        return self.calls[last].finished_at if last < len(self.calls) else None
+    def _finished(self, k: int) -> float | None:
+        return self.calls[k].finished_at if k < len(self.calls) else None
 
     def _ready(self) -> float | None:
         """When the next call's gradient exists (None: not before more calls finish)."""
         if self.clock is None:
             return -float("inf")
-        return self.clock.ready(len(self.calls), self._comm_end)
+        return self.clock.ready(len(self.calls), self._finished)
 
     def _begin(self, now: float) -> Frames:
         call = self.make_call(self.spec, self.tensors[len(self.calls)], self.next_first)
