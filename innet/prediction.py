@@ -29,7 +29,8 @@ def stream_bytes(elements: int, per_packet: int) -> int:
     return frame_bytes(0) + full * frame_bytes(per_packet) + (frame_bytes(rest) if rest else 0)
 
 
-def _path(graph: nx.Graph, src: str, dst: str) -> list[tuple[str, str]]:
+def path_links(graph: nx.Graph, src: str, dst: str) -> list[tuple[str, str]]:
+    """The routed path from ``src`` to ``dst``, as (from, to) link directions."""
     hops, node = [], src
     while node != dst:
         nxt = routes(graph, node)[dst]
@@ -59,20 +60,25 @@ def innet_crossings(plan: JobPlan) -> dict[str, int]:
     return crossing
 
 
-def innet_link_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_packet: int) -> dict[str, int]:
-    """In-network: per tree edge, one stream down, and up one stream per contribution crossing it."""
+def innet_direction_bytes(plan: JobPlan, elements: int, per_packet: int) -> dict[tuple[str, str], int]:
+    """In-network: per tree edge, up one stream per contribution crossing it, and one stream down."""
     stream = stream_bytes(elements, per_packet)
-    return {link_name(c, plan.parents[c]): (n + 1) * stream for c, n in innet_crossings(plan).items()}
+    out: dict[tuple[str, str], int] = {}
+    for child, n in innet_crossings(plan).items():
+        out[(child, plan.parents[child])] = n * stream
+        out[(plan.parents[child], child)] = stream
+    return out
 
 
-def pbox_link_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_packet: int) -> dict[str, int]:
+def pbox_direction_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_packet: int) -> dict[tuple[str, str], int]:
     """PBox: every worker's stream to the PBox and every result back, on the routed paths."""
     assert plan.pbox is not None
     stream = stream_bytes(elements, per_packet)
-    out: Counter[str] = Counter()
+    out: Counter[tuple[str, str]] = Counter()
     for w in plan.workers:
-        for u, v in _path(graph, w, plan.pbox):
-            out[link_name(u, v)] += 2 * stream
+        for u, v in path_links(graph, w, plan.pbox):
+            out[(u, v)] += stream
+            out[(v, u)] += stream
     return dict(out)
 
 
@@ -95,17 +101,9 @@ def ring_direction_bytes(graph: nx.Graph, workers: Sequence[str], elements: int,
             sent += sum(frame_bytes(min(per_packet, size - j * per_packet)) for j in range(pieces)
                         if j * per_packet < size or j == 0)
         acks = (n - 1) * ack + 2 * (n - 1) * (-(-pieces // ACK_EVERY)) * ack
-        for u, v in _path(graph, src, dst):
+        for u, v in path_links(graph, src, dst):
             out[(u, v)] += sent
             out[(v, u)] += acks
-    return dict(out)
-
-
-def ring_link_bytes(graph: nx.Graph, workers: Sequence[str], elements: int, per_packet: int) -> dict[str, int]:
-    """Ring: both directions of every link the ring crosses."""
-    out: Counter[str] = Counter()
-    for (u, v), b in ring_direction_bytes(graph, workers, elements, per_packet).items():
-        out[link_name(u, v)] += b
     return dict(out)
 
 
@@ -132,15 +130,20 @@ def tier_lower_bounds(graph: nx.Graph, workers: Sequence[str], elements: int, pe
     return bounds
 
 
+def direction_bytes(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int) -> dict[tuple[str, str], int]:
+    """Bytes one call of ``mode`` puts on each link direction."""
+    if mode == "ring":
+        return ring_direction_bytes(graph, plan.workers, elements, per_packet)
+    if plan.method == "pbox":
+        return pbox_direction_bytes(graph, plan, elements, per_packet)
+    return innet_direction_bytes(plan, elements, per_packet)
+
+
 def predicted_link_bytes(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int,
                          iterations: int = 1) -> dict[str, int]:
-    """Predicted bytes per link (every link named, zero where the job sends nothing)."""
-    if mode == "ring":
-        per_call = ring_link_bytes(graph, plan.workers, elements, per_packet)
-    elif plan.method == "pbox":
-        per_call = pbox_link_bytes(graph, plan, elements, per_packet)
-    else:
-        per_call = innet_link_bytes(graph, plan, elements, per_packet)
+    """Predicted bytes per link, both directions (every link named, zero where the job sends nothing)."""
+    per_call: Counter[str] = Counter()
+    for (u, v), b in direction_bytes(graph, mode, plan, elements, per_packet).items():
+        per_call[link_name(u, v)] += b
     names = sorted((link_name(u, v) for u, v in graph.edges), key=natural_key)
     return {name: per_call.get(name, 0) * iterations for name in names}
-

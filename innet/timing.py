@@ -29,14 +29,13 @@ several share 2 cores (``MININET_HOP``: measured with ``run_topology.py
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 import networkx as nx
 
 from innet.experiment import RunSpec
 from innet.planner import JobPlan
-from innet.prediction import _path, frame_bytes, innet_crossings, ring_direction_bytes, stream_bytes
+from innet.prediction import direction_bytes, frame_bytes, path_links
 from innet.training import iteration_stats, run_schedule
 
 MININET_HOP = 0.0006
@@ -46,33 +45,14 @@ def _rate(graph: nx.Graph, u: str, v: str) -> float:
     return float(graph.edges[u, v]["bw"]) * 1e6 / 8  # bytes per second
 
 
-def direction_bytes(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int) -> dict[tuple[str, str], int]:
-    """Bytes one call puts on each link direction."""
-    if mode == "ring":
-        return ring_direction_bytes(graph, plan.workers, elements, per_packet)
-    stream = stream_bytes(elements, per_packet)
-    out: Counter[tuple[str, str]] = Counter()
-    if plan.method == "pbox":
-        assert plan.pbox is not None
-        for w in plan.workers:
-            for u, v in _path(graph, w, plan.pbox):
-                out[(u, v)] += stream
-                out[(v, u)] += stream
-        return dict(out)
-    for child, n in innet_crossings(plan).items():
-        out[(child, plan.parents[child])] += n * stream
-        out[(plan.parents[child], child)] += stream
-    return dict(out)
-
-
 def _hops(graph: nx.Graph, mode: str, plan: JobPlan) -> list[list[tuple[str, str]]]:
     """The paths a call's latency runs along: worker to aggregation point, or ring neighbour to neighbour."""
     if mode == "ring":
         n = len(plan.workers)
-        return [_path(graph, plan.workers[r], plan.workers[(r + 1) % n]) for r in range(n)] if n > 1 else [[]]
+        return [path_links(graph, plan.workers[r], plan.workers[(r + 1) % n]) for r in range(n)] if n > 1 else [[]]
     target = plan.pbox if plan.method == "pbox" else plan.root
     assert target is not None
-    return [_path(graph, w, target) for w in plan.workers]
+    return [path_links(graph, w, target) for w in plan.workers]
 
 
 def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int, hop: float) -> float:
