@@ -167,10 +167,10 @@ def serve_worker(conf: dict[str, Any]) -> int:
     spec = spec_from_json(conf["spec"])
     tensors = make_tensors(conf["seed"], spec.job, spec.rank, conf["sizes"])
     faults = {0: faults_from_json(conf["faults"]["0"])}
-    training = conf["training"] and Training(conf["training"]["forward"], tuple(conf["training"]["backward"]),
-                                             conf["training"]["width"])
+    t = conf["training"]
+    training = Training(t["forward"], tuple(t["backward"]), t["width"]) if t else None
     client = AllreduceClient(spec, conf["port"], conf["mode"], conf["ring"], faults, conf["seed"] * 31 + spec.rank + 1,
-                             training or None)
+                             training)
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":  # the controller went away before the start
         return 4
