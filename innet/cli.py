@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 from innet.errors import UserError
 from innet.experiment import RunSpec
 from innet.faults import FaultSpec, parse_link_fault
-from innet.metrics import summary_table, write_link_csv, write_results
+from innet.metrics import summary_table, training_lines, write_link_csv, write_results
 from innet.modes import MODES
 from innet.planner import METHODS
 from innet.workloads import WORKLOADS
@@ -37,8 +37,12 @@ def parser() -> argparse.ArgumentParser:
                         "local: the in-process fabric in virtual time (no root)")
     p.add_argument("--topo", default="leaf-spine",
                    help="star, leaf-spine, fat-tree, phub-rack, or a .graphml/.json file (default leaf-spine)")
-    p.add_argument("--program", default="sum_allreduce",
-                   help="switch program: a name in switch_programs/ or a path to a .py file (default sum_allreduce)")
+    p.add_argument("--program", default=None,
+                   help="switch program: a name in switch_programs/ or a path to a .py file "
+                        "(default sum_allreduce; topk_sparse with --topk)")
+    p.add_argument("--topk", type=float, default=0.0, metavar="FRACTION",
+                   help="send only this fraction of each gradient: top-k with error feedback, as (index, value) "
+                        "pairs where shorter (innet and pbox; the ring sends the same values dense)")
     p.add_argument("--mode", choices=(*MODES, "all"), default="innet",
                    help="innet: switches aggregate; pbox: the PBox host does (PHub); ring: ring all-reduce; "
                         "all: the three, same topology and gradients, side by side (default innet)")
@@ -65,6 +69,13 @@ def parser() -> argparse.ArgumentParser:
                    help="print the timing model's prediction next to every measured run, with the error")
     p.add_argument("--hop-latency", type=float, default=None,
                    help="with --predict: seconds a node takes to pass a frame on (default 0 on local, 0.0006 on mininet)")
+    p.add_argument("--consistency", choices=("bsp", "ssp", "asp"), default=None,
+                   help="with --mode pbox: train against the PBox as a parameter server under BSP, SSP or ASP")
+    p.add_argument("--staleness", type=int, default=3, help="ssp: the staleness bound s (default 3)")
+    p.add_argument("--compute-time", type=float, default=0.01,
+                   help="--consistency: seconds of compute per iteration (default 0.01)")
+    p.add_argument("--straggler", action="append", default=[], metavar="HOST:FACTOR[:PROB]",
+                   help="--consistency: HOST's compute is FACTOR times longer, in each iteration with probability PROB (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the gradients and of fault injection (default 0)")
     p.add_argument("--racks", type=int, default=None, help="leaf-spine/phub-rack: racks (default 2)")
     p.add_argument("--hosts-per-rack", type=int, default=None, help="leaf-spine/phub-rack: hosts per rack (default 2, phub-rack 4)")
@@ -110,14 +121,33 @@ def _spec(args: argparse.Namespace) -> RunSpec:
         raise UserError(f"bad fault flag: {exc}") from None
     if not 0 < args.workload_scale <= 1 or args.compute_scale < 0:
         raise UserError("--workload-scale must be in (0, 1] and --compute-scale must not be negative")
+    if not 0 <= args.topk <= 1:
+        raise UserError(f"--topk must be a fraction in [0, 1], got {args.topk:g}")
     if args.job_slots < 0:
         raise UserError(f"--job-slots must not be negative, got {args.job_slots}")
-    return RunSpec(mode=args.mode, program=args.program, placement=args.placement,
+    stragglers = tuple(_straggler(s) for s in args.straggler)
+    if args.staleness < 0 or args.compute_time < 0:
+        raise UserError("--staleness and --compute-time must not be negative")
+    program = args.program or ("topk_sparse" if args.topk else "sum_allreduce")
+    return RunSpec(mode=args.mode, program=program, placement=args.placement, topk=args.topk,
+                   consistency=args.consistency or "", staleness=args.staleness if args.consistency == "ssp" else 0,
+                   compute_time=args.compute_time, stragglers=stragglers,
                    workers=None if args.topo == "star" else args.workers, elements=args.elements,
                    iterations=args.iterations, seed=args.seed, faults=faults,
                    switch_memory=args.switch_memory, timeout=args.timeout, jobs=args.jobs, job_slots=args.job_slots,
                    link_faults=link_faults, workload=args.workload or "", workload_scale=args.workload_scale,
                    pipeline=args.pipeline, compute_scale=args.compute_scale, min_rto=0.001 if args.backend == "local" else 0.02)
+
+
+def _straggler(text: str) -> tuple[str, float, float]:
+    host, _, rest = text.partition(":")
+    try:
+        factor, chance = (float(x) for x in (rest.split(":") + ["1"])[:2])
+    except ValueError:
+        raise UserError(f"--straggler wants HOST:FACTOR[:PROB], got {text!r}") from None
+    if not host or factor < 1 or not 0 <= chance <= 1:
+        raise UserError(f"--straggler wants a host, a factor of at least 1 and a probability in [0, 1], got {text!r}")
+    return host, factor, chance
 
 
 def _graph(args: argparse.Namespace) -> Any:
@@ -194,6 +224,8 @@ def _main(args: argparse.Namespace) -> int:
 
             runs.append(run_mininet(graph, spec, pcap_dir=args.pcap, cli=args.cli, pbox_cores=args.pbox_cores, crash=crash))
     print(summary_table(runs))
+    for line in training_lines(runs):
+        print(line)
     if args.predict:
         from innet.timing import prediction_table
 

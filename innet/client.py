@@ -28,12 +28,13 @@ class AllreduceClient:
     """
 
     def __init__(self, spec: JobSpec, iface: str, mode: str = "innet", ring: list[int] | None = None,
-                 faults: dict[int, FaultSpec] | None = None, seed: int = 0, training: Training | None = None) -> None:
+                 faults: dict[int, FaultSpec] | None = None, seed: int = 0, training: Training | None = None,
+                 endpoint: Any = None) -> None:
         from innet.node import Egress
 
         self.port = RawPort(iface)
         self.egress = Egress({0: self.port}, {"0": vars(faults[0]) if faults else vars(FaultSpec())}, seed)
-        self.proc = worker_process(mode, spec, ring or [], [], training)
+        self.proc = worker_process(mode, spec, ring or [], [], training) if endpoint is None else endpoint
         self.poller = select.poll()
         self.poller.register(self.port.fileno(), select.POLLIN)
 
@@ -42,6 +43,13 @@ class AllreduceClient:
         self.proc.tensors.extend(np.asarray(t, np.float32) for t in tensors)
         now = time.monotonic()
         self.egress.send_all(0, self.proc.start(now) if not self.proc.calls else self.proc.advance(now), now)
+        while not self.proc.done:
+            self.serve_once()
+
+    def run_endpoint(self) -> None:
+        """Start the endpoint given to the constructor and serve it until it is done or failed."""
+        now = time.monotonic()
+        self.egress.send_all(0, self.proc.start(now), now)
         while not self.proc.done:
             self.serve_once()
 

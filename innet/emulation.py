@@ -29,7 +29,6 @@ import numpy as np
 from innet.cleanup import RunState, kill_recorded
 from innet.errors import UserError
 from innet.experiment import RunSpec, WorkerOutcome, run_record, switch_configs, tally_drops
-from innet.fixedpoint import dequantize
 from innet.graph import is_switch, link_name, natural_key, port_to, ports
 from innet.modes import RunPlan, installed_plans, pbox_servers, plan_run
 from innet.programs import load_program
@@ -295,6 +294,9 @@ class Emulation:
         for plan in rp.plans:
             for w, spec in rp.specs[plan.job].items():
                 conf = {"spec": spec_to_json(spec), "seed": run.seed, "sizes": run.call_sizes(),
+                        "topk": run.topk, "layers": run.layers(),
+                        "ssp": dataclasses.asdict(run.parameter_server()) if run.consistency else None,
+                        "compute": run.compute_times(w, plan.job, spec.rank),
                         "training": dataclasses.asdict(training) if (training := run.training()) else None,
                         "port": f"{w}-eth0", "faults": _faults(graph, run, w), "result": os.path.join(self.run_dir, f"{w}.npz"),
                         "mode": run.mode, "ring": rp.ring(plan.job), "linger": linger}
@@ -404,10 +406,12 @@ class Emulation:
         if not os.path.exists(path):
             return WorkerOutcome(spec.job, spec.rank, [], [], [], [], 0, f"worker {host} (rank {spec.rank}) wrote no result"), 0.0
         data = np.load(path)
-        ints = np.split(data["ints"], np.cumsum(data["sizes"])[:-1]) if len(data["sizes"]) else []
-        outcome = WorkerOutcome(spec.job, spec.rank, ints, [dequantize(g, int(s)) for g, s in zip(ints, data["scales"], strict=False)],
-                                list(data["started"]), list(data["finished"]), int(data["retransmissions"].sum()),
-                                str(data["error"]), list(data["compute_starts"]))
+        cuts = np.cumsum(data["sizes"])[:-1]
+        ints = np.split(data["ints"], cuts) if len(data["sizes"]) else []
+        floats = np.split(data["floats"], cuts) if len(data["sizes"]) else []
+        outcome = WorkerOutcome(spec.job, spec.rank, ints, floats, list(data["started"]), list(data["finished"]),
+                                int(data["retransmissions"]), str(data["error"]), list(data["compute_starts"]),
+                                [int(s) for s in data["staleness"]], int(data["scale"]))
         return outcome, float(data["cpu_s"])
 
     def teardown(self) -> None:

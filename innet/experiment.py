@@ -26,6 +26,8 @@ from innet.metrics import cross_rack_bytes, tier_bytes
 from innet.planner import JobPlan
 from innet.program import SwitchProgram
 from innet.runtime import DEFAULT_SWITCH_MEMORY, SwitchConfig
+from innet.sparse import topk_with_feedback
+from innet.ssp import Consistency
 from innet.training import Training, iteration_stats
 from innet.worker import JobSpec
 from innet.workloads import load_workload
@@ -54,6 +56,11 @@ class RunSpec:
     workload_scale: float = 0.01  # the model's layers (and compute) shrunk to this fraction
     pipeline: int = 1  # with a workload: 1 = BSP, 2 = Pipe-SGD width-2 pipelining
     compute_scale: float = 1.0  # with a workload: multiplies every layer's compute time (a faster or slower GPU)
+    topk: float = 0.0  # > 0: workers send only this fraction of each gradient, top-k with error feedback (innet.sparse)
+    consistency: str = ""  # pbox training (innet.ssp): "bsp", "ssp" or "asp"; "": all-reduce calls
+    staleness: int = 0  # ssp: the bound s
+    compute_time: float = 0.0  # training without a workload: seconds of compute per iteration
+    stragglers: tuple[tuple[str, float, float], ...] = ()  # (host, compute factor, probability per iteration)
 
     def call_sizes(self) -> list[int]:
         """The elements of each all-reduce call of a worker, in order."""
@@ -62,6 +69,14 @@ class RunSpec:
         layers = load_workload(self.workload, self.workload_scale).layers
         return [la.elements for la in reversed(layers)] * self.iterations
 
+    def layers(self) -> int:
+        """Calls per iteration: a workload's layers, else 1."""
+        return len(load_workload(self.workload, self.workload_scale).layers) if self.workload else 1
+
+    def tensors(self, job: int, rank: int) -> list[np.ndarray]:
+        """What worker ``rank`` of ``job`` all-reduces, call by call."""
+        return worker_tensors(self.seed, job, rank, self.call_sizes(), self.topk, self.layers())
+
     def training(self) -> Training | None:
         """The compute schedule the calls follow (None: back to back, no compute)."""
         if not self.workload:
@@ -69,6 +84,17 @@ class RunSpec:
         w = load_workload(self.workload, self.workload_scale)
         c = self.compute_scale
         return Training(c * sum(w.forward_times()), tuple(c * t for t in reversed(w.backward_times())), self.pipeline)
+
+    def parameter_server(self) -> Consistency:
+        """How the PBox answers this run's training pushes (``consistency`` runs only)."""
+        return Consistency(self.consistency, self.staleness, self.iterations, self.elements)
+
+    def compute_times(self, host: str, job: int, rank: int) -> list[float]:
+        """Seconds of compute of each iteration on ``host``: ``compute_time``, times a straggler's factor
+        in the iterations it straggles (seeded)."""
+        rng = np.random.default_rng([self.seed, job, rank, 7])
+        factor, chance = next(((f, p) for h, f, p in self.stragglers if h == host), (1.0, 0.0))
+        return [self.compute_time * (factor if rng.random() < chance else 1.0) for _ in range(self.iterations)]
 
     def faults_on(self, sender: str, receiver: str) -> FaultSpec:
         """The faults of frames ``sender`` puts on its link to ``receiver``: the direction's,
@@ -115,7 +141,7 @@ def worker_specs(graph: nx.Graph, plan: JobPlan, program: type[SwitchProgram], r
     return {
         w: JobSpec(job=plan.job, rank=rank, nworkers=len(plan.workers), slots=plan.slots,
                    elements=program.elements, node=index[w], first_hop=index[plan.first_hop[w]],
-                   min_rto=run.min_rto, initial_rto=run.initial_rto, timeout=run.timeout)
+                   min_rto=run.min_rto, initial_rto=run.initial_rto, timeout=run.timeout, sparse=run.topk > 0)
         for rank, w in enumerate(plan.workers)
     }
 
@@ -124,6 +150,13 @@ def make_tensors(seed: int, job: int, rank: int, sizes: Sequence[int]) -> list[n
     """Seeded gradients: per call, normal values with a per-worker magnitude."""
     rng = np.random.default_rng([seed, job, rank])
     return [(rng.standard_normal(n) * 10.0 ** rng.uniform(-3, 1)).astype(np.float32) for n in sizes]
+
+
+def worker_tensors(seed: int, job: int, rank: int, sizes: Sequence[int], topk: float = 0.0,
+                   layers: int = 1) -> list[np.ndarray]:
+    """The seeded gradients, or with ``topk`` what top-k with error feedback per layer keeps of them."""
+    tensors = make_tensors(seed, job, rank, sizes)
+    return topk_with_feedback(tensors, topk, layers) if topk else tensors
 
 
 def result_digest(results_int: Sequence[Sequence[np.ndarray]]) -> str:
@@ -185,6 +218,17 @@ class WorkerOutcome:
     retransmissions: int
     error: str = ""
     compute_starts: list[float] = field(default_factory=list)  # with a workload: each iteration's
+    staleness: list[int] = field(default_factory=list)  # consistency runs: the staleness of every read
+    scale: int = 0  # consistency runs: the run's fixed-point scale
+
+
+def training_outcome(worker: Any) -> WorkerOutcome:
+    """A finished SSPWorker's outcome: its final parameters, iterations and the staleness it read."""
+    final = [worker.final] if worker.done_at is not None else []
+    floats = [fixedpoint.dequantize(worker.final, worker.scale)] if final and worker.scale is not None else []
+    return WorkerOutcome(worker.spec.job, worker.spec.rank, final, floats, worker.started, worker.finished,
+                         worker.retransmissions, str(worker.error) if worker.error else "", [], worker.staleness,
+                         worker.scale or 0)
 
 
 def outcome_of(proc: Any) -> WorkerOutcome:
@@ -198,10 +242,40 @@ def outcome_of(proc: Any) -> WorkerOutcome:
     )
 
 
+def training_summary(run: RunSpec, workers: Sequence[WorkerOutcome]) -> dict[str, Any]:
+    """A consistency run's verdict: every worker ends with the exact sum of every worker's gradients of every
+    iteration (at the run's one scale); the staleness read, against the bound; iterations per second."""
+    inputs = [run.tensors(w.job, w.rank) for w in workers]
+    q = max(fixedpoint.magnitude_exponent(t) for per_rank in inputs for t in per_rank)
+    scale = fixedpoint.scale_for(q, len(workers) * run.iterations)
+    expected = np.sum([fixedpoint.quantize(t, scale).astype(np.int64) for per_rank in inputs for t in per_rank], axis=0)
+    exact = np.sum([t.astype(np.float64) for per_rank in inputs for t in per_rank], axis=0)
+    correct = all(w.scale == scale and len(w.ints) == 1 and np.array_equal(w.ints[0], expected) for w in workers)
+    max_err = max((float(np.max(np.abs(w.floats[0].astype(np.float64) - exact))) for w in workers if w.floats), default=0.0)
+    reads = [s for w in workers for s in w.staleness]
+    spans = [w.finished[run.iterations - 1] - w.started[0] for w in workers if len(w.finished) > run.iterations - 1]
+    ends = [w.finished[-1] for w in workers if w.finished]
+    return {
+        "correct": correct, "max_abs_error": max_err,
+        "completion_s": max(ends) - min(w.started[0] for w in workers) if ends and len(ends) == len(workers) else float("nan"),
+        "consistency": run.consistency, "staleness_bound": run.parameter_server().json_bound,
+        "max_staleness": int(max(reads, default=0)), "mean_staleness": float(np.mean(reads)) if reads else 0.0,
+        "iterations_per_s": float(np.mean([run.iterations / s for s in spans])) if spans else 0.0,
+        "slowest_worker_iterations_per_s": min((run.iterations / s for s in spans), default=0.0),
+    }
+
+
 def job_summary(run: RunSpec, plan: JobPlan, outcome: str, workers: Sequence[WorkerOutcome]) -> dict[str, Any]:
     """One job's verdict: exact or not, its error, time, retransmissions, digest."""
     workers = sorted(workers, key=lambda w: w.rank)
-    inputs = [make_tensors(run.seed, plan.job, w.rank, run.call_sizes()) for w in workers]
+    if run.consistency:
+        errors = sorted({w.error for w in workers if w.error})
+        summary = training_summary(run, workers)
+        return {**summary, "job": plan.job, "workers": list(plan.workers), "placement": plan.method, "outcome": outcome,
+                "correct": summary["correct"] and not errors and len(workers) == len(plan.workers),
+                "retransmissions": sum(w.retransmissions for w in workers), "errors": errors,
+                "result_digest": result_digest([w.ints for w in workers])}
+    inputs = [run.tensors(plan.job, w.rank) for w in workers]
     correct, max_err = check(inputs, [w.ints for w in workers], [w.floats for w in workers])
     errors = sorted({w.error for w in workers if w.error})
     times = []
@@ -267,6 +341,12 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Any, backend: str, outcomes: S
         "result_digest": hashlib.sha256("".join(j["result_digest"] for j in jobs).encode()).hexdigest()[:16]
         if len(jobs) > 1 else jobs[0]["result_digest"],
         "jobs": jobs,
+        **({"consistency": run.consistency, "staleness_bound": run.parameter_server().json_bound,
+            **{k: max(j[k] for j in jobs) for k in ("max_staleness", "mean_staleness", "iterations_per_s")},
+            "slowest_worker_iterations_per_s": min(j["slowest_worker_iterations_per_s"] for j in jobs)}
+           if run.consistency else {}),
+        **({"topk": run.topk, "bytes_vs_dense": round(sum(link_bytes.values()) / max(1, sum(predicted.values())), 4)}
+           if run.topk else {}),
         **({"workload": run.workload, "workload_scale": run.workload_scale, "pipeline": run.pipeline,
             **{k: max(j[k] for j in jobs) for k in ("iteration_s", "compute_s", "comm_wait_s") if k in jobs[0]}}
            if run.workload else {}),

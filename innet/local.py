@@ -6,11 +6,12 @@ from typing import Any
 
 import networkx as nx
 
-from innet.experiment import RunSpec, make_tensors, outcome_of, run_record, switch_configs, tally_drops
+from innet.experiment import RunSpec, outcome_of, run_record, switch_configs, tally_drops, training_outcome
 from innet.fabric import Endpoint, Fabric
-from innet.modes import RunPlan, installed_plans, pbox_servers, plan_run, worker_process
+from innet.modes import RunPlan, host_endpoint, installed_plans, pbox_servers, plan_run
 from innet.programs import load_program
 from innet.runtime import SwitchRuntime
+from innet.ssp import SSPWorker
 from innet.worker import Frames, WorkerProcess
 
 
@@ -29,11 +30,10 @@ class LocalRun:
         host, self.servers = pbox_servers(graph, run, self.rp, pbox_cores)
         for server in self.servers:
             self.fabric.attach(str(host), server)
-        self.procs: list[WorkerProcess] = []
+        self.procs: list[WorkerProcess | SSPWorker] = []
         for plan in self.rp.plans:
             for w, spec in self.rp.specs[plan.job].items():
-                tensors = make_tensors(run.seed, plan.job, spec.rank, run.call_sizes())
-                proc = worker_process(run.mode, spec, self.rp.ring(plan.job), tensors, run.training())
+                proc = host_endpoint(run, self.rp, w, spec)
                 self.fabric.attach(w, Crashing(proc, crash[w]) if crash and w in crash else proc)
                 self.procs.append(proc)
 
@@ -45,8 +45,9 @@ class LocalRun:
         counters = [rt.ctx.counters for rt in self.runtimes.values()]
         counters += [{"pbox:" + k: n for k, n in s.counters.items()} for s in self.servers]
         drops = tally_drops(counters, {"link:lost": sum(link.injector.lost for link in self.fabric.links.values())})
+        outcomes = [training_outcome(p) if isinstance(p, SSPWorker) else outcome_of(p) for p in self.procs]
         return run_record(
-            self.graph, self.run, self.rp, "local", [outcome_of(p) for p in self.procs], self.fabric.link_bytes(),
+            self.graph, self.run, self.rp, "local", outcomes, self.fabric.link_bytes(),
             drops, switch_memory_bytes={n: rt.memory_bytes for n, rt in self.runtimes.items()}, **extra,
         )
 
@@ -58,7 +59,7 @@ def run_local(graph: nx.Graph, run: RunSpec, pbox_cores: int = 1, crash: dict[st
 class Crashing:
     """A worker that dies at virtual time ``at``: from then on it neither hears nor says anything."""
 
-    def __init__(self, proc: WorkerProcess, at: float) -> None:
+    def __init__(self, proc: WorkerProcess | SSPWorker, at: float) -> None:
         self.proc, self.at = proc, at
         self.dead = False
 
@@ -69,7 +70,8 @@ class Crashing:
     def _alive(self, now: float) -> bool:
         if now >= self.at and not self.dead:
             self.dead = True
-            self.proc.calls[-1].error = RuntimeError(f"rank {self.proc.spec.rank} crashed (injected at {self.at:g}s)")
+            failed = self.proc.calls[-1] if isinstance(self.proc, WorkerProcess) else self.proc
+            failed.error = RuntimeError(f"rank {self.proc.spec.rank} crashed (injected at {self.at:g}s)")
         return not self.dead
 
     def start(self, now: float) -> Frames:

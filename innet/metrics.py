@@ -54,6 +54,18 @@ def summary_table(runs: list[dict[str, Any]]) -> str:
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=False)) for row in rows)
 
 
+def training_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """A line per consistency run: throughput, and the staleness read against the bound."""
+    lines = []
+    for r in runs:
+        if r.get("consistency"):
+            bound = "none" if r["staleness_bound"] is None else r["staleness_bound"]
+            lines.append(f"{r['mode']} {r['consistency']}: {r['iterations_per_s']:.2f} iterations/s per worker "
+                         f"(slowest {r['slowest_worker_iterations_per_s']:.2f}); staleness read: max "
+                         f"{r['max_staleness']}, mean {r['mean_staleness']:.3f} (bound {bound})")
+    return lines
+
+
 def write_results(path: str, graph: nx.Graph, runs: list[dict[str, Any]]) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:

@@ -24,6 +24,7 @@ from innet.pbox import PBoxJob, PBoxServer
 from innet.planner import JobPlan, JobRequest, plan_job, plan_jobs
 from innet.program import SwitchProgram
 from innet.ring import RingCall
+from innet.ssp import SSPWorker
 from innet.training import Training
 from innet.worker import AllreduceCall, JobSpec, WorkerProcess
 
@@ -47,6 +48,10 @@ class RunPlan:
 def plan_run(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram]) -> RunPlan:
     if run.mode not in MODES:
         raise UserError(f"unknown mode {run.mode!r}; expected one of {', '.join(MODES)}")
+    if run.consistency and (run.mode != "pbox" or run.workload or run.topk):
+        raise UserError("--consistency trains against the PBox: it needs --mode pbox, and neither --workload nor --topk")
+    if run.topk and run.mode == "innet" and not getattr(program, "sparse", False):
+        raise UserError(f"program {program.name} cannot aggregate sparse chunks; --topk needs --program topk_sparse")
     workers = pick_workers(graph, run.workers)
     if run.jobs < 1 or run.jobs > len(workers):
         raise UserError(f"--jobs must be between 1 and the {len(workers)} workers, got {run.jobs}")
@@ -86,6 +91,14 @@ def worker_process(mode: str, spec: JobSpec, ring: list[int], tensors: list[Any]
     return WorkerProcess(spec, tensors, make_call, training=training)
 
 
+def host_endpoint(run: RunSpec, rp: RunPlan, host: str, spec: JobSpec) -> WorkerProcess | SSPWorker:
+    """What worker ``host`` runs: its all-reduce calls, or with ``consistency`` its training loop against the PBox."""
+    tensors = run.tensors(spec.job, spec.rank)
+    if run.consistency:
+        return SSPWorker(spec, tensors, run.compute_times(host, spec.job, spec.rank), run.parameter_server())
+    return worker_process(run.mode, spec, rp.ring(spec.job), tensors, run.training())
+
+
 def _ring_call(ring: list[int], spec: JobSpec, tensor: Any, first: int) -> RingCall:
     return RingCall(spec, ring, tensor, first)
 
@@ -103,7 +116,9 @@ def pbox_servers(graph: nx.Graph, run: RunSpec, rp: RunPlan, cores: int) -> tupl
     for plan in jobs:
         specs = rp.specs[plan.job]
         first = next(iter(specs.values()))
+        training: dict[str, Any] = dict(consistency=run.consistency, staleness=run.staleness,
+                                        iterations=run.iterations, length=run.elements) if run.consistency else {}
         boxed.append(PBoxJob(plan.job, {s.rank: s.node for s in specs.values()}, first.slots, first.elements,
-                             run.timeout / 2))
+                             run.timeout / 2, sparse=run.topk > 0, **training))
     assert host is not None
     return host, [PBoxServer(index[host], boxed, cores, core) for core in range(cores)]

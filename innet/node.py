@@ -26,13 +26,14 @@ from typing import Any
 import numpy as np
 
 from innet.client import AllreduceClient
-from innet.experiment import make_tensors
+from innet.experiment import outcome_of, training_outcome, worker_tensors
 from innet.faults import FaultInjector
 from innet.pbox import PBoxJob, PBoxServer
 from innet.programs import load_program
 from innet.rawport import RawPort
 from innet.runtime import SwitchRuntime
 from innet.serialize import config_from_json, faults_from_json, spec_from_json
+from innet.ssp import Consistency, SSPWorker
 from innet.training import Training
 from innet.worker import Frames
 
@@ -162,36 +163,41 @@ def _control(msg: dict[str, Any], runtime: SwitchRuntime | None, program: Any, p
 
 
 def serve_worker(conf: dict[str, Any]) -> int:
-    """A worker host: wait for "go", then its all-reduce calls (following the training schedule, if any);
-    save what came back."""
+    """A worker host: wait for "go", then its all-reduce calls (following the training schedule, if any),
+    or its training loop against the PBox (``ssp``); save what came back."""
     spec = spec_from_json(conf["spec"])
-    tensors = make_tensors(conf["seed"], spec.job, spec.rank, conf["sizes"])
+    tensors = worker_tensors(conf["seed"], spec.job, spec.rank, conf["sizes"], conf["topk"], conf["layers"])
     faults = {0: faults_from_json(conf["faults"]["0"])}
     t = conf["training"]
     training = Training(t["forward"], tuple(t["backward"]), t["width"]) if t else None
+    ssp = SSPWorker(spec, tensors, conf["compute"], Consistency(**conf["ssp"])) if conf["ssp"] else None
     client = AllreduceClient(spec, conf["port"], conf["mode"], conf["ring"], faults, conf["seed"] * 31 + spec.rank + 1,
-                             training)
+                             training, endpoint=ssp)
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":  # the controller went away before the start
         return 4
     cpu_at_go = _cpu_s()
-    client.run(tensors)  # a failed call ends the run; its error is recorded in the result file
+    if ssp is not None:
+        client.run_endpoint()
+    else:
+        client.run(tensors)  # a failed call ends the run; its error is recorded in the result file
     if client.proc.error is None:
         client.linger(conf["linger"])
-    calls = client.proc.calls
-    done = [c for c in calls if c.finished_at is not None]
+    outcome = training_outcome(ssp) if ssp is not None else outcome_of(client.proc)
     np.savez(
         conf["result"],
-        ints=np.concatenate([np.zeros(0, np.int64), *(c.result_int for c in done)]),  # calls differ in size
-        sizes=np.array([len(c.result_int) for c in done], dtype=np.int64),
-        started=np.array([c.started_at for c in calls], dtype=float),
-        finished=np.array([c.finished_at if c.finished_at is not None else np.nan for c in calls], dtype=float),
-        retransmissions=np.array([c.retransmissions for c in calls]),
-        scales=np.array([c.scale if c.scale is not None else 0 for c in calls]),
-        error=np.array(str(client.proc.error) if client.proc.error else ""),
+        ints=np.concatenate([np.zeros(0, np.int64), *outcome.ints]),  # calls differ in size
+        floats=np.concatenate([np.zeros(0, np.float32), *outcome.floats]),
+        sizes=np.array([len(x) for x in outcome.ints], dtype=np.int64),
+        started=np.array(outcome.started, dtype=float),
+        finished=np.array(outcome.finished, dtype=float),
+        retransmissions=np.array(outcome.retransmissions),
+        error=np.array(outcome.error),
         spec=np.array(json.dumps(asdict(spec))),
         cpu_s=np.array(_cpu_s() - cpu_at_go),
-        compute_starts=np.array(client.proc.compute_starts, dtype=float),
+        compute_starts=np.array(outcome.compute_starts, dtype=float),
+        staleness=np.array(outcome.staleness, dtype=np.int64),
+        scale=np.array(outcome.scale),
     )
     return 0 if client.proc.error is None else 3
 
@@ -203,8 +209,7 @@ def _cpu_s() -> float:
 
 def serve_pbox(conf: dict[str, Any]) -> int:
     """One PBox shard: the keys with slot % cores == core, until stopped."""
-    jobs = [PBoxJob(j["job"], {int(r): n for r, n in j["members"].items()}, j["slots"], j["elements"], j["stall_timeout"])
-            for j in conf["jobs"]]
+    jobs = [PBoxJob(**{**j, "members": {int(r): n for r, n in j["members"].items()}}) for j in conf["jobs"]]
     server = PBoxServer(conf["node"], jobs, conf["cores"], conf["core"])
     port = RawPort(conf["port"])
     if conf["cores"] > 1:

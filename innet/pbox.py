@@ -15,7 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from innet.packet import ABORT, OVERFLOW, RESULT, ROUTE, VER, Packet, make_packet, parse_frame
+from innet.packet import ABORT, OVERFLOW, RESULT, ROUTE, SPARSE, VER, Packet, make_packet, parse_frame
+from innet.sparse import decode, encode
+from innet.ssp import Consistency, ParameterKeys
 
 INT32_MAX = 2**31 - 1
 
@@ -29,6 +31,14 @@ class PBoxJob:
     slots: int
     elements: int
     stall_timeout: float = 0.0  # a key incomplete this long aborts the job (0: never)
+    sparse: bool = False  # top-k job: results go back as (index, value) pairs when that is shorter
+    consistency: str = ""  # a training job (innet.ssp): "bsp", "ssp" or "asp"; "": all-reduce keys
+    staleness: int = 0  # ssp: the bound s
+    iterations: int = 0  # training: iterations
+    length: int = 0  # training: elements of each iteration's gradient
+
+    def training(self) -> Consistency:
+        return Consistency(self.consistency, self.staleness, self.iterations, self.length)
 
 
 class _JobState:
@@ -50,7 +60,9 @@ class PBoxServer:
     def __init__(self, node: int, jobs: list[PBoxJob], cores: int = 1, core: int = 0) -> None:
         self.node = node
         self.jobs = {j.job: j for j in jobs}
-        self.state = {j.job: _JobState(j) for j in jobs}
+        self.state = {j.job: _JobState(j) for j in jobs if not j.consistency}
+        self.params = {j.job: ParameterKeys(j.members, j.elements, j.slots, node, j.job, j.training())
+                       for j in jobs if j.consistency}
         self.cores, self.core = cores, core
         self.counters: dict[str, int] = {}
 
@@ -67,7 +79,7 @@ class PBoxServer:
     CHECK_EVERY = 0.05
 
     def next_deadline(self) -> float | None:
-        if not any(j.stall_timeout > 0 for j in self.jobs.values()):
+        if not any(j.stall_timeout > 0 and not j.consistency for j in self.jobs.values()):
             return None
         return self._next_check
 
@@ -78,6 +90,8 @@ class PBoxServer:
         self._next_check = now + self.CHECK_EVERY
         out: list[bytes] = []
         for job in self.jobs.values():
+            if job.consistency:
+                continue
             st = self.state[job.job]
             stuck = (~st.done) & (st.chunk >= 0) & (now - st.since > job.stall_timeout) if job.stall_timeout > 0 else None
             if stuck is None or not stuck.any():
@@ -100,6 +114,15 @@ class PBoxServer:
             return self._drop("unknown_job")
         if job.members.get(pkt.rank) != pkt.src:
             return self._drop("not_member")
+        if job.consistency:  # a training job: pushes and reads of parameters (innet.ssp)
+            if pkt.slot % self.cores != self.core:
+                return []
+            return self.params[job.job].receive(pkt.rank, pkt.chunk, pkt.exp, pkt.values)
+        if pkt.has(SPARSE):  # top-k chunk: sum it densified, like the topk_sparse switch program
+            dense = decode(pkt.values, job.elements)
+            if dense is None:
+                return self._drop("bad_sparse")
+            pkt = pkt.replace(dense, flags=int(pkt.hdr["flags"]) & ~SPARSE)
         if pkt.slot >= job.slots or pkt.count > job.elements or pkt.slot % self.cores != self.core:
             return self._drop("bad_slot")
         st, v, i, bit = self.state[pkt.job], pkt.version, pkt.slot, 1 << pkt.rank
@@ -128,5 +151,8 @@ class PBoxServer:
         flags = RESULT | ROUTE | (VER if v else 0)
         if total.size and int(np.max(np.abs(total))) > INT32_MAX:
             flags |= OVERFLOW
-        out = pkt.replace(total.astype(np.int32), rank=rank, flags=flags, exp=int(st.exp[v, i]))
+        values = total.astype(np.int32)
+        if job.sparse and (short := encode(values)) is not None:  # the union of what was sent, when shorter
+            values, flags = short, flags | SPARSE
+        out = pkt.replace(values, rank=rank, flags=flags, exp=int(st.exp[v, i]))
         return out.to_frame(self.node, job.members[rank])

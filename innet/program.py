@@ -75,7 +75,9 @@ class EmitMany:
 
 @dataclass
 class Batch:
-    """Packets of one kind that arrived together on one port, all with the same ``count``.
+    """Packets of one kind that arrived together on one port, all with the same ``count``
+    (except SPARSE packets, which batch whatever their counts: ``values`` is then as wide
+    as the longest, and row k's first ``hdr["count"][k]`` values are its payload).
 
     Numpy views into the receive buffer, valid only during the handler call:
     ``hdr`` (``HEADER_DTYPE`` records), ``values`` (n, count) int32, ``src``
@@ -93,7 +95,7 @@ class Batch:
         return len(self.hdr)
 
     def packet(self, k: int) -> Packet:
-        return Packet(self.hdr[k], self.values[k], self.port, int(self.src[k]), int(self.dst[k]))
+        return Packet(self.hdr[k], self.values[k, : int(self.hdr["count"][k])], self.port, int(self.src[k]), int(self.dst[k]))
 
 
 Action = Emit | Multicast | Drop | ToPBox | EmitMany
@@ -195,7 +197,7 @@ class Context:
         return table
 
     def route_many(self, batch: Batch) -> list[Action]:
-        """``route`` for a whole batch: one EmitMany per egress port, drops counted."""
+        """``route`` for a whole batch: one EmitMany per egress port (and length, in a SPARSE batch), drops counted."""
         table = self.route_table
         port = table[np.clip(batch.dst, 0, len(table) - 1)]
         port[(batch.dst < 0) | (batch.dst >= len(table) - 1)] = -1
@@ -204,9 +206,11 @@ class Context:
             if dropped:
                 self.count("drop:" + reason, dropped)
         actions: list[Action] = []
-        for out in np.unique(port[port >= 0]).tolist():
-            rows = np.flatnonzero(port == out)
-            actions.append(EmitMany(out, batch.hdr[rows], batch.values[rows], src=batch.src[rows], dst=batch.dst[rows]))
+        counts = batch.hdr["count"].astype(np.int64)
+        for out, count in np.unique(np.stack([port, counts], axis=1)[port >= 0], axis=0).tolist():
+            rows = np.flatnonzero((port == out) & (counts == count))
+            actions.append(EmitMany(out, batch.hdr[rows], batch.values[rows, :count], src=batch.src[rows],
+                                    dst=batch.dst[rows]))
         return actions
 
 

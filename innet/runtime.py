@@ -21,6 +21,7 @@ from innet.packet import (
     HEADER_OFFSET,
     RESULT,
     ROUTE,
+    SPARSE,
     FrameBlock,
     Packet,
     build_frames,
@@ -47,6 +48,7 @@ Out = list[tuple[int, "bytes | np.ndarray"]]  # a frame, or a block of equal-len
 KIND_NAMES = ("contribution", "result", "abort", "routed")
 KIND_CODES = {name: code for code, name in enumerate(KIND_NAMES)}
 DEFAULT_SWITCH_MEMORY = 4 << 20
+SPARSE_RUN = 1 << 16  # past any count: the batching key of SPARSE packets
 
 
 @dataclass
@@ -187,7 +189,9 @@ class SwitchRuntime:
         back = np.where(codes == 3, table[np.clip(block.src, 0, len(table) - 1)], -1)
         unspoofed = np.where(codes == 3, (block.src >= 0) & (back == port), block.src == self.config.neighbors.get(port, -3))
         batchable = block.ok & unspoofed & (codes[:, None] == self.batch_codes).any(axis=1)
-        key = np.where(batchable, block.hdr["count"].astype(np.int64) * 4 + codes, -1)
+        # runs of one kind and count; SPARSE packets of one kind batch whatever their counts (SPARSE_RUN)
+        count = np.where(block.hdr["flags"] & SPARSE, SPARSE_RUN, block.hdr["count"].astype(np.int64))
+        key = np.where(batchable, count * 4 + codes, -1)
         edges = [0, *(np.flatnonzero(key[1:] != key[:-1]) + 1).tolist(), n]
         for a, b in zip(edges[:-1], edges[1:], strict=False):
             if key[a] < 0:
@@ -198,8 +202,8 @@ class SwitchRuntime:
             stats.rx_packets += b - a
             stats.rx_bytes += int(block.lengths[a:b].sum())
             rows = slice(a, b)
-            batch = Batch(port, block.hdr[rows], block.values(rows, int(block.hdr["count"][a])), block.src[rows],
-                          block.dst[rows])
+            width = int(block.hdr["count"][rows].max())  # a SPARSE run's rows are as wide as its longest
+            batch = Batch(port, block.hdr[rows], block.values(rows, width), block.src[rows], block.dst[rows])
             handler = self.batch_handlers[KIND_NAMES[key[a] % 4]]
             if handler:
                 actions, rest = getattr(self.program, handler)(self.ctx, batch)

@@ -35,12 +35,15 @@ from innet.packet import (
     RESULT,
     RETX,
     ROUTE,
+    SPARSE,
     VER,
     FrameBlock,
     build_frames,
+    frame_prefix,
     pack_frames,
     parse_block,
 )
+from innet.sparse import decode, encode
 from innet.training import Training, TrainingClock
 
 Frames = list[bytes | np.ndarray]  # what a host endpoint sends: frames, and blocks of equal-length frames (rows)
@@ -61,6 +64,7 @@ class JobSpec:
     initial_rto: float = 1.0  # RFC 6298's: the first window may queue behind a slow link
     timeout: float = 10.0
     pbox: int | None = None  # set: send every chunk to this PBox node instead of into the network
+    sparse: bool = False  # send a chunk as (index, value) pairs when that is shorter (innet.sparse)
 
     def chunks(self, length: int) -> int:
         """Chunks one call uses for a tensor of ``length`` (one more for the exponent)."""
@@ -120,6 +124,7 @@ class AllreduceCall:
         self.resent = np.zeros(spec.slots, np.bool_)
         self.frames = np.zeros((0, 0), np.uint8)  # row i: data chunk first + 1 + i (full chunks only)
         self.tail = np.zeros((0, 0), np.uint8)  # the last data chunk's frame when it is shorter than the others
+        self.sparse: list[bytes] = []  # with spec.sparse: every data chunk's frame, each in its shorter form
         self.timer = RetransmitTimer(spec)
         self.newest_result = -np.inf  # when the newest chunk whose result came back was sent
         self.sent_all = False  # the last chunk has been sent (so every chunk has: each follows its slot's last)
@@ -162,6 +167,9 @@ class AllreduceCall:
         self.scale = fixedpoint.scale_for(exp, spec.nworkers)
         quantized = fixedpoint.quantize(self.tensor, self.scale)
         full = n // spec.elements
+        if spec.sparse:
+            self._build_sparse(quantized, exp)
+            return
         chunks = np.arange(self.first + 1, self.first + 1 + full)
         values = quantized[: full * spec.elements].reshape(full, spec.elements)
         self.frames = build_frames(spec.node, self._peer, self._header(chunks, spec.elements, exp), values)
@@ -170,11 +178,29 @@ class AllreduceCall:
             hdr = self._header(last, n % spec.elements, exp)
             self.tail = build_frames(spec.node, self._peer, hdr, quantized[full * spec.elements :][None])
 
+    def _build_sparse(self, quantized: np.ndarray, exp: int) -> None:
+        """Every data chunk's frame, SPARSE where its (index, value) pairs are shorter than its values."""
+        elements = self.spec.elements
+        chunks = np.arange(self.first + 1, self.end)
+        hdr = self._header(chunks, 0, exp)
+        for k in range(len(chunks)):
+            values = quantized[k * elements : (k + 1) * elements]
+            payload = encode(values)
+            if payload is None:
+                payload = values
+            else:
+                hdr["flags"][k] |= SPARSE
+            hdr["count"][k] = len(payload)
+            body = hdr[k].tobytes() + payload.astype("<i4").tobytes()
+            self.sparse.append(frame_prefix(self.spec.node, self._peer, len(body)) + body)
+
     def _frame(self, chunk: int) -> np.ndarray:
         if chunk == self.first:
             hdr = self._header(np.array([chunk]), 0, self.local_exp)
             return build_frames(self.spec.node, self._peer, hdr, np.zeros((1, 0), np.int32))[0]
         i = chunk - self.first - 1
+        if self.sparse:
+            return np.frombuffer(self.sparse[i], np.uint8)
         return self.frames[i] if i < len(self.frames) else self.tail[0]
 
     def _send(self, chunks: np.ndarray, now: float) -> Frames:
@@ -188,6 +214,8 @@ class AllreduceCall:
         if chunks[0] == self.first:
             return [self._frame(self.first).tobytes()]
         index = chunks - self.first - 1
+        if self.sparse:
+            return [self.sparse[i] for i in index.tolist()]
         full = index < len(self.frames)
         out: Frames = [self.frames[index[full]]] if full.any() else []
         if not full.all():
@@ -217,7 +245,7 @@ class AllreduceCall:
         rows = np.flatnonzero(mine & (hdr["flags"] & RESULT != 0))
         chunks = hdr["chunk"][rows].astype(np.int64)
         slots = chunks % self.spec.slots
-        fresh = (self.in_flight[slots] == chunks) & (hdr["count"][rows] == self._count(chunks))
+        fresh = (self.in_flight[slots] == chunks) & (self._dense_counts(block, rows) == self._count(chunks))
         chunks, first = np.unique(chunks[fresh], return_index=True)  # a duplicate result counts once
         if not len(chunks):
             return []
@@ -239,11 +267,24 @@ class AllreduceCall:
             chunks, rows = chunks[1:], rows[1:]
             out += self._send(np.arange(self.first + 1, self.first + 1 + self.spec.slots), now)
         self._store(block, rows, chunks)
+        if self.error is not None:
+            return []
         out += self._send(chunks + self.spec.slots, now)  # a result frees its slot for the chunk ``slots`` later
         out += self._resend(self._lost(now), now)
         if self.sent_all and (self.in_flight < 0).all():
             self.finished_at = now
         return out
+
+    @staticmethod
+    def _dense_counts(block: FrameBlock, rows: np.ndarray) -> np.ndarray:
+        """How many values each row carries once densified (a SPARSE payload starts with it; -1: none)."""
+        counts = block.hdr["count"][rows].astype(np.int64)
+        sparse = block.hdr["flags"][rows] & SPARSE != 0
+        if sparse.any():
+            readable = sparse & (counts > 0)
+            counts[sparse] = -1
+            counts[readable] = block.values(rows[readable], 1)[:, 0]
+        return counts
 
     def _count(self, chunks: np.ndarray) -> np.ndarray:
         """How many values the result of each chunk carries (none for the exponent chunk)."""
@@ -254,12 +295,20 @@ class AllreduceCall:
         """Write the results' values into place: full chunks at once, the short last one alone."""
         elements = self.spec.elements
         counts = block.hdr["count"][rows]
-        full = counts == elements
+        sparse = block.hdr["flags"][rows] & SPARSE != 0
+        full = (counts == elements) & ~sparse
         if full.any():
             self._padded.reshape(-1, elements)[chunks[full] - self.first - 1] = block.values(rows[full], elements)
         for k in np.flatnonzero(~full):
             off, count = (int(chunks[k]) - self.first - 1) * elements, int(counts[k])
-            self._padded[off : off + count] = block.values(rows[k : k + 1], count)[0]
+            values = block.values(rows[k : k + 1], count)[0]
+            if sparse[k]:
+                dense = decode(values, elements)
+                if dense is None:
+                    self.error = ValueError(f"job {self.spec.job}: malformed sparse result for chunk {int(chunks[k])}")
+                    return
+                values = dense
+            self._padded[off : off + len(values)] = values
 
     def holdoff(self) -> float:
         """How long a woken worker may let results gather before reading them (interrupt coalescing).

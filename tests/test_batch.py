@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from innet.experiment import switch_configs
-from innet.packet import ALL_RANKS, RESULT, RETX, ROUTE, VER, build_frames, make_packet, pack_frames, parse_block, parse_frame
+from innet.packet import ALL_RANKS, RESULT, RETX, ROUTE, SPARSE, VER, build_frames, make_packet, pack_frames, parse_block, parse_frame
 from innet.planner import plan_job
 from innet.programs import load_program
 from innet.runtime import SwitchRuntime
+from innet.sparse import encode
 from topologies import build
 
 SLOTS = 4
@@ -28,9 +29,10 @@ def runtimes(switch, program="sum_allreduce"):
     return cfg, SwitchRuntime(cfg, prog), SwitchRuntime(cfg, prog)
 
 
-def stream(cfg, rng, n, elements):
+def stream(cfg, rng, n, elements, sparse=False):
     """``n`` (port, frame) arrivals in runs per port: workers' rounds in order, with noise
-    (duplicates, retransmissions, stale rounds, overflowing values, foreign ranks and ports, truncation)."""
+    (duplicates, retransmissions, stale rounds, overflowing values, foreign ranks and ports, truncation).
+    ``sparse``: values mostly zero, sent as (index, value) pairs where shorter (innet.sparse)."""
     job = cfg.jobs[1]
     ranks = sorted(job.contributors)
     rounds = [0] * (SLOTS + 1)
@@ -53,6 +55,10 @@ def stream(cfg, rng, n, elements):
             count = elements if rng.random() < 0.97 else max(0, elements - 1)
             big = rng.random() < 0.03
             values = rng.integers(-(1 << 30) if big else -1000, (1 << 30) if big else 1000, count).astype(np.int32)
+            if sparse:
+                values[rng.random(count) < 0.97] = 0
+                if (pairs := encode(values)) is not None:
+                    values, flags = pairs, flags | SPARSE
             pkt = make_packet(values, job=1, rank=rank, nworkers=6, slot=slot, chunk=slot + SLOTS * rnd,
                               flags=flags, exp=int(rng.integers(-5, 5)))
             frame = pkt.to_frame(cfg.neighbors[port], cfg.node)
@@ -81,12 +87,13 @@ def runs_of(arrivals, rng):
     return blocks
 
 
+@pytest.mark.parametrize("program", ["sum_allreduce", "topk_sparse"])
 @pytest.mark.parametrize("switch", ["s1", "t1"])
 @pytest.mark.parametrize("seed", range(8))
-def test_blocks_give_the_same_registers_counters_and_frames_as_single_packets(switch, seed):
-    cfg, single, batched = runtimes(switch)
+def test_blocks_give_the_same_registers_counters_and_frames_as_single_packets(program, switch, seed):
+    cfg, single, batched = runtimes(switch, program)
     rng = np.random.default_rng(seed)
-    arrivals = stream(cfg, rng, 600, elements=int(rng.choice([0, 1, 7, 256])))
+    arrivals = stream(cfg, rng, 600, elements=int(rng.choice([0, 1, 7, 256])), sparse=program == "topk_sparse")
     calls = {"per_packet": 0}
     per_packet = batched.program.contribution
 
@@ -119,7 +126,9 @@ def test_routed_blocks_are_forwarded_exactly_like_single_packets(program, switch
         src, dst = int(rng.choice(nodes)), int(rng.choice(nodes))
         port = cfg.routes.get(src, 0) if rng.random() < 0.9 else int(rng.choice(list(cfg.ports)))  # some spoofed
         count = int(rng.choice([0, 5, 256]))
-        pkt = make_packet(rng.integers(-9, 9, count), job=2, rank=1, slot=3, chunk=int(rng.integers(0, 99)), flags=ROUTE)
+        sparse = SPARSE if rng.random() < 0.3 else 0  # SPARSE packets batch whatever their lengths: routed, each keeps its own
+        length = count + (int(rng.integers(1, 9)) if sparse else 0)
+        pkt = make_packet(rng.integers(-9, 9, length), job=2, rank=1, slot=3, chunk=int(rng.integers(0, 99)), flags=ROUTE | sparse)
         frame = pkt.to_frame(src, dst)
         arrivals.append((port, frame if src >= 0 and dst >= 0 else frame[:26] + b"\x01\x02\x03\x04" + frame[30:]))
     want, got = [], []

@@ -51,6 +51,32 @@ def test_allreduce_is_exact_and_identical_to_the_local_backend(topo, params, ele
     assert_nothing_left()
 
 
+@pytest.mark.parametrize("mode", ["innet", "pbox"])
+def test_topk_sparse_is_exact_and_its_bytes_are_the_local_backends(mode):
+    """Sparse chunks of varying length through real sockets: exact sums, and the interfaces count
+    the very bytes the fabric does (a fifth of dense at density 0.02)."""
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2)
+    spec = RunSpec(mode=mode, program="topk_sparse", elements=30000, iterations=2, topk=0.02, min_rto=0.2)
+    real = run_mininet(graph, spec)
+    assert real["correct"], real["errors"]
+    local = run_local(graph, spec)
+    assert real["result_digest"] == local["result_digest"]
+    assert real["link_bytes"] == local["link_bytes"] and real["bytes_vs_dense"] < 0.2
+    assert_nothing_left()
+
+
+@pytest.mark.parametrize("model,staleness", [("bsp", 0), ("ssp", 2), ("asp", 0)])
+def test_training_against_the_pbox_is_exact_and_keeps_its_staleness_bound(model, staleness):
+    """Real clocks and sockets: stragglers slow two workers, the parameters still end exact, and no
+    read is staler than the bound (ASP: more than SSP's)."""
+    run = RunSpec(mode="pbox", consistency=model, staleness=staleness, iterations=12, elements=8000, compute_time=0.02,
+                  stragglers=(("h2", 4.0, 0.3), ("h3", 4.0, 0.3)), min_rto=0.05)
+    result = run_mininet(build("leaf-spine", racks=2, hosts_per_rack=2), run)
+    assert result["correct"], result["errors"]
+    assert result["max_staleness"] <= staleness if model != "asp" else result["max_staleness"] > 2
+    assert_nothing_left()
+
+
 def test_fat_tree_k4_brings_up_aggregates_and_tears_down():
     graph = build("fat-tree", k=4)
     result = run_mininet(graph, RunSpec(elements=20000, min_rto=0.05, timeout=30))
