@@ -65,6 +65,10 @@ def parser() -> argparse.ArgumentParser:
                         "communicates (default 1)")
     p.add_argument("--compute-scale", type=float, default=1.0,
                    help="with --workload: multiply every layer's compute time by this (default 1: a V100 at batch 32)")
+    p.add_argument("--slice", type=int, default=0, metavar="ELEMENTS",
+                   help="with a workload: cut every layer into all-reduce calls of at most ELEMENTS (default 0: whole layers)")
+    p.add_argument("--priority", choices=("fifo", "p3"), default="fifo",
+                   help="with a workload: send calls in backward order (fifo), or the ready layer needed first (p3)")
     p.add_argument("--predict", action="store_true",
                    help="print the timing model's prediction next to every measured run, with the error")
     p.add_argument("--hop-latency", type=float, default=None,
@@ -121,6 +125,10 @@ def _spec(args: argparse.Namespace) -> RunSpec:
         raise UserError(f"bad fault flag: {exc}") from None
     if not 0 < args.workload_scale <= 1 or args.compute_scale < 0:
         raise UserError("--workload-scale must be in (0, 1] and --compute-scale must not be negative")
+    if args.slice < 0:
+        raise UserError(f"--slice must not be negative, got {args.slice}")
+    if (args.slice or args.priority != "fifo") and not args.workload:
+        raise UserError("--slice and --priority order a workload's layers: they need --workload")
     if not 0 <= args.topk <= 1:
         raise UserError(f"--topk must be a fraction in [0, 1], got {args.topk:g}")
     if args.job_slots < 0:
@@ -131,7 +139,8 @@ def _spec(args: argparse.Namespace) -> RunSpec:
     program = args.program or ("topk_sparse" if args.topk else "sum_allreduce")
     return RunSpec(mode=args.mode, program=program, placement=args.placement, topk=args.topk,
                    consistency=args.consistency or "", staleness=args.staleness if args.consistency == "ssp" else 0,
-                   compute_time=args.compute_time, stragglers=stragglers,
+                   compute_time=args.compute_time, stragglers=stragglers, slice_elements=args.slice,
+                   priority=args.priority,
                    workers=None if args.topo == "star" else args.workers, elements=args.elements,
                    iterations=args.iterations, seed=args.seed, faults=faults,
                    switch_memory=args.switch_memory, timeout=args.timeout, jobs=args.jobs, job_slots=args.job_slots,

@@ -297,7 +297,7 @@ class Emulation:
                         "topk": run.topk, "layers": run.layers(),
                         "ssp": dataclasses.asdict(run.parameter_server()) if run.consistency else None,
                         "compute": run.compute_times(w, plan.job, spec.rank),
-                        "training": dataclasses.asdict(training) if (training := run.training()) else None,
+                        "training": dataclasses.asdict(rp.training) if rp.training else None,
                         "port": f"{w}-eth0", "faults": _faults(graph, run, w), "result": os.path.join(self.run_dir, f"{w}.npz"),
                         "mode": run.mode, "ring": rp.ring(plan.job), "linger": linger}
                 self._write(f"{w}.json", conf)

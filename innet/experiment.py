@@ -61,17 +61,29 @@ class RunSpec:
     staleness: int = 0  # ssp: the bound s
     compute_time: float = 0.0  # training without a workload: seconds of compute per iteration
     stragglers: tuple[tuple[str, float, float], ...] = ()  # (host, compute factor, probability per iteration)
+    slice_elements: int = 0  # with a workload: cut layers into all-reduce calls of at most this many elements (0: whole)
+    priority: str = "fifo"  # with a workload: "fifo" (backward order) or "p3" (the layer needed first goes first)
+
+    def _slices(self) -> list[tuple[int, int, bool]]:
+        """One iteration's calls in FIFO order, layers backward: (forward index of the layer, elements,
+        first slice of its layer), each layer cut into slices of at most ``slice_elements``."""
+        layers = load_workload(self.workload, self.workload_scale).layers
+        out = []
+        for index in reversed(range(len(layers))):
+            n = layers[index].elements
+            size = self.slice_elements or n
+            out += [(index, min(size, n - at), at == 0) for at in range(0, n, size)]
+        return out
 
     def call_sizes(self) -> list[int]:
-        """The elements of each all-reduce call of a worker, in order."""
+        """The elements of each all-reduce call of a worker, in FIFO order."""
         if not self.workload:
             return [self.elements] * self.iterations
-        layers = load_workload(self.workload, self.workload_scale).layers
-        return [la.elements for la in reversed(layers)] * self.iterations
+        return [n for _, n, _ in self._slices()] * self.iterations
 
     def layers(self) -> int:
-        """Calls per iteration: a workload's layers, else 1."""
-        return len(load_workload(self.workload, self.workload_scale).layers) if self.workload else 1
+        """Calls per iteration: a workload's layers (or their slices), else 1."""
+        return len(self._slices()) if self.workload else 1
 
     def tensors(self, job: int, rank: int) -> list[np.ndarray]:
         """What worker ``rank`` of ``job`` all-reduces, call by call."""
@@ -82,8 +94,10 @@ class RunSpec:
         if not self.workload:
             return None
         w = load_workload(self.workload, self.workload_scale)
-        c = self.compute_scale
-        return Training(c * sum(w.forward_times()), tuple(c * t for t in reversed(w.backward_times())), self.pipeline)
+        c, backward = self.compute_scale, w.backward_times()
+        slices = self._slices()  # a layer's backward time passes before its first slice
+        return Training(c * sum(w.forward_times()), tuple(c * backward[i] if first else 0.0 for i, _, first in slices),
+                        self.pipeline, tuple(i for i, _, _ in slices))
 
     def parameter_server(self) -> Consistency:
         """How the PBox answers this run's training pushes (``consistency`` runs only)."""
@@ -233,12 +247,13 @@ def training_outcome(worker: Any) -> WorkerOutcome:
 
 def outcome_of(proc: Any) -> WorkerOutcome:
     """A finished WorkerProcess's outcome (the fabric's, or a Mininet host's before it saves it)."""
-    done = [c for c in proc.calls if c.finished_at is not None]
+    calls = proc.calls_in_order()  # by tensor: a P3 worker begins them in another order
+    done = [c for c in calls if c.finished_at is not None]
     return WorkerOutcome(
         proc.spec.job, proc.spec.rank, [c.result_int for c in done], [c.result for c in done],
-        [c.started_at if c.started_at is not None else float("nan") for c in proc.calls],
-        [c.finished_at if c.finished_at is not None else float("nan") for c in proc.calls],
-        sum(c.retransmissions for c in proc.calls), str(proc.error) if proc.error else "", proc.compute_starts,
+        [c.started_at if c.started_at is not None else float("nan") for c in calls],
+        [c.finished_at if c.finished_at is not None else float("nan") for c in calls],
+        sum(c.retransmissions for c in calls), str(proc.error) if proc.error else "", proc.compute_starts,
     )
 
 
@@ -348,7 +363,9 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Any, backend: str, outcomes: S
         **({"topk": run.topk, "bytes_vs_dense": round(sum(link_bytes.values()) / max(1, sum(predicted.values())), 4)}
            if run.topk else {}),
         **({"workload": run.workload, "workload_scale": run.workload_scale, "pipeline": run.pipeline,
-            **{k: max(j[k] for j in jobs) for k in ("iteration_s", "compute_s", "comm_wait_s") if k in jobs[0]}}
+            "slice_elements": run.slice_elements, "priority": run.priority,
+            **{k: max(j[k] for j in jobs) for k in ("iteration_s", "compute_s", "comm_wait_s", "next_forward_wait_s")
+               if k in jobs[0]}}
            if run.workload else {}),
         **extra,
     }

@@ -25,6 +25,7 @@ from innet.planner import JobPlan, JobRequest, plan_job, plan_jobs
 from innet.program import SwitchProgram
 from innet.ring import RingCall
 from innet.ssp import SSPWorker
+from innet.timing import planned_training
 from innet.training import Training
 from innet.worker import AllreduceCall, JobSpec, WorkerProcess
 
@@ -40,6 +41,7 @@ class RunPlan:
     outcomes: dict[int, str]
     specs: dict[int, dict[str, JobSpec]]
     per_packet: int
+    training: Training | None = None  # the schedule every worker's calls follow (P3's order planned in)
 
     def ring(self, job: int) -> list[int]:
         return [s.node for s in sorted(self.specs[job].values(), key=lambda s: s.rank)]
@@ -76,7 +78,7 @@ def plan_run(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram]) -> Run
             assert plan.pbox is not None
             job_specs = {w: replace(s, pbox=index[plan.pbox]) for w, s in job_specs.items()}
         specs[plan.job] = job_specs
-    return RunPlan(tuple(plans), outcomes, specs, program.elements)
+    return RunPlan(tuple(plans), outcomes, specs, program.elements, planned_training(graph, run, plans, program.elements))
 
 
 def installed_plans(run: RunSpec, rp: RunPlan) -> list[JobPlan]:
@@ -96,7 +98,7 @@ def host_endpoint(run: RunSpec, rp: RunPlan, host: str, spec: JobSpec) -> Worker
     tensors = run.tensors(spec.job, spec.rank)
     if run.consistency:
         return SSPWorker(spec, tensors, run.compute_times(host, spec.job, spec.rank), run.parameter_server())
-    return worker_process(run.mode, spec, rp.ring(spec.job), tensors, run.training())
+    return worker_process(run.mode, spec, rp.ring(spec.job), tensors, rp.training)
 
 
 def _ring_call(ring: list[int], spec: JobSpec, tensor: Any, first: int) -> RingCall:

@@ -169,7 +169,7 @@ def serve_worker(conf: dict[str, Any]) -> int:
     tensors = worker_tensors(conf["seed"], spec.job, spec.rank, conf["sizes"], conf["topk"], conf["layers"])
     faults = {0: faults_from_json(conf["faults"]["0"])}
     t = conf["training"]
-    training = Training(t["forward"], tuple(t["backward"]), t["width"]) if t else None
+    training = Training(**{**t, **{k: tuple(t[k]) for k in ("backward", "layer", "order")}}) if t else None
     ssp = SSPWorker(spec, tensors, conf["compute"], Consistency(**conf["ssp"])) if conf["ssp"] else None
     client = AllreduceClient(spec, conf["port"], conf["mode"], conf["ring"], faults, conf["seed"] * 31 + spec.rank + 1,
                              training, endpoint=ssp)

@@ -29,6 +29,7 @@ several share 2 cores (``MININET_HOP``: measured with ``run_topology.py
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import networkx as nx
@@ -36,7 +37,7 @@ import networkx as nx
 from innet.experiment import RunSpec
 from innet.planner import JobPlan
 from innet.prediction import direction_bytes, frame_bytes, path_links
-from innet.training import iteration_stats, run_schedule
+from innet.training import Training, iteration_stats, p3_order, run_schedule
 
 MININET_HOP = 0.0006
 
@@ -86,14 +87,28 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
     return 2 * small + bw + 2 * last - full / slowest + incast
 
 
-def predict(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int, hop: float) -> dict[str, Any]:
-    """The model's figures for a run: per-call time (``completion_s``) and, with a workload,
-    ``iteration_s``, ``compute_s`` and ``comm_wait_s``. Jobs sharing links are taken one at a time."""
+def call_times(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int, hop: float) -> list[float]:
+    """The model's time of each call of a worker (FIFO order), for the slowest job."""
     sizes = run.call_sizes()
     slowest = max(plans, key=lambda p: call_time(graph, run.mode, p, max(sizes), per_packet, hop))
-    durations = [call_time(graph, run.mode, slowest, n, per_packet, hop) for n in sizes]
-    out: dict[str, Any] = {"completion_s": sorted(durations)[len(durations) // 2]}
+    return [call_time(graph, run.mode, slowest, n, per_packet, hop) for n in sizes]
+
+
+def planned_training(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int) -> Training | None:
+    """The run's training schedule; with ``--priority p3``, with P3's send order planned from the model's
+    call times (every worker must send the same call at once, so they follow one plan, not their clocks)."""
     training = run.training()
+    if training is None or run.priority != "p3":
+        return training
+    return replace(training, order=p3_order(training, call_times(graph, run, plans, per_packet, 0.0)[: training.layers]))
+
+
+def predict(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int, hop: float) -> dict[str, Any]:
+    """The model's figures for a run: per-call time (``completion_s``) and, with a workload,
+    ``iteration_s``, ``compute_s``, ``comm_wait_s`` and ``next_forward_wait_s``. Jobs sharing links are taken one at a time."""
+    durations = call_times(graph, run, plans, per_packet, hop)
+    out: dict[str, Any] = {"completion_s": sorted(durations)[len(durations) // 2]}
+    training = planned_training(graph, run, plans, per_packet)
     if training is not None:
         starts, ends = run_schedule(training, durations)
         out.update(iteration_stats(training, starts, ends))
@@ -103,12 +118,10 @@ def predict(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int
 def prediction_table(graph: nx.Graph, run: RunSpec, runs: list[dict[str, Any]], hop: float | None = None) -> str:
     """The model next to each measured run (also stored in the run as ``prediction``), with the error.
     ``hop``: per-hop processing time (default: 0 on local, MININET_HOP on mininet)."""
-    from dataclasses import replace
-
     from innet.modes import plan_run
     from innet.programs import load_program
 
-    keys = ["iteration_s", "comm_wait_s"] if run.workload else ["completion_s"]
+    keys = ["iteration_s", "comm_wait_s", "next_forward_wait_s"] if run.workload else ["completion_s"]
     rows = [["mode", "backend", *[f"{k} {w}" for k in keys for w in ("measured", "model", "error")]]]
     for r in runs:
         spec = replace(run, mode=r["mode"])
@@ -118,7 +131,7 @@ def prediction_table(graph: nx.Graph, run: RunSpec, runs: list[dict[str, Any]], 
         row = [r["mode"], r["backend"]]
         for k in keys:
             got, model = r.get(k, float("nan")), r["prediction"][k]
-            err = f"{100 * (model / got - 1):+.1f}%" if got and got == got and k != "comm_wait_s" else "-"
+            err = f"{100 * (model / got - 1):+.1f}%" if got and got == got and k == "iteration_s" else "-"
             row += [f"{got:.4f}", f"{model:.4f}", err]
         rows.append(row)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

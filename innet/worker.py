@@ -44,7 +44,7 @@ from innet.packet import (
     parse_block,
 )
 from innet.sparse import decode, encode
-from innet.training import Training, TrainingClock
+from innet.training import Training, TrainingClock, iteration_end
 
 Frames = list[bytes | np.ndarray]  # what a host endpoint sends: frames, and blocks of equal-length frames (rows)
 
@@ -380,8 +380,10 @@ class WorkerProcess:
     ``next_deadline``, ``on_timeout``.
 
     Without ``training`` the calls run back to back. With it, the tensors are
-    the layers of successive iterations and each call also waits until its
-    gradient is computed (innet.training: compute is modelled as time passing).
+    the layers (or slices) of successive iterations and each call also waits
+    until its gradient is computed (innet.training: compute is modelled as time
+    passing); the clock picks which tensor goes next (FIFO or P3 priority), so
+    ``calls`` are in the order they began and ``order`` says whose tensor each is.
     """
 
     def __init__(self, spec: JobSpec, tensors: list[np.ndarray], make_call: Callable[..., Any] = AllreduceCall,
@@ -390,6 +392,8 @@ class WorkerProcess:
         self.tensors = tensors
         self.make_call = make_call
         self.calls: list[Any] = []
+        self.order: list[int] = []  # the tensor index of each call, in the order they began
+        self.by_tensor: dict[int, Any] = {}
         self.next_first = first_chunk
         self.training = training
         self.clock: TrainingClock | None = None
@@ -413,19 +417,30 @@ class WorkerProcess:
         return list(self.clock.starts) if self.clock else []
 
     def _finished(self, k: int) -> float | None:
-        return self.calls[k].finished_at if k < len(self.calls) else None
+        call = self.by_tensor.get(k)
+        return None if call is None else call.finished_at
 
-    def _ready(self) -> float | None:
-        """When the next call's gradient exists (None: not before more calls finish)."""
+    def _comm_end(self, i: int) -> float | None:
+        assert self.training is not None
+        return iteration_end(self.training, self._finished, i)
+
+    def _next(self, now: float) -> tuple[int | None, float | None]:
+        """(the tensor to all-reduce now, None), or (None, when its gradient will exist; None: not before more calls end)."""
         if self.clock is None:
-            return -float("inf")
-        return self.clock.ready(len(self.calls), self._finished)
+            return len(self.calls), None
+        return self.clock.next_call(set(self.order), len(self.tensors), now, self._comm_end)
 
-    def _begin(self, now: float) -> Frames:
-        call = self.make_call(self.spec, self.tensors[len(self.calls)], self.next_first)
+    def calls_in_order(self) -> list[Any]:
+        """The calls begun so far, in the order of their tensors."""
+        return [self.by_tensor[k] for k in sorted(self.by_tensor)]
+
+    def _begin(self, k: int, now: float) -> Frames:
+        call = self.make_call(self.spec, self.tensors[k], self.next_first)
         self.next_first = call.end
         early = self.calls[-1].early if self.calls and hasattr(self.calls[-1], "early") else []
         self.calls.append(call)
+        self.order.append(k)
+        self.by_tensor[k] = call
         out = list(call.start(now))
         for frame in early:  # frames of this call that arrived while the previous one was finishing
             out.extend(call.receive(frame, now))
@@ -443,10 +458,10 @@ class WorkerProcess:
     def _advance(self, out: Frames, now: float) -> Frames:
         call = self.current
         while (call is None or (call.done and call.error is None)) and len(self.calls) < len(self.tensors):
-            ready = self._ready()
-            if ready is None or ready > now:
+            k, _ = self._next(now)
+            if k is None:
                 break
-            out.extend(self._begin(now))
+            out.extend(self._begin(k, now))
             call = self.current
         return out
 
@@ -473,7 +488,10 @@ class WorkerProcess:
             return None
         if call is not None and not call.done:
             return call.next_deadline()
-        return self._ready() if len(self.calls) < len(self.tensors) else None
+        if len(self.calls) == len(self.tensors):
+            return None
+        k, when = self._next(float("-inf"))  # when the next tensor's gradient exists, if that is known
+        return when if k is None else -float("inf")
 
     def holdoff(self) -> float:
         call = self.current
