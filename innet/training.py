@@ -25,7 +25,7 @@ ones) run this same schedule.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -64,6 +64,7 @@ class TrainingClock:
         self.training = training
         self.starts = [start]  # compute start of each iteration known so far
         self.offsets = [training.forward + t for t in accumulate(training.backward)]
+        self.first = 0  # no call before this one is still to begin (calls only ever begin)
 
     def ready(self, k: int, comm_end: Callable[[int], float | None]) -> float | None:
         """When call k's gradient exists; None while that depends on communication not yet finished."""
@@ -76,13 +77,15 @@ class TrainingClock:
             self.starts.append(max(self.starts[-1] + self.training.compute, end))
         return self.starts[i] + self.offsets[j]
 
-    def next_call(self, begun: set[int], total: int, now: float,
+    def next_call(self, begun: Container[int], total: int, now: float,
                   comm_end: Callable[[int], float | None]) -> tuple[int | None, float | None]:
         """(the call to start at ``now``, None), or (None, when to ask again; None: after more calls end):
         the next call of the send order (FIFO, or ``order`` in each iteration), once its gradient exists."""
-        first = next((k for k in range(total) if k not in begun), None)
-        if first is None:
+        while self.first < total and self.first in begun:
+            self.first += 1
+        if self.first == total:
             return None, None
+        first = self.first
         base = first - first % self.training.layers
         k = next(base + j for j in self.training.order if base + j not in begun) if self.training.order else first
         ready = self.ready(k, comm_end)

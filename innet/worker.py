@@ -166,10 +166,10 @@ class AllreduceCall:
         self._q = exp
         self.scale = fixedpoint.scale_for(exp, spec.nworkers)
         quantized = fixedpoint.quantize(self.tensor, self.scale)
-        full = n // spec.elements
         if spec.sparse:
             self._build_sparse(quantized, exp)
             return
+        full = n // spec.elements
         chunks = np.arange(self.first + 1, self.first + 1 + full)
         values = quantized[: full * spec.elements].reshape(full, spec.elements)
         self.frames = build_frames(spec.node, self._peer, self._header(chunks, spec.elements, exp), values)
@@ -428,7 +428,7 @@ class WorkerProcess:
         """(the tensor to all-reduce now, None), or (None, when its gradient will exist; None: not before more calls end)."""
         if self.clock is None:
             return len(self.calls), None
-        return self.clock.next_call(set(self.order), len(self.tensors), now, self._comm_end)
+        return self.clock.next_call(self.by_tensor, len(self.tensors), now, self._comm_end)
 
     def calls_in_order(self) -> list[Any]:
         """The calls begun so far, in the order of their tensors."""
