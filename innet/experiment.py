@@ -283,16 +283,22 @@ def training_summary(run: RunSpec, workers: Sequence[WorkerOutcome]) -> dict[str
 def job_summary(run: RunSpec, plan: JobPlan, outcome: str, workers: Sequence[WorkerOutcome]) -> dict[str, Any]:
     """One job's verdict: exact or not, its error, time, retransmissions, digest."""
     workers = sorted(workers, key=lambda w: w.rank)
-    if run.consistency:
-        errors = sorted({w.error for w in workers if w.error})
-        summary = training_summary(run, workers)
-        return {**summary, "job": plan.job, "workers": list(plan.workers), "placement": plan.method, "outcome": outcome,
-                "correct": summary["correct"] and not errors and len(workers) == len(plan.workers),
-                "retransmissions": sum(w.retransmissions for w in workers), "errors": errors,
-                "result_digest": result_digest([w.ints for w in workers])}
-    inputs = [run.tensors(plan.job, w.rank) for w in workers]
-    correct, max_err = check(inputs, [w.ints for w in workers], [w.floats for w in workers])
     errors = sorted({w.error for w in workers if w.error})
+    summary = training_summary(run, workers) if run.consistency else allreduce_summary(run, workers)
+    return {
+        **summary,
+        "job": plan.job, "workers": list(plan.workers), "placement": plan.method, "outcome": outcome,
+        "correct": summary["correct"] and not errors and len(workers) == len(plan.workers),
+        "retransmissions": sum(w.retransmissions for w in workers), "errors": errors,
+        "result_digest": result_digest([w.ints for w in workers]),
+    }
+
+
+def allreduce_summary(run: RunSpec, workers: Sequence[WorkerOutcome]) -> dict[str, Any]:
+    """All-reduce calls' verdict: every call's exact sum, the median call time and, with a workload,
+    the training schedule's figures."""
+    inputs = [run.tensors(w.job, w.rank) for w in workers]
+    correct, max_err = check(inputs, [w.ints for w in workers], [w.floats for w in workers])
     times = []
     for it in range(len(inputs[0]) if inputs else 0):
         starts = [w.started[it] for w in workers if it < len(w.started)]
@@ -304,14 +310,8 @@ def job_summary(run: RunSpec, plan: JobPlan, outcome: str, workers: Sequence[Wor
     if training is not None and workers and all(not np.isnan(w.finished).any() for w in workers):
         per_worker = [iteration_stats(training, w.compute_starts, w.finished) for w in workers]
         stats = {k: max(p[k] for p in per_worker) for k in per_worker[0]} if per_worker[0] else {}
-    return {
-        **stats,
-        "job": plan.job, "workers": list(plan.workers), "placement": plan.method, "outcome": outcome,
-        "correct": correct and not errors and len(workers) == len(plan.workers), "max_abs_error": max_err,
-        "completion_s": statistics.median(times) if times else float("nan"),
-        "retransmissions": sum(w.retransmissions for w in workers), "errors": errors,
-        "result_digest": result_digest([w.ints for w in workers]),
-    }
+    return {**stats, "correct": correct, "max_abs_error": max_err,
+            "completion_s": statistics.median(times) if times else float("nan")}
 
 
 def run_record(graph: nx.Graph, run: RunSpec, rp: Any, backend: str, outcomes: Sequence[WorkerOutcome],

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from innet.packet import ABORT, OVERFLOW, RESULT, ROUTE, SPARSE, VER, Packet, make_packet, parse_frame
-from innet.sparse import decode, encode
+from innet.sparse import densify, encode
 from innet.ssp import Consistency, ParameterKeys
 
 INT32_MAX = 2**31 - 1
@@ -118,11 +118,10 @@ class PBoxServer:
             if pkt.slot % self.cores != self.core:
                 return []
             return self.params[job.job].receive(pkt.rank, pkt.chunk, pkt.exp, pkt.values)
-        if pkt.has(SPARSE):  # top-k chunk: sum it densified, like the topk_sparse switch program
-            dense = decode(pkt.values, job.elements)
-            if dense is None:
-                return self._drop("bad_sparse")
-            pkt = pkt.replace(dense, flags=int(pkt.hdr["flags"]) & ~SPARSE)
+        dense = densify(pkt, job.elements)  # a top-k chunk is summed densified, as by the topk_sparse program
+        if dense is None:
+            return self._drop("bad_sparse")
+        pkt = dense
         if pkt.slot >= job.slots or pkt.count > job.elements or pkt.slot % self.cores != self.core:
             return self._drop("bad_slot")
         st, v, i, bit = self.state[pkt.job], pkt.version, pkt.slot, 1 << pkt.rank

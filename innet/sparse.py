@@ -19,6 +19,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from innet.packet import SPARSE, Packet
+
 
 def topk_with_feedback(tensors: Sequence[np.ndarray], fraction: float, period: int = 1) -> list[np.ndarray]:
     """What a worker sends of each tensor: its top-k entries after adding the remainder kept from
@@ -57,6 +59,14 @@ def decode(payload: np.ndarray, limit: int) -> np.ndarray | None:
     dense = np.zeros(count, np.int32)
     dense[index] = value
     return dense
+
+
+def densify(pkt: Packet, limit: int) -> Packet | None:
+    """``pkt`` with a SPARSE payload made dense (the flag cleared); None when it is malformed."""
+    if not pkt.has(SPARSE):
+        return pkt
+    dense = decode(pkt.values, limit)
+    return None if dense is None else pkt.replace(dense, flags=int(pkt.hdr["flags"]) & ~SPARSE)
 
 
 def sparse_bytes(values: np.ndarray) -> int:

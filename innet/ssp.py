@@ -79,14 +79,14 @@ class ParameterKeys:
         return self.clock(key) >= need
 
     def _answer(self, rank: int, t: int, key: int) -> bytes:
+        """Push (rank, t) of ``key`` answered: the key's clock, then its parameters."""
         n = min(self.elements, self.cons.length - key * self.elements)
-        values = np.concatenate([[self.clock(key)], self.params[key, :n]]).astype(np.int32)
+        return self._ack(rank, t, key, np.concatenate([[self.clock(key)], self.params[key, :n]]).astype(np.int32))
+
+    def _ack(self, rank: int, t: int, key: int, values: np.ndarray | None = None) -> bytes:
+        """Push (rank, t) of ``key`` acknowledged (no values: its answer waits), or answered with ``values``."""
         chunk = 1 + t * len(self.params) + key
         return make_packet(values, job=self.job, rank=rank, chunk=chunk, slot=key % self.slots, flags=RESULT | ROUTE,
-                           nworkers=len(self.members)).to_frame(self.node, self.members[rank])
-
-    def _ack(self, rank: int, chunk: int, key: int) -> bytes:
-        return make_packet(None, job=self.job, rank=rank, chunk=chunk, slot=key % self.slots, flags=RESULT | ROUTE,
                            nworkers=len(self.members)).to_frame(self.node, self.members[rank])
 
     def receive(self, rank: int, chunk: int, exp: int, values: np.ndarray) -> list[bytes]:
@@ -105,14 +105,18 @@ class ParameterKeys:
             return []  # malformed, or a push from the future (its worker cannot have read the one before)
         waiting = self.waiting.setdefault(key, [])
         if t < self.pushed[rank, key]:  # a retransmission: answer again, or acknowledge again
-            return [self._ack(rank, chunk, key) if (rank, t) in waiting else self._answer(rank, t, key)]
+            return [self._ack(rank, t, key) if (rank, t) in waiting else self._answer(rank, t, key)]
         self.params[key, : len(values)] += values
         self.pushed[rank, key] += 1
         waiting.append((rank, t))
-        out = [self._answer(r, it, key) for r, it in waiting if self._ready(key, it)]
-        self.waiting[key] = [(r, it) for r, it in waiting if not self._ready(key, it)]
+        out, self.waiting[key] = [], []
+        for r, it in waiting:
+            if self._ready(key, it):
+                out.append(self._answer(r, it, key))
+            else:
+                self.waiting[key].append((r, it))
         if (rank, t) in self.waiting[key]:
-            out.append(self._ack(rank, chunk, key))
+            out.append(self._ack(rank, t, key))
         return out
 
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from innet import ABORT, SPARSE, Batch, Drop, Emit, EmitMany, Multicast, Packet, on_batch, on_packet
 from innet.programs import load_program
-from innet.sparse import decode, encode
+from innet.sparse import densify, encode
 
 SumAllreduce = load_program("sum_allreduce")
 
@@ -28,12 +28,12 @@ class TopkSparse(SumAllreduce):
 
     @on_packet("contribution")
     def contribution(self, ctx, pkt):
-        dense = self._densify(pkt)
+        dense = densify(pkt, self.elements)
         return Drop("bad_sparse") if dense is None else self._sparsify(super().contribution(ctx, dense))
 
     @on_packet("result")
     def result(self, ctx, pkt):
-        dense = self._densify(pkt)
+        dense = densify(pkt, self.elements)
         return Drop("bad_sparse") if dense is None else self._sparsify(super().result(ctx, dense))
 
     @on_batch("contribution")
@@ -78,12 +78,6 @@ class TopkSparse(SumAllreduce):
         take = real & good[:, None]
         dense[np.nonzero(take)[0], index[take]] = value[take]
         return dense, good
-
-    def _densify(self, pkt):
-        if not pkt.has(SPARSE):
-            return pkt
-        dense = decode(pkt.values, self.elements)
-        return None if dense is None else pkt.replace(dense, flags=int(pkt.hdr["flags"]) & ~SPARSE)
 
     def _sparsify(self, actions):
         """The actions with every sum they send in its shorter form."""
