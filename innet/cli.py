@@ -12,8 +12,9 @@ from typing import Any, NoReturn
 from innet.errors import UserError
 from innet.experiment import RunSpec
 from innet.faults import FaultSpec, parse_link_fault
-from innet.metrics import summary_table, training_lines, write_link_csv, write_results
+from innet.metrics import job_lines, summary_table, training_lines, write_link_csv, write_results
 from innet.modes import MODES
+from innet.packet import BANDS
 from innet.planner import METHODS
 from innet.workloads import WORKLOADS
 
@@ -97,6 +98,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--crash", action="append", default=[], metavar="HOST@SECONDS",
                    help="kill a worker host's process that many seconds into the run (virtual seconds on local)")
     p.add_argument("--jobs", type=int, default=1, help="jobs at once, hosts dealt round-robin, each its own seed (default 1)")
+    p.add_argument("--job-priority", default="", metavar="B[,B...]",
+                   help=f"priority band of each job's packets in every port's strict-priority queues, job 1 first "
+                        f"(0 = most urgent, up to {BANDS - 1}; default 0 for all)")
     p.add_argument("--job-slots", type=int, default=0,
                    help="slots each job asks of every switch (default: the pool divided by --jobs); "
                         "a job that finds a switch full falls back to the PBox")
@@ -134,6 +138,10 @@ def _spec(args: argparse.Namespace) -> RunSpec:
     if args.job_slots < 0:
         raise UserError(f"--job-slots must not be negative, got {args.job_slots}")
     stragglers = tuple(_straggler(s) for s in args.straggler)
+    try:
+        job_priority = tuple(int(b) for b in args.job_priority.split(",")) if args.job_priority else ()
+    except ValueError:
+        raise UserError(f"--job-priority wants bands like 0,2, got {args.job_priority!r}") from None
     if args.staleness < 0 or args.compute_time < 0:
         raise UserError("--staleness and --compute-time must not be negative")
     program = args.program or ("topk_sparse" if args.topk else "sum_allreduce")
@@ -144,7 +152,7 @@ def _spec(args: argparse.Namespace) -> RunSpec:
                    workers=None if args.topo == "star" else args.workers, elements=args.elements,
                    iterations=args.iterations, seed=args.seed, faults=faults,
                    switch_memory=args.switch_memory, timeout=args.timeout, jobs=args.jobs, job_slots=args.job_slots,
-                   link_faults=link_faults, workload=args.workload or "", workload_scale=args.workload_scale,
+                   job_priority=job_priority, link_faults=link_faults, workload=args.workload or "", workload_scale=args.workload_scale,
                    pipeline=args.pipeline, compute_scale=args.compute_scale, min_rto=0.001 if args.backend == "local" else 0.02)
 
 
@@ -233,7 +241,7 @@ def _main(args: argparse.Namespace) -> int:
 
             runs.append(run_mininet(graph, spec, pcap_dir=args.pcap, cli=args.cli, pbox_cores=args.pbox_cores, crash=crash))
     print(summary_table(runs))
-    for line in training_lines(runs):
+    for line in job_lines(runs) + training_lines(runs):
         print(line)
     if args.predict:
         from innet.timing import prediction_table

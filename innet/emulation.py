@@ -28,9 +28,9 @@ import numpy as np
 
 from innet.cleanup import RunState, kill_recorded
 from innet.errors import UserError
-from innet.experiment import RunSpec, WorkerOutcome, run_record, switch_configs, tally_drops
+from innet.experiment import RunSpec, WorkerOutcome, run_record, tally_drops
 from innet.graph import is_switch, link_name, natural_key, port_to, ports
-from innet.modes import RunPlan, installed_plans, pbox_servers, plan_run
+from innet.modes import RunPlan, installed_configs, pbox_servers, plan_run
 from innet.programs import load_program
 from innet.serialize import config_to_json, spec_to_json
 
@@ -148,7 +148,7 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     setLogLevel("critical")
     program = load_program(run.program)
     rp = plan_run(graph, run, program)
-    configs = switch_configs(graph, installed_plans(run, rp), run.switch_memory, run.timeout / 2)
+    configs = installed_configs(graph, run, rp)
     run_id = f"{os.getpid()}-{time.strftime('%H%M%S')}"
     run_dir = f"/tmp/innet-{run_id}"
     emu: Emulation | None = None
@@ -221,10 +221,12 @@ class Emulation:
             node = net.addHost(name, cls=Host, ip=None, inNamespace=True)
             self.state.add_pid(f"mininet:{name}", node.pid)
         unshaped = 0
+        shaped: list[tuple[str, str]] = []
         for u, v, data in sorted(graph.edges(data=True), key=lambda e: link_name(e[0], e[1])):
             params: dict[str, Any] = {}
             if data["bw"] <= TCLINK_MAX_MBPS:
                 params = {"bw": data["bw"]}
+                shaped += [(u, f"{u}-eth{port_to(graph, u, v)}"), (v, f"{v}-eth{port_to(graph, v, u)}")]
             else:
                 unshaped += 1
             net.addLink(u, v, port1=port_to(graph, u, v), port2=port_to(graph, v, u),
@@ -237,6 +239,10 @@ class Emulation:
             for intf in node.intfNames():
                 if intf != "lo":
                     node.cmd(f"ethtool -K {intf} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1")
+        for name, intf in shaped:  # strict-priority queues under the shaper (innet.rawport.SOCKET_PRIORITY)
+            error = net.get(name).cmd(f"tc qdisc add dev {intf} parent 5:1 handle 10: pfifo_fast")
+            if error.strip():
+                raise UserError(f"cannot add priority queues to {intf}: {error.strip()}")
 
     def _popen(self, name: str | None, args: list[str], **kw: Any) -> subprocess.Popen[bytes]:
         """Start ``args`` inside node ``name`` (or, with None, here), recorded for teardown."""

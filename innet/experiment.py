@@ -51,6 +51,7 @@ class RunSpec:
     timeout: float = 10.0
     jobs: int = 1
     job_slots: int = 0  # slots each job asks of every switch (0: the pool divided by the jobs)
+    job_priority: tuple[int, ...] = ()  # each job's priority band, job 1 first (empty: band 0 for all)
     link_faults: tuple[tuple[str, FaultSpec], ...] = ()  # per link ("a--b") or direction ("a->b")
     workload: str = ""  # a model (innet.workloads): iterations over its layers instead of one flat tensor
     workload_scale: float = 0.01  # the model's layers (and compute) shrunk to this fraction
@@ -110,6 +111,10 @@ class RunSpec:
         factor, chance = next(((f, p) for h, f, p in self.stragglers if h == host), (1.0, 0.0))
         return [self.compute_time * (factor if rng.random() < chance else 1.0) for _ in range(self.iterations)]
 
+    def band(self, job: int) -> int:
+        """The priority band of job ``job``'s packets (jobs count from 1)."""
+        return self.job_priority[job - 1] if self.job_priority else 0
+
     def faults_on(self, sender: str, receiver: str) -> FaultSpec:
         """The faults of frames ``sender`` puts on its link to ``receiver``: the direction's,
         else the link's, else the run's."""
@@ -129,9 +134,11 @@ def pick_workers(graph: nx.Graph, count: int | None) -> list[str]:
 
 
 def switch_configs(graph: nx.Graph, plans: Sequence[JobPlan], memory: int = DEFAULT_SWITCH_MEMORY,
-                   stall_timeout: float = 0.0) -> dict[str, SwitchConfig]:
-    """What each switch's control channel installs; jobs abort after ``stall_timeout`` s stuck (0: never)."""
+                   stall_timeout: float = 0.0, bands: dict[int, int] | None = None) -> dict[str, SwitchConfig]:
+    """What each switch's control channel installs; jobs abort after ``stall_timeout`` s stuck (0: never),
+    and their packets leave in band ``bands[job]`` (0 when not given)."""
     index = node_indices(graph)
+    bands = bands or {}
     configs = {}
     for sw in switches(graph):
         port_map = ports(graph, sw)
@@ -143,7 +150,7 @@ def switch_configs(graph: nx.Graph, plans: Sequence[JobPlan], memory: int = DEFA
             ports={p: f"{sw}-eth{p}" for p in port_map},
             neighbors={p: index[n] for p, n in port_map.items()},
             routes={index[dst]: by_neighbor[hop] for dst, hop in routes(graph, sw).items()},
-            jobs={plan.job: replace(plan.switch_ports[sw], stall_timeout=stall_timeout)
+            jobs={plan.job: replace(plan.switch_ports[sw], stall_timeout=stall_timeout, priority=bands.get(plan.job, 0))
                   for plan in plans if sw in plan.switch_ports},
             memory_bytes=memory,
         )
@@ -155,7 +162,8 @@ def worker_specs(graph: nx.Graph, plan: JobPlan, program: type[SwitchProgram], r
     return {
         w: JobSpec(job=plan.job, rank=rank, nworkers=len(plan.workers), slots=plan.slots,
                    elements=program.elements, node=index[w], first_hop=index[plan.first_hop[w]],
-                   min_rto=run.min_rto, initial_rto=run.initial_rto, timeout=run.timeout, sparse=run.topk > 0)
+                   min_rto=run.min_rto, initial_rto=run.initial_rto, timeout=run.timeout, sparse=run.topk > 0,
+                   band=run.band(plan.job))
         for rank, w in enumerate(plan.workers)
     }
 
@@ -288,6 +296,7 @@ def job_summary(run: RunSpec, plan: JobPlan, outcome: str, workers: Sequence[Wor
     return {
         **summary,
         "job": plan.job, "workers": list(plan.workers), "placement": plan.method, "outcome": outcome,
+        "priority": run.band(plan.job),
         "correct": summary["correct"] and not errors and len(workers) == len(plan.workers),
         "retransmissions": sum(w.retransmissions for w in workers), "errors": errors,
         "result_digest": result_digest([w.ints for w in workers]),

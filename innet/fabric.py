@@ -2,15 +2,17 @@
 
 It runs the very same switch runtime, programs and worker state machines as
 the Mininet backend, with no root and no real time: every link has a
-bandwidth (serialisation delay, FIFO queue per direction), a latency and a
+bandwidth (serialisation delay, a strict-priority queue per direction with
+one FIFO per band, the band read from each frame's DSCP), a latency and a
 FaultInjector. Deterministic for a given seed.
 """
 
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import networkx as nx
@@ -18,6 +20,7 @@ import numpy as np
 
 from innet.faults import FaultInjector, FaultSpec
 from innet.graph import link_name, port_to, ports
+from innet.packet import BANDS, TOS_OFFSET, band_of
 from innet.runtime import SwitchRuntime, flatten
 
 
@@ -40,14 +43,26 @@ class Endpoint(Protocol):
     def on_timeout(self, now: float) -> Sequence[bytes | np.ndarray]: ...
 
 
+Frame = bytes
+
+
 @dataclass
 class LinkDirection:
+    """One direction of a link: a strict-priority queue, one FIFO per band. A band-0 frame waits only for
+    the band-0 frames before it (and the frame on the wire), so its start is known at once (``free_at``);
+    a frame of a lower band waits in its FIFO until the link is free and no more urgent frame waits."""
+
     bps: float
     latency: float
     injector: FaultInjector
     free_at: float = 0.0
     packets: int = 0
     bytes: int = 0
+    queues: list[deque[Frame]] = field(default_factory=lambda: [deque() for _ in range(BANDS)])
+    waking: bool = False  # a wake-up is scheduled for when the link is free
+
+    def queued(self) -> bool:
+        return any(self.queues)
 
 
 class Fabric:
@@ -86,10 +101,29 @@ class Fabric:
     def transmit(self, node: str, port: int, frame: bytes) -> None:
         peer = self.port_peer[node][port]
         link = self.links[(node, peer)]
-        start = max(self.now, link.free_at)
-        link.free_at = start + len(frame) * 8 / link.bps
         link.packets += 1
         link.bytes += len(frame)
+        band = int(band_of(frame[TOS_OFFSET])) if len(frame) > TOS_OFFSET else 0
+        if band == 0 or (link.free_at <= self.now and not link.queued()):
+            self._put_on_wire(node, peer, link, frame)
+            return
+        link.queues[band].append(frame)
+        if not link.waking:
+            link.waking = True
+            self._at(link.free_at, self._link_free, node, peer)
+
+    def _link_free(self, node: str, peer: str) -> None:
+        """The link may be free: put the most urgent waiting frame on it (unless band-0 frames took it)."""
+        link = self.links[(node, peer)]
+        if link.free_at <= self.now:
+            frame = next(q for q in link.queues if q).popleft()
+            self._put_on_wire(node, peer, link, frame)
+        link.waking = link.queued()
+        if link.waking:
+            self._at(link.free_at, self._link_free, node, peer)
+
+    def _put_on_wire(self, node: str, peer: str, link: LinkDirection, frame: bytes) -> None:
+        link.free_at = max(self.now, link.free_at) + len(frame) * 8 / link.bps
         for extra, copy in link.injector.apply(frame):
             self._at(link.free_at + link.latency + extra, self._deliver, peer, port_to(self.graph, peer, node), copy)
 

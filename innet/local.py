@@ -6,9 +6,9 @@ from typing import Any
 
 import networkx as nx
 
-from innet.experiment import RunSpec, outcome_of, run_record, switch_configs, tally_drops, training_outcome
+from innet.experiment import RunSpec, outcome_of, run_record, tally_drops, training_outcome
 from innet.fabric import Endpoint, Fabric
-from innet.modes import RunPlan, host_endpoint, installed_plans, pbox_servers, plan_run
+from innet.modes import RunPlan, host_endpoint, installed_configs, pbox_servers, plan_run
 from innet.programs import load_program
 from innet.runtime import SwitchRuntime
 from innet.ssp import SSPWorker
@@ -23,7 +23,7 @@ class LocalRun:
         self.program = load_program(run.program)
         self.rp: RunPlan = plan_run(graph, run, self.program)
         self.fabric = Fabric(graph, faults=run.faults_on, seed=run.seed)
-        configs = switch_configs(graph, installed_plans(run, self.rp), run.switch_memory, run.timeout / 2)
+        configs = installed_configs(graph, run, self.rp)
         self.runtimes = {name: SwitchRuntime(cfg, self.program) for name, cfg in configs.items()}
         for name, rt in self.runtimes.items():
             self.fabric.add_switch(name, rt)

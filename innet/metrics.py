@@ -66,6 +66,13 @@ def training_lines(runs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def job_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """A line per job of every run with several: where it aggregated, its band, and its verdict."""
+    return [f"{r['mode']} job {j['job']} (band {j['priority']}, {j['outcome']}): correct={j['correct']}, "
+            f"{j['completion_s']:.6f} s, {j['retransmissions']} retransmissions"
+            for r in runs if len(r["jobs"]) > 1 for j in r["jobs"]]
+
+
 def write_results(path: str, graph: nx.Graph, runs: list[dict[str, Any]]) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:

@@ -18,12 +18,14 @@ from typing import Any
 import networkx as nx
 
 from innet.errors import UserError
-from innet.experiment import RunSpec, pick_workers, worker_specs
+from innet.experiment import RunSpec, pick_workers, switch_configs, worker_specs
 from innet.graph import node_indices
+from innet.packet import BANDS
 from innet.pbox import PBoxJob, PBoxServer
 from innet.planner import JobPlan, JobRequest, plan_job, plan_jobs
 from innet.program import SwitchProgram
 from innet.ring import RingCall
+from innet.runtime import SwitchConfig
 from innet.ssp import SSPWorker
 from innet.timing import planned_training
 from innet.training import Training
@@ -57,6 +59,9 @@ def plan_run(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram]) -> Run
     workers = pick_workers(graph, run.workers)
     if run.jobs < 1 or run.jobs > len(workers):
         raise UserError(f"--jobs must be between 1 and the {len(workers)} workers, got {run.jobs}")
+    if run.job_priority and (len(run.job_priority) != run.jobs or not all(0 <= b < BANDS for b in run.job_priority)):
+        raise UserError(f"--job-priority wants one band in 0..{BANDS - 1} per job ({run.jobs}), got "
+                        f"{','.join(map(str, run.job_priority))}")
     groups = [tuple(workers[i::run.jobs]) for i in range(run.jobs)]
     window = program.slots or DEFAULT_WINDOW
     wanted = run.job_slots or max(1, window // run.jobs)
@@ -84,6 +89,13 @@ def plan_run(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram]) -> Run
 def installed_plans(run: RunSpec, rp: RunPlan) -> list[JobPlan]:
     """The plans switches are told about: the in-network jobs that did not fall back."""
     return [p for p in rp.plans if run.mode == "innet" and p.method != "pbox"]
+
+
+def installed_configs(graph: nx.Graph, run: RunSpec, rp: RunPlan) -> dict[str, SwitchConfig]:
+    """What every switch is told before traffic starts: its installed jobs (stalled ones abort after half
+    the run's timeout), their priority bands, and its register memory."""
+    plans = installed_plans(run, rp)
+    return switch_configs(graph, plans, run.switch_memory, run.timeout / 2, {p.job: run.band(p.job) for p in plans})
 
 
 def worker_process(mode: str, spec: JobSpec, ring: list[int], tensors: list[Any],

@@ -85,13 +85,16 @@ HEADER_OFFSET = ETH_LEN + IP_LEN + UDP_LEN
 PAYLOAD_OFFSET = HEADER_OFFSET + HEADER_LEN
 FLAGS_OFFSET = HEADER_OFFSET + HEADER_DTYPE.fields["flags"][1]  # type: ignore[index]
 ETHERTYPE_IPV4 = 0x0800
+BANDS = 3  # strict-priority queues per port (pfifo_fast's three); a frame's band travels as its DSCP (0: most urgent)
+TOS_OFFSET = ETH_LEN + 1
 
 # Fixed-offset view of the Ethernet/IPv4/UDP prefix the fast path checks.
 PREFIX_DTYPE = np.dtype(
     {
-        "names": ["eth_dst", "eth_src", "ethertype", "ver_ihl", "ip_len", "proto", "ip_src", "ip_dst", "dport", "udp_len"],
-        "formats": ["V6", "V6", ">u2", "u1", ">u2", "u1", ">u4", ">u4", ">u2", ">u2"],
-        "offsets": [0, 6, 12, 14, 16, 23, 26, 30, 36, 38],
+        "names": ["eth_dst", "eth_src", "ethertype", "ver_ihl", "tos", "ip_len", "proto", "ip_src", "ip_dst", "dport",
+                  "udp_len"],
+        "formats": ["V6", "V6", ">u2", "u1", "u1", ">u2", "u1", ">u4", ">u4", ">u2", ">u2"],
+        "offsets": [0, 6, 12, 14, TOS_OFFSET, 16, 23, 26, 30, 36, 38],
         "itemsize": HEADER_OFFSET,
     }
 )
@@ -118,16 +121,21 @@ def _ip_checksum(header: bytes) -> int:
     return ~total & 0xFFFF
 
 
-_prefix_cache: dict[tuple[int, int, int], bytes] = {}
+_prefix_cache: dict[tuple[int, int, int, int], bytes] = {}
 
 
-def frame_prefix(src: int, dst: int, payload_len: int) -> bytes:
-    """Ethernet + IPv4 + UDP headers from node ``src`` to node ``dst`` (cached)."""
-    key = (src, dst, payload_len)
+def band_of(tos: Any) -> Any:
+    """The priority band a frame's IPv4 TOS byte (or an array of them) names: its DSCP, capped at the last band."""
+    return np.minimum(tos >> 2, BANDS - 1)
+
+
+def frame_prefix(src: int, dst: int, payload_len: int, band: int = 0) -> bytes:
+    """Ethernet + IPv4 + UDP headers from node ``src`` to node ``dst``, DSCP ``band`` (cached)."""
+    key = (src, dst, payload_len, band)
     prefix = _prefix_cache.get(key)
     if prefix is None:
         ip_total = IP_LEN + UDP_LEN + payload_len
-        ip = struct.pack("!BBHHHBBHII", 0x45, 0, ip_total, 0, 0x4000, 64, 17, 0, node_ip(src), node_ip(dst))
+        ip = struct.pack("!BBHHHBBHII", 0x45, band << 2, ip_total, 0, 0x4000, 64, 17, 0, node_ip(src), node_ip(dst))
         ip = ip[:10] + struct.pack("!H", _ip_checksum(ip)) + ip[12:]
         udp = struct.pack("!HHHH", AGG_PORT, AGG_PORT, UDP_LEN + payload_len, 0)
         prefix = node_mac(dst) + node_mac(src) + struct.pack("!H", ETHERTYPE_IPV4) + ip + udp
@@ -144,7 +152,8 @@ class Packet:
     ``hdr`` is a ``HEADER_DTYPE`` record; header fields read as attributes
     (``pkt.slot``, ``pkt.chunk``...). ``values`` is an int32 array (a view into
     the frame for received packets). ``port`` is the ingress port, ``src`` and
-    ``dst`` the node indices from the IPv4 addresses.
+    ``dst`` the node indices from the IPv4 addresses, ``band`` the priority band
+    its DSCP carried.
     """
 
     hdr: np.ndarray
@@ -152,6 +161,7 @@ class Packet:
     port: int = -1
     src: int = -1
     dst: int = -1
+    band: int = 0
 
     def __getattr__(self, name: str) -> int:
         if name in HEADER_DTYPE.names:  # type: ignore[operator]
@@ -172,12 +182,12 @@ class Packet:
             hdr[name] = value
         vals = self.values if values is None else values
         hdr["count"] = len(vals)
-        return Packet(hdr, vals, self.port, self.src, self.dst)
+        return Packet(hdr, vals, self.port, self.src, self.dst, self.band)
 
-    def to_frame(self, src: int, dst: int) -> bytes:
-        """Serialise as a full Ethernet frame from node ``src`` to node ``dst``."""
+    def to_frame(self, src: int, dst: int, band: int = 0) -> bytes:
+        """Serialise as a full Ethernet frame from node ``src`` to node ``dst``, in priority ``band``."""
         payload = self.hdr.tobytes() + np.ascontiguousarray(self.values, VALUE_DTYPE).tobytes()
-        return frame_prefix(src, dst, len(payload)) + payload
+        return frame_prefix(src, dst, len(payload), band) + payload
 
 
 def make_packet(values: np.ndarray | None = None, **fields: int) -> Packet:
@@ -212,7 +222,7 @@ def parse_frame(frame: bytes, port: int = -1) -> Packet | None:
     if len(frame) < need or int(pre["udp_len"]) != UDP_LEN + HEADER_LEN + 4 * count:
         return None
     values = np.frombuffer(frame, VALUE_DTYPE, count, PAYLOAD_OFFSET)
-    return Packet(hdr, values, port, ip_to_node(int(pre["ip_src"])), ip_to_node(int(pre["ip_dst"])))
+    return Packet(hdr, values, port, ip_to_node(int(pre["ip_src"])), ip_to_node(int(pre["ip_dst"])), int(band_of(int(pre["tos"]))))
 
 
 @dataclass
@@ -220,7 +230,7 @@ class FrameBlock:
     """A block of received frames parsed at once: ``frames[k, :lengths[k]]`` is frame k.
 
     ``ok`` marks the well-formed innet frames (the same test as ``parse_frame``);
-    ``hdr``, ``src``, ``dst`` are meaningful where ``ok``. ``frames`` rows should
+    ``hdr``, ``src``, ``dst``, ``band`` are meaningful where ``ok``. ``frames`` rows should
     start 2 bytes past a 4-byte boundary so the int32 payload views are aligned.
     """
 
@@ -230,6 +240,7 @@ class FrameBlock:
     hdr: np.ndarray
     src: np.ndarray
     dst: np.ndarray
+    band: np.ndarray
 
     def values(self, rows: np.ndarray | slice, count: int) -> np.ndarray:
         """The (len(rows), count) int32 payloads of ``rows`` (a copy when rows is an index array)."""
@@ -266,20 +277,23 @@ def parse_block(frames: np.ndarray, lengths: np.ndarray) -> FrameBlock:
         & (lengths >= PAYLOAD_OFFSET + payload)
         & (pre["udp_len"] == UDP_LEN + HEADER_LEN + payload)
     )
-    return FrameBlock(frames, lengths, ok, hdr, _nodes(pre["ip_src"]), _nodes(pre["ip_dst"]))
+    return FrameBlock(frames, lengths, ok, hdr, _nodes(pre["ip_src"]), _nodes(pre["ip_dst"]),
+                      band_of(pre["tos"].astype(np.int64)))
 
 
-def build_frames(src: int | np.ndarray, dst: int | np.ndarray, hdr: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """``len(hdr)`` frames from node ``src`` to ``dst`` (or ``src[k]`` to ``dst[k]``) as one
-    (n, frame length) uint8 array."""
+def build_frames(src: int | np.ndarray, dst: int | np.ndarray, hdr: np.ndarray, values: np.ndarray,
+                 band: int = 0) -> np.ndarray:
+    """``len(hdr)`` frames from node ``src`` to ``dst`` (or ``src[k]`` to ``dst[k]``), in priority
+    ``band``, as one (n, frame length) uint8 array."""
     n, count = values.shape
     out = np.empty((n, PAYLOAD_OFFSET + 4 * count), np.uint8)
     if isinstance(src, np.ndarray) and isinstance(dst, np.ndarray):
         pairs, which = np.unique(np.stack([src, dst], axis=1), axis=0, return_inverse=True)
-        prefixes = np.array([np.frombuffer(frame_prefix(int(a), int(b), HEADER_LEN + 4 * count), np.uint8) for a, b in pairs])
+        prefixes = np.array([np.frombuffer(frame_prefix(int(a), int(b), HEADER_LEN + 4 * count, band), np.uint8)
+                             for a, b in pairs])
         out[:, :HEADER_OFFSET] = prefixes[which.ravel()]
     else:
-        out[:, :HEADER_OFFSET] = np.frombuffer(frame_prefix(int(src), int(dst), HEADER_LEN + 4 * count), np.uint8)
+        out[:, :HEADER_OFFSET] = np.frombuffer(frame_prefix(int(src), int(dst), HEADER_LEN + 4 * count, band), np.uint8)
     out[:, HEADER_OFFSET:PAYLOAD_OFFSET] = np.ascontiguousarray(hdr, HEADER_DTYPE).view(np.uint8).reshape(n, HEADER_LEN)
     out[:, PAYLOAD_OFFSET:] = np.ascontiguousarray(values, VALUE_DTYPE).view(np.uint8).reshape(n, 4 * count)
     return out
@@ -290,11 +304,11 @@ def to_scapy(frame: bytes) -> Ether:
     return Ether(frame)
 
 
-def scapy_frame(src: int, dst: int, **fields: Any) -> bytes:
+def scapy_frame(src: int, dst: int, band: int = 0, **fields: Any) -> bytes:
     """Craft a frame with scapy (the reference the fast path is tested against)."""
     pkt = (
         Ether(dst=node_mac(dst), src=node_mac(src))
-        / IP(src=ip_str(node_ip(src)), dst=ip_str(node_ip(dst)), flags="DF", id=0, ttl=64)
+        / IP(src=ip_str(node_ip(src)), dst=ip_str(node_ip(dst)), tos=band << 2, flags="DF", id=0, ttl=64)
         / UDP(sport=AGG_PORT, dport=AGG_PORT, chksum=0)
         / InnetAgg(**fields)
     )

@@ -27,7 +27,8 @@ PACKET_KINDS = ("contribution", "result", "routed", "abort")
 
 @dataclass(frozen=True)
 class Emit:
-    """Send ``packet`` out of ``port``; ``priority`` picks the port's queue (0 = most urgent)."""
+    """Send ``packet`` out of ``port``; ``priority`` picks the port's queue (its band, 0 = most urgent:
+    strict priority, up to ``innet.packet.BANDS``), and travels on as the frame's DSCP."""
 
     port: int
     packet: Packet
@@ -81,7 +82,7 @@ class Batch:
 
     Numpy views into the receive buffer, valid only during the handler call:
     ``hdr`` (``HEADER_DTYPE`` records), ``values`` (n, count) int32, ``src``
-    and ``dst`` (node indices). A batch handler returns ``(actions, rest)``: ``rest``
+    and ``dst`` (node indices), ``band`` (priority bands). A batch handler returns ``(actions, rest)``: ``rest``
     are the indices (in arrival order) of packets it leaves to the per-packet handler.
     """
 
@@ -90,12 +91,14 @@ class Batch:
     values: np.ndarray
     src: np.ndarray
     dst: np.ndarray
+    band: np.ndarray
 
     def __len__(self) -> int:
         return len(self.hdr)
 
     def packet(self, k: int) -> Packet:
-        return Packet(self.hdr[k], self.values[k, : int(self.hdr["count"][k])], self.port, int(self.src[k]), int(self.dst[k]))
+        return Packet(self.hdr[k], self.values[k, : int(self.hdr["count"][k])], self.port, int(self.src[k]),
+                      int(self.dst[k]), int(self.band[k]))
 
 
 Action = Emit | Multicast | Drop | ToPBox | EmitMany
@@ -131,7 +134,8 @@ class JobPort:
     (``aggregate=False``) only passes packets along. ``rank`` is the rank this
     switch's partial sums carry upward (the smallest rank below it);
     ``rank_ports`` maps every rank below to the child port leading to it.
-    Slots ``slot_base .. slot_base+slots-1`` of the pool belong to the job.
+    Slots ``slot_base .. slot_base+slots-1`` of the pool belong to the job;
+    ``priority`` is the queue band its packets leave in.
     """
 
     job: int
@@ -146,6 +150,7 @@ class JobPort:
     slots: int = 0
     pbox: int | None = None
     stall_timeout: float = 0.0  # a slot incomplete this long aborts the job (0: never)
+    priority: int = 0  # the band of the job's packets in every port's priority queues (0: most urgent)
 
     @property
     def is_root(self) -> bool:
@@ -180,11 +185,11 @@ class Context:
         self.counters[name] = self.counters.get(name, 0) + n
 
     def route(self, pkt: Packet) -> Action:
-        """Forward ``pkt`` towards its destination address (shortest-path routes)."""
+        """Forward ``pkt`` towards its destination address (shortest-path routes), in its own band."""
         if pkt.dst == self.node:
             return Drop("addressed_to_switch")
         port = self.routes.get(pkt.dst)
-        return Drop("no_route") if port is None else Emit(port, pkt)
+        return Drop("no_route") if port is None else Emit(port, pkt, pkt.band)
 
     @cached_property
     def route_table(self) -> np.ndarray:
@@ -197,7 +202,7 @@ class Context:
         return table
 
     def route_many(self, batch: Batch) -> list[Action]:
-        """``route`` for a whole batch: one EmitMany per egress port (and length, in a SPARSE batch), drops counted."""
+        """``route`` for a whole batch: one EmitMany per egress port, band (and length, in a SPARSE batch), drops counted."""
         table = self.route_table
         port = table[np.clip(batch.dst, 0, len(table) - 1)]
         port[(batch.dst < 0) | (batch.dst >= len(table) - 1)] = -1
@@ -207,9 +212,10 @@ class Context:
                 self.count("drop:" + reason, dropped)
         actions: list[Action] = []
         counts = batch.hdr["count"].astype(np.int64)
-        for out, count in np.unique(np.stack([port, counts], axis=1)[port >= 0], axis=0).tolist():
-            rows = np.flatnonzero((port == out) & (counts == count))
-            actions.append(EmitMany(out, batch.hdr[rows], batch.values[rows, :count], src=batch.src[rows],
+        keys = np.stack([port, counts, batch.band], axis=1)[port >= 0]
+        for out, count, band in np.unique(keys, axis=0).tolist():
+            rows = np.flatnonzero((port == out) & (counts == count) & (batch.band == band))
+            actions.append(EmitMany(out, batch.hdr[rows], batch.values[rows, :count], band, src=batch.src[rows],
                                     dst=batch.dst[rows]))
         return actions
 

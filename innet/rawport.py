@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from innet.mmsg import FrameBuffer
-from innet.packet import HEADER_DTYPE, HEADER_OFFSET, FrameBlock, parse_block
+from innet.packet import HEADER_DTYPE, HEADER_OFFSET, TOS_OFFSET, FrameBlock, band_of, parse_block
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
@@ -29,6 +29,9 @@ SO_ATTACH_FILTER = 26
 BUFFER_BYTES = 16 << 20
 SIOCGIFMTU = 0x8921
 ETH_HEADER = 14
+# The socket priority that pfifo_fast (the strict-priority qdisc under each link's shaper) puts in band
+# 0, 1, 2: TC_PRIO_INTERACTIVE, TC_PRIO_BESTEFFORT, TC_PRIO_BULK by its fixed priomap.
+SOCKET_PRIORITY = (6, 0, 2)
 
 
 class RawPort:
@@ -42,6 +45,7 @@ class RawPort:
         self.sock.setblocking(False)
         self.socket_drops = 0
         self.qdisc_waits = 0  # times a send found the link's queue full
+        self.band = -1  # none set yet (the socket's priority 0 is pfifo_fast's band 1)
         mtu = struct.unpack("16si", fcntl.ioctl(self.sock, SIOCGIFMTU, struct.pack("16si", ifname.encode(), 0)))[1]
         self.rx = FrameBuffer(max_batch, ETH_HEADER + mtu)
         self.tx = FrameBuffer(max_batch, ETH_HEADER + mtu)
@@ -77,7 +81,16 @@ class RawPort:
         n = self.rx.recv(self.sock.fileno())
         return [self.rx.frames[k, : self.rx.lengths[k]].tobytes() for k in range(n)]
 
+    def _set_band(self, tos: int) -> None:
+        """Queue what follows in the frame's priority band: set the socket priority pfifo_fast maps to it."""
+        band = int(band_of(tos))
+        if band != self.band:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, SOCKET_PRIORITY[band])
+            self.band = band
+
     def send(self, frame: bytes) -> None:
+        if len(frame) > TOS_OFFSET:
+            self._set_band(frame[TOS_OFFSET])
         while True:
             try:
                 self.sock.send(frame)
@@ -86,7 +99,9 @@ class RawPort:
                 self._wait_for_room()
 
     def send_block(self, block: np.ndarray) -> None:
-        """Send the equal-length frames of ``block`` (one per row), max_batch per sendmmsg."""
+        """Send the equal-length frames of ``block`` (one per row, all of one band), max_batch per sendmmsg."""
+        if block.shape[1] > TOS_OFFSET:
+            self._set_band(int(block[0, TOS_OFFSET]))
         for at in range(0, len(block), self.tx.rows):
             part = block[at:at + self.tx.rows]
             self.tx.load(part)

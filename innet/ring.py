@@ -131,7 +131,7 @@ class RingCall:
     def _transmit(self, step: int, j: int, values: np.ndarray | None, exp: int | None, now: float) -> bytes:
         pkt = make_packet(values, job=self.spec.job, rank=self.rank, nworkers=self.spec.nworkers, slot=step,
                           chunk=self.first + j, flags=ROUTE, exp=self.exp if exp is None else exp)
-        frame = pkt.to_frame(self.spec.node, self.next_node)
+        frame = pkt.to_frame(self.spec.node, self.next_node, self.spec.band)
         self.unacked[(step, j)] = (now, frame)
         self.open.setdefault(step, set()).add(j)
         self._arm((step, j), now)
@@ -186,7 +186,7 @@ class RingCall:
         words = np.concatenate(([base], np.packbits(bits, bitorder="little").view(np.int32)))
         pkt = make_packet(words, job=self.spec.job, rank=self.rank, nworkers=self.spec.nworkers,
                           slot=step, chunk=self.first, flags=ROUTE | RESULT)
-        return pkt.to_frame(self.spec.node, self.prev_node)
+        return pkt.to_frame(self.spec.node, self.prev_node, self.spec.band)
 
     def _on_ack(self, pkt: Packet, now: float) -> list[bytes]:
         if pkt.count < 1:

@@ -17,6 +17,7 @@ from innet.errors import UserError
 from innet.packet import (
     ABORT,
     AGG_PORT,
+    BANDS,
     FALLBACK,
     HEADER_OFFSET,
     RESULT,
@@ -203,7 +204,8 @@ class SwitchRuntime:
             stats.rx_bytes += int(block.lengths[a:b].sum())
             rows = slice(a, b)
             width = int(block.hdr["count"][rows].max())  # a SPARSE run's rows are as wide as its longest
-            batch = Batch(port, block.hdr[rows], block.values(rows, width), block.src[rows], block.dst[rows])
+            batch = Batch(port, block.hdr[rows], block.values(rows, width), block.src[rows], block.dst[rows],
+                          block.band[rows])
             handler = self.batch_handlers[KIND_NAMES[key[a] % 4]]
             if handler:
                 actions, rest = getattr(self.program, handler)(self.ctx, batch)
@@ -244,10 +246,10 @@ class SwitchRuntime:
         actions: Iterable[Action] = (result,) if not isinstance(result, (list, tuple)) else result
         for action in actions:
             if isinstance(action, Emit):
-                self._send(action.port, action.packet, out)
+                self._send(action.port, action.packet, out, action.priority)
             elif isinstance(action, Multicast):
                 for port in action.ports:
-                    self._send(port, action.packet, out)
+                    self._send(port, action.packet, out, action.priority)
             elif isinstance(action, Drop):
                 self.ctx.count("drop:" + action.reason)
             elif isinstance(action, ToPBox):
@@ -266,7 +268,7 @@ class SwitchRuntime:
         fwd = pkt.replace(flags=flags)
         fwd.src, fwd.dst = self.config.node, job.pbox
         self.ctx.count("fallback")
-        self._send(self.ctx.routes[job.pbox], fwd, out)
+        self._send(self.ctx.routes[job.pbox], fwd, out, pkt.band)
 
     def _send_many(self, action: EmitMany, out: Out) -> None:
         if action.port not in self.stats:
@@ -274,23 +276,29 @@ class SwitchRuntime:
             return
         if len(action.hdr) == 0:
             return
+        band = self._band(action.priority)
         if action.src is not None and action.dst is not None:
-            block = build_frames(action.src, action.dst, action.hdr, action.values)
+            block = build_frames(action.src, action.dst, action.hdr, action.values, band)
         else:
-            block = build_frames(self.config.node, self.config.neighbors[action.port], action.hdr, action.values)
+            block = build_frames(self.config.node, self.config.neighbors[action.port], action.hdr, action.values, band)
         stats = self.stats[action.port]
         stats.tx_packets += block.shape[0]
         stats.tx_bytes += block.size
         out.append((action.port, block))
 
-    def _send(self, port: int, pkt: Packet, out: Out) -> None:
+    @staticmethod
+    def _band(priority: int) -> int:
+        return min(max(int(priority), 0), BANDS - 1)
+
+    def _send(self, port: int, pkt: Packet, out: Out, priority: int = 0) -> None:
         if port not in self.stats:
             self.ctx.count("drop:bad_port")
             return
+        band = self._band(priority)
         if int(pkt.hdr["flags"]) & ROUTE:
-            frame = pkt.to_frame(pkt.src, pkt.dst)
+            frame = pkt.to_frame(pkt.src, pkt.dst, band)
         else:
-            frame = pkt.to_frame(self.config.node, self.config.neighbors[port])
+            frame = pkt.to_frame(self.config.node, self.config.neighbors[port], band)
         stats = self.stats[port]
         stats.tx_packets += 1
         stats.tx_bytes += len(frame)

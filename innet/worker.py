@@ -65,6 +65,7 @@ class JobSpec:
     timeout: float = 10.0
     pbox: int | None = None  # set: send every chunk to this PBox node instead of into the network
     sparse: bool = False  # send a chunk as (index, value) pairs when that is shorter (innet.sparse)
+    band: int = 0  # the priority band (DSCP) of every frame the worker sends (0: most urgent)
 
     def chunks(self, length: int) -> int:
         """Chunks one call uses for a tensor of ``length`` (one more for the exponent)."""
@@ -172,11 +173,11 @@ class AllreduceCall:
         full = n // spec.elements
         chunks = np.arange(self.first + 1, self.first + 1 + full)
         values = quantized[: full * spec.elements].reshape(full, spec.elements)
-        self.frames = build_frames(spec.node, self._peer, self._header(chunks, spec.elements, exp), values)
+        self.frames = build_frames(spec.node, self._peer, self._header(chunks, spec.elements, exp), values, spec.band)
         if n % spec.elements:
             last = np.array([self.end - 1])
             hdr = self._header(last, n % spec.elements, exp)
-            self.tail = build_frames(spec.node, self._peer, hdr, quantized[full * spec.elements :][None])
+            self.tail = build_frames(spec.node, self._peer, hdr, quantized[full * spec.elements :][None], spec.band)
 
     def _build_sparse(self, quantized: np.ndarray, exp: int) -> None:
         """Every data chunk's frame, SPARSE where its (index, value) pairs are shorter than its values."""
@@ -192,12 +193,12 @@ class AllreduceCall:
                 hdr["flags"][k] |= SPARSE
             hdr["count"][k] = len(payload)
             body = hdr[k].tobytes() + payload.astype("<i4").tobytes()
-            self.sparse.append(frame_prefix(self.spec.node, self._peer, len(body)) + body)
+            self.sparse.append(frame_prefix(self.spec.node, self._peer, len(body), self.spec.band) + body)
 
     def _frame(self, chunk: int) -> np.ndarray:
         if chunk == self.first:
             hdr = self._header(np.array([chunk]), 0, self.local_exp)
-            return build_frames(self.spec.node, self._peer, hdr, np.zeros((1, 0), np.int32))[0]
+            return build_frames(self.spec.node, self._peer, hdr, np.zeros((1, 0), np.int32), self.spec.band)[0]
         i = chunk - self.first - 1
         if self.sparse:
             return np.frombuffer(self.sparse[i], np.uint8)

@@ -70,7 +70,7 @@ class SumAllreduce(SwitchProgram):
         if job is None:
             return Drop("unknown_job")
         if not job.aggregate:
-            return Emit(job.parent, pkt)
+            return Emit(job.parent, pkt, job.priority)
         bit = job.bits.get(pkt.rank)
         if bit is None or job.contributors[pkt.rank] != pkt.port:
             return Drop("not_member")
@@ -85,9 +85,9 @@ class SumAllreduce(SwitchProgram):
             r.pool[v, i, : pkt.count] = pkt.values
         elif int(r.seen[v, i]) & bit:  # a retransmission: answer from what we have
             if r.state[v, i] == DONE:
-                return Emit(pkt.port, self._packet(ctx, job, pkt, v, i, RESULT, rank=pkt.rank))
+                return Emit(pkt.port, self._packet(ctx, job, pkt, v, i, RESULT, rank=pkt.rank), job.priority)
             if r.state[v, i] == WAITING:
-                return Emit(job.parent, self._packet(ctx, job, pkt, v, i, RETX, rank=job.rank))
+                return Emit(job.parent, self._packet(ctx, job, pkt, v, i, RETX, rank=job.rank), job.priority)
             return Drop("duplicate")
         else:
             self._add(r, v, i, pkt.values)
@@ -97,9 +97,9 @@ class SumAllreduce(SwitchProgram):
             return None
         if job.is_root:
             r.state[v, i] = DONE
-            return Multicast(job.children, self._packet(ctx, job, pkt, v, i, RESULT, rank=ALL_RANKS))
+            return Multicast(job.children, self._packet(ctx, job, pkt, v, i, RESULT, rank=ALL_RANKS), job.priority)
         r.state[v, i] = WAITING
-        return Emit(job.parent, self._packet(ctx, job, pkt, v, i, 0, rank=job.rank))
+        return Emit(job.parent, self._packet(ctx, job, pkt, v, i, 0, rank=job.rank), job.priority)
 
     @on_batch("contribution")
     def contributions(self, ctx, batch):
@@ -200,11 +200,11 @@ class SumAllreduce(SwitchProgram):
         if job.is_root:
             r.state[done] = DONE
             out["flags"], out["rank"] = flags | RESULT, ALL_RANKS
-            actions.extend(EmitMany(port, out, sums) for port in job.children)
+            actions.extend(EmitMany(port, out, sums, job.priority) for port in job.children)
         else:
             r.state[done] = WAITING
             out["flags"], out["rank"] = flags, job.rank
-            actions.append(EmitMany(job.parent, out, sums))
+            actions.append(EmitMany(job.parent, out, sums, job.priority))
 
     def _flat(self, regs):
         """The registers with (version, slot) flattened to one index: version * slots + slot (views)."""
@@ -235,7 +235,7 @@ class SumAllreduce(SwitchProgram):
             return Drop("unknown_job" if job is None else "result_from_child")
         if not job.aggregate:
             port = job.rank_ports.get(pkt.rank)
-            return Multicast(job.children, pkt) if port is None else Emit(port, pkt)
+            return Multicast(job.children, pkt, job.priority) if port is None else Emit(port, pkt, job.priority)
         if pkt.slot >= job.slots or pkt.count > self.elements:
             return Drop("bad_slot")
         r, v, i = ctx.regs, pkt.version, job.slot_base + pkt.slot
@@ -243,7 +243,7 @@ class SumAllreduce(SwitchProgram):
             return Drop("stale")
         r.pool[v, i, : pkt.count] = pkt.values
         r.exp[v, i], r.overflow[v, i], r.state[v, i] = pkt.exp, pkt.has(OVERFLOW), DONE
-        return Multicast(job.children, self._packet(ctx, job, pkt, v, i, RESULT, rank=ALL_RANKS))
+        return Multicast(job.children, self._packet(ctx, job, pkt, v, i, RESULT, rank=ALL_RANKS), job.priority)
 
     @on_timer(0.05)
     def watch_stalls(self, ctx):

@@ -52,7 +52,8 @@ class TopkSparse(SumAllreduce):
         hdr = batch.hdr[rows]
         hdr["flags"] &= 0xFF ^ SPARSE
         hdr["count"] = dense.shape[1]
-        actions, rest = super().contributions(ctx, Batch(batch.port, hdr, dense[rows], batch.src[rows], batch.dst[rows]))
+        dense_batch = Batch(batch.port, hdr, dense[rows], batch.src[rows], batch.dst[rows], batch.band[rows])
+        actions, rest = super().contributions(ctx, dense_batch)
         return self._sparsify(actions), np.sort(np.concatenate([np.flatnonzero(~good), rows[rest]]))
 
     def _densify_batch(self, batch):

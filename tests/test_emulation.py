@@ -88,6 +88,17 @@ def test_p3_on_mininet_is_exact_and_layer_0_is_not_left_last():
     assert_nothing_left()
 
 
+def test_a_jobs_band_puts_it_first_in_the_real_queues():
+    """Two jobs share 4:1 oversubscribed ToR uplinks (htb, with pfifo_fast's three bands under it):
+    the band-0 job finishes well before the band-2 one, both exact."""
+    graph = build("leaf-spine", racks=2, hosts_per_rack=4, oversubscription=4, bw=20)
+    record = run_mininet(graph, RunSpec(jobs=2, elements=200_000, job_priority=(2, 0), min_rto=0.2))
+    assert record["correct"], record["errors"]
+    took = {j["job"]: j["completion_s"] for j in record["jobs"]}
+    assert took[2] < 0.8 * took[1], took
+    assert_nothing_left()
+
+
 def test_fat_tree_k4_brings_up_aggregates_and_tears_down():
     graph = build("fat-tree", k=4)
     result = run_mininet(graph, RunSpec(elements=20000, min_rto=0.05, timeout=30))
