@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 from innet.errors import UserError
 from innet.experiment import RunSpec
 from innet.faults import FaultSpec, parse_link_fault
-from innet.metrics import job_lines, summary_table, training_lines, write_link_csv, write_results
+from innet.metrics import input_lines, job_lines, summary_table, training_lines, write_link_csv, write_results
 from innet.modes import MODES
 from innet.packet import BANDS
 from innet.planner import METHODS
@@ -98,6 +98,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--crash", action="append", default=[], metavar="HOST@SECONDS",
                    help="kill a worker host's process that many seconds into the run (virtual seconds on local)")
     p.add_argument("--jobs", type=int, default=1, help="jobs at once, hosts dealt round-robin, each its own seed (default 1)")
+    p.add_argument("--input-elements", type=int, default=0, metavar="N",
+                   help="every worker also reads N int32 input values per iteration, streamed from the PBox host "
+                        "(rank r of every job reads the same shard)")
+    p.add_argument("--shared-input", action="store_true",
+                   help="with --input-elements: one stream per rank, multicast by the switches to every job, "
+                        "instead of one unicast copy per job")
     p.add_argument("--job-priority", default="", metavar="B[,B...]",
                    help=f"priority band of each job's packets in every port's strict-priority queues, job 1 first "
                         f"(0 = most urgent, up to {BANDS - 1}; default 0 for all)")
@@ -152,7 +158,8 @@ def _spec(args: argparse.Namespace) -> RunSpec:
                    workers=None if args.topo == "star" else args.workers, elements=args.elements,
                    iterations=args.iterations, seed=args.seed, faults=faults,
                    switch_memory=args.switch_memory, timeout=args.timeout, jobs=args.jobs, job_slots=args.job_slots,
-                   job_priority=job_priority, link_faults=link_faults, workload=args.workload or "", workload_scale=args.workload_scale,
+                   job_priority=job_priority, input_elements=args.input_elements, shared_input=args.shared_input,
+                   link_faults=link_faults, workload=args.workload or "", workload_scale=args.workload_scale,
                    pipeline=args.pipeline, compute_scale=args.compute_scale, min_rto=0.001 if args.backend == "local" else 0.02)
 
 
@@ -241,7 +248,7 @@ def _main(args: argparse.Namespace) -> int:
 
             runs.append(run_mininet(graph, spec, pcap_dir=args.pcap, cli=args.cli, pbox_cores=args.pbox_cores, crash=crash))
     print(summary_table(runs))
-    for line in job_lines(runs) + training_lines(runs):
+    for line in job_lines(runs) + training_lines(runs) + input_lines(runs):
         print(line)
     if args.predict:
         from innet.timing import prediction_table

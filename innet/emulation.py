@@ -27,6 +27,7 @@ import networkx as nx
 import numpy as np
 
 from innet.cleanup import RunState, kill_recorded
+from innet.ensemble import InputPlan, input_summary
 from innet.errors import UserError
 from innet.experiment import RunSpec, WorkerOutcome, run_record, tally_drops
 from innet.graph import is_switch, link_name, natural_key, port_to, ports
@@ -310,6 +311,10 @@ class Emulation:
                 workers[w] = procs[w] = self._popen(
                     w, [sys.executable, "-m", "innet.node", "worker", os.path.join(self.run_dir, f"{w}.json")],
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        starters = dict(workers)
+        if rp.input is not None:
+            starters.update(self._start_input(run, rp.input, procs))
+        readers = {name: p for name, p in starters.items() if name.endswith(":input")}
         for name, proc in procs.items():
             assert proc.stdout is not None
             if proc.stdout.readline().strip() != b"ready":
@@ -318,12 +323,12 @@ class Emulation:
         before = {n.name: interface_bytes(n) for n in net.hosts}
         log(f"all-reduce: {len(workers)} workers x {run.elements} elements x {run.iterations} iteration(s)")
         started = time.monotonic()
-        for proc in workers.values():
+        for proc in starters.values():
             assert proc.stdin is not None
             proc.stdin.write(b"go\n")
             proc.stdin.flush()
         others = {f"{name}!{i}": self._popen(name, argv, stdout=subprocess.DEVNULL) for i, (name, argv) in enumerate(intruders)}
-        self._wait_workers(workers, run, started, crash)
+        self._wait_workers({**workers, **readers}, run, started, crash)
         self._wait_workers(others, run, started, {})
         after = {n.name: interface_bytes(n) for n in net.hosts}
         wall = time.monotonic() - started
@@ -337,6 +342,36 @@ class Emulation:
 
             CLI(net)
         return self._record(run, rp, before, after, stats, wall)
+
+    def _start_input(self, run: RunSpec, plan: InputPlan,
+                     procs: dict[str, subprocess.Popen[bytes]]) -> dict[str, subprocess.Popen[bytes]]:
+        """The ensemble's input stream: its server on the PBox host and a reader beside every worker; all are
+        told "go" with the workers (returned), the readers (":input") also waited for like them."""
+        roles: list[tuple[str, str, dict[str, Any]]] = [
+            (plan.server, "input-server", {"stats": os.path.join(self.run_dir, "input-server.json")})]
+        roles += [(r.host, "input", {"reader": dataclasses.asdict(r), "result": os.path.join(self.run_dir, f"{r.host}-input.json")})
+                  for r in plan.receivers]
+        started: dict[str, subprocess.Popen[bytes]] = {}
+        for host, role, extra in roles:
+            conf = {"plan": dataclasses.asdict(plan), "port": f"{host}-eth0", "faults": _faults(self.graph, run, host),
+                    "seed": run.seed * 613 + len(started), **extra}
+            self._write(f"{host}-{role}.json", conf)
+            proc = self._popen(host, [sys.executable, "-m", "innet.node", role, os.path.join(self.run_dir, f"{host}-{role}.json")],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            procs[f"{host}:{role}"] = started[f"{host}:{role}"] = proc
+        return started
+
+    def _input_record(self, plan: InputPlan, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        readers = []
+        for r in plan.receivers:
+            path = os.path.join(self.run_dir, f"{r.host}-input.json")
+            if os.path.exists(path):
+                with open(path, encoding="utf-8") as fh:
+                    readers.append(json.load(fh))
+        with open(os.path.join(self.run_dir, "input-server.json"), encoding="utf-8") as fh:
+            sent = json.load(fh)["sent_bytes"]
+        switch_bytes = sum(st.get("counters", {}).get("input_bytes", 0) for st in stats.values())
+        return input_summary(self.graph, plan, readers, sent + switch_bytes)
 
     def _write(self, name: str, conf: dict[str, Any]) -> None:
         with open(os.path.join(self.run_dir, name), "w", encoding="utf-8") as fh:
@@ -404,6 +439,7 @@ class Emulation:
             switch_cpu_share={sw: round(st["cpu_share"], 3) for sw, st in stats.items()},
             warnings=bottlenecks(stats, host_cpu, wall),
             switch_counters={sw: st.get("counters", {}) for sw, st in stats.items()},
+            **({"input": self._input_record(rp.input, stats)} if rp.input is not None else {}),
         )
 
     def _outcome(self, host: str, spec: Any) -> tuple[WorkerOutcome, float]:

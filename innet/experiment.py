@@ -64,6 +64,8 @@ class RunSpec:
     stragglers: tuple[tuple[str, float, float], ...] = ()  # (host, compute factor, probability per iteration)
     slice_elements: int = 0  # with a workload: cut layers into all-reduce calls of at most this many elements (0: whole)
     priority: str = "fifo"  # with a workload: "fifo" (backward order) or "p3" (the layer needed first goes first)
+    input_elements: int = 0  # > 0: every worker reads this many input values per iteration from the PBox host
+    shared_input: bool = False  # with input_elements: one multicast stream for all jobs instead of a copy each
 
     def _slices(self) -> list[tuple[int, int, bool]]:
         """One iteration's calls in FIFO order, layers backward: (forward index of the layer, elements,
@@ -134,9 +136,11 @@ def pick_workers(graph: nx.Graph, count: int | None) -> list[str]:
 
 
 def switch_configs(graph: nx.Graph, plans: Sequence[JobPlan], memory: int = DEFAULT_SWITCH_MEMORY,
-                   stall_timeout: float = 0.0, bands: dict[int, int] | None = None) -> dict[str, SwitchConfig]:
+                   stall_timeout: float = 0.0, bands: dict[int, int] | None = None,
+                   groups: dict[str, dict[int, tuple[int, ...]]] | None = None) -> dict[str, SwitchConfig]:
     """What each switch's control channel installs; jobs abort after ``stall_timeout`` s stuck (0: never),
-    and their packets leave in band ``bands[job]`` (0 when not given)."""
+    and their packets leave in band ``bands[job]`` (0 when not given); ``groups``: each switch's multicast
+    group table."""
     index = node_indices(graph)
     bands = bands or {}
     configs = {}
@@ -153,6 +157,7 @@ def switch_configs(graph: nx.Graph, plans: Sequence[JobPlan], memory: int = DEFA
             jobs={plan.job: replace(plan.switch_ports[sw], stall_timeout=stall_timeout, priority=bands.get(plan.job, 0))
                   for plan in plans if sw in plan.switch_ports},
             memory_bytes=memory,
+            groups=(groups or {}).get(sw, {}),
         )
     return configs
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import networkx as nx
 
+from innet.ensemble import InputReceiver, InputServer, input_summary
 from innet.experiment import RunSpec, outcome_of, run_record, tally_drops, training_outcome
 from innet.fabric import Endpoint, Fabric
 from innet.modes import RunPlan, host_endpoint, installed_configs, pbox_servers, plan_run
@@ -30,6 +31,13 @@ class LocalRun:
         host, self.servers = pbox_servers(graph, run, self.rp, pbox_cores)
         for server in self.servers:
             self.fabric.attach(str(host), server)
+        self.inputs = []
+        if self.rp.input is not None:
+            self.input_server = InputServer(self.rp.input)
+            self.fabric.attach(self.rp.input.server, self.input_server)
+            self.inputs = [InputReceiver(self.rp.input, reader) for reader in self.rp.input.receivers]
+            for receiver in self.inputs:
+                self.fabric.attach(receiver.reader.host, receiver)
         self.procs: list[WorkerProcess | SSPWorker] = []
         for plan in self.rp.plans:
             for w, spec in self.rp.specs[plan.job].items():
@@ -46,6 +54,10 @@ class LocalRun:
         counters += [{"pbox:" + k: n for k, n in s.counters.items()} for s in self.servers]
         drops = tally_drops(counters, {"link:lost": sum(link.injector.lost for link in self.fabric.links.values())})
         outcomes = [training_outcome(p) if isinstance(p, SSPWorker) else outcome_of(p) for p in self.procs]
+        if self.inputs and self.rp.input is not None:
+            switch_bytes = sum(rt.ctx.counters.get("input_bytes", 0) for rt in self.runtimes.values())
+            extra["input"] = input_summary(self.graph, self.rp.input, [r.outcome() for r in self.inputs],
+                                           self.input_server.sent_bytes + switch_bytes)
         return run_record(
             self.graph, self.run, self.rp, "local", outcomes, self.fabric.link_bytes(),
             drops, switch_memory_bytes={n: rt.memory_bytes for n, rt in self.runtimes.items()}, **extra,

@@ -73,6 +73,19 @@ def job_lines(runs: list[dict[str, Any]]) -> list[str]:
             for r in runs if len(r["jobs"]) > 1 for j in r["jobs"]]
 
 
+def input_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """A line per run that streamed input: exact or not, its bytes, and what sharing saved."""
+    lines = []
+    for r in runs:
+        i = r.get("input")
+        if i:
+            lines.append(f"{r['mode']} input ({'shared, multicast' if i['shared'] else 'a unicast copy per job'}): "
+                         f"exact={i['exact']} to {i['readers']} readers in {i['completion_s']:.4f} s; {i['bytes']} B on "
+                         f"the links (predicted {i['predicted_bytes']}), {i['unicast_bytes']} B as unicast copies: "
+                         f"saved {i['saved_bytes']} B ({100 * i['saved_fraction']:.1f}%); {i['nacks']} NACKs")
+    return lines
+
+
 def write_results(path: str, graph: nx.Graph, runs: list[dict[str, Any]]) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:

@@ -17,6 +17,7 @@ from typing import Any
 
 import networkx as nx
 
+from innet.ensemble import InputPlan, group_tables, plan_input
 from innet.errors import UserError
 from innet.experiment import RunSpec, pick_workers, switch_configs, worker_specs
 from innet.graph import node_indices
@@ -44,6 +45,7 @@ class RunPlan:
     specs: dict[int, dict[str, JobSpec]]
     per_packet: int
     training: Training | None = None  # the schedule every worker's calls follow (P3's order planned in)
+    input: InputPlan | None = None  # the ensemble's input stream (innet.ensemble), if the run reads one
 
     def ring(self, job: int) -> list[int]:
         return [s.node for s in sorted(self.specs[job].values(), key=lambda s: s.rank)]
@@ -59,6 +61,8 @@ def plan_run(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram]) -> Run
     workers = pick_workers(graph, run.workers)
     if run.jobs < 1 or run.jobs > len(workers):
         raise UserError(f"--jobs must be between 1 and the {len(workers)} workers, got {run.jobs}")
+    if run.input_elements < 0 or (run.shared_input and not run.input_elements):
+        raise UserError("--input-elements must not be negative, and --shared-input needs --input-elements")
     if run.job_priority and (len(run.job_priority) != run.jobs or not all(0 <= b < BANDS for b in run.job_priority)):
         raise UserError(f"--job-priority wants one band in 0..{BANDS - 1} per job ({run.jobs}), got "
                         f"{','.join(map(str, run.job_priority))}")
@@ -83,7 +87,10 @@ def plan_run(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram]) -> Run
             assert plan.pbox is not None
             job_specs = {w: replace(s, pbox=index[plan.pbox]) for w, s in job_specs.items()}
         specs[plan.job] = job_specs
-    return RunPlan(tuple(plans), outcomes, specs, program.elements, planned_training(graph, run, plans, program.elements))
+    stream = plan_input(graph, specs, run.input_elements, run.shared_input, program.elements, run.iterations, run.seed,
+                        max(0.05, 10 * run.min_rto), run.timeout) if run.input_elements else None
+    return RunPlan(tuple(plans), outcomes, specs, program.elements, planned_training(graph, run, plans, program.elements),
+                   stream)
 
 
 def installed_plans(run: RunSpec, rp: RunPlan) -> list[JobPlan]:
@@ -95,7 +102,9 @@ def installed_configs(graph: nx.Graph, run: RunSpec, rp: RunPlan) -> dict[str, S
     """What every switch is told before traffic starts: its installed jobs (stalled ones abort after half
     the run's timeout), their priority bands, and its register memory."""
     plans = installed_plans(run, rp)
-    return switch_configs(graph, plans, run.switch_memory, run.timeout / 2, {p.job: run.band(p.job) for p in plans})
+    groups = group_tables(graph, rp.input) if rp.input and rp.input.shared else {}
+    return switch_configs(graph, plans, run.switch_memory, run.timeout / 2, {p.job: run.band(p.job) for p in plans},
+                          groups)
 
 
 def worker_process(mode: str, spec: JobSpec, ring: list[int], tensors: list[Any],

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from innet.client import AllreduceClient
+from innet.ensemble import InputReceiver, InputServer, Receiver, plan_from_json
 from innet.experiment import outcome_of, training_outcome, worker_tensors
 from innet.faults import FaultInjector
 from innet.pbox import PBoxJob, PBoxServer
@@ -243,12 +244,53 @@ def serve_once(poller: select.poll, port: RawPort, endpoint: Any, egress: Egress
     egress.flush(now)
 
 
+def _host_port(conf: dict[str, Any]) -> tuple[RawPort, Egress, select.poll]:
+    port = RawPort(conf["port"])
+    poller = select.poll()
+    poller.register(port.fileno(), select.POLLIN)
+    return port, Egress({0: port}, conf["faults"], conf["seed"]), poller
+
+
+def serve_input(conf: dict[str, Any]) -> int:
+    """One worker host's input stream (innet.ensemble): on "go", take it until complete; save the outcome."""
+    receiver = InputReceiver(plan_from_json(conf["plan"]), Receiver(**conf["reader"]))
+    port, egress, poller = _host_port(conf)
+    print("ready", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return 4
+    egress.send_all(0, receiver.start(time.monotonic()), time.monotonic())
+    while not receiver.done:
+        serve_once(poller, port, receiver, egress)
+    with open(conf["result"], "w", encoding="utf-8") as fh:
+        json.dump(receiver.outcome(), fh)
+    return 0 if not receiver.error else 3
+
+
+def serve_input_server(conf: dict[str, Any]) -> int:
+    """The input server (innet.ensemble) on the PBox host: on "go", stream; answer NACKs until stopped,
+    keeping the bytes it sent in its stats file."""
+    server = InputServer(plan_from_json(conf["plan"]))
+    port, egress, poller = _host_port(conf)
+    print("ready", flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return 4
+    egress.send_all(0, server.start(time.monotonic()), time.monotonic())
+    sent = -1
+    while True:
+        if server.sent_bytes != sent:
+            sent = server.sent_bytes
+            with open(conf["stats"], "w", encoding="utf-8") as fh:
+                json.dump({"sent_bytes": sent, "nacks": server.nacks, "resent": server.resent}, fh)
+        serve_once(poller, port, server, egress)
+
+
 def main(argv: list[str]) -> int:
     role, path = argv[1], argv[2]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with open(path, encoding="utf-8") as fh:
         conf = json.load(fh)
-    serve = {"switch": serve_switch, "worker": serve_worker, "pbox": serve_pbox}[role]
+    serve = {"switch": serve_switch, "worker": serve_worker, "pbox": serve_pbox, "input": serve_input,
+             "input-server": serve_input_server}[role]
     profile = os.environ.get("INNET_PROFILE")  # a directory: write <role>-<pid>.prof there (cProfile)
     if not profile:
         return serve(conf)

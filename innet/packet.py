@@ -100,9 +100,13 @@ PREFIX_DTYPE = np.dtype(
 )
 
 
+GROUP_BASE = 0x8000  # node indices from here on are multicast groups (10.77.128.1 on)
+INPUT_JOB = 0xFFFF  # the job number of an ensemble's input frames (innet.ensemble): no training job has it
+
+
 def node_mac(index: int) -> bytes:
-    """The MAC address innet gives node ``index`` (locally administered)."""
-    return bytes([0x02, 0x69, 0x6E, 0x00, (index >> 8) & 0xFF, index & 0xFF])
+    """The MAC address innet gives node ``index`` (locally administered; a group's has the multicast bit)."""
+    return bytes([0x03 if index >= GROUP_BASE else 0x02, 0x69, 0x6E, 0x00, (index >> 8) & 0xFF, index & 0xFF])
 
 
 def node_ip(index: int) -> int:

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from innet.packet import Packet
+from innet.packet import GROUP_BASE, Packet
 
 PACKET_KINDS = ("contribution", "result", "routed", "abort")
 
@@ -178,6 +178,7 @@ class Context:
     regs: SimpleNamespace
     node: int = -1
     routes: dict[int, int] = field(default_factory=dict)
+    groups: dict[int, tuple[int, ...]] = field(default_factory=dict)  # multicast group address -> ports
     counters: dict[str, int] = field(default_factory=dict)
     now: float = 0.0
 
@@ -188,6 +189,9 @@ class Context:
         """Forward ``pkt`` towards its destination address (shortest-path routes), in its own band."""
         if pkt.dst == self.node:
             return Drop("addressed_to_switch")
+        if pkt.dst >= GROUP_BASE:
+            ports = self._to_group(pkt.dst, pkt.port)
+            return ports if isinstance(ports, Drop) else Multicast(ports, pkt, pkt.band)
         port = self.routes.get(pkt.dst)
         return Drop("no_route") if port is None else Emit(port, pkt, pkt.band)
 
@@ -201,22 +205,41 @@ class Context:
             table[self.node] = -2
         return table
 
+    def _to_group(self, group: int, ingress: int) -> tuple[int, ...] | Drop:
+        """The ports a group's frame leaves by (never back where it came from), or a Drop when none."""
+        ports = tuple(p for p in self.groups.get(group, ()) if p != ingress)
+        return ports if ports else Drop("no_group")
+
     def route_many(self, batch: Batch) -> list[Action]:
-        """``route`` for a whole batch: one EmitMany per egress port, band (and length, in a SPARSE batch), drops counted."""
+        """``route`` for a whole batch: one EmitMany per egress port, band (and length, in a SPARSE batch),
+        a group's rows once per port of the group; drops counted."""
         table = self.route_table
+        unicast = batch.dst < GROUP_BASE
         port = table[np.clip(batch.dst, 0, len(table) - 1)]
-        port[(batch.dst < 0) | (batch.dst >= len(table) - 1)] = -1
+        port[(batch.dst < 0) | ((batch.dst >= len(table) - 1) & unicast)] = -1
+        rows = np.arange(len(batch))
+        if not unicast.all():
+            copies_rows, copies_ports = [rows[unicast]], [port[unicast]]
+            for group in np.unique(batch.dst[~unicast]).tolist():
+                members = np.flatnonzero(batch.dst == group)
+                ports = self._to_group(group, batch.port)
+                for out in () if isinstance(ports, Drop) else ports:
+                    copies_rows.append(members)
+                    copies_ports.append(np.full(len(members), out, np.int64))
+                if isinstance(ports, Drop):
+                    self.count("drop:" + ports.reason, len(members))
+            rows, port = np.concatenate(copies_rows), np.concatenate(copies_ports)
         for code, reason in ((-2, "addressed_to_switch"), (-1, "no_route")):
             dropped = int(np.count_nonzero(port == code))
             if dropped:
                 self.count("drop:" + reason, dropped)
         actions: list[Action] = []
-        counts = batch.hdr["count"].astype(np.int64)
-        keys = np.stack([port, counts, batch.band], axis=1)[port >= 0]
-        for out, count, band in np.unique(keys, axis=0).tolist():
-            rows = np.flatnonzero((port == out) & (counts == count) & (batch.band == band))
-            actions.append(EmitMany(out, batch.hdr[rows], batch.values[rows, :count], band, src=batch.src[rows],
-                                    dst=batch.dst[rows]))
+        counts = batch.hdr["count"][rows].astype(np.int64)
+        bands = batch.band[rows]
+        for out, count, band in np.unique(np.stack([port, counts, bands], axis=1)[port >= 0], axis=0).tolist():
+            pick = rows[(port == out) & (counts == count) & (bands == band)]
+            actions.append(EmitMany(out, batch.hdr[pick], batch.values[pick, :count], band, src=batch.src[pick],
+                                    dst=batch.dst[pick]))
         return actions
 
 

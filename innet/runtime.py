@@ -20,6 +20,7 @@ from innet.packet import (
     BANDS,
     FALLBACK,
     HEADER_OFFSET,
+    INPUT_JOB,
     RESULT,
     ROUTE,
     SPARSE,
@@ -72,6 +73,7 @@ class SwitchConfig:
     routes: dict[int, int]
     jobs: dict[int, JobPort] = field(default_factory=dict)
     memory_bytes: int = DEFAULT_SWITCH_MEMORY
+    groups: dict[int, tuple[int, ...]] = field(default_factory=dict)  # multicast group address -> ports
 
 
 def kind_of(pkt: Packet) -> str:
@@ -125,7 +127,7 @@ class SwitchRuntime:
         self.program = program()
         self.ctx = Context(
             name=config.name, tier=config.tier, ports=dict(config.ports), jobs=dict(config.jobs),
-            regs=program.allocate(), node=config.node, routes=dict(config.routes),
+            regs=program.allocate(), node=config.node, routes=dict(config.routes), groups=dict(config.groups),
         )
         self.handlers, timers, self.starts = program.handlers()
         self.batch_handlers = program.batch_handlers()
@@ -284,6 +286,8 @@ class SwitchRuntime:
         stats = self.stats[action.port]
         stats.tx_packets += block.shape[0]
         stats.tx_bytes += block.size
+        if action.src is not None:
+            self._count_input(int(np.count_nonzero(action.hdr["job"] == INPUT_JOB)) * block.shape[1])
         out.append((action.port, block))
 
     @staticmethod
@@ -302,7 +306,14 @@ class SwitchRuntime:
         stats = self.stats[port]
         stats.tx_packets += 1
         stats.tx_bytes += len(frame)
+        if pkt.hdr["job"] == INPUT_JOB:
+            self._count_input(len(frame))
         out.append((port, frame))
+
+    def _count_input(self, nbytes: int) -> None:
+        """Bytes of the ensemble's input stream sent (innet.ensemble), apart from the rest."""
+        if nbytes:
+            self.ctx.count("input_bytes", nbytes)
 
     def report(self) -> dict[str, object]:
         """Counters, drops and register memory, for the control channel and results."""

@@ -30,7 +30,7 @@ def config_from_json(data: dict[str, Any]) -> SwitchConfig:
     return SwitchConfig(
         name=data["name"], node=data["node"], tier=data["tier"], ports=_int_keys(data["ports"]),
         neighbors=_int_keys(data["neighbors"]), routes=_int_keys(data["routes"]), jobs=jobs,
-        memory_bytes=data["memory_bytes"],
+        memory_bytes=data["memory_bytes"], groups={int(g): tuple(p) for g, p in data.get("groups", {}).items()},
     )
 
 

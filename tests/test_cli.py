@@ -65,6 +65,7 @@ def test_issue_command_eight_workers_a_million_elements(tmp_path):
     (["--jobs", "2", "--job-priority", "0"], "--job-priority wants one band in 0..2 per job (2)"),
     (["--job-priority", "3"], "--job-priority wants one band in 0..2"),
     (["--job-priority", "urgent"], "--job-priority wants bands like 0,2"),
+    (["--shared-input"], "--shared-input needs --input-elements"),
 ])
 def test_bad_input_gets_one_clear_line(args, message, tmp_path):
     files = {
