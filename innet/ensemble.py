@@ -26,6 +26,7 @@ from innet.graph import link_name, node_indices, pboxes, port_to, routes
 from innet.packet import (
     BANDS,
     GROUP_BASE,
+    HEADER_DTYPE,
     INPUT_JOB,
     PAYLOAD_OFFSET,
     RETX,
@@ -158,7 +159,7 @@ def _chunk_values(plan: InputPlan, rank: int, seqs: np.ndarray) -> Iterable[tupl
 def _frames(plan: InputPlan, rank: int, seqs: np.ndarray, dst: int, flags: int) -> list[bytes | np.ndarray]:
     out: list[bytes | np.ndarray] = []
     for picked, rows in _chunk_values(plan, rank, seqs):
-        hdr = np.zeros(len(picked), make_packet().hdr.dtype)
+        hdr = np.zeros(len(picked), HEADER_DTYPE)
         hdr["job"], hdr["rank"], hdr["chunk"], hdr["count"], hdr["flags"] = INPUT_JOB, rank, picked, rows.shape[1], flags
         hdr["nworkers"] = len({r.job for r in plan.receivers})
         out.append(build_frames(plan.node, dst, hdr, rows, INPUT_BAND))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from innet.packet import ABORT, OVERFLOW, RESULT, ROUTE, SPARSE, VER, Packet, make_packet, parse_frame
+from innet.packet import ABORT, INPUT_JOB, OVERFLOW, RESULT, ROUTE, SPARSE, VER, Packet, make_packet, parse_frame
 from innet.sparse import densify, encode
 from innet.ssp import Consistency, ParameterKeys
 
@@ -107,7 +107,7 @@ class PBoxServer:
 
     def receive(self, frame: bytes, now: float) -> list[bytes]:
         pkt = parse_frame(frame)
-        if pkt is None or pkt.dst != self.node or pkt.has(RESULT):
+        if pkt is None or pkt.dst != self.node or pkt.has(RESULT) or pkt.job == INPUT_JOB:  # input NACKs: not ours
             return []
         job = self.jobs.get(pkt.job)
         if job is None:
