@@ -103,7 +103,7 @@ class Fabric:
         link = self.links[(node, peer)]
         link.packets += 1
         link.bytes += len(frame)
-        band = int(band_of(frame[TOS_OFFSET])) if len(frame) > TOS_OFFSET else 0
+        band = band_of(frame[TOS_OFFSET]) if len(frame) > TOS_OFFSET else 0
         if band == 0 or (link.free_at <= self.now and not link.queued()):
             self._put_on_wire(node, peer, link, frame)
             return

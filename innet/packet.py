@@ -130,7 +130,7 @@ _prefix_cache: dict[tuple[int, int, int, int], bytes] = {}
 
 def band_of(tos: Any) -> Any:
     """The priority band a frame's IPv4 TOS byte (or an array of them) names: its DSCP, capped at the last band."""
-    return np.minimum(tos >> 2, BANDS - 1)
+    return min(tos >> 2, BANDS - 1) if isinstance(tos, int) else np.minimum(tos >> 2, BANDS - 1)
 
 
 def frame_prefix(src: int, dst: int, payload_len: int, band: int = 0) -> bytes:
@@ -226,7 +226,7 @@ def parse_frame(frame: bytes, port: int = -1) -> Packet | None:
     if len(frame) < need or int(pre["udp_len"]) != UDP_LEN + HEADER_LEN + 4 * count:
         return None
     values = np.frombuffer(frame, VALUE_DTYPE, count, PAYLOAD_OFFSET)
-    return Packet(hdr, values, port, ip_to_node(int(pre["ip_src"])), ip_to_node(int(pre["ip_dst"])), int(band_of(int(pre["tos"]))))
+    return Packet(hdr, values, port, ip_to_node(int(pre["ip_src"])), ip_to_node(int(pre["ip_dst"])), band_of(int(pre["tos"])))
 
 
 @dataclass

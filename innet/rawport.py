@@ -83,7 +83,7 @@ class RawPort:
 
     def _set_band(self, tos: int) -> None:
         """Queue what follows in the frame's priority band: set the socket priority pfifo_fast maps to it."""
-        band = int(band_of(tos))
+        band = band_of(tos)
         if band != self.band:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, SOCKET_PRIORITY[band])
             self.band = band
