@@ -96,42 +96,38 @@ def plan_input(graph: nx.Graph, specs: dict[int, dict[str, JobSpec]], elements: 
     return InputPlan(boxes[0], index[boxes[0]], shared, elements, per_packet, iterations, seed, receivers, idle, timeout)
 
 
+def _route(graph: nx.Graph, a: str, b: str) -> list[str]:
+    """The nodes the unicast route from ``a`` to ``b`` visits, ``a`` and ``b`` included."""
+    nodes = [a]
+    while nodes[-1] != b:
+        nodes.append(routes(graph, nodes[-1])[b])
+    return nodes
+
+
 def group_tables(graph: nx.Graph, plan: InputPlan) -> dict[str, dict[int, tuple[int, ...]]]:
     """Switch -> group address -> the ports a group's frames leave by: for each reader, the unicast route
     from it to the server, reversed (so a frame always arrives where the route to its source leads)."""
     tables: dict[str, dict[int, set[int]]] = {}
-    for rank in plan.ranks():
-        for reader in (r for r in plan.receivers if r.rank == rank):
-            node = reader.host
-            while node != plan.server:
-                up = routes(graph, node)[plan.server]
-                if up != plan.server:
-                    tables.setdefault(up, {}).setdefault(GROUP_BASE + rank, set()).add(port_to(graph, up, node))
-                node = up
+    for reader in plan.receivers:
+        path = _route(graph, reader.host, plan.server)
+        for node, up in zip(path[:-2], path[1:-1], strict=True):  # every hop but the server's own
+            tables.setdefault(up, {}).setdefault(GROUP_BASE + reader.rank, set()).add(port_to(graph, up, node))
     return {sw: {g: tuple(sorted(p)) for g, p in groups.items()} for sw, groups in tables.items()}
 
 
-def _path_links(graph: nx.Graph, a: str, b: str) -> list[str]:
-    """The links the unicast route from ``a`` to ``b`` crosses."""
-    out = []
-    while a != b:
-        hop = routes(graph, a)[b]
-        out.append(link_name(a, hop))
-        a = hop
-    return out
-
-
 def predicted_input_bytes(graph: nx.Graph, plan: InputPlan, shared: bool | None = None) -> dict[str, int]:
-    """Bytes the stream puts on each link without loss: each shard once per tree link (shared), or once
-    per reader along its route (unicast). ``shared`` overrides the plan's choice, to price the other."""
+    """Bytes the stream puts on each link without loss: each shard once per link of its group's tree
+    (shared: the readers' routes to the server, as ``group_tables`` builds it), or once per reader along the
+    server's route to it (unicast). ``shared`` overrides the plan's choice, to price the other."""
     shared = plan.shared if shared is None else shared
     full, last = divmod(plan.elements, plan.per_packet)
     shard = full * (PAYLOAD_OFFSET + 4 * plan.per_packet) + (PAYLOAD_OFFSET + 4 * last if last else 0)
     stream = plan.iterations * shard
     out: dict[str, int] = {}
     for rank in plan.ranks():
-        paths = [_path_links(graph, plan.server, r.host) for r in plan.receivers if r.rank == rank]
-        links = [name for path in paths for name in path]
+        paths = [_route(graph, r.host, plan.server) if shared else _route(graph, plan.server, r.host)
+                 for r in plan.receivers if r.rank == rank]
+        links = [link_name(u, v) for path in paths for u, v in zip(path, path[1:], strict=False)]
         for name in (set(links) if shared else links):
             out[name] = out.get(name, 0) + stream
     return out
@@ -156,8 +152,9 @@ def _chunk_values(plan: InputPlan, rank: int, seqs: np.ndarray) -> Iterable[tupl
         yield picked, rows
 
 
-def _frames(plan: InputPlan, rank: int, seqs: np.ndarray, dst: int, flags: int) -> list[bytes | np.ndarray]:
-    out: list[bytes | np.ndarray] = []
+def _frames(plan: InputPlan, rank: int, seqs: np.ndarray, dst: int, flags: int) -> list[np.ndarray]:
+    """Blocks of frames (one row each) carrying chunks ``seqs`` of rank ``rank``'s stream to ``dst``."""
+    out: list[np.ndarray] = []
     for picked, rows in _chunk_values(plan, rank, seqs):
         hdr = np.zeros(len(picked), HEADER_DTYPE)
         hdr["job"], hdr["rank"], hdr["chunk"], hdr["count"], hdr["flags"] = INPUT_JOB, rank, picked, rows.shape[1], flags
@@ -186,8 +183,8 @@ class InputServer:
         seqs = np.arange(self.plan.total)
         out = [f for rank in self.plan.ranks() for dst in self.plan.destinations(rank)
                for f in _frames(self.plan, rank, seqs, dst, ROUTE)]
-        self.sent_bytes += sum(f.size for f in out if isinstance(f, np.ndarray))
-        return out
+        self.sent_bytes += sum(f.size for f in out)
+        return list(out)
 
     def receive(self, frame: bytes, now: float) -> list[bytes | np.ndarray]:
         return self.receive_block(parse_block(*pack_frames([frame])), now)
@@ -206,7 +203,7 @@ class InputServer:
             self.nacks += 1
             self.resent += len(seqs)
             frames = _frames(self.plan, rank, seqs, src, ROUTE | RETX) if len(seqs) else []
-            self.sent_bytes += sum(f.size for f in frames if isinstance(f, np.ndarray))
+            self.sent_bytes += sum(f.size for f in frames)
             out += frames
         return out
 
