@@ -144,7 +144,7 @@ class SumAllreduce(SwitchProgram):
             return np.arange(len(rows))
         sorted_keys = key[order]
         starts = np.flatnonzero(np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1])))
-        sizes = np.diff(starts, append=len(order))
+        sizes = np.append(starts[1:], len(order)) - starts
         slots = sorted_keys[starts]
         first = np.minimum.reduceat(chunk[order], starts)
         plain = np.logical_and.reduceat(flags[order] & ~VER == 0, starts)  # no retransmission in the group
@@ -178,13 +178,19 @@ class SumAllreduce(SwitchProgram):
     def _fold(self, ctx, job, hdr, values, order, starts, sizes, slots, new, group_bits, first, exps, actions):
         r = self._flat(ctx.regs)
         count = values.shape[1]
-        total = np.empty((len(slots), count), np.int64)
-        for size in np.unique(sizes):
-            groups = np.flatnonzero(sizes == size)
-            members = order[starts[groups][:, None] + np.arange(size)]
-            total[groups] = values[members].sum(axis=1, dtype=np.int64)
-        held = np.where(new[:, None], 0, r.pool[slots, :count])
-        r.pool[slots, :count] = held + total
+        # int32 throughout: _sum_batch admitted only groups whose partial sums cannot overflow
+        firsts = values[order[starts]]
+        if new.all():
+            acc = firsts
+        else:
+            acc = r.pool[slots, :count]
+            if new.any():
+                acc[new] = 0
+            acc += firsts
+        for j in range(1, int(sizes.max())):  # the groups' later members, in arrival order
+            g = np.flatnonzero(sizes > j)
+            acc[g] += values[order[starts[g] + j]]
+        r.pool[slots, :count] = acc
         r.overflow[slots] &= ~new
         r.exp[slots] = np.where(new, exps, np.maximum(r.exp[slots], exps))
         r.seen[slots] = np.where(new, np.uint64(0), r.seen[slots]) | group_bits
