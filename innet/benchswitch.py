@@ -48,7 +48,9 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
     contributions folded into finished aggregations). With ``search`` > 0 (innet
     only), that many paced runs bisect for ``lossless_pps``: the highest offered
     rate at which at least 99% of what was sent was completed (RFC 2544's
-    throughput, with a 1% allowance).
+    throughput, with a 1% allowance), and ``cpu_pps``: at that rate, the packets the
+    switch took in per second of its own CPU time (getrusage: its system calls and
+    the kernel's delivery of what it sends included), i.e. its rate were it never idle.
     """
     hosts = workers + (1 if kind == "forward" else 0)
     graph = star(hosts, bw=100_000.0, pbox=False)  # above TCLink's range: left unshaped, veth speed
@@ -72,8 +74,11 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
         dst = idx["s1"] if kind == "sum" else idx[f"h{hosts}"]
         done_intf = "s1-eth0" if kind == "sum" else f"s1-eth{hosts - 1}"
 
+        def cpu_s() -> float:
+            return float(control.call("stats")["cpu_s"]) if control is not None else 0.0
+
         def run(rate: float, first_chunk: int) -> dict[str, float]:
-            before = _rx_tx(s1)
+            before, cpu_before = _rx_tx(s1), cpu_s()
             blast = emu.spawn(None, ["taskset", "-c", "0", sys.executable, "-m", "innet.blast", where, "--kind", kind,
                                      "--dst", str(dst), "--src", ",".join(str(idx[h]) for h in senders),
                                      "--elements", str(elements), "--seconds", str(seconds), "--rate", str(rate),
@@ -84,7 +89,8 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
             sent, elapsed = int(out.split()[1]), float(out.split()[2])
             rx = sum(after[i][0] - before[i][0] for i in after if i in before and i != "lo")
             done = after[done_intf][1] - before[done_intf][1]
-            return {"sent": sent, "elapsed": elapsed, "in": rx, "done": done * (workers if kind == "sum" else 1)}
+            return {"sent": sent, "elapsed": elapsed, "in": rx, "done": done * (workers if kind == "sum" else 1),
+                    "cpu": cpu_s() - cpu_before}
 
         first = run(0.0, 0)
         result: dict[str, Any] = {"sender_pps": first["sent"] / first["elapsed"], "in_pps": first["in"] / first["elapsed"],
@@ -99,6 +105,7 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
             r = run(rate, (step + 1) << 24)
             if r["done"] >= 0.99 * r["sent"]:
                 lo = r["sent"] / r["elapsed"]
+                result["cpu_pps"] = r["in"] / r["cpu"] if r["cpu"] > 0 else 0.0
             else:
                 hi = rate
         if search:
