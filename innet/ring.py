@@ -22,6 +22,16 @@ lost, and is retransmitted at once. On a timeout a sender retransmits only the
 oldest unacknowledged packet of each step, as a probe: its RETX flag asks for an
 immediate ACK, which then names any other holes. A late ACK so costs at most one
 spurious packet per step, not a window's worth.
+
+A rank's ACKs share its uplink with its own data, so behind a queue of data
+they would make the round trip as long as the queue, and the window (however
+large) would hold the ring below link rate: ACKs travel in priority band 0 and
+data in the job's band, but never 0 (``data_band``), so they jump that queue
+(Mininet, star of 4 at 25 Mbit/s: 1.90 -> 1.64 s, theory 1.56 s).
+
+Frames are taken a block at a time (``receive_block``: one vectorised filter,
+then each packet's step logic) and what a block lets a rank send is built as
+one array of frames (``build_frames``) and sent with one sendmmsg.
 """
 
 from __future__ import annotations
@@ -32,10 +42,11 @@ from collections import deque
 import numpy as np
 
 from innet import fixedpoint
-from innet.packet import FLAGS_OFFSET, RESULT, RETX, ROUTE, Packet, make_packet, parse_frame
-from innet.worker import JobSpec, RetransmitTimer
+from innet.packet import FLAGS_OFFSET, HEADER_DTYPE, RESULT, RETX, ROUTE, FrameBlock, build_frames, make_packet, parse_frame
+from innet.worker import Frames, JobSpec, RetransmitTimer
 
 ACK_EVERY = 16
+ACK_BAND = 0  # ACKs jump the queue of data on the way back (see the module notes)
 ACK_SPAN = 1024  # pieces an ACK's bitmap covers above its cumulative point (128 bytes)
 WINDOW = 256
 
@@ -45,6 +56,7 @@ class RingCall:
 
     def __init__(self, spec: JobSpec, ring: list[int], tensor: np.ndarray, first_chunk: int) -> None:
         self.spec = spec
+        self.data_band = max(spec.band, ACK_BAND + 1)
         n = spec.nworkers
         self.ring = ring  # rank -> node index
         self.rank = spec.rank
@@ -103,75 +115,110 @@ class RingCall:
     def done(self) -> bool:
         return (self.finished_at is not None and not self.unacked and not self.backlog) or self.error is not None
 
-    def start(self, now: float) -> list[bytes]:
+    def start(self, now: float) -> Frames:
         self.started_at = self.last_progress = self.last_ack = now
         if self.spec.nworkers == 1:
             self._agree(self.exp)
             self.result_int[:] = self.quantized
             self.finished_at = now
             return []
-        return self._send(0, 0, None, now)
+        self._send(0, 0, None)
+        return self._drain(now)
 
     def _agree(self, q: int) -> None:
         self.q = q
         self.scale = fixedpoint.scale_for(q, self.spec.nworkers)
         self.quantized = fixedpoint.quantize(self.tensor, self.scale)
 
-    def _send(self, step: int, j: int, values: np.ndarray | None, now: float, exp: int | None = None) -> list[bytes]:
-        """Send packet j of ``step`` now if the window has room, else queue it behind the others."""
+    def _send(self, step: int, j: int, values: np.ndarray | None, exp: int | None = None) -> None:
+        """Queue packet j of ``step``; ``_drain`` sends it once the window has room."""
         self.backlog.append((step, j, values, exp))
-        return self._drain(now)
 
-    def _drain(self, now: float) -> list[bytes]:
-        out = []
-        while self.backlog and len(self.unacked) < max(WINDOW, ACK_EVERY * self.steps):
-            out.append(self._transmit(*self.backlog.popleft(), now))
-        return out
+    def _drain(self, now: float) -> Frames:
+        """Send what the window has room for, oldest first: blocks of equal-length frames."""
+        room = max(WINDOW, ACK_EVERY * self.steps) - len(self.unacked)
+        items = [self.backlog.popleft() for _ in range(min(room, len(self.backlog)))]
+        by_count: dict[int, list[tuple[int, int, np.ndarray | None, int | None]]] = {}
+        for item in items:
+            by_count.setdefault(0 if item[2] is None else len(item[2]), []).append(item)
+        return [self._transmit(count, group, now) for count, group in by_count.items()]
 
-    def _transmit(self, step: int, j: int, values: np.ndarray | None, exp: int | None, now: float) -> bytes:
-        pkt = make_packet(values, job=self.spec.job, rank=self.rank, nworkers=self.spec.nworkers, slot=step,
-                          chunk=self.first + j, flags=ROUTE, exp=self.exp if exp is None else exp)
-        frame = pkt.to_frame(self.spec.node, self.next_node, self.spec.band)
-        self.unacked[(step, j)] = (now, frame)
-        self.open.setdefault(step, set()).add(j)
-        self._arm((step, j), now)
-        return frame
+    def _transmit(self, count: int, items: list[tuple[int, int, np.ndarray | None, int | None]], now: float) -> np.ndarray:
+        """The frames of ``items`` (each with ``count`` values) as one block; each one put in flight."""
+        spec = self.spec
+        hdr = np.zeros(len(items), HEADER_DTYPE)
+        hdr["job"], hdr["rank"], hdr["nworkers"], hdr["flags"], hdr["count"] = spec.job, spec.rank, spec.nworkers, ROUTE, count
+        hdr["slot"] = [step for step, _, _, _ in items]
+        hdr["chunk"] = [self.first + j for _, j, _, _ in items]
+        hdr["exp"] = [self.exp if exp is None else exp for _, _, _, exp in items]
+        values = np.stack([v for _, _, v, _ in items if v is not None]) if count else np.zeros((len(items), 0), np.int32)
+        block = build_frames(spec.node, self.next_node, hdr, values, self.data_band)
+        for (step, j, _, _), row in zip(items, block, strict=True):
+            self.unacked[(step, j)] = (now, row.tobytes())
+            self.open.setdefault(step, set()).add(j)
+            self._arm((step, j), now)
+        return block
 
     def _arm(self, key: tuple[int, int], now: float) -> None:
         self.armed[key] = now
         heapq.heappush(self.timers, (now, *key))
 
-    def receive(self, frame: bytes, now: float) -> list[bytes]:
+    def receive(self, frame: bytes, now: float) -> Frames:
         pkt = parse_frame(frame)
         if pkt is None or pkt.job != self.spec.job or not pkt.has(ROUTE) or pkt.dst != self.spec.node:
             return []
         if pkt.chunk >= self.end:
             self.early.append(frame)  # the next call's: the peer moved on first
             return []
-        if pkt.chunk < self.first:
-            return []
-        if pkt.has(RESULT):
-            return self._on_ack(pkt, now) if pkt.src == self.next_node else []
-        if pkt.src != self.prev_node or pkt.slot >= self.steps:
-            return []
-        step, j = pkt.slot, pkt.chunk - self.first
+        resent: Frames = []
+        acks: Frames = []
+        self._take(pkt.src, int(pkt.hdr["flags"]), pkt.slot, pkt.chunk, pkt.exp, pkt.values, now, resent, acks)
+        return resent + self._drain(now) + acks
+
+    def receive_block(self, block: FrameBlock, now: float) -> Frames:
+        """``receive`` for a block of frames: one vectorised filter, then each packet in arrival order."""
+        hdr = block.hdr
+        flags, chunk = hdr["flags"].astype(np.int64), hdr["chunk"].astype(np.int64)
+        mine = block.ok & (hdr["job"] == self.spec.job) & (flags & ROUTE != 0) & (block.dst == self.spec.node)
+        for k in np.flatnonzero(mine & (chunk >= self.end)):
+            self.early.append(block.frame(int(k)))  # the next call's: the peer moved on first
+        rows = np.flatnonzero(mine & (chunk >= self.first) & (chunk < self.end))
+        resent: Frames = []
+        acks: Frames = []
+        fields = zip(block.src[rows].tolist(), flags[rows].tolist(), hdr["slot"][rows].tolist(), chunk[rows].tolist(),
+                     hdr["exp"][rows].tolist(), hdr["count"][rows].tolist(), rows.tolist(), strict=True)
+        for src, flag, step, c, exp, count, k in fields:
+            self._take(src, flag, step, c, exp, block.values(k, count), now, resent, acks)
+        return resent + self._drain(now) + acks
+
+    def _take(self, src: int, flags: int, step: int, chunk: int, exp: int, values: np.ndarray, now: float,
+              resent: Frames, acks: Frames) -> None:
+        """One packet of this call, from ``src``: an ACK (what it shows lost goes to ``resent``), or a
+        piece of ``step`` (what it lets this rank send is queued; its ACK, when one is due, goes to ``acks``)."""
+        if chunk < self.first:
+            return
+        if flags & RESULT:
+            if src == self.next_node:
+                resent.extend(self._on_ack(step, values, now))
+            return
+        if src != self.prev_node or step >= self.steps:
+            return
+        j = chunk - self.first
         pieces = self.got.setdefault(step, {})
-        out: list[bytes] = []
         fresh = j not in pieces
         if fresh:
-            pieces[j] = np.array(pkt.values, np.int64)
+            pieces[j] = values.astype(np.int64)
             self.missing -= 1
             self.last_progress = now
             if step >= self.spec.nworkers - 1 and self.scale is None:
                 self.pending.append((step, j))  # the predecessor agreed on the scale before this rank did
             else:
-                out.extend(self._advance(step, j, pkt.exp, now))
+                self._advance(step, j, exp)
         self.since_ack[step] = self.since_ack.get(step, 0) + 1
-        if not fresh or pkt.has(RETX) or self.since_ack[step] >= ACK_EVERY or len(pieces) == self._expected(step):
+        if not fresh or flags & RETX or self.since_ack[step] >= ACK_EVERY or len(pieces) == self._expected(step):
             self.since_ack[step] = 0
-            out.append(self._ack(step, pieces))
+            acks.append(self._ack(step, pieces))
         self._check_finished(now)
-        return out
 
     def _ack(self, step: int, pieces: dict[int, np.ndarray]) -> bytes:
         """A cumulative ACK with a selective bitmap: values[0] is the first piece of the step still
@@ -186,13 +233,14 @@ class RingCall:
         words = np.concatenate(([base], np.packbits(bits, bitorder="little").view(np.int32)))
         pkt = make_packet(words, job=self.spec.job, rank=self.rank, nworkers=self.spec.nworkers,
                           slot=step, chunk=self.first, flags=ROUTE | RESULT)
-        return pkt.to_frame(self.spec.node, self.prev_node, self.spec.band)
+        return pkt.to_frame(self.spec.node, self.prev_node, ACK_BAND)
 
-    def _on_ack(self, pkt: Packet, now: float) -> list[bytes]:
-        if pkt.count < 1:
+    def _on_ack(self, step: int, values: np.ndarray, now: float) -> Frames:
+        """An ACK for ``step`` from the successor: its cumulative point, then its bitmap."""
+        if len(values) < 1:
             return []
-        step, base = pkt.slot, int(pkt.values[0])
-        bits = np.unpackbits(np.asarray(pkt.values[1:]).view(np.uint8), bitorder="little")
+        base = int(values[0])
+        bits = np.unpackbits(np.ascontiguousarray(values[1:]).view(np.uint8), bitorder="little")
         pending = self.open.get(step, set())
         held = {base + int(k) for k in np.flatnonzero(bits)}  # beyond the cumulative point
         acked = [(step, j) for j in pending if j < base or j in held]
@@ -207,9 +255,9 @@ class RingCall:
                 self.timer.sample(now - sent[0])
         newest = self.newest_acked.get(step)
         if newest is None:
-            return self._drain(now)
+            return []
         lost = [(step, j) for j in pending if self.unacked[(step, j)][0] < newest]
-        return [self._retransmit(key, now) for key in sorted(lost)] + self._drain(now)
+        return [self._retransmit(key, now) for key in sorted(lost)]
 
     def _retransmit(self, key: tuple[int, int], now: float) -> bytes:
         frame = bytearray(self.unacked[key][1])
@@ -220,18 +268,20 @@ class RingCall:
         self._arm(key, now)
         return bytes(frame)
 
-    def _advance(self, step: int, j: int, exp: int, now: float) -> list[bytes]:
-        """What receiving packet j of ``step`` from the predecessor lets this rank send."""
+    def _advance(self, step: int, j: int, exp: int) -> None:
+        """Queue what receiving packet j of ``step`` from the predecessor lets this rank send."""
         n = self.spec.nworkers
         if step < n - 1:  # exponent chain
             running = max(exp, self.exp)
             if step < n - 2:
-                return self._send(step + 1, 0, None, now, exp=running)
+                self._send(step + 1, 0, None, exp=running)
+                return
             self._agree(running)
-            out = [f for p in range(self.pieces) for f in self._send(n - 1, p, self._own(self._segment_sent(n - 1), p), now)]
+            for p in range(self.pieces):
+                self._send(n - 1, p, self._own(self._segment_sent(n - 1), p))
             for pending in self.pending:
-                out.extend(self._advance(*pending, 0, now))
-            return out
+                self._advance(*pending, 0)
+            return
         k = step - (n - 1)
         received = self.got[step][j]
         if k < n - 1:  # reduce-scatter: add own part
@@ -240,13 +290,13 @@ class RingCall:
             total = received + self.quantized[lo:hi]
             if k == n - 2:  # fully reduced: this rank's result for ``seg``; it starts the all-gather
                 self.result_int[lo:hi] = total
-            return self._send(step + 1, j, total.astype(np.int32), now)
+            self._send(step + 1, j, total.astype(np.int32))
+            return
         seg = (self.rank - (k - (n - 1))) % n
         lo, hi = self._piece(seg, j)
         self.result_int[lo:hi] = received
         if step + 1 < self.steps:
-            return self._send(step + 1, j, received.astype(np.int32), now)
-        return []
+            self._send(step + 1, j, received.astype(np.int32))
 
     def _own(self, segment: int, j: int) -> np.ndarray:
         lo, hi = self._piece(segment, j)
