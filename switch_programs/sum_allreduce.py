@@ -11,7 +11,8 @@ other version is the shadow copy: it keeps the previous result so a worker who
 lost it gets it again when it retransmits.
 
 Packets arriving together are summed with a few numpy calls per batch
-(``contributions``); slots where arrival order matters go through the
+(``contributions``), and results coming down a hierarchy are stored and
+multicast a batch at a time (``results``); slots where arrival order matters go through the
 per-packet handler, so both paths give the same registers and results.
 
 A slot left incomplete for the job's ``stall_timeout`` (a crashed worker)
@@ -250,6 +251,47 @@ class SumAllreduce(SwitchProgram):
         r.pool[v, i, : pkt.count] = pkt.values
         r.exp[v, i], r.overflow[v, i], r.state[v, i] = pkt.exp, pkt.has(OVERFLOW), DONE
         return Multicast(job.children, self._packet(ctx, job, pkt, v, i, RESULT, rank=ALL_RANKS), job.priority)
+
+    @on_batch("result")
+    def results(self, ctx, batch):
+        """``result`` for a batch: per aggregating job, results from its parent are taken at once (a slot's
+        first fresh one is stored and multicast down, one block per child port; a repeat finds the slot
+        answered: stale); other jobs' and anything unusual go to the per-packet handler."""
+        if batch.values.shape[1] > self.elements:
+            return [], np.arange(len(batch))
+        jobs = batch.hdr["job"]
+        actions, rest = [], [np.zeros(0, np.int64)]
+        for job_id in np.unique(jobs):
+            rows = np.flatnonzero(jobs == job_id)
+            job = ctx.jobs.get(int(job_id))
+            if job is None or not job.aggregate or batch.port != job.parent:
+                rest.append(rows)
+                continue
+            slot = batch.hdr["slot"][rows].astype(np.int64)
+            inside = slot < job.slots
+            rest.append(rows[~inside])
+            self._take_results(ctx, job, batch, rows[inside], slot[inside], actions)
+        return actions, np.sort(np.concatenate(rest))
+
+    def _take_results(self, ctx, job, batch, rows, slot, actions):
+        hdr, count = batch.hdr[rows], batch.values.shape[1]
+        key = np.where(hdr["flags"] & VER, self.slots, 0) + job.slot_base + slot
+        r = self._flat(ctx.regs)
+        fresh = (hdr["chunk"] == r.chunk[key]) & (r.state[key] == WAITING)
+        _, first = np.unique(np.where(fresh, key, -1), return_index=True)
+        take = np.sort(first[fresh[first]])  # a slot's first fresh result; a repeat finds it DONE: stale
+        if len(rows) - len(take):
+            ctx.count("drop:stale", len(rows) - len(take))
+        if not len(take):
+            return
+        done = key[take]
+        r.pool[done, :count] = batch.values[rows[take]]
+        r.exp[done], r.overflow[done], r.state[done] = hdr["exp"][take], hdr["flags"][take] & OVERFLOW != 0, DONE
+        out = hdr[take].copy()
+        out["flags"] = RESULT | np.where(done >= self.slots, VER, 0) | np.where(r.overflow[done], OVERFLOW, 0)
+        out["rank"], out["nworkers"] = ALL_RANKS, job.nworkers
+        sums = r.pool[done, :count]
+        actions.extend(EmitMany(port, out, sums, job.priority) for port in job.children)
 
     @on_timer(0.05)
     def watch_stalls(self, ctx):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from innet.experiment import switch_configs
-from innet.packet import ALL_RANKS, RESULT, RETX, ROUTE, SPARSE, VER, build_frames, make_packet, pack_frames, parse_block, parse_frame
+from innet.packet import ALL_RANKS, OVERFLOW, RESULT, RETX, ROUTE, SPARSE, VER, build_frames, make_packet, pack_frames, parse_block, parse_frame
 from innet.planner import plan_job
 from innet.programs import load_program
 from innet.runtime import SwitchRuntime
@@ -139,6 +139,50 @@ def test_routed_blocks_are_forwarded_exactly_like_single_packets(program, switch
     assert by_port(got) == by_port(want) and len(want) > 100
     assert single.ctx.counters == batched.ctx.counters
     assert single.report()["ports"] == batched.report()["ports"]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_result_blocks_at_a_tor_give_the_same_registers_counters_and_frames_as_single_results(seed):
+    """Results coming down from the spine: fresh, repeated, stale (chunk or state), both versions,
+    overflowing, out-of-range slots, too long, from a child port, foreign jobs; per packet against blocks."""
+    cfg, single, batched = runtimes("t1")
+    job = cfg.jobs[1]
+    rng = np.random.default_rng(seed)
+    calls = {"per_packet": 0}
+    per_packet = batched.program.result
+
+    def counting(ctx, pkt):
+        calls["per_packet"] += 1
+        return per_packet(ctx, pkt)
+
+    batched.program.result = counting
+    want, got, sent = [], [], 0
+    for _ in range(12):  # rounds: the slots' registers set afresh (alike in both), then results arrive
+        versions, slots = single.ctx.regs.chunk.shape
+        chunk = rng.integers(0, 50, (versions, slots))
+        state = rng.choice([0, 1, 2], (versions, slots), p=[0.2, 0.7, 0.1])  # COLLECTING, WAITING, DONE
+        for rt in (single, batched):
+            rt.ctx.regs.chunk[:], rt.ctx.regs.state[:] = chunk, state
+        arrivals = []
+        for _ in range(30):
+            v, slot = int(rng.integers(0, 2)), int(rng.integers(0, SLOTS + (1 if rng.random() < 0.05 else 0)))
+            c = max(0, int(chunk[v, min(slot, slots - 1)]) + (0 if rng.random() < 0.8 else int(rng.integers(-2, 3))))
+            count = 256 if rng.random() < 0.95 else int(rng.choice([7, 257]))
+            flags = RESULT | (VER if v else 0) | (OVERFLOW if rng.random() < 0.1 else 0) | (RETX if rng.random() < 0.1 else 0)
+            pkt = make_packet(rng.integers(-9999, 9999, count), job=1 if rng.random() < 0.95 else 7, rank=ALL_RANKS,
+                              nworkers=6, slot=slot, chunk=c, flags=flags, exp=int(rng.integers(-5, 5)))
+            port = job.parent if rng.random() < 0.95 else int(rng.choice(job.children))
+            arrivals.append((port, pkt.to_frame(cfg.neighbors[port], cfg.node)))
+        sent += len(arrivals)
+        for port, frame in arrivals:
+            want += single.receive(port, frame, 1.0)
+        for port, frames in runs_of(arrivals, rng):
+            got += batched.receive_frames(port, frames, 1.0)
+    assert by_port(got) == by_port(want) and len(want) > 100
+    for name in vars(single.ctx.regs):
+        assert np.array_equal(getattr(single.ctx.regs, name), getattr(batched.ctx.regs, name)), name
+    assert single.ctx.counters == batched.ctx.counters and single.ctx.counters.get("drop:stale")
+    assert calls["per_packet"] < 0.3 * sent  # most results really took the batch path
 
 
 def test_a_full_block_is_summed_exactly_and_multicast_as_blocks():
