@@ -133,7 +133,7 @@ class SwitchRuntime:
         self.batch_handlers = program.batch_handlers()
         if "routed" not in self.handlers:  # the default for routed packets, ctx.route, has a batch form too
             self.batch_handlers["routed"] = ""
-        self.batch_codes = np.array([KIND_CODES[k] for k in self.batch_handlers], np.int64)
+        self.batch_kinds = np.isin(np.arange(len(KIND_NAMES)), [KIND_CODES[k] for k in self.batch_handlers])
         self.timers = {name: [interval, interval] for name, interval in timers.items()}
         self.stats = {port: PortStats() for port in config.ports}
 
@@ -188,10 +188,13 @@ class SwitchRuntime:
         out: Out = []
         codes = kind_codes(block.hdr["flags"].astype(np.int64))
         # the reverse-path check of _spoofed: a routed packet's source routes back to this port, others are the neighbour's
-        table = self.ctx.route_table
-        back = np.where(codes == 3, table[np.clip(block.src, 0, len(table) - 1)], -1)
-        unspoofed = np.where(codes == 3, (block.src >= 0) & (back == port), block.src == self.config.neighbors.get(port, -3))
-        batchable = block.ok & unspoofed & (codes[:, None] == self.batch_codes).any(axis=1)
+        unspoofed = block.src == self.config.neighbors.get(port, -3)
+        routed = codes == 3
+        if routed.any():
+            table = self.ctx.route_table
+            back = table[np.clip(block.src, 0, len(table) - 1)]
+            unspoofed = np.where(routed, (block.src >= 0) & (back == port), unspoofed)
+        batchable = block.ok & unspoofed & self.batch_kinds[codes]
         # runs of one kind and count; SPARSE packets of one kind batch whatever their counts (SPARSE_RUN)
         count = np.where(block.hdr["flags"] & SPARSE, SPARSE_RUN, block.hdr["count"].astype(np.int64))
         key = np.where(batchable, count * 4 + codes, -1)

@@ -140,20 +140,26 @@ class SumAllreduce(SwitchProgram):
 
         # group by slot (key = version * slots + slot) every packet that reaches one
         order = np.flatnonzero(touches)
-        order = order[np.argsort(key[order], kind="stable")]
         if len(order) == 0:
             return np.arange(len(rows))
-        sorted_keys = key[order]
-        starts = np.flatnonzero(np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1])))
-        sizes = np.append(starts[1:], len(order)) - starts
-        slots = sorted_keys[starts]
-        first = np.minimum.reduceat(chunk[order], starts)
-        plain = np.logical_and.reduceat(flags[order] & ~VER == 0, starts)  # no retransmission in the group
-        last = np.maximum.reduceat(chunk[order], starts)
+        if np.bincount(key[order]).max() == 1:  # each slot once (a worker's stream): every packet its own group
+            starts, sizes, slots = np.arange(len(order)), np.ones(len(order), np.int64), key[order]
+            first = last = chunk[order]
+            plain = flags[order] & ~VER == 0
+            group_bits, exps, distinct = bits[order], hdr["exp"][order], True
+        else:
+            order = order[np.argsort(key[order], kind="stable")]
+            sorted_keys = key[order]
+            starts = np.flatnonzero(np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1])))
+            sizes = np.append(starts[1:], len(order)) - starts
+            slots = sorted_keys[starts]
+            first = np.minimum.reduceat(chunk[order], starts)
+            plain = np.logical_and.reduceat(flags[order] & ~VER == 0, starts)  # no retransmission in the group
+            last = np.maximum.reduceat(chunk[order], starts)
+            group_bits = np.bitwise_or.reduceat(bits[order], starts)
+            exps = np.maximum.reduceat(hdr["exp"][order], starts)
+            distinct = group_bits == np.add.reduceat(bits[order], starts)
         same_round = first == last
-        group_bits = np.bitwise_or.reduceat(bits[order], starts)
-        exps = np.maximum.reduceat(hdr["exp"][order], starts)
-        distinct = group_bits == np.add.reduceat(bits[order], starts)
         r = self._flat(ctx.regs)
         cur, seen = r.chunk[slots], r.seen[slots]
         new = first > cur
