@@ -10,7 +10,20 @@ import numpy as np
 import pytest
 
 from innet.experiment import switch_configs
-from innet.packet import ALL_RANKS, OVERFLOW, RESULT, RETX, ROUTE, SPARSE, VER, build_frames, make_packet, pack_frames, parse_block, parse_frame
+from innet.packet import (
+    ALL_RANKS,
+    OVERFLOW,
+    RESULT,
+    RETX,
+    ROUTE,
+    SPARSE,
+    VER,
+    build_frames,
+    make_packet,
+    pack_frames,
+    parse_block,
+    parse_frame,
+)
 from innet.planner import plan_job
 from innet.programs import load_program
 from innet.runtime import SwitchRuntime
@@ -75,6 +88,19 @@ def by_port(frames):
     return {p: sorted(f) for p, f in ports.items()}
 
 
+def count_calls(program, handler):
+    """Wrap ``program``'s per-packet ``handler`` to count the packets the batch path left to it."""
+    calls = {"per_packet": 0}
+    inner = getattr(program, handler)
+
+    def counting(ctx, pkt):
+        calls["per_packet"] += 1
+        return inner(ctx, pkt)
+
+    setattr(program, handler, counting)
+    return calls
+
+
 def runs_of(arrivals, rng):
     """Consecutive arrivals on one port, cut into blocks of random size (as a receive buffer fills)."""
     blocks, k = [], 0
@@ -94,14 +120,7 @@ def test_blocks_give_the_same_registers_counters_and_frames_as_single_packets(pr
     cfg, single, batched = runtimes(switch, program)
     rng = np.random.default_rng(seed)
     arrivals = stream(cfg, rng, 600, elements=int(rng.choice([0, 1, 7, 256])), sparse=program == "topk_sparse")
-    calls = {"per_packet": 0}
-    per_packet = batched.program.contribution
-
-    def counting(ctx, pkt):
-        calls["per_packet"] += 1
-        return per_packet(ctx, pkt)
-
-    batched.program.contribution = counting
+    calls = count_calls(batched.program, "contribution")
     want, got = [], []
     for port, frame in arrivals:
         want += single.receive(port, frame, 1.0)
@@ -148,14 +167,7 @@ def test_result_blocks_at_a_tor_give_the_same_registers_counters_and_frames_as_s
     cfg, single, batched = runtimes("t1")
     job = cfg.jobs[1]
     rng = np.random.default_rng(seed)
-    calls = {"per_packet": 0}
-    per_packet = batched.program.result
-
-    def counting(ctx, pkt):
-        calls["per_packet"] += 1
-        return per_packet(ctx, pkt)
-
-    batched.program.result = counting
+    calls = count_calls(batched.program, "result")
     want, got, sent = [], [], 0
     for _ in range(12):  # rounds: the slots' registers set afresh (alike in both), then results arrive
         versions, slots = single.ctx.regs.chunk.shape
