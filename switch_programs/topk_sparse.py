@@ -38,12 +38,20 @@ class TopkSparse(SumAllreduce):
 
     @on_batch("contribution")
     def contributions(self, ctx, batch):
-        """Dense batches go through ``sum_allreduce``'s batch path as they are; a SPARSE batch
-        (its rows of any length) is densified first, in a few numpy calls. Rows that do not decode
-        are left to the per-packet handler (which drops them), and so is everything from the first
-        row that densifies to another length than the first (a short last chunk): arrival order holds."""
+        return self._dense_batch(ctx, batch, SumAllreduce.contributions)
+
+    @on_batch("result")
+    def results(self, ctx, batch):
+        return self._dense_batch(ctx, batch, SumAllreduce.results)
+
+    def _dense_batch(self, ctx, batch, handle):
+        """A batch handler of ``sum_allreduce`` (``handle``) on dense values. Dense batches go to it as
+        they are; a SPARSE batch (its rows of any length) is densified first, in a few numpy calls. Rows
+        that do not decode are left to the per-packet handler (which drops them), and so is everything
+        from the first row that densifies to another length than the first (a short last chunk):
+        arrival order holds. What it sends goes out in the shorter form."""
         if not batch.hdr["flags"][0] & SPARSE:
-            actions, rest = super().contributions(ctx, batch)
+            actions, rest = handle(self, ctx, batch)
             return self._sparsify(actions), rest
         dense, good = self._densify_batch(batch)
         rows = np.flatnonzero(good)
@@ -52,8 +60,7 @@ class TopkSparse(SumAllreduce):
         hdr = batch.hdr[rows]
         hdr["flags"] &= 0xFF ^ SPARSE
         hdr["count"] = dense.shape[1]
-        dense_batch = Batch(batch.port, hdr, dense[rows], batch.src[rows], batch.dst[rows], batch.band[rows])
-        actions, rest = super().contributions(ctx, dense_batch)
+        actions, rest = handle(self, ctx, Batch(batch.port, hdr, dense[rows], batch.src[rows], batch.dst[rows], batch.band[rows]))
         return self._sparsify(actions), np.sort(np.concatenate([np.flatnonzero(~good), rows[rest]]))
 
     def _densify_batch(self, batch):

@@ -160,11 +160,13 @@ def test_routed_blocks_are_forwarded_exactly_like_single_packets(program, switch
     assert single.report()["ports"] == batched.report()["ports"]
 
 
+@pytest.mark.parametrize("program", ["sum_allreduce", "topk_sparse"])
 @pytest.mark.parametrize("seed", range(4))
-def test_result_blocks_at_a_tor_give_the_same_registers_counters_and_frames_as_single_results(seed):
+def test_result_blocks_at_a_tor_give_the_same_registers_counters_and_frames_as_single_results(program, seed):
     """Results coming down from the spine: fresh, repeated, stale (chunk or state), both versions,
-    overflowing, out-of-range slots, too long, from a child port, foreign jobs; per packet against blocks."""
-    cfg, single, batched = runtimes("t1")
+    overflowing, out-of-range slots, too long, from a child port, foreign jobs (and for topk_sparse,
+    mostly sparse: (index, value) pairs where shorter); per packet against blocks."""
+    cfg, single, batched = runtimes("t1", program)
     job = cfg.jobs[1]
     rng = np.random.default_rng(seed)
     calls = count_calls(batched.program, "result")
@@ -181,7 +183,12 @@ def test_result_blocks_at_a_tor_give_the_same_registers_counters_and_frames_as_s
             c = max(0, int(chunk[v, min(slot, slots - 1)]) + (0 if rng.random() < 0.8 else int(rng.integers(-2, 3))))
             count = 256 if rng.random() < 0.95 else int(rng.choice([7, 257]))
             flags = RESULT | (VER if v else 0) | (OVERFLOW if rng.random() < 0.1 else 0) | (RETX if rng.random() < 0.1 else 0)
-            pkt = make_packet(rng.integers(-9999, 9999, count), job=1 if rng.random() < 0.95 else 7, rank=ALL_RANKS,
+            values = rng.integers(-9999, 9999, count).astype(np.int32)
+            if program == "topk_sparse":
+                values[rng.random(count) < 0.97] = 0
+                if (pairs := encode(values)) is not None:
+                    values, flags = pairs, flags | SPARSE
+            pkt = make_packet(values, job=1 if rng.random() < 0.95 else 7, rank=ALL_RANKS,
                               nworkers=6, slot=slot, chunk=c, flags=flags, exp=int(rng.integers(-5, 5)))
             port = job.parent if rng.random() < 0.95 else int(rng.choice(job.children))
             arrivals.append((port, pkt.to_frame(cfg.neighbors[port], cfg.node)))
