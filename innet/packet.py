@@ -291,13 +291,15 @@ def build_frames(src: int | np.ndarray, dst: int | np.ndarray, hdr: np.ndarray, 
     ``band``, as one (n, frame length) uint8 array."""
     n, count = values.shape
     out = np.empty((n, PAYLOAD_OFFSET + 4 * count), np.uint8)
-    if isinstance(src, np.ndarray) and isinstance(dst, np.ndarray):
-        pairs, which = np.unique(np.stack([src, dst], axis=1), axis=0, return_inverse=True)
-        prefixes = np.array([np.frombuffer(frame_prefix(int(a), int(b), HEADER_LEN + 4 * count, band), np.uint8)
-                             for a, b in pairs])
+    src, dst = np.broadcast_to(src, (n,)), np.broadcast_to(dst, (n,))
+    if n and ((src != src[0]) | (dst != dst[0])).any():  # a prefix per (src, dst) pair
+        pair = src.astype(np.int64) << 32 | dst.astype(np.int64) & 0xFFFFFFFF  # one integer per pair
+        pairs, which = np.unique(pair, return_inverse=True)
+        prefixes = np.array([np.frombuffer(frame_prefix(p >> 32, (p & 0xFFFFFFFF ^ 1 << 31) - (1 << 31), HEADER_LEN + 4 * count,
+                                                        band), np.uint8) for p in pairs.tolist()])
         out[:, :HEADER_OFFSET] = prefixes[which.ravel()]
-    else:
-        out[:, :HEADER_OFFSET] = np.frombuffer(frame_prefix(int(src), int(dst), HEADER_LEN + 4 * count, band), np.uint8)
+    elif n:
+        out[:, :HEADER_OFFSET] = np.frombuffer(frame_prefix(int(src[0]), int(dst[0]), HEADER_LEN + 4 * count, band), np.uint8)
     out[:, HEADER_OFFSET:PAYLOAD_OFFSET] = np.ascontiguousarray(hdr, HEADER_DTYPE).view(np.uint8).reshape(n, HEADER_LEN)
     out[:, PAYLOAD_OFFSET:] = np.ascontiguousarray(values, VALUE_DTYPE).view(np.uint8).reshape(n, 4 * count)
     return out

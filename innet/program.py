@@ -236,7 +236,9 @@ class Context:
         actions: list[Action] = []
         counts = batch.hdr["count"][rows].astype(np.int64)
         bands = batch.band[rows]
-        for out, count, band in np.unique(np.stack([port, counts, bands], axis=1)[port >= 0], axis=0).tolist():
+        key = (port << 32 | counts << 8 | bands)[port >= 0]  # one integer per (port, count, band)
+        for k in np.unique(key).tolist() if len(key) and (key != key[0]).any() else key[:1].tolist():
+            out, count, band = k >> 32, k >> 8 & 0xFFFFFF, k & 0xFF
             pick = rows[(port == out) & (counts == count) & (bands == band)]
             actions.append(EmitMany(out, batch.hdr[pick], batch.values[pick, :count], band, src=batch.src[pick],
                                     dst=batch.dst[pick]))
