@@ -9,21 +9,9 @@ counters and the frames sent per port must be identical.
 import numpy as np
 import pytest
 
+from innet import OVERFLOW
 from innet.experiment import switch_configs
-from innet.packet import (
-    ALL_RANKS,
-    OVERFLOW,
-    RESULT,
-    RETX,
-    ROUTE,
-    SPARSE,
-    VER,
-    build_frames,
-    make_packet,
-    pack_frames,
-    parse_block,
-    parse_frame,
-)
+from innet.packet import ALL_RANKS, RESULT, RETX, ROUTE, SPARSE, VER, build_frames, make_packet, pack_frames, parse_block, parse_frame
 from innet.planner import plan_job
 from innet.programs import load_program
 from innet.runtime import SwitchRuntime
