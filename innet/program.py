@@ -237,7 +237,7 @@ class Context:
         counts = batch.hdr["count"][rows].astype(np.int64)
         bands = batch.band[rows]
         key = (port << 32 | counts << 8 | bands)[port >= 0]  # one integer per (port, count, band)
-        for k in np.unique(key).tolist() if len(key) and (key != key[0]).any() else key[:1].tolist():
+        for k in np.unique(key).tolist():
             out, count, band = k >> 32, k >> 8 & 0xFFFFFF, k & 0xFF
             pick = rows[(port == out) & (counts == count) & (bands == band)]
             actions.append(EmitMany(out, batch.hdr[pick], batch.values[pick, :count], band, src=batch.src[pick],
