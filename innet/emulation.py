@@ -135,6 +135,16 @@ def _signals_as_interrupts() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait until the block is over: what it creates is recorded before an interrupt lands."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli: bool = False,
                 pbox_cores: int = 1, crash: dict[str, float] | None = None,
                 intruders: list[tuple[str, list[str]]] | None = None) -> dict[str, Any]:
@@ -151,25 +161,9 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     rp = plan_run(graph, run, program)
     configs = installed_configs(graph, run, rp)
     run_id = f"{os.getpid()}-{time.strftime('%H%M%S')}"
-    run_dir = f"/tmp/innet-{run_id}"
-    emu: Emulation | None = None
-    with _signals_as_interrupts():
-        try:
-            os.makedirs(run_dir)
-            emu = Emulation(graph, RunState(run_id, run_dir), run_dir)
-            emu.build()
-            emu.start_switches(run, program, configs, pcap_dir)
-            return emu.execute(run, rp, pbox_cores, crash or {}, intruders or [], cli)
-        finally:
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-            try:
-                if emu is not None:
-                    emu.teardown()
-                    emu.state.remove()
-                elif os.path.isdir(run_dir):
-                    os.rmdir(run_dir)
-            finally:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    with _emulation(graph, run_id) as emu:
+        emu.start_switches(run, program, configs, pcap_dir)
+        return emu.execute(run, rp, pbox_cores, crash or {}, intruders or [], cli)
 
 
 @contextmanager
@@ -178,21 +172,34 @@ def network(graph: nx.Graph) -> Iterator[Emulation]:
     from mininet.log import setLogLevel
 
     setLogLevel("critical")
-    run_id = f"{os.getpid()}-{time.strftime('%H%M%S')}-bench"
+    with _emulation(graph, f"{os.getpid()}-{time.strftime('%H%M%S')}-bench") as emu:
+        yield emu
+
+
+@contextmanager
+def _emulation(graph: nx.Graph, run_id: str) -> Iterator[Emulation]:
+    """The network of ``graph`` built, with its run directory and state file; all of it removed on exit,
+    SIGINT and SIGTERM included. The state file and run directory are made with those signals held, so
+    an interrupt cannot land between creating them and recording that they exist."""
     run_dir = f"/tmp/innet-{run_id}"
-    os.makedirs(run_dir)
-    emu = Emulation(graph, RunState(run_id, run_dir), run_dir)
+    state: RunState | None = None
+    emu: Emulation | None = None
     with _signals_as_interrupts():
         try:
+            with _signals_held():
+                os.makedirs(run_dir)
+                state = RunState(run_id, run_dir)
+            emu = Emulation(graph, state, run_dir)
             emu.build()
             yield emu
         finally:
-            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-            try:
-                emu.teardown()
-                emu.state.remove()
-            finally:
-                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+            with _signals_held():
+                if emu is not None:
+                    emu.teardown()
+                if state is not None:
+                    state.remove()
+                elif os.path.isdir(run_dir):
+                    os.rmdir(run_dir)
 
 
 class Emulation:
