@@ -206,11 +206,16 @@ class SumAllreduce(SwitchProgram):
         done = slots[r.seen[slots] == job.full]
         if len(done) == 0:
             return
-        out = hdr[order[starts[r.seen[slots] == job.full]]].copy()
+        self._send_slots(r, job, hdr[order[starts[r.seen[slots] == job.full]]], done, count, job.is_root, actions)
+
+    def _send_slots(self, r, job, hdr, done, count, down, actions):
+        """The sums of slots ``done`` as packets with headers from ``hdr`` (one row per slot): with ``down``,
+        results multicast to the children (the slots answered), else one contribution up to the parent."""
+        out = hdr.copy()
         flags = np.where(done >= self.slots, VER, 0) | np.where(r.overflow[done], OVERFLOW, 0)
         out["count"], out["nworkers"], out["exp"] = count, job.nworkers, r.exp[done]
         sums = r.pool[done, :count]
-        if job.is_root:
+        if down:
             r.state[done] = DONE
             out["flags"], out["rank"] = flags | RESULT, ALL_RANKS
             actions.extend(EmitMany(port, out, sums, job.priority) for port in job.children)
@@ -292,12 +297,8 @@ class SumAllreduce(SwitchProgram):
             return
         done = key[take]
         r.pool[done, :count] = batch.values[rows[take]]
-        r.exp[done], r.overflow[done], r.state[done] = hdr["exp"][take], hdr["flags"][take] & OVERFLOW != 0, DONE
-        out = hdr[take].copy()
-        out["flags"] = RESULT | np.where(done >= self.slots, VER, 0) | np.where(r.overflow[done], OVERFLOW, 0)
-        out["rank"], out["nworkers"] = ALL_RANKS, job.nworkers
-        sums = r.pool[done, :count]
-        actions.extend(EmitMany(port, out, sums, job.priority) for port in job.children)
+        r.exp[done], r.overflow[done] = hdr["exp"][take], hdr["flags"][take] & OVERFLOW != 0
+        self._send_slots(r, job, hdr[take], done, count, True, actions)
 
     @on_timer(0.05)
     def watch_stalls(self, ctx):
