@@ -110,6 +110,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--job-slots", type=int, default=0,
                    help="slots each job asks of every switch (default: the pool divided by --jobs); "
                         "a job that finds a switch full falls back to the PBox")
+    p.add_argument("--pool-slots", type=int, default=0, metavar="N",
+                   help="slots in every switch's aggregation pool (per version), e.g. to cover a link's "
+                        "bandwidth-delay product (default: the program's own, 128 for sum_allreduce)")
     p.add_argument("--switch-memory", type=int, default=4 << 20, help="register memory per switch, bytes (default 4 MiB)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds without progress before an all-reduce fails (default 10)")
     p.add_argument("--json", default=None, help="also write the results JSON to this path")
@@ -141,8 +144,8 @@ def _spec(args: argparse.Namespace) -> RunSpec:
         raise UserError("--slice and --priority order a workload's layers: they need --workload")
     if not 0 <= args.topk <= 1:
         raise UserError(f"--topk must be a fraction in [0, 1], got {args.topk:g}")
-    if args.job_slots < 0:
-        raise UserError(f"--job-slots must not be negative, got {args.job_slots}")
+    if args.job_slots < 0 or args.pool_slots < 0:
+        raise UserError(f"--job-slots and --pool-slots must not be negative, got {args.job_slots} and {args.pool_slots}")
     stragglers = tuple(_straggler(s) for s in args.straggler)
     try:
         job_priority = tuple(int(b) for b in args.job_priority.split(",")) if args.job_priority else ()
@@ -158,6 +161,7 @@ def _spec(args: argparse.Namespace) -> RunSpec:
                    workers=None if args.topo == "star" else args.workers, elements=args.elements,
                    iterations=args.iterations, seed=args.seed, faults=faults,
                    switch_memory=args.switch_memory, timeout=args.timeout, jobs=args.jobs, job_slots=args.job_slots,
+                   pool_slots=args.pool_slots,
                    job_priority=job_priority, input_elements=args.input_elements, shared_input=args.shared_input,
                    link_faults=link_faults, workload=args.workload or "", workload_scale=args.workload_scale,
                    pipeline=args.pipeline, compute_scale=args.compute_scale, min_rto=0.001 if args.backend == "local" else 0.02)

@@ -51,10 +51,15 @@ def log(msg: str) -> None:
 CPU_BOUND = 0.8  # of one core, during the all-reduce
 
 
+def busy_cores(stats: dict[str, dict[str, Any]], host_cpu_s: float = 0.0, wall: float = 0.0) -> float:
+    """How many cores the switches and the hosts' processes kept busy during the all-reduce, on average."""
+    return sum(st["cpu_share"] for st in stats.values()) + (host_cpu_s / wall if wall > 0 else 0.0)
+
+
 def bottlenecks(stats: dict[str, dict[str, Any]], host_cpu_s: float = 0.0, wall: float = 0.0) -> list[str]:
     """Say when CPUs, not the links, limited the run: a CPU-bound switch, socket drops, or a saturated machine."""
     out = []
-    busy = sum(st["cpu_share"] for st in stats.values()) + (host_cpu_s / wall if wall > 0 else 0.0)
+    busy = busy_cores(stats, host_cpu_s, wall)
     if busy >= CPU_BOUND * (os.cpu_count() or 1):
         out.append(f"switches and hosts kept {busy:.1f} of the machine's {os.cpu_count()} cores busy: "
                    "the emulation was CPU-bound, not link-bound")
@@ -157,7 +162,7 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     from mininet.log import setLogLevel
 
     setLogLevel("critical")
-    program = load_program(run.program)
+    program = load_program(run.program, run.pool_slots)
     rp = plan_run(graph, run, program)
     configs = installed_configs(graph, run, rp)
     run_id = f"{os.getpid()}-{time.strftime('%H%M%S')}"
@@ -272,7 +277,7 @@ class Emulation:
         if pcap_dir:
             self._start_pcaps(pcap_dir, switches)
         for i, sw in enumerate(switches):
-            conf = {"program": run.program, "ports": {p: f"{sw}-eth{p}" for p in configs[sw].ports},
+            conf = {"program": run.program, "pool_slots": run.pool_slots, "ports": {p: f"{sw}-eth{p}" for p in configs[sw].ports},
                     "faults": _faults(graph, run, sw), "seed": run.seed * 1000 + i, "control": os.path.join(self.run_dir, f"{sw}.sock")}
             self._write(f"{sw}.json", conf)
             with open(os.path.join(self.run_dir, f"{sw}.log"), "wb") as log_file:
@@ -444,6 +449,7 @@ class Emulation:
             graph, run, rp, "mininet", outcomes, link_bytes, drops,
             switch_memory_bytes={sw: st.get("memory_bytes", 0) for sw, st in stats.items()},
             switch_cpu_share={sw: round(st["cpu_share"], 3) for sw, st in stats.items()},
+            busy_cores=round(busy_cores(stats, host_cpu, wall), 2),
             warnings=bottlenecks(stats, host_cpu, wall),
             switch_counters={sw: st.get("counters", {}) for sw, st in stats.items()},
             **({"input": self._input_record(rp.input, stats)} if rp.input is not None else {}),

@@ -50,6 +50,7 @@ class RunSpec:
     initial_rto: float = 1.0  # RFC 6298's: the first window may queue behind a slow link
     timeout: float = 10.0
     jobs: int = 1
+    pool_slots: int = 0  # slots in every switch's pool, per version (0: the program's own)
     job_slots: int = 0  # slots each job asks of every switch (0: the pool divided by the jobs)
     job_priority: tuple[int, ...] = ()  # each job's priority band, job 1 first (empty: band 0 for all)
     link_faults: tuple[tuple[str, FaultSpec], ...] = ()  # per link ("a--b") or direction ("a->b")

@@ -21,7 +21,7 @@ class LocalRun:
 
     def __init__(self, graph: nx.Graph, run: RunSpec, pbox_cores: int = 1, crash: dict[str, float] | None = None) -> None:
         self.graph, self.run = graph, run
-        self.program = load_program(run.program)
+        self.program = load_program(run.program, run.pool_slots)
         self.rp: RunPlan = plan_run(graph, run, self.program)
         self.fabric = Fabric(graph, faults=run.faults_on, seed=run.seed)
         configs = installed_configs(graph, run, self.rp)

@@ -29,7 +29,7 @@ def _job_lines(run: RunSpec, plan: JobPlan, outcome: str) -> list[str]:
 
 
 def plan_report(graph: nx.Graph, run: RunSpec) -> str:
-    program = load_program(run.program)
+    program = load_program(run.program, run.pool_slots)
     rp = plan_run(graph, run, program)
     lines = [f"topology {graph.graph.get('name', '?')}: mode {run.mode}, placement {run.placement}, {len(rp.plans)} job(s)"]
     links: dict[str, int] = {}

@@ -16,8 +16,9 @@ def available() -> list[str]:
     return sorted(f[:-3] for f in os.listdir(PROGRAM_DIR) if f.endswith(".py") and not f.startswith("_"))
 
 
-def load_program(name: str) -> type[SwitchProgram]:
-    """The SwitchProgram subclass defined in ``switch_programs/<name>.py`` or in file ``name``."""
+def load_program(name: str, pool_slots: int = 0) -> type[SwitchProgram]:
+    """The SwitchProgram subclass defined in ``switch_programs/<name>.py`` or in file ``name``;
+    with ``pool_slots``, a subclass of it whose slot pool has that many slots (per version)."""
     path = name if name.endswith(".py") else os.path.join(PROGRAM_DIR, name.replace("-", "_") + ".py")
     if not os.path.isfile(path):
         raise UserError(f"unknown program {name!r}; available: {', '.join(available())} (or a path to a .py file)")
@@ -38,4 +39,8 @@ def load_program(name: str) -> type[SwitchProgram]:
     program = found[0]
     if program.memory_bytes() < 0 or program.slots < 0 or program.elements < 1:
         raise UserError(f"program {program.name}: slots and elements must be positive")
+    if pool_slots:
+        if not program.slots:
+            raise UserError(f"program {program.name} keeps no slot pool: --pool-slots does not apply to it")
+        program = type(program.__name__, (program,), {"slots": pool_slots, "__module__": program.__module__})
     return program

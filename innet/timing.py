@@ -125,7 +125,7 @@ def prediction_table(graph: nx.Graph, run: RunSpec, runs: list[dict[str, Any]], 
     rows = [["mode", "backend", *[f"{k} {w}" for k in keys for w in ("measured", "model", "error")]]]
     for r in runs:
         spec = replace(run, mode=r["mode"])
-        rp = plan_run(graph, spec, load_program(spec.program))
+        rp = plan_run(graph, spec, load_program(spec.program, spec.pool_slots))
         per_hop = hop if hop is not None else 0.0 if r["backend"] == "local" else MININET_HOP
         r["prediction"] = predict(graph, spec, list(rp.plans), rp.per_packet, per_hop)
         row = [r["mode"], r["backend"]]

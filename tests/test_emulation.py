@@ -229,6 +229,16 @@ def test_bottleneck_warnings_name_the_cpu_bound_switch_and_socket_drops():
     assert bottlenecks({"s1": {"cpu_share": 0.1}}, host_cpu_s=0.1, wall=1.0) == []
 
 
+def test_pool_slots_reach_the_switch_processes_and_the_record_says_how_busy_the_cores_were():
+    from innet.programs import load_program
+
+    real = run_mininet(build("star", workers=3), RunSpec(elements=40000, pool_slots=300))
+    assert real["correct"], real["errors"]
+    assert real["switch_memory_bytes"] == {"s1": load_program("sum_allreduce", 300).memory_bytes()}
+    assert 0 < real["busy_cores"] <= os.cpu_count() + 0.5  # the switch's and the hosts' CPU over the all-reduce's time
+    assert_nothing_left()
+
+
 def test_a_workload_trains_exactly_on_mininet_and_the_model_predicts_its_iterations():
     """ResNet-50 (scale 0.01: 54 layers of 1.9k-20k elements) at 10 Mbit/s, where no process is
     CPU-bound: every layer's sum is exact, workers waited for their gradients, and the timing model's

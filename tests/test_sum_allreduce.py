@@ -24,6 +24,23 @@ def test_exact_on_hierarchies(topo, params, placement):
     assert result["correct"], result["errors"]
 
 
+@pytest.mark.parametrize("pool", [1, 8, 512])
+def test_pool_slots_sizes_every_switchs_pool_and_the_workers_window(pool):
+    from innet.modes import plan_run
+    from innet.programs import load_program
+
+    graph, run = build("leaf-spine", racks=2, hosts_per_rack=2), RunSpec(elements=20000, pool_slots=pool, iterations=2)
+    result = run_local(graph, run)
+    assert result["correct"], result["errors"]
+    program = load_program("sum_allreduce", pool)
+    assert program.slots == pool and program.name == "sum_allreduce"
+    per_slot = load_program("sum_allreduce", 2).memory_bytes() - load_program("sum_allreduce", 1).memory_bytes()
+    assert program.memory_bytes() == load_program("sum_allreduce").memory_bytes() + (pool - 128) * per_slot
+    assert set(result["switch_memory_bytes"].values()) == {program.memory_bytes()}
+    specs = plan_run(graph, run, program).specs[1]
+    assert {s.slots for s in specs.values()} == {pool}  # each worker keeps that many chunks in flight
+
+
 def contribution(rank, values, chunk=5, slot=1, flags=0, port=None):
     pkt = make_packet(values, job=1, rank=rank, nworkers=3, slot=slot, chunk=chunk, flags=flags, exp=3)
     return pkt.to_frame(rank, 99), rank if port is None else port  # star: h<r+1> is node r on port r
