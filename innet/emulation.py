@@ -56,6 +56,14 @@ def busy_cores(stats: dict[str, dict[str, Any]], host_cpu_s: float = 0.0, wall: 
     return sum(st["cpu_share"] for st in stats.values()) + (host_cpu_s / wall if wall > 0 else 0.0)
 
 
+def machine_ticks() -> tuple[int, int]:
+    """(busy, all) clock ticks of every CPU since boot (/proc/stat): busy includes the kernel's
+    softirq work (veth delivery, the shapers), which no process's CPU time fully shows."""
+    with open("/proc/stat", encoding="ascii") as fh:
+        ticks = [int(x) for x in fh.readline().split()[1:]]
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)  # idle and iowait are not busy
+
+
 def bottlenecks(stats: dict[str, dict[str, Any]], host_cpu_s: float = 0.0, wall: float = 0.0) -> list[str]:
     """Say when CPUs, not the links, limited the run: a CPU-bound switch, socket drops, or a saturated machine."""
     out = []
@@ -334,7 +342,7 @@ class Emulation:
         cpu_before = {sw: ctl.call("stats")["cpu_s"] for sw, ctl in self.switch_controls.items()}
         before = {n.name: interface_bytes(n) for n in net.hosts}
         log(f"all-reduce: {len(workers)} workers x {run.elements} elements x {run.iterations} iteration(s)")
-        started = time.monotonic()
+        started, ticks = time.monotonic(), machine_ticks()
         for proc in starters.values():
             assert proc.stdin is not None
             proc.stdin.write(b"go\n")
@@ -343,7 +351,8 @@ class Emulation:
         self._wait_workers({**workers, **readers}, run, started, crash)
         self._wait_workers(others, run, started, {})
         after = {n.name: interface_bytes(n) for n in net.hosts}
-        wall = time.monotonic() - started
+        wall, ticks_after = time.monotonic() - started, machine_ticks()
+        machine_busy = (ticks_after[0] - ticks[0]) / max(1, ticks_after[1] - ticks[1]) * (os.cpu_count() or 1)
         stats = {sw: ctl.call("stats") for sw, ctl in self.switch_controls.items()}
         for sw, st in stats.items():
             st["cpu_share"] = (st["cpu_s"] - cpu_before[sw]) / wall if wall > 0 else 0.0
@@ -353,7 +362,7 @@ class Emulation:
             from mininet.cli import CLI
 
             CLI(net)
-        return self._record(run, rp, before, after, stats, wall)
+        return self._record(run, rp, before, after, stats, wall, machine_busy)
 
     def _start_input(self, run: RunSpec, plan: InputPlan,
                      procs: dict[str, subprocess.Popen[bytes]]) -> dict[str, subprocess.Popen[bytes]]:
@@ -426,7 +435,7 @@ class Emulation:
             time.sleep(0.01)
 
     def _record(self, run: RunSpec, rp: RunPlan, before: dict[str, dict[str, int]], after: dict[str, dict[str, int]],
-                stats: dict[str, dict[str, Any]], wall: float) -> dict[str, Any]:
+                stats: dict[str, dict[str, Any]], wall: float, machine_busy: float) -> dict[str, Any]:
         graph = self.graph
         link_bytes = {}
         for u, v in graph.edges:
@@ -449,7 +458,7 @@ class Emulation:
             graph, run, rp, "mininet", outcomes, link_bytes, drops,
             switch_memory_bytes={sw: st.get("memory_bytes", 0) for sw, st in stats.items()},
             switch_cpu_share={sw: round(st["cpu_share"], 3) for sw, st in stats.items()},
-            busy_cores=round(busy_cores(stats, host_cpu, wall), 2),
+            busy_cores=round(busy_cores(stats, host_cpu, wall), 2), machine_busy_cores=round(machine_busy, 2),
             warnings=bottlenecks(stats, host_cpu, wall),
             switch_counters={sw: st.get("counters", {}) for sw, st in stats.items()},
             **({"input": self._input_record(rp.input, stats)} if rp.input is not None else {}),

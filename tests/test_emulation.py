@@ -236,6 +236,7 @@ def test_pool_slots_reach_the_switch_processes_and_the_record_says_how_busy_the_
     assert real["correct"], real["errors"]
     assert real["switch_memory_bytes"] == {"s1": load_program("sum_allreduce", 300).memory_bytes()}
     assert 0 < real["busy_cores"] <= os.cpu_count() + 0.5  # the switch's and the hosts' CPU over the all-reduce's time
+    assert 0 < real["machine_busy_cores"] <= os.cpu_count()  # every CPU's, from /proc/stat
     assert_nothing_left()
 
 
