@@ -11,7 +11,9 @@ theory: PBox ≈ N (its one link carries every worker's gradient), ring ≈ 2(N-
 all-reduce (/proc/stat, so the kernel's veth and shaper work is in it; median
 of the runs), "in processes" the part the switch and host processes were
 charged with; a row at or above 80% of all cores was CPU-bound, so the
-emulation, not the links, set its time. It also names the highest link rate at which in-network goodput was
+emulation, not the links, set its time. (A row below that can still be held
+up by the CPUs: processes that become runnable together wait for each other
+on 2 cores; README's Performance section shows this for the ring.) It also names the highest link rate at which in-network goodput was
 >= 90%, and the highest at which every mode was within 10% of theory.
 """
 
@@ -53,13 +55,13 @@ def main():
         for mode, t in times.items():
             goodput = elements * 32 / t / (rate * 1e6)
             rows.append([rate, mode, elements, t, round(goodput, 3), round(t / times["innet"], 2), round(theory[mode], 2),
-                         f"{100 * off[mode]:+.0f}%", *busy[mode], "CPU" if busy[mode][0] >= CPU_BOUND * cores else "links"])
+                         f"{100 * off[mode]:+.0f}%", *busy[mode], "yes" if busy[mode][0] >= CPU_BOUND * cores else "no"])
         if elements * 32 / times["innet"] / (rate * 1e6) >= 0.9:
             best = max(best, rate)
         if all(abs(o) <= 0.1 for o in off.values()):
             all_within = max(all_within, rate)
     report("all-reduce goodput and mode ratios", ["Mbit/s", "mode", "elements", "time s", "goodput", "x innet",
-                                                  "theory", "off by", "cores busy", "in processes", "bound by"], rows,
+                                                  "theory", "off by", "cores busy", "in processes", "CPU-bound"], rows,
            extra={"workers": n, "pool_slots": args.pool_slots, "highest_rate_with_90pct_goodput": best,
                   "highest_rate_with_every_mode_within_10pct": all_within})
     print(f"highest link rate with in-network goodput >= 90%: {best or 'none'} Mbit/s")
