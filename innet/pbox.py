@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from innet.packet import ABORT, INPUT_JOB, OVERFLOW, RESULT, ROUTE, SPARSE, VER, Packet, make_packet, parse_frame
+from innet.packet import ABORT, INPUT_JOB, OVERFLOW, RESULT, ROUTE, SPARSE, VER, FrameBlock, Packet, build_frames, make_packet, parse_frame
 from innet.sparse import densify, encode
 from innet.ssp import Consistency, ParameterKeys
+from innet.worker import Frames
 
 INT32_MAX = 2**31 - 1
 
@@ -52,6 +53,9 @@ class _JobState:
         self.count = np.zeros(shape, np.int32)
         self.since = np.zeros(shape, np.float64)
         self.full = (1 << len(job.members)) - 1
+        self.node_of = np.full(max(job.members, default=-1) + 1, -2, np.int64)  # rank -> its node (-2: none)
+        self.node_of[list(job.members)] = list(job.members.values())
+        self.ranks = np.array(sorted(job.members), np.int64)
 
 
 class PBoxServer:
@@ -104,6 +108,82 @@ class PBoxServer:
                 note = make_packet(np.array([self.node, *missing]), job=job.job, rank=rank, flags=ABORT | ROUTE)
                 out.append(note.to_frame(self.node, job.members[rank]))
         return out
+
+    def receive_block(self, block: FrameBlock, now: float) -> Frames:
+        """``receive`` for a block of frames. The keys whose packets in the block are all plain new
+        contributions (one round, from distinct members, none seen before, full chunks) are summed
+        at once, and their results sent as one block; every other frame goes through ``receive``,
+        in arrival order (it shares no key with the summed ones, so the outcome is the same)."""
+        hdr = block.hdr
+        ours = block.ok & (block.dst == self.node) & (hdr["flags"] & RESULT == 0)
+        out: Frames = []
+        rest = np.ones(len(hdr), bool)
+        for job_id in np.unique(hdr["job"][ours]).tolist():
+            job = self.jobs.get(job_id)
+            if job is not None and not job.consistency and not job.sparse:
+                taken = self._sum_block(job, block, np.flatnonzero(ours & (hdr["job"] == job_id)), now, out)
+                rest[taken] = False
+        for k in np.flatnonzero(rest).tolist():
+            out.extend(self.receive(block.frame(k), now))
+        return out
+
+    def _sum_block(self, job: PBoxJob, block: FrameBlock, rows: np.ndarray, now: float, out: Frames) -> np.ndarray:
+        """Fold the keys of ``rows`` (one job's packets) that only plain new contributions touch; return their rows."""
+        st, hdr, src = self.state[job.job], block.hdr[rows], block.src[rows]
+        rank, slot, flags = (hdr[name].astype(np.int64) for name in ("rank", "slot", "flags"))
+        key = np.where(flags & VER, job.slots, 0) + slot
+        known = rank < len(st.node_of)
+        plain = ((flags & ~VER == ROUTE) & (hdr["count"] == job.elements) & (slot < job.slots)
+                 & (slot % self.cores == self.core) & known)
+        plain[known] &= st.node_of[rank[known]] == src[known]
+        plain &= ~np.isin(key, key[~plain])  # a key some other packet touches goes one by one
+        if not plain.any():
+            return rows[:0]
+        rows, hdr, key, rank = rows[plain], hdr[plain], key[plain], rank[plain]
+        order = np.argsort(key, kind="stable")  # a key's packets together, in arrival order
+        keys = key[order]
+        starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
+        keys, ends = keys[starts], np.append(starts[1:], len(order))
+        chunk, bits = hdr["chunk"].astype(np.int64)[order], np.uint64(1) << rank[order].astype(np.uint64)
+        first = np.minimum.reduceat(chunk, starts)
+        group_bits = np.bitwise_or.reduceat(bits, starts)
+        flat = {name: getattr(st, name).reshape(-1) for name in ("seen", "chunk", "done", "exp", "count", "since")}
+        new = first > flat["chunk"][keys]
+        joins = ((first == flat["chunk"][keys]) & ~flat["done"][keys] & (flat["seen"][keys] & group_bits == 0)
+                 & (flat["count"][keys] == job.elements))
+        ok = ((first == np.maximum.reduceat(chunk, starts)) & (group_bits == np.add.reduceat(bits, starts))
+              & (new | joins))
+        if not ok.any():
+            return rows[:0]
+        took = order[np.repeat(ok, ends - starts)]
+        keys, new, first, group_bits, starts, ends = keys[ok], new[ok], first[ok], group_bits[ok], starts[ok], ends[ok]
+        begins = np.concatenate(([0], np.cumsum(ends - starts)[:-1]))
+        acc = st.acc.reshape(-1, job.elements)
+        acc[keys] = np.where(new[:, None], 0, acc[keys]) + np.add.reduceat(
+            block.values(rows[took], job.elements).astype(np.int64), begins)
+        exps = np.maximum.reduceat(hdr["exp"][took].astype(np.int16), begins)
+        flat["exp"][keys] = np.where(new, exps, np.maximum(flat["exp"][keys], exps))
+        flat["seen"][keys] = np.where(new, np.uint64(0), flat["seen"][keys]) | group_bits
+        flat["chunk"][keys], flat["done"][keys], flat["count"][keys] = first, False, job.elements
+        flat["since"][keys] = np.where(new, now, flat["since"][keys])
+        complete = flat["seen"][keys] == st.full
+        if complete.any():
+            flat["done"][keys[complete]] = True
+            out.append(self._results(job, keys[complete], hdr[order[ends[complete] - 1]]))
+        return rows[took]
+
+    def _results(self, job: PBoxJob, keys: np.ndarray, last: np.ndarray) -> np.ndarray:
+        """The result of each key in ``keys`` for every member, rank by rank, as one block of frames;
+        headers from ``last``, the packet that completed each key (as ``_result`` builds one)."""
+        st = self.state[job.job]
+        n = len(st.ranks)
+        totals = st.acc.reshape(-1, job.elements)[keys]
+        hdr = np.repeat(last, n)
+        hdr["rank"] = np.tile(st.ranks, len(keys))
+        hdr["flags"] = np.repeat(RESULT | ROUTE | np.where(keys >= job.slots, VER, 0)
+                                 | np.where(np.abs(totals).max(axis=1) > INT32_MAX, OVERFLOW, 0), n)
+        hdr["exp"], hdr["count"] = np.repeat(st.exp.reshape(-1)[keys], n), job.elements
+        return build_frames(self.node, st.node_of[hdr["rank"]], hdr, np.repeat(totals.astype(np.int32), n, axis=0))
 
     def receive(self, frame: bytes, now: float) -> list[bytes]:
         pkt = parse_frame(frame)
