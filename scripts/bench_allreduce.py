@@ -13,8 +13,9 @@ of the runs), "in processes" the part the switch and host processes were
 charged with; a row at or above 80% of all cores was CPU-bound, so the
 emulation, not the links, set its time. (A row below that can still be held
 up by the CPUs: processes that become runnable together wait for each other
-on 2 cores; README's Performance section shows this for the ring.) It also names the highest link rate at which in-network goodput was
->= 90%, and the highest at which every mode was within 10% of theory.
+on 2 cores; README's Performance section shows this for the ring.) It also
+names the highest link rate at which in-network goodput was >= 90%, and the
+highest at which every mode was within 10% of theory.
 """
 
 import argparse
