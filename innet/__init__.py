@@ -29,6 +29,7 @@ from innet.program import (
     Register,
     SwitchProgram,
     ToPBox,
+    group_by,
     on_batch,
     on_packet,
     on_start,
@@ -39,5 +40,5 @@ __all__ = [
     "ABORT", "ALL_RANKS", "FALLBACK", "OVERFLOW", "RESULT", "RETX", "ROUTE", "SPARSE", "VER",
     "InnetAgg", "Packet", "make_packet",
     "Batch", "Context", "Drop", "Emit", "EmitMany", "JobPort", "Multicast", "Register", "SwitchProgram", "ToPBox",
-    "on_batch", "on_packet", "on_start", "on_timer",
+    "group_by", "on_batch", "on_packet", "on_start", "on_timer",
 ]

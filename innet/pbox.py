@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from innet.packet import ABORT, INPUT_JOB, OVERFLOW, RESULT, ROUTE, SPARSE, VER, FrameBlock, Packet, build_frames, make_packet, parse_frame
+from innet.program import group_by
 from innet.sparse import densify, encode
 from innet.ssp import Consistency, ParameterKeys
 from innet.worker import Frames
@@ -140,10 +141,8 @@ class PBoxServer:
         if not plain.any():
             return rows[:0]
         rows, hdr, key, rank = rows[plain], hdr[plain], key[plain], rank[plain]
-        order = np.argsort(key, kind="stable")  # a key's packets together, in arrival order
-        keys = key[order]
-        starts = np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
-        keys, ends = keys[starts], np.append(starts[1:], len(order))
+        order, starts, sizes = group_by(key)  # a key's packets together, in arrival order
+        keys = key[order][starts]
         chunk, bits = hdr["chunk"].astype(np.int64)[order], np.uint64(1) << rank[order].astype(np.uint64)
         first = np.minimum.reduceat(chunk, starts)
         group_bits = np.bitwise_or.reduceat(bits, starts)
@@ -155,9 +154,9 @@ class PBoxServer:
               & (new | joins))
         if not ok.any():
             return rows[:0]
-        took = order[np.repeat(ok, ends - starts)]
-        keys, new, first, group_bits, starts, ends = keys[ok], new[ok], first[ok], group_bits[ok], starts[ok], ends[ok]
-        begins = np.concatenate(([0], np.cumsum(ends - starts)[:-1]))
+        took = order[np.repeat(ok, sizes)]
+        keys, new, first, group_bits, starts, sizes = keys[ok], new[ok], first[ok], group_bits[ok], starts[ok], sizes[ok]
+        begins = np.concatenate(([0], np.cumsum(sizes)[:-1]))
         acc = st.acc.reshape(-1, job.elements)
         acc[keys] = np.where(new[:, None], 0, acc[keys]) + np.add.reduceat(
             block.values(rows[took], job.elements).astype(np.int64), begins)
@@ -169,7 +168,7 @@ class PBoxServer:
         complete = flat["seen"][keys] == st.full
         if complete.any():
             flat["done"][keys[complete]] = True
-            out.append(self._results(job, keys[complete], hdr[order[ends[complete] - 1]]))
+            out.append(self._results(job, keys[complete], hdr[order[starts[complete] + sizes[complete] - 1]]))
         return rows[took]
 
     def _results(self, job: PBoxJob, keys: np.ndarray, last: np.ndarray) -> np.ndarray:

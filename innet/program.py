@@ -101,6 +101,16 @@ class Batch:
                       int(self.dst[k]), int(self.band[k]))
 
 
+def group_by(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Group equal ``keys`` (e.g. a batch's slots): ``(order, starts, sizes)``, where ``order`` sorts
+    ``keys`` stably (each group's members stay in arrival order) and group g is
+    ``order[starts[g]:starts[g] + sizes[g]]`` — the shape ``np.ufunc.reduceat`` wants."""
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
+    return order, starts, np.append(starts[1:], len(order)) - starts
+
+
 Action = Emit | Multicast | Drop | ToPBox | EmitMany
 HandlerResult = Action | Iterable[Action] | None
 

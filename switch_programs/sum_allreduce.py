@@ -40,6 +40,7 @@ from innet import (
     Multicast,
     Register,
     SwitchProgram,
+    group_by,
     make_packet,
     on_batch,
     on_packet,
@@ -148,11 +149,9 @@ class SumAllreduce(SwitchProgram):
             plain = flags[order] & ~VER == 0
             group_bits, exps, distinct = bits[order], hdr["exp"][order], True
         else:
-            order = order[np.argsort(key[order], kind="stable")]
-            sorted_keys = key[order]
-            starts = np.flatnonzero(np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1])))
-            sizes = np.append(starts[1:], len(order)) - starts
-            slots = sorted_keys[starts]
+            by_slot, starts, sizes = group_by(key[order])
+            order = order[by_slot]
+            slots = key[order][starts]
             first = np.minimum.reduceat(chunk[order], starts)
             plain = np.logical_and.reduceat(flags[order] & ~VER == 0, starts)  # no retransmission in the group
             last = np.maximum.reduceat(chunk[order], starts)
