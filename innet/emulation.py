@@ -149,13 +149,22 @@ def _signals_as_interrupts() -> Iterator[None]:
 
 
 @contextmanager
-def _signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM wait until the block is over: what it creates is recorded before an interrupt lands."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+def _signals_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM that arrive during the block interrupt right after it: what the block creates is
+    recorded before an interrupt lands. Python-level handlers, not a signal mask: the kernel may hand a
+    signal to any thread that does not block it (numpy's BLAS thread, for one), and Python then runs the
+    handler in the main thread whatever the main thread's mask is."""
+    caught: list[int] = []
+    old: dict[signal.Signals, Any] = {}
     try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, lambda signum, _frame: caught.append(signum))
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if caught:
+            raise KeyboardInterrupt
 
 
 def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli: bool = False,
@@ -192,21 +201,21 @@ def network(graph: nx.Graph) -> Iterator[Emulation]:
 @contextmanager
 def _emulation(graph: nx.Graph, run_id: str) -> Iterator[Emulation]:
     """The network of ``graph`` built, with its run directory and state file; all of it removed on exit,
-    SIGINT and SIGTERM included. The state file and run directory are made with those signals held, so
-    an interrupt cannot land between creating them and recording that they exist."""
+    SIGINT and SIGTERM included. The state file and run directory are made with those signals deferred,
+    so an interrupt cannot land between creating them and recording that they exist."""
     run_dir = f"/tmp/innet-{run_id}"
     state: RunState | None = None
     emu: Emulation | None = None
     with _signals_as_interrupts():
         try:
-            with _signals_held():
+            with _signals_deferred():
                 os.makedirs(run_dir)
                 state = RunState(run_id, run_dir)
             emu = Emulation(graph, state, run_dir)
             emu.build()
             yield emu
         finally:
-            with _signals_held():
+            with _signals_deferred():
                 if emu is not None:
                     emu.teardown()
                 if state is not None:
@@ -239,8 +248,9 @@ class Emulation:
         names = sorted(graph, key=natural_key)
         self.state.add_intfs([f"{n}-eth{p}" for n in names for p in range(graph.degree(n))])
         for name in names:
-            node = net.addHost(name, cls=Host, ip=None, inNamespace=True)
-            self.state.add_pid(f"mininet:{name}", node.pid)
+            with _signals_deferred():  # a node's shell is recorded before an interrupt can land
+                node = net.addHost(name, cls=Host, ip=None, inNamespace=True)
+                self.state.add_pid(f"mininet:{name}", node.pid)
         unshaped = 0
         shaped: list[tuple[str, str]] = []
         for u, v, data in sorted(graph.edges(data=True), key=lambda e: link_name(e[0], e[1])):
@@ -269,12 +279,13 @@ class Emulation:
         """Start ``args`` inside node ``name`` (or, with None, here), recorded for teardown."""
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
         proc: subprocess.Popen[bytes]
-        if name is None:
-            proc = subprocess.Popen(args, env=env, **kw)
-        else:
-            proc = self.net.get(name).popen(args, env=env, **kw)
-        self.procs.append(proc)
-        self.state.add_pid(f"innet:{name or 'root'}", proc.pid)
+        with _signals_deferred():  # a process is recorded before an interrupt can land
+            if name is None:
+                proc = subprocess.Popen(args, env=env, **kw)
+            else:
+                proc = self.net.get(name).popen(args, env=env, **kw)
+            self.procs.append(proc)
+            self.state.add_pid(f"innet:{name or 'root'}", proc.pid)
         return proc
 
     spawn = _popen

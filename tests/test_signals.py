@@ -1,0 +1,47 @@
+"""Interrupts wait until what a run creates is recorded (innet.emulation's deferred blocks); no root needed."""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from innet.emulation import _signals_as_interrupts, _signals_deferred
+
+
+@pytest.fixture
+def another_thread():
+    """A second thread that does not block signals, as numpy's BLAS thread in every innet run: the kernel
+    may hand it a process's SIGINT, and Python then runs the handler in the main thread."""
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    yield
+    stop.set()
+    thread.join()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupt_lands_only_after_the_deferred_block(another_thread, sig):
+    for _ in range(10):
+        steps = []
+        with pytest.raises(KeyboardInterrupt):
+            with _signals_as_interrupts():
+                with _signals_deferred():
+                    os.kill(os.getpid(), sig)
+                    time.sleep(0.01)  # the handler has every chance to run here
+                    steps.append("recorded")
+                steps.append("went on")
+        assert steps == ["recorded"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def test_a_block_without_a_signal_is_not_interrupted_and_restores_the_handlers(another_thread):
+    with _signals_as_interrupts():
+        term = signal.getsignal(signal.SIGTERM)
+        with _signals_deferred():
+            assert signal.getsignal(signal.SIGTERM) is not term
+        assert signal.getsignal(signal.SIGTERM) is term
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
