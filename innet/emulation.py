@@ -64,13 +64,16 @@ def machine_ticks() -> tuple[int, int]:
     return sum(ticks) - ticks[3] - ticks[4], sum(ticks)  # idle and iowait are not busy
 
 
-def bottlenecks(stats: dict[str, dict[str, Any]], host_cpu_s: float = 0.0, wall: float = 0.0) -> list[str]:
-    """Say when CPUs, not the links, limited the run: a CPU-bound switch, socket drops, or a saturated machine."""
+def bottlenecks(stats: dict[str, dict[str, Any]], host_cpu_s: float = 0.0, wall: float = 0.0,
+                machine_busy: float = 0.0) -> list[str]:
+    """Say when CPUs, not the links, limited the run: a CPU-bound switch, socket drops, or a saturated
+    machine (``machine_busy``: every CPU's busy cores from /proc/stat, the kernel's link work included)."""
     out = []
+    cores = os.cpu_count() or 1
     busy = busy_cores(stats, host_cpu_s, wall)
-    if busy >= CPU_BOUND * (os.cpu_count() or 1):
-        out.append(f"switches and hosts kept {busy:.1f} of the machine's {os.cpu_count()} cores busy: "
-                   "the emulation was CPU-bound, not link-bound")
+    if max(busy, machine_busy) >= CPU_BOUND * cores:
+        out.append(f"the machine kept {max(busy, machine_busy):.1f} of its {cores} cores busy ({busy:.1f} in switch and "
+                   "host processes, the rest in the kernel): the emulation was CPU-bound, not link-bound")
     for sw, st in sorted(stats.items(), key=lambda kv: natural_key(kv[0])):
         if st["cpu_share"] >= CPU_BOUND:
             out.append(f"switch {sw} was CPU-bound ({100 * st['cpu_share']:.0f}% of a core during the all-reduce): "
@@ -470,7 +473,7 @@ class Emulation:
             switch_memory_bytes={sw: st.get("memory_bytes", 0) for sw, st in stats.items()},
             switch_cpu_share={sw: round(st["cpu_share"], 3) for sw, st in stats.items()},
             busy_cores=round(busy_cores(stats, host_cpu, wall), 2), machine_busy_cores=round(machine_busy, 2),
-            warnings=bottlenecks(stats, host_cpu, wall),
+            warnings=bottlenecks(stats, host_cpu, wall, machine_busy),
             switch_counters={sw: st.get("counters", {}) for sw, st in stats.items()},
             **({"input": self._input_record(rp.input, stats)} if rp.input is not None else {}),
         )
