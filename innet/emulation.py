@@ -72,8 +72,8 @@ def bottlenecks(stats: dict[str, dict[str, Any]], host_cpu_s: float = 0.0, wall:
     cores = os.cpu_count() or 1
     busy = busy_cores(stats, host_cpu_s, wall)
     if max(busy, machine_busy) >= CPU_BOUND * cores:
-        out.append(f"the machine kept {max(busy, machine_busy):.1f} of its {cores} cores busy ({busy:.1f} in switch and "
-                   "host processes, the rest in the kernel): the emulation was CPU-bound, not link-bound")
+        out.append(f"the machine kept {max(busy, machine_busy):.1f} of its {cores} cores busy ({busy:.1f} of them in switch "
+                   "and host processes): the emulation was CPU-bound, not link-bound")
     for sw, st in sorted(stats.items(), key=lambda kv: natural_key(kv[0])):
         if st["cpu_share"] >= CPU_BOUND:
             out.append(f"switch {sw} was CPU-bound ({100 * st['cpu_share']:.0f}% of a core during the all-reduce): "

@@ -237,8 +237,8 @@ def test_a_machine_the_kernel_saturates_is_named_although_the_processes_are_not(
     quiet = {"s1": {"cpu_share": 0.1}}
     assert bottlenecks(quiet, host_cpu_s=0.0, wall=1.0, machine_busy=0.95 * CPU_BOUND * cores) == []
     [warning] = bottlenecks(quiet, host_cpu_s=0.0, wall=1.0, machine_busy=CPU_BOUND * cores)
-    assert warning.startswith(f"the machine kept {CPU_BOUND * cores:.1f} of its {cores} cores busy (0.1 in switch and host processes")
-    assert warning.endswith("CPU-bound, not link-bound")
+    assert warning == (f"the machine kept {CPU_BOUND * cores:.1f} of its {cores} cores busy (0.1 of them in switch and "
+                       "host processes): the emulation was CPU-bound, not link-bound")
 
 
 def test_pool_slots_reach_the_switch_processes_and_the_record_says_how_busy_the_cores_were():
