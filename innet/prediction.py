@@ -16,7 +16,7 @@ import networkx as nx
 from innet.graph import link_name, natural_key, routes, tier
 from innet.packet import PAYLOAD_OFFSET
 from innet.planner import JobPlan
-from innet.ring import ACK_EVERY, ACK_SPAN
+from innet.ring import ACK_EVERY, ACK_SPAN, ring_geometry
 
 
 def frame_bytes(count: int) -> int:
@@ -88,8 +88,7 @@ def ring_direction_bytes(graph: nx.Graph, workers: Sequence[str], elements: int,
     n = len(workers)
     if n < 2:
         return {}
-    bounds = [elements * i // n for i in range(n + 1)]
-    pieces = max(1, -(-max(bounds[i + 1] - bounds[i] for i in range(n)) // per_packet))
+    segments, pieces = ring_geometry(elements, n, per_packet)
     ack = frame_bytes(1 + ACK_SPAN // 32)
     out: Counter[tuple[str, str]] = Counter()
     for r in range(n):
@@ -97,9 +96,8 @@ def ring_direction_bytes(graph: nx.Graph, workers: Sequence[str], elements: int,
         sent = (n - 1) * frame_bytes(0)
         for k in range(2 * (n - 1)):
             seg = (r - k) % n if k < n - 1 else (r + 1 - (k - (n - 1))) % n
-            size = bounds[seg + 1] - bounds[seg]
-            sent += sum(frame_bytes(min(per_packet, size - j * per_packet)) for j in range(pieces)
-                        if j * per_packet < size or j == 0)
+            size = segments[seg][1] - segments[seg][0]
+            sent += sum(frame_bytes(max(0, min(per_packet, size - j * per_packet))) for j in range(pieces))
         acks = (n - 1) * ack + 2 * (n - 1) * (-(-pieces // ACK_EVERY)) * ack
         for u, v in path_links(graph, src, dst):
             out[(u, v)] += sent

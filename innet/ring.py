@@ -51,6 +51,13 @@ ACK_SPAN = 1024  # pieces an ACK's bitmap covers above its cumulative point (128
 WINDOW = 256
 
 
+def ring_geometry(length: int, n: int, per_packet: int) -> tuple[list[tuple[int, int]], int]:
+    """The ring's ``n`` segments of a tensor of ``length`` values (sizes differ by at most one), and the
+    pieces every step sends: as many as the longest segment needs, so a shorter segment's last may be empty."""
+    segments = [(length * i // n, length * (i + 1) // n) for i in range(n)]
+    return segments, max(1, -(-max(b - a for a, b in segments) // per_packet))
+
+
 class RingCall:
     """One worker's part of one ring all-reduce; same endpoint interface as the others."""
 
@@ -62,9 +69,7 @@ class RingCall:
         self.rank = spec.rank
         self.next_node, self.prev_node = ring[(spec.rank + 1) % n], ring[(spec.rank - 1) % n]
         self.tensor = np.ascontiguousarray(tensor, np.float32).ravel()
-        bounds = np.linspace(0, len(self.tensor), n + 1).astype(int) if n > 1 else np.array([0, len(self.tensor)])
-        self.segments = [(int(bounds[i]), int(bounds[i + 1])) for i in range(n)]
-        self.pieces = max(1, -(-max(b - a for a, b in self.segments) // spec.elements))
+        self.segments, self.pieces = ring_geometry(len(self.tensor), n, spec.elements)
         self.first = first_chunk
         self.end = first_chunk + self.pieces
         self.steps = 3 * (n - 1)

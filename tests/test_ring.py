@@ -95,3 +95,16 @@ def test_a_block_of_data_frames_is_byte_exact_with_single_packets():
                        chunk=piece.chunk, flags=ROUTE, exp=call.q).to_frame(NODES[1], NODES[2], call.data_band)
     assert frame == want
     assert call.scale == fixedpoint.scale_for(call.q, len(NODES))
+
+
+@pytest.mark.parametrize("elements", [1, 3, 1025, 2049, 5001])
+def test_the_ring_moves_the_bytes_the_prediction_says(elements):
+    """Segments of unequal piece counts (1025 values: 256, 256, 256 and 257, so two pieces a step and an
+    empty last piece for three of them) are priced as sent: every step sends the same number of pieces."""
+    from innet.experiment import RunSpec
+    from innet.local import run_local
+    from topologies import build
+
+    result = run_local(build("leaf-spine", racks=2, hosts_per_rack=2), RunSpec(mode="ring", elements=elements, iterations=2))
+    assert result["correct"], result["errors"]
+    assert result["link_bytes"] == result["predicted_link_bytes"]
