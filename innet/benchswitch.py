@@ -17,6 +17,7 @@ from typing import Any
 from innet.emulation import Control, network
 from innet.experiment import switch_configs
 from innet.graph import node_indices
+from innet.packet import JUMBO_MTU
 from innet.planner import plan_job
 from innet.serialize import config_to_json
 from topologies.star import star
@@ -56,12 +57,8 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
     graph = star(hosts, bw=100_000.0, pbox=False)  # above TCLink's range: left unshaped, veth speed
     idx = node_indices(graph)
     senders = [f"h{i + 1}" for i in range(workers)]
-    with network(graph) as emu:
+    with network(graph, JUMBO_MTU) as emu:  # room for 1024 elements per frame (4154 bytes)
         s1 = emu.net.get("s1")
-        for node in emu.net.hosts:  # room for 1024 elements per frame (4154 bytes)
-            for intf in node.intfNames():
-                if intf != "lo":
-                    node.cmd(f"ip link set {intf} mtu 9000")
         control = None
         if target == "bridge":
             s1.cmd("ip link add br0 type bridge && ip link set br0 up")

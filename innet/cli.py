@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any, NoReturn
 
+from innet.emulation import TCLINK_MAX_MBPS
 from innet.errors import UserError
 from innet.experiment import RunSpec
 from innet.faults import FaultSpec, parse_link_fault
@@ -17,8 +18,6 @@ from innet.modes import MODES
 from innet.packet import BANDS
 from innet.planner import METHODS
 from innet.workloads import WORKLOADS
-
-TCLINK_MAX_MBPS = 1000.0
 
 
 class _Parser(argparse.ArgumentParser):
@@ -113,6 +112,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--pool-slots", type=int, default=0, metavar="N",
                    help="slots in every switch's aggregation pool (per version), e.g. to cover a link's "
                         "bandwidth-delay product (default: the program's own, 128 for sum_allreduce)")
+    p.add_argument("--packet-elements", type=int, default=0, metavar="N",
+                   help="gradient values per packet (default: the program's own, 256 for sum_allreduce); frames "
+                        "longer than Ethernet's 1500 bytes get jumbo MTUs on every link, up to 2239 values")
     p.add_argument("--switch-memory", type=int, default=4 << 20, help="register memory per switch, bytes (default 4 MiB)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds without progress before an all-reduce fails (default 10)")
     p.add_argument("--json", default=None, help="also write the results JSON to this path")
@@ -161,7 +163,7 @@ def _spec(args: argparse.Namespace) -> RunSpec:
                    workers=None if args.topo == "star" else args.workers, elements=args.elements,
                    iterations=args.iterations, seed=args.seed, faults=faults,
                    switch_memory=args.switch_memory, timeout=args.timeout, jobs=args.jobs, job_slots=args.job_slots,
-                   pool_slots=args.pool_slots,
+                   pool_slots=args.pool_slots, packet_elements=args.packet_elements,
                    job_priority=job_priority, input_elements=args.input_elements, shared_input=args.shared_input,
                    link_faults=link_faults, workload=args.workload or "", workload_scale=args.workload_scale,
                    pipeline=args.pipeline, compute_scale=args.compute_scale, min_rto=0.001 if args.backend == "local" else 0.02)

@@ -32,7 +32,8 @@ from innet.errors import UserError
 from innet.experiment import RunSpec, WorkerOutcome, run_record, tally_drops
 from innet.graph import is_switch, link_name, natural_key, port_to, ports
 from innet.modes import RunPlan, installed_configs, pbox_servers, plan_run
-from innet.programs import load_program
+from innet.packet import link_mtu
+from innet.programs import program_of
 from innet.serialize import config_to_json, spec_to_json
 
 TCLINK_MAX_MBPS = 1000.0
@@ -182,30 +183,30 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     from mininet.log import setLogLevel
 
     setLogLevel("critical")
-    program = load_program(run.program, run.pool_slots)
+    program = program_of(run)
     rp = plan_run(graph, run, program)
     configs = installed_configs(graph, run, rp)
     run_id = f"{os.getpid()}-{time.strftime('%H%M%S')}"
-    with _emulation(graph, run_id) as emu:
+    with _emulation(graph, run_id, link_mtu(program.elements)) as emu:
         emu.start_switches(run, program, configs, pcap_dir)
         return emu.execute(run, rp, pbox_cores, crash or {}, intruders or [], cli)
 
 
 @contextmanager
-def network(graph: nx.Graph) -> Iterator[Emulation]:
+def network(graph: nx.Graph, mtu: int = 1500) -> Iterator[Emulation]:
     """A bare Mininet network of ``graph`` (nothing started on it), removed on exit: for benchmarks."""
     from mininet.log import setLogLevel
 
     setLogLevel("critical")
-    with _emulation(graph, f"{os.getpid()}-{time.strftime('%H%M%S')}-bench") as emu:
+    with _emulation(graph, f"{os.getpid()}-{time.strftime('%H%M%S')}-bench", mtu) as emu:
         yield emu
 
 
 @contextmanager
-def _emulation(graph: nx.Graph, run_id: str) -> Iterator[Emulation]:
-    """The network of ``graph`` built, with its run directory and state file; all of it removed on exit,
-    SIGINT and SIGTERM included. The state file and run directory are made with those signals deferred,
-    so an interrupt cannot land between creating them and recording that they exist."""
+def _emulation(graph: nx.Graph, run_id: str, mtu: int) -> Iterator[Emulation]:
+    """The network of ``graph`` built, every link's MTU ``mtu``, with its run directory and state file; all of
+    it removed on exit, SIGINT and SIGTERM included. The state file and run directory are made with those
+    signals deferred, so an interrupt cannot land between creating them and recording that they exist."""
     run_dir = f"/tmp/innet-{run_id}"
     state: RunState | None = None
     emu: Emulation | None = None
@@ -214,7 +215,7 @@ def _emulation(graph: nx.Graph, run_id: str) -> Iterator[Emulation]:
             with _signals_deferred():
                 os.makedirs(run_dir)
                 state = RunState(run_id, run_dir)
-            emu = Emulation(graph, state, run_dir)
+            emu = Emulation(graph, state, run_dir, mtu)
             emu.build()
             yield emu
         finally:
@@ -228,8 +229,9 @@ def _emulation(graph: nx.Graph, run_id: str) -> Iterator[Emulation]:
 
 
 class Emulation:
-    def __init__(self, graph: nx.Graph, state: RunState, run_dir: str) -> None:
+    def __init__(self, graph: nx.Graph, state: RunState, run_dir: str, mtu: int) -> None:
         self.graph = graph
+        self.mtu = mtu
         self.state = state
         self.run_dir = run_dir
         self.net: Any = None
@@ -273,6 +275,8 @@ class Emulation:
             for intf in node.intfNames():
                 if intf != "lo":
                     node.cmd(f"ethtool -K {intf} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1")
+                    if self.mtu != 1500:  # frames longer than Ethernet's (--packet-elements): jumbo links
+                        node.cmd(f"ip link set {intf} mtu {self.mtu}")
         for name, intf in shaped:  # strict-priority queues under the shaper (innet.rawport.SOCKET_PRIORITY)
             error = net.get(name).cmd(f"tc qdisc add dev {intf} parent 5:1 handle 10: pfifo_fast")
             if error.strip():
@@ -299,8 +303,9 @@ class Emulation:
         if pcap_dir:
             self._start_pcaps(pcap_dir, switches)
         for i, sw in enumerate(switches):
-            conf = {"program": run.program, "pool_slots": run.pool_slots, "ports": {p: f"{sw}-eth{p}" for p in configs[sw].ports},
-                    "faults": _faults(graph, run, sw), "seed": run.seed * 1000 + i, "control": os.path.join(self.run_dir, f"{sw}.sock")}
+            conf = {"program": run.program, "pool_slots": run.pool_slots, "packet_elements": run.packet_elements,
+                    "ports": {p: f"{sw}-eth{p}" for p in configs[sw].ports}, "faults": _faults(graph, run, sw),
+                    "seed": run.seed * 1000 + i, "control": os.path.join(self.run_dir, f"{sw}.sock")}
             self._write(f"{sw}.json", conf)
             with open(os.path.join(self.run_dir, f"{sw}.log"), "wb") as log_file:
                 self._popen(sw, [sys.executable, "-m", "innet.node", "switch", os.path.join(self.run_dir, f"{sw}.json")],

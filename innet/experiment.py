@@ -51,6 +51,7 @@ class RunSpec:
     timeout: float = 10.0
     jobs: int = 1
     pool_slots: int = 0  # slots in every switch's pool, per version (0: the program's own)
+    packet_elements: int = 0  # gradient values per packet (0: the program's own)
     job_slots: int = 0  # slots each job asks of every switch (0: the pool divided by the jobs)
     job_priority: tuple[int, ...] = ()  # each job's priority band, job 1 first (empty: band 0 for all)
     link_faults: tuple[tuple[str, FaultSpec], ...] = ()  # per link ("a--b") or direction ("a->b")
@@ -353,8 +354,8 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Any, backend: str, outcomes: S
     return {
         "mode": run.mode, "backend": backend, "program": run.program,
         "placement": (methods[0] if len(methods) == 1 else "+".join(methods)) if run.mode == "innet" else run.mode,
-        "workers": sum(len(p.workers) for p in rp.plans), "elements": run.elements, "iterations": run.iterations,
-        "seed": run.seed, "correct": all(j["correct"] for j in jobs),
+        "workers": sum(len(p.workers) for p in rp.plans), "elements": run.elements, "packet_elements": rp.per_packet,
+        "iterations": run.iterations, "seed": run.seed, "correct": all(j["correct"] for j in jobs),
         "max_abs_error": max(j["max_abs_error"] for j in jobs),
         "completion_s": max(j["completion_s"] for j in jobs),
         "link_bytes": dict(sorted(link_bytes.items(), key=lambda kv: natural_key(kv[0]))),

@@ -10,7 +10,7 @@ from innet.ensemble import InputReceiver, InputServer, input_summary
 from innet.experiment import RunSpec, outcome_of, run_record, tally_drops, training_outcome
 from innet.fabric import Endpoint, Fabric
 from innet.modes import RunPlan, host_endpoint, installed_configs, pbox_servers, plan_run
-from innet.programs import load_program
+from innet.programs import program_of
 from innet.runtime import SwitchRuntime
 from innet.ssp import SSPWorker
 from innet.worker import Frames, WorkerProcess
@@ -21,7 +21,7 @@ class LocalRun:
 
     def __init__(self, graph: nx.Graph, run: RunSpec, pbox_cores: int = 1, crash: dict[str, float] | None = None) -> None:
         self.graph, self.run = graph, run
-        self.program = load_program(run.program, run.pool_slots)
+        self.program = program_of(run)
         self.rp: RunPlan = plan_run(graph, run, self.program)
         self.fabric = Fabric(graph, faults=run.faults_on, seed=run.seed)
         configs = installed_configs(graph, run, self.rp)

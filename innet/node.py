@@ -93,7 +93,7 @@ def _wait_ms(*deadlines: float | None) -> int:
 
 
 def serve_switch(conf: dict[str, Any]) -> int:
-    program = load_program(conf["program"], conf.get("pool_slots", 0))
+    program = load_program(conf["program"], conf.get("pool_slots", 0), conf.get("packet_elements", 0))
     ports = {int(p): RawPort(name) for p, name in conf["ports"].items()}
     egress = Egress(ports, conf["faults"], conf["seed"])
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

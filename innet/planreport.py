@@ -10,7 +10,7 @@ from innet.metrics import cross_rack_bytes, tier_bytes
 from innet.modes import plan_run
 from innet.planner import JobPlan
 from innet.prediction import predicted_link_bytes, tier_lower_bounds
-from innet.programs import load_program
+from innet.programs import program_of
 
 
 def _job_lines(run: RunSpec, plan: JobPlan, outcome: str) -> list[str]:
@@ -29,7 +29,7 @@ def _job_lines(run: RunSpec, plan: JobPlan, outcome: str) -> list[str]:
 
 
 def plan_report(graph: nx.Graph, run: RunSpec) -> str:
-    program = load_program(run.program, run.pool_slots)
+    program = program_of(run)
     rp = plan_run(graph, run, program)
     lines = [f"topology {graph.graph.get('name', '?')}: mode {run.mode}, placement {run.placement}, {len(rp.plans)} job(s)"]
     links: dict[str, int] = {}

@@ -5,9 +5,14 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import os
+from typing import TYPE_CHECKING
 
 from innet.errors import UserError
+from innet.packet import JUMBO_MTU, MAX_PACKET_ELEMENTS
 from innet.program import SwitchProgram
+
+if TYPE_CHECKING:
+    from innet.experiment import RunSpec
 
 PROGRAM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "switch_programs")
 
@@ -16,9 +21,10 @@ def available() -> list[str]:
     return sorted(f[:-3] for f in os.listdir(PROGRAM_DIR) if f.endswith(".py") and not f.startswith("_"))
 
 
-def load_program(name: str, pool_slots: int = 0) -> type[SwitchProgram]:
+def load_program(name: str, pool_slots: int = 0, packet_elements: int = 0) -> type[SwitchProgram]:
     """The SwitchProgram subclass defined in ``switch_programs/<name>.py`` or in file ``name``;
-    with ``pool_slots``, a subclass of it whose slot pool has that many slots (per version)."""
+    with ``pool_slots`` or ``packet_elements``, a subclass of it whose slot pool has that many slots
+    (per version), or whose packets carry that many values."""
     path = name if name.endswith(".py") else os.path.join(PROGRAM_DIR, name.replace("-", "_") + ".py")
     if not os.path.isfile(path):
         raise UserError(f"unknown program {name!r}; available: {', '.join(available())} (or a path to a .py file)")
@@ -39,8 +45,21 @@ def load_program(name: str, pool_slots: int = 0) -> type[SwitchProgram]:
     program = found[0]
     if program.memory_bytes() < 0 or program.slots < 0 or program.elements < 1:
         raise UserError(f"program {program.name}: slots and elements must be positive")
+    sized: dict[str, int] = {}
     if pool_slots:
         if not program.slots:
             raise UserError(f"program {program.name} keeps no slot pool: --pool-slots does not apply to it")
-        program = type(program.__name__, (program,), {"slots": pool_slots, "__module__": program.__module__})
+        sized["slots"] = pool_slots
+    if packet_elements:
+        if not 1 <= packet_elements <= MAX_PACKET_ELEMENTS:
+            raise UserError(f"--packet-elements must be 1..{MAX_PACKET_ELEMENTS} (a frame must fit a {JUMBO_MTU}-byte "
+                            f"jumbo MTU), got {packet_elements}")
+        sized["elements"] = packet_elements
+    if sized:
+        program = type(program.__name__, (program,), {**sized, "__module__": program.__module__})
     return program
+
+
+def program_of(run: RunSpec) -> type[SwitchProgram]:
+    """The switch program ``run`` names, with its pool and packet size."""
+    return load_program(run.program, run.pool_slots, run.packet_elements)

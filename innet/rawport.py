@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from innet.mmsg import FrameBuffer
-from innet.packet import HEADER_DTYPE, HEADER_OFFSET, TOS_OFFSET, FrameBlock, band_of, parse_block
+from innet.packet import ETH_LEN, HEADER_DTYPE, HEADER_OFFSET, TOS_OFFSET, FrameBlock, band_of, parse_block
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
@@ -28,7 +28,6 @@ SO_SNDBUFFORCE = 32
 SO_ATTACH_FILTER = 26
 BUFFER_BYTES = 16 << 20
 SIOCGIFMTU = 0x8921
-ETH_HEADER = 14
 # The socket priority that pfifo_fast (the strict-priority qdisc under each link's shaper) puts in band
 # 0, 1, 2: TC_PRIO_INTERACTIVE, TC_PRIO_BESTEFFORT, TC_PRIO_BULK by its fixed priomap.
 SOCKET_PRIORITY = (6, 0, 2)
@@ -47,8 +46,8 @@ class RawPort:
         self.qdisc_waits = 0  # times a send found the link's queue full
         self.band = -1  # none set yet (the socket's priority 0 is pfifo_fast's band 1)
         mtu = struct.unpack("16si", fcntl.ioctl(self.sock, SIOCGIFMTU, struct.pack("16si", ifname.encode(), 0)))[1]
-        self.rx = FrameBuffer(max_batch, ETH_HEADER + mtu)
-        self.tx = FrameBuffer(max_batch, ETH_HEADER + mtu)
+        self.rx = FrameBuffer(max_batch, ETH_LEN + mtu)
+        self.tx = FrameBuffer(max_batch, ETH_LEN + mtu)
 
     def keep_slots(self, cores: int, core: int) -> None:
         """Attach a classic BPF filter: deliver only frames whose header slot % cores == core.

@@ -115,7 +115,8 @@ class SwitchRuntime:
         if need > config.memory_bytes:
             raise UserError(
                 f"program {program.name} needs {need} bytes of register memory but switch "
-                f"{config.name} has {config.memory_bytes}; lower its slots (--pool-slots) or elements, or raise --switch-memory"
+                f"{config.name} has {config.memory_bytes}; lower its slots (--pool-slots) or elements "
+                "(--packet-elements), or raise --switch-memory"
             )
         for job in config.jobs.values():
             if job.aggregate and job.slot_base + job.slots > program.slots:

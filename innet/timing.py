@@ -119,13 +119,13 @@ def prediction_table(graph: nx.Graph, run: RunSpec, runs: list[dict[str, Any]], 
     """The model next to each measured run (also stored in the run as ``prediction``), with the error.
     ``hop``: per-hop processing time (default: 0 on local, MININET_HOP on mininet)."""
     from innet.modes import plan_run
-    from innet.programs import load_program
+    from innet.programs import program_of
 
     keys = ["iteration_s", "comm_wait_s", "next_forward_wait_s"] if run.workload else ["completion_s"]
     rows = [["mode", "backend", *[f"{k} {w}" for k in keys for w in ("measured", "model", "error")]]]
     for r in runs:
         spec = replace(run, mode=r["mode"])
-        rp = plan_run(graph, spec, load_program(spec.program, spec.pool_slots))
+        rp = plan_run(graph, spec, program_of(spec))
         per_hop = hop if hop is not None else 0.0 if r["backend"] == "local" else MININET_HOP
         r["prediction"] = predict(graph, spec, list(rp.plans), rp.per_packet, per_hop)
         row = [r["mode"], r["backend"]]

@@ -51,6 +51,22 @@ def test_allreduce_is_exact_and_identical_to_the_local_backend(topo, params, ele
     assert_nothing_left()
 
 
+@pytest.mark.parametrize("mode", ["innet", "pbox", "ring"])
+def test_jumbo_frames_are_exact_and_their_bytes_are_the_local_backends(mode):
+    """--packet-elements 2239: 9014-byte frames, the most a 9000-byte MTU takes, set on every link."""
+    from innet.packet import MAX_PACKET_ELEMENTS
+
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2)
+    spec = RunSpec(mode=mode, elements=50001, iterations=2, packet_elements=MAX_PACKET_ELEMENTS, min_rto=0.2)
+    real = run_mininet(graph, spec)
+    assert real["correct"], real["errors"]
+    assert real["packet_elements"] == MAX_PACKET_ELEMENTS and real["retransmissions"] == 0
+    local = run_local(graph, spec)
+    assert real["result_digest"] == local["result_digest"]
+    assert real["link_bytes"] == local["link_bytes"] == local["predicted_link_bytes"]
+    assert_nothing_left()
+
+
 @pytest.mark.parametrize("mode", ["innet", "pbox"])
 def test_topk_sparse_is_exact_and_its_bytes_are_the_local_backends(mode):
     """Sparse chunks of varying length through real sockets: exact sums, and the interfaces count

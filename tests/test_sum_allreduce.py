@@ -5,7 +5,7 @@ import pytest
 
 from innet.experiment import RunSpec
 from innet.local import run_local
-from innet.packet import ALL_RANKS, OVERFLOW, RESULT, RETX, VER, make_packet, parse_frame
+from innet.packet import ALL_RANKS, MAX_PACKET_ELEMENTS, OVERFLOW, PAYLOAD_OFFSET, RESULT, RETX, VER, link_mtu, make_packet, parse_frame
 from tests.helpers import ints, star_runtime
 from topologies import build
 
@@ -39,6 +39,36 @@ def test_pool_slots_sizes_every_switchs_pool_and_the_workers_window(pool):
     assert set(result["switch_memory_bytes"].values()) == {program.memory_bytes()}
     specs = plan_run(graph, run, program).specs[1]
     assert {s.slots for s in specs.values()} == {pool}  # each worker keeps that many chunks in flight
+
+
+@pytest.mark.parametrize("mode", ["innet", "pbox", "ring"])
+@pytest.mark.parametrize("per_packet", [1, 100, 1024, MAX_PACKET_ELEMENTS])
+def test_packet_elements_sizes_every_frame_and_the_bytes_follow(mode, per_packet):
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2)
+    result = run_local(graph, RunSpec(mode=mode, elements=5001, packet_elements=per_packet, iterations=2))
+    assert result["correct"], result["errors"]
+    assert result["packet_elements"] == per_packet
+    assert result["link_bytes"] == result["predicted_link_bytes"]
+    if mode != "ring":  # a worker's link carries its chunks up and the results down: one header per chunk frame
+        default = run_local(graph, RunSpec(mode=mode, elements=5001, iterations=2))
+        more_frames = -(-5001 // per_packet) - -(-5001 // 256)
+        assert result["link_bytes"]["h1--t1"] - default["link_bytes"]["h1--t1"] == 2 * 2 * PAYLOAD_OFFSET * more_frames
+
+
+def test_packet_elements_sizes_the_pool_and_is_bounded_by_a_jumbo_frame():
+    from innet.errors import UserError
+    from innet.programs import load_program
+
+    base = load_program("sum_allreduce")
+    wide = load_program("sum_allreduce", 0, 1024)
+    assert wide.elements == 1024 and wide.slots == base.slots == 128
+    assert wide.memory_bytes() - base.memory_bytes() == 2 * 128 * (1024 - 256) * 4  # two versions of int32 slots
+    assert load_program("sum_allreduce", 300, 1024).slots == 300
+    assert link_mtu(MAX_PACKET_ELEMENTS) == 9000 and link_mtu(MAX_PACKET_ELEMENTS + 1) > 9000
+    assert link_mtu(256) == 1500 and link_mtu(364) == 1500 and link_mtu(365) == 1504
+    for bad in (MAX_PACKET_ELEMENTS + 1, -1):
+        with pytest.raises(UserError, match=r"--packet-elements must be 1\.\.2239"):
+            load_program("sum_allreduce", 0, bad)
 
 
 def contribution(rank, values, chunk=5, slot=1, flags=0, port=None):
