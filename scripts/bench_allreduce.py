@@ -5,8 +5,9 @@ A star of N workers (and the PBox host) on links of 10, 25, 50, 100 and 200 Mbit
 each worker all-reduces a tensor sized to take ~1 s in-network at the link rate. Per mode:
 completion time (median of --runs), goodput = tensor bits / time / link rate
 (in-network's ceiling is the payload share of a frame, 1024/1082 = 94.6% at
-256 elements per packet, 4096/4154 = 98.6% at 1024: --packet-elements), and the ratio to in-network's time next to the
-theory: PBox ≈ N (its one link carries every worker's gradient), ring ≈ 2(N-1)/N.
+256 elements per packet, 4096/4154 = 98.6% at 1024: --packet-elements), and
+the ratio to in-network's time next to the theory: PBox ≈ N (its one link
+carries every worker's gradient), ring ≈ 2(N-1)/N.
 "cores busy" is how many of the machine's cores were busy during the
 all-reduce (/proc/stat, so the kernel's veth and shaper work is in it; median
 of the runs), "in processes" the part the switch and host processes were
@@ -19,6 +20,7 @@ highest at which every mode was within 10% of theory.
 """
 
 import argparse
+import dataclasses
 import os
 import statistics
 import sys
@@ -48,9 +50,8 @@ def main():
         elements = rate * 30_000
         times, busy = {}, {}
         for mode in ("innet", "pbox", "ring"):
-            runs = [run_mininet(graph, RunSpec(mode=mode, elements=elements, seed=k, pool_slots=args.pool_slots,
-                                                           packet_elements=args.packet_elements))
-                    for k in range(args.runs)]
+            spec = RunSpec(mode=mode, elements=elements, pool_slots=args.pool_slots, packet_elements=args.packet_elements)
+            runs = [run_mininet(graph, dataclasses.replace(spec, seed=k)) for k in range(args.runs)]
             assert all(r["correct"] for r in runs), [r["errors"] for r in runs]
             times[mode] = statistics.median(r["completion_s"] for r in runs)
             busy[mode] = (statistics.median(r["machine_busy_cores"] for r in runs),
