@@ -233,30 +233,6 @@ def test_ring_is_exact_on_mininet_and_close_to_its_prediction():
     assert_nothing_left()
 
 
-def test_bottleneck_warnings_name_the_cpu_bound_switch_and_socket_drops():
-    from innet.emulation import bottlenecks
-
-    stats = {"t1": {"cpu_share": 0.95, "socket_drops": {"t1-eth0": 0}},
-             "s1": {"cpu_share": 0.1, "socket_drops": {"s1-eth1": 12}}}
-    warnings = bottlenecks(stats, host_cpu_s=0.0, wall=1.0)
-    assert any(w.startswith("switch t1 was CPU-bound (95% of a core") for w in warnings)
-    assert any(w.startswith("switch s1 dropped frames at its sockets (s1-eth1: 12)") for w in warnings)
-    assert not any("s1 was CPU-bound" in w for w in warnings)
-    assert bottlenecks({"s1": {"cpu_share": 0.1}}, host_cpu_s=0.1, wall=1.0) == []
-
-
-def test_a_machine_the_kernel_saturates_is_named_although_the_processes_are_not():
-    """The PBox's one shaped link: its processes take one core, the kernel's veth and shaper work the rest."""
-    from innet.emulation import CPU_BOUND, bottlenecks
-
-    cores = os.cpu_count()
-    quiet = {"s1": {"cpu_share": 0.1}}
-    assert bottlenecks(quiet, host_cpu_s=0.0, wall=1.0, machine_busy=0.95 * CPU_BOUND * cores) == []
-    [warning] = bottlenecks(quiet, host_cpu_s=0.0, wall=1.0, machine_busy=CPU_BOUND * cores)
-    assert warning == (f"the machine kept {CPU_BOUND * cores:.1f} of its {cores} cores busy (0.1 of them in switch and "
-                       "host processes): the emulation was CPU-bound, not link-bound")
-
-
 def test_pool_slots_reach_the_switch_processes_and_the_record_says_how_busy_the_cores_were():
     from innet.programs import load_program
 
