@@ -32,7 +32,7 @@ from innet.errors import UserError
 from innet.experiment import RunSpec, WorkerOutcome, run_record, tally_drops
 from innet.graph import is_switch, link_name, natural_key, port_to, ports
 from innet.modes import RunPlan, installed_configs, pbox_servers, plan_run
-from innet.packet import link_mtu
+from innet.packet import ETH_MTU, link_mtu
 from innet.programs import program_of
 from innet.serialize import config_to_json, spec_to_json
 
@@ -65,15 +65,19 @@ def machine_ticks() -> tuple[int, int]:
     return sum(ticks) - ticks[3] - ticks[4], sum(ticks)  # idle and iowait are not busy
 
 
+def saturated(cores_busy: float) -> bool:
+    """Whether ``cores_busy`` cores on average is enough to call the whole machine CPU-bound."""
+    return cores_busy >= CPU_BOUND * (os.cpu_count() or 1)
+
+
 def bottlenecks(stats: dict[str, dict[str, Any]], host_cpu_s: float = 0.0, wall: float = 0.0,
                 machine_busy: float = 0.0) -> list[str]:
     """Say when CPUs, not the links, limited the run: a CPU-bound switch, socket drops, or a saturated
     machine (``machine_busy``: every CPU's busy cores from /proc/stat, the kernel's link work included)."""
     out = []
-    cores = os.cpu_count() or 1
     busy = busy_cores(stats, host_cpu_s, wall)
-    if max(busy, machine_busy) >= CPU_BOUND * cores:
-        out.append(f"the machine kept {max(busy, machine_busy):.1f} of its {cores} cores busy ({busy:.1f} of them in switch "
+    if saturated(max(busy, machine_busy)):
+        out.append(f"the machine kept {max(busy, machine_busy):.1f} of its {os.cpu_count()} cores busy ({busy:.1f} of them in switch "
                    "and host processes): the emulation was CPU-bound, not link-bound")
     for sw, st in sorted(stats.items(), key=lambda kv: natural_key(kv[0])):
         if st["cpu_share"] >= CPU_BOUND:
@@ -193,7 +197,7 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
 
 
 @contextmanager
-def network(graph: nx.Graph, mtu: int = 1500) -> Iterator[Emulation]:
+def network(graph: nx.Graph, mtu: int = ETH_MTU) -> Iterator[Emulation]:
     """A bare Mininet network of ``graph`` (nothing started on it), removed on exit: for benchmarks."""
     from mininet.log import setLogLevel
 
@@ -275,7 +279,7 @@ class Emulation:
             for intf in node.intfNames():
                 if intf != "lo":
                     node.cmd(f"ethtool -K {intf} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1")
-                    if self.mtu != 1500:  # frames longer than Ethernet's (--packet-elements): jumbo links
+                    if self.mtu != ETH_MTU:  # frames longer than Ethernet's (--packet-elements): jumbo links
                         node.cmd(f"ip link set {intf} mtu {self.mtu}")
         for name, intf in shaped:  # strict-priority queues under the shaper (innet.rawport.SOCKET_PRIORITY)
             error = net.get(name).cmd(f"tc qdisc add dev {intf} parent 5:1 handle 10: pfifo_fast")

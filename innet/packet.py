@@ -87,14 +87,14 @@ FLAGS_OFFSET = HEADER_OFFSET + HEADER_DTYPE.fields["flags"][1]  # type: ignore[i
 ETHERTYPE_IPV4 = 0x0800
 BANDS = 3  # strict-priority queues per port (pfifo_fast's three); a frame's band travels as its DSCP (0: most urgent)
 TOS_OFFSET = ETH_LEN + 1
-JUMBO_MTU = 9000
+ETH_MTU, JUMBO_MTU = 1500, 9000
 MAX_PACKET_ELEMENTS = (JUMBO_MTU + ETH_LEN - PAYLOAD_OFFSET) // 4  # 2239: the most values a jumbo frame holds
 
 
 def link_mtu(elements: int) -> int:
     """The MTU (bytes after the Ethernet header) links need for frames of ``elements`` values: Ethernet's 1500
     unless the frames are longer."""
-    return max(1500, PAYLOAD_OFFSET + 4 * elements - ETH_LEN)
+    return max(ETH_MTU, PAYLOAD_OFFSET + 4 * elements - ETH_LEN)
 
 
 # Fixed-offset view of the Ethernet/IPv4/UDP prefix the fast path checks.

@@ -28,7 +28,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from innet.bench import report  # noqa: E402
-from innet.emulation import CPU_BOUND, run_mininet  # noqa: E402
+from innet.emulation import run_mininet, saturated  # noqa: E402
 from innet.experiment import RunSpec  # noqa: E402
 from topologies import build  # noqa: E402
 
@@ -42,7 +42,7 @@ def main():
     p.add_argument("--packet-elements", type=int, default=0,
                    help="gradient values per packet (default: the program's, 256; over 364 the links get jumbo MTUs)")
     args = p.parse_args()
-    n, cores = args.workers, os.cpu_count() or 1
+    n = args.workers
     theory = {"innet": 1.0, "pbox": float(n), "ring": 2 * (n - 1) / n}
     rows, best, all_within = [], 0, 0
     for rate in [int(r) for r in args.rates.split(",")]:
@@ -57,11 +57,11 @@ def main():
             busy[mode] = (statistics.median(r["machine_busy_cores"] for r in runs),
                           statistics.median(r["busy_cores"] for r in runs))
         off = {mode: t / times["innet"] / theory[mode] - 1 for mode, t in times.items()}
+        goodput = {mode: elements * 32 / t / (rate * 1e6) for mode, t in times.items()}
         for mode, t in times.items():
-            goodput = elements * 32 / t / (rate * 1e6)
-            rows.append([rate, mode, elements, t, round(goodput, 3), round(t / times["innet"], 2), round(theory[mode], 2),
-                         f"{100 * off[mode]:+.0f}%", *busy[mode], "yes" if busy[mode][0] >= CPU_BOUND * cores else "no"])
-        if elements * 32 / times["innet"] / (rate * 1e6) >= 0.9:
+            rows.append([rate, mode, elements, t, round(goodput[mode], 3), round(t / times["innet"], 2), round(theory[mode], 2),
+                         f"{100 * off[mode]:+.0f}%", *busy[mode], "yes" if saturated(busy[mode][0]) else "no"])
+        if goodput["innet"] >= 0.9:
             best = max(best, rate)
         if all(abs(o) <= 0.1 for o in off.values()):
             all_within = max(all_within, rate)
