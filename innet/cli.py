@@ -9,15 +9,15 @@ import sys
 import time
 from typing import Any, NoReturn
 
-from innet.emulation import TCLINK_MAX_MBPS
+from innet.backends.mininet import TCLINK_MAX_MBPS
 from innet.errors import UserError
-from innet.experiment import RunSpec
-from innet.faults import FaultSpec, parse_link_fault
-from innet.metrics import input_lines, job_lines, summary_table, training_lines, write_link_csv, write_results
-from innet.modes import MODES
-from innet.packet import BANDS
-from innet.planner import METHODS
-from innet.workloads import WORKLOADS
+from innet.hosts.workloads import WORKLOADS
+from innet.plan.planner import METHODS
+from innet.plan.spec import RunSpec
+from innet.results.metrics import input_lines, job_lines, summary_table, training_lines, write_link_csv, write_results
+from innet.run.modes import MODES
+from innet.wire.faults import FaultSpec, parse_link_fault
+from innet.wire.packet import BANDS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -129,8 +129,11 @@ def _spec(args: argparse.Namespace) -> RunSpec:
     for name in ("elements", "iterations"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name} must be at least 1, got {getattr(args, name)}")
-    if args.bw is not None and not 0 < args.bw <= TCLINK_MAX_MBPS:
-        raise UserError(f"--bw must be in (0, {TCLINK_MAX_MBPS:g}] Mbit/s (TCLink ignores larger values), got {args.bw:g}")
+    if args.bw is not None and not 0 < args.bw:
+        raise UserError(f"--bw must be positive, got {args.bw:g}")
+    if args.bw is not None and args.backend == "mininet" and args.bw > TCLINK_MAX_MBPS:
+        raise UserError(f"--bw must be in (0, {TCLINK_MAX_MBPS:g}] Mbit/s on Mininet (TCLink ignores larger values), "
+                        f"got {args.bw:g}; the local backend takes any rate")
     if args.switch_memory < 0 or args.timeout <= 0:
         raise UserError("--switch-memory must not be negative and --timeout must be positive")
     try:
@@ -142,6 +145,8 @@ def _spec(args: argparse.Namespace) -> RunSpec:
         raise UserError("--workload-scale must be in (0, 1] and --compute-scale must not be negative")
     if args.slice < 0:
         raise UserError(f"--slice must not be negative, got {args.slice}")
+    if args.pipeline != 1 and not args.workload:
+        raise UserError("--pipeline overlaps a workload's compute with its communication: it needs --workload")
     if (args.slice or args.priority != "fifo") and not args.workload:
         raise UserError("--slice and --priority order a workload's layers: they need --workload")
     if not 0 <= args.topk <= 1:
@@ -203,12 +208,20 @@ def _crashes(specs: list[str], graph: Any) -> dict[str, float]:
     return crash
 
 
+FLAG_NAMES = {"slice_elements": "--slice"}  # RunSpec fields whose flag is not the field's name
+
+
+def flag(field: str) -> str:
+    """The flag that sets RunSpec field ``field``."""
+    return FLAG_NAMES.get(field, "--" + field.replace("_", "-"))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
         return _main(args)
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc.render(flag)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted; everything this run created was removed", file=sys.stderr)
@@ -217,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     if args.clean:
-        from innet.cleanup import clean_leftovers
+        from innet.backends.cleanup import clean_leftovers
 
         print(clean_leftovers())
         return 0
@@ -230,9 +243,10 @@ def _main(args: argparse.Namespace) -> int:
     run = _spec(args)
     graph = _graph(args)
     if args.plan_only:
-        from innet.planreport import plan_report
+        from innet.run.planreport import plan_report
 
-        print(plan_report(graph, run))
+        print("\n\n".join(plan_report(graph, dataclasses.replace(run, mode=mode))
+                           for mode in (MODES if args.mode == "all" else (args.mode,))))
         return 0
     if args.pbox_cores < 1:
         raise UserError(f"--pbox-cores must be at least 1, got {args.pbox_cores}")
@@ -246,34 +260,35 @@ def _main(args: argparse.Namespace) -> int:
     for mode in modes:
         spec = dataclasses.replace(run, mode=mode)
         if args.backend == "local":
-            from innet.local import run_local
+            from innet.backends.local import run_local
 
             runs.append(run_local(graph, spec, pbox_cores=args.pbox_cores, crash=crash))
         else:
-            from innet.emulation import run_mininet
+            from innet.backends.mininet import run_mininet
 
             runs.append(run_mininet(graph, spec, pcap_dir=args.pcap, cli=args.cli, pbox_cores=args.pbox_cores, crash=crash))
     print(summary_table(runs))
     for line in job_lines(runs) + training_lines(runs) + input_lines(runs):
         print(line)
     if args.predict:
-        from innet.timing import prediction_table
+        from innet.run.planreport import prediction_table
 
-        print(prediction_table(graph, run, runs, args.hop_latency))
+        table, runs = prediction_table(graph, run, runs, args.hop_latency)
+        print(table)
     out = args.out or os.path.join("results", time.strftime("%Y%m%d-%H%M%S"))
     files = [os.path.join(out, "results.json"), os.path.join(out, "links.csv")]
     write_results(files[0], graph, runs)
     write_link_csv(files[1], graph, runs)
     if not args.no_plots:
-        from innet.plots import write_plots
+        from innet.results.plots import write_plots
 
         files += write_plots(graph, runs, out)
     if args.json:
         write_results(args.json, graph, runs)
     print(f"results: {', '.join(files)}")
     for r in runs:
-        for warning in r.get("warnings", []):
-            print(f"warning: {r['mode']}: {warning}", file=sys.stderr)
-        for err in r.get("errors", []):
+        for warning in r.figures.get("warnings", []):
+            print(f"warning: {r.mode}: {warning}", file=sys.stderr)
+        for err in r.errors:
             print(f"error: {err}", file=sys.stderr)
-    return 0 if all(r["correct"] for r in runs) else 1
+    return 0 if all(r.correct for r in runs) else 1

@@ -1,8 +1,22 @@
 """Errors a user can cause: shown as one clear line, never a traceback."""
 
+import re
+from collections.abc import Callable
+
 
 class UserError(Exception):
-    """Bad input or an impossible request; the message says what and how to fix it."""
+    """Bad input or an impossible request; the message says what and how to fix it.
+
+    A parameter the user set is named in braces, ``{pool_slots}``: the library's message says the
+    parameter's name (a ``RunSpec`` field), and the command line renders it as the flag it came from
+    (``render``), so only the CLI knows about flags."""
+
+    def __str__(self) -> str:
+        return self.render(lambda name: name)
+
+    def render(self, name_of: Callable[[str], str]) -> str:
+        """The message with each ``{name}`` replaced by ``name_of(name)``."""
+        return re.sub(r"\{(\w+)\}", lambda m: name_of(m.group(1)), str(self.args[0]) if self.args else "")
 
 
 class AllreduceTimeout(Exception):

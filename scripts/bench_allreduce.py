@@ -27,9 +27,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from innet.bench import report  # noqa: E402
-from innet.emulation import run_mininet, saturated  # noqa: E402
-from innet.experiment import RunSpec  # noqa: E402
+from innet.backends.mininet import run_mininet, saturated  # noqa: E402
+from innet.results.check import RunSpec  # noqa: E402
+from scripts.report import report  # noqa: E402
 from topologies import build  # noqa: E402
 
 

@@ -16,9 +16,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from innet.bench import report  # noqa: E402
-from innet.emulation import network, run_mininet  # noqa: E402
-from innet.experiment import RunSpec  # noqa: E402
+from innet.backends.mininet import network, run_mininet  # noqa: E402
+from innet.results.check import RunSpec  # noqa: E402
+from scripts.report import report  # noqa: E402
 from topologies import build  # noqa: E402
 
 

@@ -26,8 +26,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from innet.bench import report  # noqa: E402
-from innet.benchswitch import measure  # noqa: E402
+from scripts.report import report  # noqa: E402
+from scripts.switchbench import measure  # noqa: E402
 
 BMV2_PPS = 90e3  # the software P4 switch's documented plain-forwarding rate (80-100k packets/s): not measured here
 

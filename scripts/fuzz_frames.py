@@ -6,7 +6,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from innet.fuzz import main  # noqa: E402
+from scripts.fuzz import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -11,9 +11,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from innet.bench import report  # noqa: E402
-from innet.experiment import RunSpec  # noqa: E402
-from innet.local import LocalRun  # noqa: E402
+from innet.backends.local import LocalRun  # noqa: E402
+from innet.results.check import RunSpec  # noqa: E402
+from scripts.report import report  # noqa: E402
 from topologies import build  # noqa: E402
 
 DENSITIES = (0.001, 0.01, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6)

@@ -2,10 +2,11 @@
 
 import numpy as np
 
-from innet.experiment import RunSpec, switch_configs
-from innet.planner import plan_job
-from innet.programs import load_program
-from innet.runtime import SwitchRuntime
+from innet.plan.configs import switch_configs
+from innet.plan.planner import plan_job
+from innet.plan.spec import RunSpec
+from innet.switch.loader import load_program
+from innet.switch.runtime import SwitchRuntime
 from topologies import build
 
 

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from innet import OVERFLOW
-from innet.experiment import switch_configs
-from innet.packet import ALL_RANKS, RESULT, RETX, ROUTE, SPARSE, VER, build_frames, make_packet, pack_frames, parse_block, parse_frame
-from innet.planner import plan_job
-from innet.programs import load_program
-from innet.runtime import SwitchRuntime
-from innet.sparse import encode
+from innet.plan.configs import switch_configs
+from innet.plan.planner import plan_job
+from innet.switch.loader import load_program
+from innet.switch.runtime import SwitchRuntime
+from innet.wire.packet import ALL_RANKS, RESULT, RETX, ROUTE, SPARSE, VER, build_frames, make_packet, pack_frames, parse_block, parse_frame
+from innet.wire.sparse import encode
 from topologies import build
 
 SLOTS = 4
@@ -33,7 +33,7 @@ def runtimes(switch, program="sum_allreduce"):
 def stream(cfg, rng, n, elements, sparse=False):
     """``n`` (port, frame) arrivals in runs per port: workers' rounds in order, with noise
     (duplicates, retransmissions, stale rounds, overflowing values, foreign ranks and ports, truncation).
-    ``sparse``: values mostly zero, sent as (index, value) pairs where shorter (innet.sparse)."""
+    ``sparse``: values mostly zero, sent as (index, value) pairs where shorter (innet.wire.sparse)."""
     job = cfg.jobs[1]
     ranks = sorted(job.contributors)
     rounds = [0] * (SLOTS + 1)
@@ -101,7 +101,7 @@ def runs_of(arrivals, rng):
     return blocks
 
 
-@pytest.mark.parametrize("program", ["sum_allreduce", "topk_sparse"])
+@pytest.mark.parametrize("program", ["sum_allreduce", "topk_sparse", "max_allreduce", "or_allreduce"])
 @pytest.mark.parametrize("switch", ["s1", "t1"])
 @pytest.mark.parametrize("seed", range(8))
 def test_blocks_give_the_same_registers_counters_and_frames_as_single_packets(program, switch, seed):
@@ -148,7 +148,7 @@ def test_routed_blocks_are_forwarded_exactly_like_single_packets(program, switch
     assert single.report()["ports"] == batched.report()["ports"]
 
 
-@pytest.mark.parametrize("program", ["sum_allreduce", "topk_sparse"])
+@pytest.mark.parametrize("program", ["sum_allreduce", "topk_sparse", "max_allreduce", "or_allreduce"])
 @pytest.mark.parametrize("seed", range(4))
 def test_result_blocks_at_a_tor_give_the_same_registers_counters_and_frames_as_single_results(program, seed):
     """Results coming down from the spine: fresh, repeated, stale (chunk or state), both versions,
@@ -160,15 +160,16 @@ def test_result_blocks_at_a_tor_give_the_same_registers_counters_and_frames_as_s
     calls = count_calls(batched.program, "result")
     want, got, sent = [], [], 0
     for _ in range(12):  # rounds: the slots' registers set afresh (alike in both), then results arrive
-        versions, slots = single.ctx.regs.chunk.shape
-        chunk = rng.integers(0, 50, (versions, slots))
-        state = rng.choice([0, 1, 2], (versions, slots), p=[0.2, 0.7, 0.1])  # COLLECTING, WAITING, DONE
+        keys = len(single.ctx.regs.chunk)  # version * slots + slot
+        slots = keys // 2
+        chunk = rng.integers(0, 50, keys)
+        state = rng.choice([0, 1, 2], keys, p=[0.2, 0.7, 0.1])  # COLLECTING, WAITING, DONE
         for rt in (single, batched):
             rt.ctx.regs.chunk[:], rt.ctx.regs.state[:] = chunk, state
         arrivals = []
         for _ in range(30):
             v, slot = int(rng.integers(0, 2)), int(rng.integers(0, SLOTS + (1 if rng.random() < 0.05 else 0)))
-            c = max(0, int(chunk[v, min(slot, slots - 1)]) + (0 if rng.random() < 0.8 else int(rng.integers(-2, 3))))
+            c = max(0, int(chunk[v * slots + min(slot, slots - 1)]) + (0 if rng.random() < 0.8 else int(rng.integers(-2, 3))))
             count = 256 if rng.random() < 0.95 else int(rng.choice([7, 257]))
             flags = RESULT | (VER if v else 0) | (OVERFLOW if rng.random() < 0.1 else 0) | (RETX if rng.random() < 0.1 else 0)
             values = rng.integers(-9999, 9999, count).astype(np.int32)

@@ -1,7 +1,7 @@
 """The benchmark sender's frames: what the switch will see."""
 
-from innet.blast import MultiSender, frames_for
-from innet.packet import RESULT, ROUTE, VER, parse_frame
+from innet.wire.packet import RESULT, ROUTE, VER, parse_frame
+from scripts.blast import MultiSender, frames_for
 
 
 def test_sum_frames_are_each_ranks_contributions_in_slot_order():

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from innet.cleanup import STATE_DIR, start_time
-from innet.emulation import run_mininet
-from innet.experiment import RunSpec
-from innet.local import run_local
+from innet.backends.cleanup import STATE_DIR, start_time
+from innet.backends.local import run_local
+from innet.backends.mininet import run_mininet
+from innet.plan.spec import RunSpec
 from topologies import build
 
 pytestmark = pytest.mark.mininet
@@ -54,7 +54,7 @@ def test_allreduce_is_exact_and_identical_to_the_local_backend(topo, params, ele
 @pytest.mark.parametrize("mode", ["innet", "pbox", "ring"])
 def test_jumbo_frames_are_exact_and_their_bytes_are_the_local_backends(mode):
     """--packet-elements 2239: 9014-byte frames, the most a 9000-byte MTU takes, set on every link."""
-    from innet.packet import MAX_PACKET_ELEMENTS
+    from innet.wire.packet import MAX_PACKET_ELEMENTS
 
     graph = build("leaf-spine", racks=2, hosts_per_rack=2)
     spec = RunSpec(mode=mode, elements=50001, iterations=2, packet_elements=MAX_PACKET_ELEMENTS, min_rto=0.2)
@@ -104,14 +104,37 @@ def test_p3_on_mininet_is_exact_and_layer_0_is_not_left_last():
     assert_nothing_left()
 
 
-def test_a_jobs_band_puts_it_first_in_the_real_queues():
-    """Two jobs share 4:1 oversubscribed ToR uplinks (htb, with pfifo_fast's three bands under it):
-    the band-0 job finishes well before the band-2 one, both exact."""
-    graph = build("leaf-spine", racks=2, hosts_per_rack=4, oversubscription=4, bw=20)
-    record = run_mininet(graph, RunSpec(jobs=2, elements=200_000, job_priority=(2, 0), min_rto=0.2))
+def uplink_bands(pcap: str, sender_mac: bytes) -> list[int]:
+    """The priority band of every gradient frame ``sender_mac`` put on the link, in the order they left."""
+    from scapy.utils import RawPcapReader
+
+    from innet.wire.packet import AGG_PORT, TOS_OFFSET, band_of
+
+    bands = []
+    with RawPcapReader(pcap) as reader:
+        for frame, _ in reader:
+            if frame[6:12] == sender_mac and len(frame) > 38 and int.from_bytes(frame[36:38], "big") == AGG_PORT:
+                bands.append(band_of(frame[TOS_OFFSET]))
+    return bands
+
+
+def test_a_jobs_band_puts_it_first_in_the_real_queues(tmp_path):
+    """Two jobs share 4:1 oversubscribed ToR uplinks (htb, with pfifo_fast's three bands under it). What the
+    queue did, read from a capture of the uplink: the band-0 job's frames left first (their mean place in
+    the departure order well ahead of the band-2 job's; FIFO would interleave them), and both jobs are
+    exact. At 5 Mbit/s the uplink, not the CPU, is the bottleneck even on a machine three times slower
+    (the capture itself keeps the kernel busy, so the run's CPU verdict is not asked here)."""
+    from innet.graph import node_indices, ports
+    from innet.wire.packet import node_mac
+
+    graph = build("leaf-spine", racks=2, hosts_per_rack=4, oversubscription=4, bw=5)
+    record = run_mininet(graph, RunSpec(jobs=2, elements=60_000, job_priority=(2, 0), min_rto=0.2), pcap_dir=str(tmp_path))
     assert record["correct"], record["errors"]
-    took = {j["job"]: j["completion_s"] for j in record["jobs"]}
-    assert took[2] < 0.8 * took[1], took
+    uplink = next(p for p, peer in ports(graph, "t1").items() if peer.startswith("s"))
+    bands = uplink_bands(str(tmp_path / f"t1-eth{uplink}.pcap"), node_mac(node_indices(graph)["t1"]))
+    place = {b: sum(i for i, x in enumerate(bands) if x == b) / max(1, bands.count(b)) for b in (0, 2)}
+    assert bands.count(0) > 100 and bands.count(2) > 100, (bands.count(0), bands.count(2))
+    assert place[0] < 0.75 * place[2], place
     assert_nothing_left()
 
 
@@ -187,7 +210,7 @@ def test_bad_topology_file_is_one_line_on_the_mininet_backend(tmp_path):
 def test_pcap_per_interface_is_readable(tmp_path):
     from scapy.utils import rdpcap
 
-    from innet.packet import InnetAgg
+    from innet.wire.packet import InnetAgg
 
     graph = build("star", workers=2)
     result = run_mininet(graph, RunSpec(elements=600, min_rto=0.02), pcap_dir=str(tmp_path))
@@ -234,7 +257,7 @@ def test_ring_is_exact_on_mininet_and_close_to_its_prediction():
 
 
 def test_pool_slots_reach_the_switch_processes_and_the_record_says_how_busy_the_cores_were():
-    from innet.programs import load_program
+    from innet.switch.loader import load_program
 
     real = run_mininet(build("star", workers=3), RunSpec(elements=40000, pool_slots=300))
     assert real["correct"], real["errors"]
@@ -245,19 +268,34 @@ def test_pool_slots_reach_the_switch_processes_and_the_record_says_how_busy_the_
 
 
 def test_a_workload_trains_exactly_on_mininet_and_the_model_predicts_its_iterations():
-    """ResNet-50 (scale 0.01: 54 layers of 1.9k-20k elements) at 10 Mbit/s, where no process is
-    CPU-bound: every layer's sum is exact, workers waited for their gradients, and the timing model's
-    iteration time is within 20% (the closing note's table has every mode at 15%)."""
-    from innet.modes import plan_run
-    from innet.programs import load_program
-    from innet.timing import MININET_HOP, predict
+    """VGG-19 (scale 0.01: 19 layers, 1.4M elements) at 10 Mbit/s: every layer's sum is exact, workers waited
+    for their gradients, and the timing model's iteration time is within 20%. Few, large calls keep the run
+    link-bound even on a machine three times slower (ResNet-50's 54 small calls cost ~16 ms each of CPU there,
+    which the model does not count); a run off by more says whether it reported itself CPU-bound."""
+    from innet.plan.spec import program_of
+    from innet.plan.timing import MININET_HOP, predict
+    from innet.run.modes import plan_run
 
     graph = build("star", workers=4, bw=10.0)
-    run = RunSpec(workload="resnet50", min_rto=0.02)
+    run = RunSpec(workload="vgg19", min_rto=0.02)
     result = run_mininet(graph, run)
     assert result["correct"], result["errors"]
     assert len(result["jobs"][0]["workers"]) == 4 and result["iteration_s"] > result["compute_s"] > 0
-    rp = plan_run(graph, run, load_program(run.program))
-    model = predict(graph, run, list(rp.plans), rp.per_packet, MININET_HOP)
-    assert model["iteration_s"] == pytest.approx(result["iteration_s"], rel=0.2)
+    rp = plan_run(graph, run, program_of(run))
+    model = predict(graph, run, list(rp.plans), rp.per_packet, MININET_HOP)["iteration_s"]
+    error = result["iteration_s"] / model - 1
+    cpu = "; ".join(result["warnings"]) or "not CPU-bound: a timing mismatch"
+    assert abs(error) <= 0.2, f"measured {result['iteration_s']:.3f} s against the model's {model:.3f} s ({error:+.0%}): {cpu}"
+    assert_nothing_left()
+
+
+@pytest.mark.parametrize("program", ["max_allreduce", "or_allreduce"])
+def test_other_operators_are_exact_on_mininet_in_every_mode_and_match_the_fabric(program):
+    """README's promise: --program max_allreduce --mode all is correct on both backends, bit for bit alike."""
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2)
+    for mode in ("innet", "pbox", "ring"):
+        spec = RunSpec(mode=mode, program=program, elements=5001, min_rto=0.05)
+        real = run_mininet(graph, spec)
+        assert real["correct"], (mode, real["errors"])
+        assert real["result_digest"] == run_local(graph, spec)["result_digest"]
     assert_nothing_left()

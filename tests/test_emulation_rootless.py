@@ -1,4 +1,4 @@
-"""innet.emulation's parts that need no network, so no root: interrupts wait until what a run creates is
+"""innet.backends.mininet's parts that need no network, so no root: interrupts wait until what a run creates is
 recorded (the deferred blocks), and the warnings that CPUs, not links, set a run's pace."""
 
 import os
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from innet.emulation import CPU_BOUND, _signals_as_interrupts, _signals_deferred, bottlenecks
+from innet.backends.mininet import CPU_BOUND, _signals_as_interrupts, _signals_deferred, bottlenecks
 
 
 @pytest.fixture

@@ -4,14 +4,15 @@ bytes sharing saves, measured against the planner's prediction."""
 import numpy as np
 import pytest
 
-from innet.ensemble import group_tables, input_shard
-from innet.experiment import RunSpec, switch_configs
-from innet.faults import FaultSpec
-from innet.local import run_local
-from innet.modes import plan_run
-from innet.packet import GROUP_BASE, INPUT_JOB, ROUTE, make_packet, parse_frame
-from innet.programs import load_program
-from innet.runtime import SwitchRuntime
+from innet.backends.local import run_local
+from innet.hosts.ensemble import group_tables, input_shard
+from innet.plan.configs import switch_configs
+from innet.plan.spec import RunSpec
+from innet.run.modes import plan_run
+from innet.switch.loader import load_program
+from innet.switch.runtime import SwitchRuntime
+from innet.wire.faults import FaultSpec
+from innet.wire.packet import GROUP_BASE, INPUT_JOB, ROUTE, make_packet, parse_frame
 from tests.helpers import ints
 from topologies import build
 
@@ -85,8 +86,8 @@ def test_input_shards_are_seeded_and_differ_by_rank_and_iteration():
 
 
 @pytest.mark.parametrize("kw,message", [
-    ({"shared_input": True}, "--shared-input needs --input-elements"),
-    ({"input_elements": -1}, "--input-elements must not be negative"),
+    ({"shared_input": True}, "shared_input needs input_elements"),
+    ({"input_elements": -1}, "^input_elements must not be negative"),
 ])
 def test_bad_input_flags_are_one_clear_error(kw, message):
     from innet.errors import UserError

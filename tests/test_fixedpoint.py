@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from innet import fixedpoint
 from innet.errors import UserError
+from innet.wire import fixedpoint
 
 
 def test_magnitude_exponent():

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from scapy.fields import FieldListField
 
-from innet.packet import (
+from innet.wire.packet import (
     ALL_RANKS,
     HEADER_DTYPE,
     HEADER_LEN,

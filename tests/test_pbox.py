@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from innet.packet import RESULT, RETX, ROUTE, SPARSE, VER, make_packet, pack_frames, parse_block
-from innet.pbox import PBoxJob, PBoxServer
-from innet.sparse import encode
+from innet.hosts.pbox import PBoxJob, PBoxServer
+from innet.wire.packet import RESULT, RETX, ROUTE, SPARSE, VER, make_packet, pack_frames, parse_block
+from innet.wire.sparse import encode
 
 NODE, SLOTS, ELEMENTS = 99, 4, 8
 MEMBERS = {0: 10, 1: 11, 2: 12, 3: 13}  # rank -> node
@@ -67,8 +67,8 @@ def as_frames(outputs):
 
 def assert_same_state(one, other):
     for job in one.state:
-        for name in ("acc", "seen", "chunk", "done", "exp", "count", "since"):
-            np.testing.assert_array_equal(getattr(one.state[job], name), getattr(other.state[job], name), err_msg=name)
+        for name, value in vars(one.state[job].engine.r).items():
+            np.testing.assert_array_equal(value, getattr(other.state[job].engine.r, name), err_msg=name)
     assert one.counters == other.counters
 
 

@@ -3,12 +3,12 @@
 import networkx as nx
 import pytest
 
+from innet.backends.local import run_local
 from innet.errors import UserError
-from innet.experiment import RunSpec
 from innet.graph import hosts
-from innet.local import run_local
-from innet.planner import JobRequest, plan_job, plan_jobs
-from innet.prediction import predicted_link_bytes, stream_bytes, tier_lower_bounds
+from innet.plan.planner import JobRequest, plan_job, plan_jobs
+from innet.plan.prediction import predicted_link_bytes, stream_bytes, tier_lower_bounds
+from innet.plan.spec import RunSpec
 from topologies import build
 
 

@@ -5,13 +5,14 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from innet.experiment import RunSpec, switch_configs
-from innet.fabric import Fabric
-from innet.local import run_local
-from innet.packet import RESULT, ROUTE, TOS_OFFSET, build_frames, make_packet, parse_block, parse_frame, scapy_frame
-from innet.planner import plan_job
-from innet.programs import load_program
-from innet.runtime import SwitchRuntime
+from innet.backends.fabric import Fabric
+from innet.backends.local import run_local
+from innet.plan.configs import switch_configs
+from innet.plan.planner import plan_job
+from innet.plan.spec import RunSpec
+from innet.switch.loader import load_program
+from innet.switch.runtime import SwitchRuntime
+from innet.wire.packet import RESULT, ROUTE, TOS_OFFSET, build_frames, make_packet, parse_block, parse_frame, scapy_frame
 from tests.helpers import ints
 from topologies import build
 

@@ -4,13 +4,13 @@ import numpy as np
 import pytest
 
 from innet import Drop, Emit, Register, SwitchProgram, on_packet, on_start, on_timer
+from innet.backends.fabric import Fabric
 from innet.errors import UserError
-from innet.experiment import switch_configs
-from innet.fabric import Fabric
-from innet.packet import make_packet, parse_frame
-from innet.planner import plan_job
-from innet.programs import available, load_program
-from innet.runtime import SwitchRuntime
+from innet.plan.configs import switch_configs
+from innet.plan.planner import plan_job
+from innet.switch.loader import available, load_program
+from innet.switch.runtime import SwitchRuntime
+from innet.wire.packet import make_packet, parse_frame
 from topologies import build
 
 

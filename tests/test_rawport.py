@@ -8,9 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from innet.blast import CLONE_NEWNET
-from innet.packet import make_packet
-from innet.rawport import RawPort
+from innet.backends.rawport import RawPort
+from innet.wire.packet import make_packet
+from scripts.blast import CLONE_NEWNET
 
 pytestmark = pytest.mark.mininet
 _libc = ctypes.CDLL(None, use_errno=True)

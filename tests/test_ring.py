@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from innet import fixedpoint
-from innet.packet import RESULT, ROUTE, make_packet, pack_frames, parse_block, parse_frame
-from innet.ring import ACK_BAND, RingCall
-from innet.worker import JobSpec
+from innet.hosts.ring import ACK_BAND, RingCall
+from innet.hosts.worker import JobSpec
+from innet.wire import fixedpoint
+from innet.wire.packet import RESULT, ROUTE, make_packet, pack_frames, parse_block, parse_frame
 
 NODES = [10, 11, 12, 13]
 
@@ -101,8 +101,8 @@ def test_a_block_of_data_frames_is_byte_exact_with_single_packets():
 def test_the_ring_moves_the_bytes_the_prediction_says(elements):
     """Segments of unequal piece counts (1025 values: 256, 256, 256 and 257, so two pieces a step and an
     empty last piece for three of them) are priced as sent: every step sends the same number of pieces."""
-    from innet.experiment import RunSpec
-    from innet.local import run_local
+    from innet.backends.local import run_local
+    from innet.plan.spec import RunSpec
     from topologies import build
 
     result = run_local(build("leaf-spine", racks=2, hosts_per_rack=2), RunSpec(mode="ring", elements=elements, iterations=2))

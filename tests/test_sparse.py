@@ -3,16 +3,16 @@
 import numpy as np
 import pytest
 
-from innet import fixedpoint
+from innet.backends.local import LocalRun, run_local
 from innet.cli import main
 from innet.errors import UserError
-from innet.experiment import RunSpec, make_tensors
-from innet.local import LocalRun, run_local
-from innet.packet import PAYLOAD_OFFSET, RESULT, SPARSE, make_packet, parse_frame, scapy_frame
-from innet.programs import load_program
-from innet.runtime import SwitchConfig, SwitchRuntime
-from innet.sparse import decode, encode, sparse_bytes, topk_with_feedback
-from innet.worker import AllreduceCall, JobSpec
+from innet.hosts.worker import AllreduceCall, JobSpec
+from innet.plan.spec import RunSpec, make_tensors
+from innet.switch.loader import load_program
+from innet.switch.runtime import SwitchConfig, SwitchRuntime
+from innet.wire import fixedpoint
+from innet.wire.packet import PAYLOAD_OFFSET, RESULT, SPARSE, make_packet, parse_frame, scapy_frame
+from innet.wire.sparse import decode, encode, sparse_bytes, topk_with_feedback
 from topologies import build
 
 
@@ -82,7 +82,7 @@ def test_sparse_chunk_frames_are_byte_identical_to_scapy():
 ])
 @pytest.mark.parametrize("loss", [0.0, 0.03])
 def test_topk_sums_are_exact_and_move_fewer_bytes(mode, topo, params, loss):
-    from innet.faults import FaultSpec
+    from innet.wire.faults import FaultSpec
 
     run = RunSpec(mode=mode, program="topk_sparse", elements=5000, iterations=3, topk=0.02,
                   faults=FaultSpec(loss=loss), timeout=30)
@@ -111,7 +111,7 @@ def test_uplink_bytes_are_what_the_chunks_encode_to():
 
 
 def test_the_switch_drops_a_malformed_sparse_chunk():
-    from innet.program import JobPort
+    from innet.switch.program import JobPort
 
     job = JobPort(job=1, nworkers=2, children=(0, 1), parent=None, aggregate=True, contributors={0: 0, 1: 1},
                   rank=0, rank_ports={0: 0, 1: 1}, slots=4)
@@ -128,7 +128,7 @@ def test_the_switch_drops_a_malformed_sparse_chunk():
 
 
 def test_topk_needs_a_program_that_takes_sparse_chunks(capsys):
-    with pytest.raises(UserError, match="--topk needs --program topk_sparse"):
+    with pytest.raises(UserError, match="topk needs program topk_sparse"):
         run_local(build("star", workers=2), RunSpec(program="sum_allreduce", topk=0.1, elements=100))
     assert main(["--backend", "local", "--topo", "star", "--topk", "2", "--no-plots"]) == 2
     assert "--topk must be a fraction" in capsys.readouterr().err

@@ -3,12 +3,12 @@
 import numpy as np
 import pytest
 
+from innet.backends.local import run_local
 from innet.cli import main
-from innet.experiment import RunSpec
-from innet.faults import FaultSpec
-from innet.local import run_local
-from innet.packet import RESULT, parse_frame
-from innet.ssp import Consistency, ParameterKeys
+from innet.hosts.ssp import Consistency, ParameterKeys
+from innet.plan.spec import RunSpec
+from innet.wire.faults import FaultSpec
+from innet.wire.packet import RESULT, parse_frame
 from topologies import build
 
 STRAGGLERS = (("h2", 4.0, 0.3), ("h3", 4.0, 0.3))

@@ -3,9 +3,20 @@
 import numpy as np
 import pytest
 
-from innet.experiment import RunSpec
-from innet.local import run_local
-from innet.packet import ALL_RANKS, MAX_PACKET_ELEMENTS, OVERFLOW, PAYLOAD_OFFSET, RESULT, RETX, VER, link_mtu, make_packet, parse_frame
+from innet.backends.local import run_local
+from innet.plan.spec import RunSpec
+from innet.wire.packet import (
+    ALL_RANKS,
+    MAX_PACKET_ELEMENTS,
+    OVERFLOW,
+    PAYLOAD_OFFSET,
+    RESULT,
+    RETX,
+    VER,
+    link_mtu,
+    make_packet,
+    parse_frame,
+)
 from tests.helpers import ints, star_runtime
 from topologies import build
 
@@ -26,8 +37,8 @@ def test_exact_on_hierarchies(topo, params, placement):
 
 @pytest.mark.parametrize("pool", [1, 8, 512])
 def test_pool_slots_sizes_every_switchs_pool_and_the_workers_window(pool):
-    from innet.modes import plan_run
-    from innet.programs import load_program
+    from innet.run.modes import plan_run
+    from innet.switch.loader import load_program
 
     graph, run = build("leaf-spine", racks=2, hosts_per_rack=2), RunSpec(elements=20000, pool_slots=pool, iterations=2)
     result = run_local(graph, run)
@@ -57,7 +68,7 @@ def test_packet_elements_sizes_every_frame_and_the_bytes_follow(mode, per_packet
 
 def test_packet_elements_sizes_the_pool_and_is_bounded_by_a_jumbo_frame():
     from innet.errors import UserError
-    from innet.programs import load_program
+    from innet.switch.loader import load_program
 
     base = load_program("sum_allreduce")
     wide = load_program("sum_allreduce", 0, 1024)
@@ -67,7 +78,7 @@ def test_packet_elements_sizes_the_pool_and_is_bounded_by_a_jumbo_frame():
     assert link_mtu(MAX_PACKET_ELEMENTS) == 9000 and link_mtu(MAX_PACKET_ELEMENTS + 1) > 9000
     assert link_mtu(256) == 1500 and link_mtu(364) == 1500 and link_mtu(365) == 1504
     for bad in (MAX_PACKET_ELEMENTS + 1, -1):
-        with pytest.raises(UserError, match=r"--packet-elements must be 1\.\.2239"):
+        with pytest.raises(UserError, match=r"^packet_elements must be 1\.\.2239"):
             load_program("sum_allreduce", 0, bad)
 
 
@@ -133,7 +144,7 @@ def test_int32_overflow_is_flagged_never_silently_wrapped():
 
 
 def test_results_are_identical_with_heavy_loss_duplication_and_reordering():
-    from innet.faults import FaultSpec
+    from innet.wire.faults import FaultSpec
 
     graph = build("leaf-spine", racks=2, hosts_per_rack=3)
     clean = run_local(graph, RunSpec(elements=5000, iterations=2))

@@ -2,12 +2,12 @@
 
 import pytest
 
+from innet.backends.local import LocalRun
 from innet.errors import UserError
-from innet.experiment import RunSpec
-from innet.local import LocalRun
-from innet.timing import call_time, predict
-from innet.training import Training, iteration_stats, p3_order, run_schedule
-from innet.workloads import load_workload
+from innet.hosts.training import Training, iteration_stats, p3_order, run_schedule
+from innet.hosts.workloads import load_workload
+from innet.plan.spec import RunSpec
+from innet.plan.timing import call_time, predict
 from topologies import build
 
 
@@ -42,7 +42,7 @@ def test_schedule_by_hand():
     # iteration 1 computes from 6, on weights one iteration stale; its grads at 9 and 12
     assert ends == [4.0, 7.0, 10.0, 13.0] and starts == [0.0, 6.0, 12.0]
     assert iteration_stats(pipe, starts, ends)["iteration_s"] == 6.5
-    with pytest.raises(UserError, match="--pipeline"):
+    with pytest.raises(UserError, match="^pipeline must be 1 or 2"):
         Training(1.0, (1.0,), width=3)
 
 

@@ -2,11 +2,11 @@
 
 import numpy as np
 
-from innet import fixedpoint
-from innet.experiment import check
-from innet.packet import FLAGS_OFFSET, RESULT, RETX, VER, make_packet, pack_frames, parse_block, parse_frame, scapy_frame
-from innet.runtime import flatten
-from innet.worker import AllreduceCall, JobSpec
+from innet.hosts.worker import AllreduceCall, JobSpec
+from innet.results.check import check
+from innet.switch.runtime import flatten
+from innet.wire import fixedpoint
+from innet.wire.packet import FLAGS_OFFSET, RESULT, RETX, VER, make_packet, pack_frames, parse_block, parse_frame, scapy_frame
 
 SWITCH = 9
 
@@ -82,7 +82,7 @@ def test_results_in_shuffled_blocks_are_exact_and_slots_never_overlap():
                 in_slot.pop((r, pkt.slot), None)
             blocks += 1
             uplink += [(r, f) for f in frames_of(call.receive_block(parse_block(*pack_frames(block)), now))]
-    correct, _ = check([[t] for t in tensors], [[c.result_int] for c in calls], [[c.result] for c in calls])
+    correct, _, _ = check([[t] for t in tensors], [[c.result_int] for c in calls], [[c.result] for c in calls])
     assert correct and all(c.error is None for c in calls)
     assert blocks < n * calls[0].end  # results really came several to a block
     assert all(c.retransmissions == 0 for c in calls)

@@ -1,0 +1,94 @@
+"""A host's side of a raw port: frames out through the link's fault injector, and one wake-up of a
+host endpoint (a worker, a ring member, a PBox shard) at a time."""
+
+from __future__ import annotations
+
+import heapq
+import select
+import time
+from typing import Any
+
+import numpy as np
+
+from innet.backends.rawport import RawPort
+from innet.backends.serialize import faults_from_json
+from innet.hosts.worker import Frames
+from innet.wire.faults import FaultInjector
+
+
+class Egress:
+    """Sends frames out of raw ports through each port's fault injector (delays kept in a heap)."""
+
+    def __init__(self, ports: dict[int, RawPort], faults: dict[str, dict[str, Any]]) -> None:
+        """``faults``: port number (as a string) -> {"spec": FaultSpec fields, "seed": its injector's seed}
+        for the link behind that port (innet.wire.faults.fault_seed)."""
+        self.ports = ports
+        self.injectors = {p: FaultInjector(faults_from_json(faults[str(p)]["spec"]), faults[str(p)]["seed"]) for p in ports}
+        self.held: list[tuple[float, int, int, bytes]] = []
+        self.seq = 0
+
+    def send(self, port: int, frame: bytes, now: float) -> None:
+        for delay, copy in self.injectors[port].apply(frame):
+            if delay <= 0:
+                self.ports[port].send(copy)
+            else:
+                self.seq += 1
+                heapq.heappush(self.held, (now + delay, self.seq, port, copy))
+
+    def send_block(self, port: int, block: np.ndarray, now: float) -> None:
+        """Send a block of equal-length frames: one sendmmsg per batch where the link has no faults."""
+        if self.injectors[port].spec.active:
+            for row in block:
+                self.send(port, row.tobytes(), now)
+        else:
+            self.ports[port].send_block(block)
+
+    def send_all(self, port: int, frames: Frames, now: float) -> None:
+        """Send what an endpoint gave: frames, and blocks of frames."""
+        for out in frames:
+            if isinstance(out, bytes):
+                self.send(port, out, now)
+            else:
+                self.send_block(port, out, now)
+
+    def flush(self, now: float) -> None:
+        while self.held and self.held[0][0] <= now:
+            _, _, port, frame = heapq.heappop(self.held)
+            self.ports[port].send(frame)
+
+    def next_due(self) -> float | None:
+        return self.held[0][0] if self.held else None
+
+    def lost(self) -> int:
+        return sum(i.lost for i in self.injectors.values())
+
+
+def wait_ms(*deadlines: float | None) -> int:
+    due = [d for d in deadlines if d is not None]
+    if not due:
+        return 1000
+    return max(0, min(1000, int((min(due) - time.monotonic()) * 1000) + 1))
+
+
+def serve_once(poller: select.poll, port: RawPort, endpoint: Any, egress: Egress, wake: float | None = None) -> bool:
+    """One wake-up of a host endpoint: wait for frames or its deadline, feed it, send what it says.
+    Whether frames came."""
+    woken = bool(poller.poll(wait_ms(endpoint.next_deadline(), egress.next_due(), wake)))
+    if woken:
+        hold = endpoint.holdoff() if hasattr(endpoint, "holdoff") else 0.0
+        if hold > 0:
+            time.sleep(hold)
+        now = time.monotonic()
+        if hasattr(endpoint, "receive_block"):
+            block = port.recv_block()
+            if block is not None:
+                egress.send_all(0, endpoint.receive_block(block, now), now)
+        else:
+            for frame in port.recv_batch():
+                egress.send_all(0, endpoint.receive(frame, now), now)
+    now = time.monotonic()
+    deadline = endpoint.next_deadline()
+    if deadline is not None and deadline <= now:
+        egress.send_all(0, endpoint.on_timeout(now), now)
+    egress.flush(now)
+    return woken

@@ -1,0 +1,204 @@
+"""The in-process fabric: hosts, switches and links in virtual time.
+
+It runs the very same switch runtime, programs and worker state machines as
+the Mininet backend, with no root and no real time: every link has a
+bandwidth (serialisation delay, a strict-priority queue per direction with
+one FIFO per band, the band read from each frame's DSCP), a latency and a
+FaultInjector. Deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import networkx as nx
+import numpy as np
+
+from innet.graph import link_name, port_to, ports
+from innet.switch.runtime import SwitchRuntime, flatten
+from innet.wire.faults import FaultInjector, FaultSpec, fault_seed
+from innet.wire.packet import BANDS, TOS_OFFSET, band_of
+
+
+class Endpoint(Protocol):
+    """What a host runs: a sans-I/O state machine (worker, PBox, ring peer).
+
+    A run ends when every endpoint is done, except daemons (``daemon = True``,
+    like the PBox) that serve until stopped.
+    """
+
+    @property
+    def done(self) -> bool: ...
+
+    def start(self, now: float) -> Sequence[bytes | np.ndarray]: ...
+
+    def receive(self, frame: bytes, now: float) -> Sequence[bytes | np.ndarray]: ...
+
+    def next_deadline(self) -> float | None: ...
+
+    def on_timeout(self, now: float) -> Sequence[bytes | np.ndarray]: ...
+
+
+Frame = bytes
+
+
+@dataclass
+class LinkDirection:
+    """One direction of a link: a strict-priority queue, one FIFO per band. A band-0 frame waits only for
+    the band-0 frames before it (and the frame on the wire), so its start is known at once (``free_at``);
+    a frame of a lower band waits in its FIFO until the link is free and no more urgent frame waits."""
+
+    bps: float
+    latency: float
+    injector: FaultInjector
+    free_at: float = 0.0
+    packets: int = 0
+    bytes: int = 0
+    queues: list[deque[Frame]] = field(default_factory=lambda: [deque() for _ in range(BANDS)])
+    waking: bool = False  # a wake-up is scheduled for when the link is free
+
+    def queued(self) -> bool:
+        return any(self.queues)
+
+
+class Fabric:
+    def __init__(self, graph: nx.Graph, faults: Callable[[str, str], FaultSpec] | FaultSpec | None = None,
+                 seed: int = 0, switch_delay: float = 0.0) -> None:
+        """``faults`` is one FaultSpec for every link, or a function of (sender, receiver)."""
+        self.graph = graph
+        self.now = 0.0
+        self.switch_delay = switch_delay
+        self._events: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
+        self._seq = 0
+        self.links: dict[tuple[str, str], LinkDirection] = {}
+        for u, v, data in sorted(graph.edges(data=True), key=lambda e: link_name(e[0], e[1])):
+            for a, b in ((u, v), (v, u)):
+                spec = faults(a, b) if callable(faults) else (faults or FaultSpec())
+                self.links[(a, b)] = LinkDirection(data["bw"] * 1e6, data["latency"],
+                                                   FaultInjector(spec, fault_seed(seed, a, b)))
+        self.port_peer = {n: ports(graph, n) for n in graph}
+        self.switches: dict[str, SwitchRuntime] = {}
+        self.endpoints: dict[str, list[Endpoint]] = {}
+        self._timer_at: dict[int, float] = {}
+        self.events_run = 0
+
+    # -- wiring -----------------------------------------------------------
+    def add_switch(self, name: str, runtime: SwitchRuntime) -> None:
+        self.switches[name] = runtime
+
+    def attach(self, host: str, endpoint: Endpoint) -> None:
+        self.endpoints.setdefault(host, []).append(endpoint)
+
+    # -- event loop -------------------------------------------------------
+    def _at(self, time: float, fn: Callable[..., None], *args: Any) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (max(time, self.now), self._seq, fn, args))
+
+    def transmit(self, node: str, port: int, frame: bytes) -> None:
+        peer = self.port_peer[node][port]
+        link = self.links[(node, peer)]
+        link.packets += 1
+        link.bytes += len(frame)
+        band = band_of(frame[TOS_OFFSET]) if len(frame) > TOS_OFFSET else 0
+        if band == 0 or (link.free_at <= self.now and not link.queued()):
+            self._put_on_wire(node, peer, link, frame)
+            return
+        link.queues[band].append(frame)
+        if not link.waking:
+            link.waking = True
+            self._at(link.free_at, self._link_free, node, peer)
+
+    def _link_free(self, node: str, peer: str) -> None:
+        """The link may be free: put the most urgent waiting frame on it (unless band-0 frames took it)."""
+        link = self.links[(node, peer)]
+        if link.free_at <= self.now:
+            frame = next(q for q in link.queues if q).popleft()
+            self._put_on_wire(node, peer, link, frame)
+        link.waking = link.queued()
+        if link.waking:
+            self._at(link.free_at, self._link_free, node, peer)
+
+    def _put_on_wire(self, node: str, peer: str, link: LinkDirection, frame: bytes) -> None:
+        link.free_at = max(self.now, link.free_at) + len(frame) * 8 / link.bps
+        for extra, copy in link.injector.apply(frame):
+            self._at(link.free_at + link.latency + extra, self._deliver, peer, port_to(self.graph, peer, node), copy)
+
+    def _deliver(self, node: str, port: int, frame: bytes) -> None:
+        runtime = self.switches.get(node)
+        if runtime is not None:
+            for out_port, out in runtime.receive(port, frame, self.now):
+                self.transmit(node, out_port, out)
+            self._schedule_switch(node, runtime)
+            return
+        for endpoint in self.endpoints.get(node, ()):
+            self._host_send(node, endpoint.receive(frame, self.now))
+            self._schedule_endpoint(node, endpoint)
+
+    def _host_send(self, host: str, frames: Sequence[bytes | np.ndarray]) -> None:
+        for _, frame in flatten([(0, f) for f in frames]):
+            self.transmit(host, 0, frame)
+
+    def _schedule(self, owner: object, due: float | None, fire: Callable[[], None]) -> None:
+        """Arm ``owner``'s one timer for ``due`` (never in the past) unless it is armed earlier already."""
+        if due is None:
+            return
+        due = max(due, self.now)
+        if due < self._timer_at.get(id(owner), float("inf")):
+            self._timer_at[id(owner)] = due
+            self._at(due, self._timer, owner, fire)
+
+    def _timer(self, owner: object, fire: Callable[[], None]) -> None:
+        if self._timer_at.get(id(owner)) != self.now:  # superseded by an earlier arming
+            return
+        del self._timer_at[id(owner)]
+        fire()
+
+    def _schedule_endpoint(self, host: str, endpoint: Endpoint) -> None:
+        self._schedule(endpoint, endpoint.next_deadline(), lambda: self._endpoint_due(host, endpoint))
+
+    def _endpoint_due(self, host: str, endpoint: Endpoint) -> None:
+        deadline = endpoint.next_deadline()
+        if deadline is not None and deadline <= self.now:
+            self._host_send(host, endpoint.on_timeout(self.now))
+        self._schedule_endpoint(host, endpoint)
+
+    def _schedule_switch(self, name: str, runtime: SwitchRuntime) -> None:
+        self._schedule(runtime, runtime.next_timer(), lambda: self._switch_due(name, runtime))
+
+    def _switch_due(self, name: str, runtime: SwitchRuntime) -> None:
+        for port, frame in runtime.run_timers(self.now):
+            self.transmit(name, port, frame)
+        self._schedule_switch(name, runtime)
+
+    def run(self, until: float = float("inf"), max_events: int = 50_000_000) -> float:
+        """Start everything, run until every endpoint is done (or time/event limits)."""
+        for name, runtime in self.switches.items():
+            for port, frame in runtime.start(self.now):
+                self.transmit(name, port, frame)
+            self._schedule_switch(name, runtime)
+        for host, endpoints in self.endpoints.items():
+            for endpoint in endpoints:
+                self._host_send(host, endpoint.start(self.now))
+                self._schedule_endpoint(host, endpoint)
+        finite = [e for es in self.endpoints.values() for e in es if not getattr(e, "daemon", False)]
+        while self._events and self.events_run < max_events:
+            if finite and all(e.done for e in finite):
+                break
+            time, _, fn, args = heapq.heappop(self._events)
+            if time > until:
+                break
+            self.now = time
+            self.events_run += 1
+            fn(*args)
+        return self.now
+
+    def link_bytes(self) -> dict[str, int]:
+        """Bytes put on each link, both directions together, by link name."""
+        out: dict[str, int] = {}
+        for (u, v), link in self.links.items():
+            out[link_name(u, v)] = out.get(link_name(u, v), 0) + link.bytes
+        return out

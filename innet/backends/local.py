@@ -1,0 +1,101 @@
+"""``--backend local``: run an experiment on the in-process fabric."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import networkx as nx
+
+from innet.backends.fabric import Endpoint, Fabric
+from innet.hosts.ensemble import InputReceiver, InputServer, input_summary
+from innet.hosts.ssp import SSPWorker
+from innet.hosts.worker import Frames, WorkerProcess
+from innet.plan.spec import RunSpec, program_of
+from innet.results.check import outcome_of, run_record, tally_drops, training_outcome
+from innet.results.record import RunRecord
+from innet.run.modes import RunPlan, host_endpoint, installed_configs, pbox_servers, plan_run
+from innet.switch.runtime import SwitchRuntime
+
+
+class LocalRun:
+    """One experiment on the fabric, in steps, so tests can add hosts of their own (a spoofer, a crash)."""
+
+    def __init__(self, graph: nx.Graph, run: RunSpec, pbox_cores: int = 1, crash: dict[str, float] | None = None) -> None:
+        self.graph, self.run = graph, run
+        self.rp: RunPlan = plan_run(graph, run, program_of(run))
+        self.program = program_of(run, self.rp.fan_in)
+        self.fabric = Fabric(graph, faults=run.faults_on, seed=run.seed)
+        configs = installed_configs(graph, run, self.rp)
+        self.runtimes = {name: SwitchRuntime(cfg, self.program) for name, cfg in configs.items()}
+        for name, rt in self.runtimes.items():
+            self.fabric.add_switch(name, rt)
+        host, self.servers = pbox_servers(graph, run, self.rp, pbox_cores)
+        for server in self.servers:
+            self.fabric.attach(str(host), server)
+        self.inputs = []
+        if self.rp.input is not None:
+            self.input_server = InputServer(self.rp.input)
+            self.fabric.attach(self.rp.input.server, self.input_server)
+            self.inputs = [InputReceiver(self.rp.input, reader) for reader in self.rp.input.receivers]
+            for receiver in self.inputs:
+                self.fabric.attach(receiver.reader.host, receiver)
+        self.procs: list[WorkerProcess | SSPWorker] = []
+        for plan in self.rp.plans:
+            for w, spec in self.rp.specs[plan.job].items():
+                proc = host_endpoint(run, self.rp, w, spec)
+                self.fabric.attach(w, Crashing(proc, crash[w]) if crash and w in crash else proc)
+                self.procs.append(proc)
+
+    def attach(self, host: str, endpoint: Endpoint) -> None:
+        self.fabric.attach(host, endpoint)
+
+    def finish(self, **extra: Any) -> RunRecord:
+        self.fabric.run()
+        counters = [rt.ctx.counters for rt in self.runtimes.values()]
+        counters += [{"pbox:" + k: n for k, n in s.counters.items()} for s in self.servers]
+        drops = tally_drops(counters, {"link:lost": sum(link.injector.lost for link in self.fabric.links.values())})
+        outcomes = [training_outcome(p) if isinstance(p, SSPWorker) else outcome_of(p) for p in self.procs]
+        if self.inputs and self.rp.input is not None:
+            switch_bytes = sum(rt.ctx.counters.get("input_bytes", 0) for rt in self.runtimes.values())
+            extra["input"] = input_summary(self.graph, self.rp.input, [r.outcome() for r in self.inputs],
+                                           self.input_server.sent_bytes + switch_bytes)
+        return run_record(
+            self.graph, self.run, self.rp, "local", outcomes, self.fabric.link_bytes(),
+            drops, switch_memory_bytes={n: rt.memory_bytes for n, rt in self.runtimes.items()}, **extra,
+        )
+
+
+def run_local(graph: nx.Graph, run: RunSpec, pbox_cores: int = 1, crash: dict[str, float] | None = None) -> RunRecord:
+    return LocalRun(graph, run, pbox_cores, crash).finish()
+
+
+class Crashing:
+    """A worker that dies at virtual time ``at``: from then on it neither hears nor says anything."""
+
+    def __init__(self, proc: WorkerProcess | SSPWorker, at: float) -> None:
+        self.proc, self.at = proc, at
+        self.dead = False
+
+    @property
+    def done(self) -> bool:
+        return self.dead or self.proc.done
+
+    def _alive(self, now: float) -> bool:
+        if now >= self.at and not self.dead:
+            self.dead = True
+            failed = self.proc.calls[-1] if isinstance(self.proc, WorkerProcess) else self.proc
+            failed.error = RuntimeError(f"rank {self.proc.spec.rank} crashed (injected at {self.at:g}s)")
+        return not self.dead
+
+    def start(self, now: float) -> Frames:
+        return self.proc.start(now) if self._alive(now) else []
+
+    def receive(self, frame: bytes, now: float) -> Frames:
+        return self.proc.receive(frame, now) if self._alive(now) else []
+
+    def next_deadline(self) -> float | None:
+        deadline = self.proc.next_deadline()
+        return None if self.dead else self.at if deadline is None else min(deadline, self.at)
+
+    def on_timeout(self, now: float) -> Frames:
+        return self.proc.on_timeout(now) if self._alive(now) else []

@@ -1,0 +1,531 @@
+"""``--backend mininet``: the experiment on real namespaces and veth links.
+
+The only module that imports Mininet. Every graph node becomes a Mininet node
+in its own network namespace; links are TCLinks (htb shaping) named so that
+port ``i`` of node ``n`` is interface ``n-eth<i>``. Each switch runs
+``innet.backends.node switch``; the controller installs routes and jobs over the
+switch's control socket, then releases the workers together and measures the
+bytes at every interface. Everything created is recorded (innet.backends.cleanup) and
+removed on success, error, Ctrl-C and SIGTERM.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import networkx as nx
+import numpy as np
+
+from innet.backends.cleanup import RunState, kill_recorded
+from innet.backends.serialize import config_to_json, spec_to_json
+from innet.errors import UserError
+from innet.graph import is_switch, link_name, natural_key, port_to, ports
+from innet.hosts.ensemble import InputPlan, input_summary
+from innet.plan.spec import RunSpec, program_of
+from innet.results.check import WorkerOutcome, run_record, tally_drops
+from innet.results.record import RunRecord
+from innet.run.modes import RunPlan, installed_configs, pbox_servers, plan_run
+from innet.wire.faults import fault_seed
+from innet.wire.packet import ETH_MTU, link_mtu
+
+TCLINK_MAX_MBPS = 1000.0
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _faults(graph: nx.Graph, run: RunSpec, node: str) -> dict[str, dict[str, Any]]:
+    """Each port's faults for the link behind it, and their seed (JSON keys are strings)."""
+    return {str(p): {"spec": dataclasses.asdict(run.faults_on(node, peer)), "seed": fault_seed(run.seed, node, peer)}
+            for p, peer in ports(graph, node).items()}
+
+
+def log(msg: str) -> None:
+    print(f"innet: {msg}", file=sys.stderr, flush=True)
+
+
+CPU_BOUND = 0.8  # of one core, during the all-reduce
+
+
+def busy_cores(stats: dict[str, dict[str, Any]], host_cpu_s: float = 0.0, wall: float = 0.0) -> float:
+    """How many cores the switches and the hosts' processes kept busy during the all-reduce, on average."""
+    return sum(st["cpu_share"] for st in stats.values()) + (host_cpu_s / wall if wall > 0 else 0.0)
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(busy, all) clock ticks of every CPU since boot (/proc/stat): busy includes the kernel's
+    softirq work (veth delivery, the shapers), which no process's CPU time fully shows."""
+    with open("/proc/stat", encoding="ascii") as fh:
+        ticks = [int(x) for x in fh.readline().split()[1:]]
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)  # idle and iowait are not busy
+
+
+def saturated(cores_busy: float) -> bool:
+    """Whether ``cores_busy`` cores on average is enough to call the whole machine CPU-bound."""
+    return cores_busy >= CPU_BOUND * (os.cpu_count() or 1)
+
+
+def bottlenecks(stats: dict[str, dict[str, Any]], host_cpu_s: float = 0.0, wall: float = 0.0,
+                machine_busy: float = 0.0) -> list[str]:
+    """Say when CPUs, not the links, limited the run: a CPU-bound switch, socket drops, or a saturated
+    machine (``machine_busy``: every CPU's busy cores from /proc/stat, the kernel's link work included)."""
+    out = []
+    busy = busy_cores(stats, host_cpu_s, wall)
+    if saturated(max(busy, machine_busy)):
+        out.append(f"the machine kept {max(busy, machine_busy):.1f} of its {os.cpu_count()} cores busy ({busy:.1f} of them in switch "
+                   "and host processes): the emulation was CPU-bound, not link-bound")
+    for sw, st in sorted(stats.items(), key=lambda kv: natural_key(kv[0])):
+        if st["cpu_share"] >= CPU_BOUND:
+            out.append(f"switch {sw} was CPU-bound ({100 * st['cpu_share']:.0f}% of a core during the all-reduce): "
+                       "the links were not the limit")
+        dropped = {port: n for port, n in st.get("socket_drops", {}).items() if n}
+        if dropped:
+            out.append(f"switch {sw} dropped frames at its sockets ({', '.join(f'{p}: {n}' for p, n in dropped.items())}): "
+                       "it could not keep up")
+    return out
+
+
+class Control:
+    """The controller's end of one switch's control channel (JSON lines on a Unix socket)."""
+
+    def __init__(self, path: str, timeout: float = 20.0) -> None:
+        self.path = path
+        self.name = os.path.basename(path).removesuffix(".sock")
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                self.sock.connect(path)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                self.sock.close()
+                if time.monotonic() > deadline:
+                    raise UserError(f"switch control socket {path} did not come up in {timeout:g}s") from None
+                time.sleep(0.05)
+        self.file = self.sock.makefile("rb")
+
+    def close(self) -> None:
+        self.file.close()
+        self.sock.close()
+
+    def call(self, op: str, **kw: Any) -> dict[str, Any]:
+        try:
+            self.sock.sendall(json.dumps({"op": op, **kw}).encode() + b"\n")
+            line = self.file.readline()
+        except OSError:
+            line = b""
+        if not line:
+            raise UserError(f"switch process {self.name} exited unexpectedly: {self._last_words()}")
+        reply: dict[str, Any] = json.loads(line)
+        return reply
+
+    def _last_words(self) -> str:
+        """The last line the switch process wrote to its log (its error, when it crashed)."""
+        try:
+            with open(self.path.removesuffix(".sock") + ".log", encoding="utf-8", errors="replace") as fh:
+                lines = [ln.strip() for ln in fh if ln.strip()]
+        except OSError:
+            lines = []
+        return lines[-1] if lines else "no message"
+
+
+def interface_bytes(node: Any) -> dict[str, int]:
+    """tx bytes of every interface of a Mininet node, read inside its namespace."""
+    out = node.cmd("ip -s -j link show")
+    try:
+        links = json.loads(out)
+    except ValueError:
+        return {}
+    return {d["ifname"]: int(d["stats64"]["tx"]["bytes"]) for d in links if "stats64" in d}
+
+
+@contextmanager
+def _signals_as_interrupts() -> Iterator[None]:
+    def raise_interrupt(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM that arrive during the block interrupt right after it: what the block creates is
+    recorded before an interrupt lands. Python-level handlers, not a signal mask: the kernel may hand a
+    signal to any thread that does not block it (numpy's BLAS thread, for one), and Python then runs the
+    handler in the main thread whatever the main thread's mask is."""
+    caught: list[int] = []
+    old: dict[signal.Signals, Any] = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, lambda signum, _frame: caught.append(signum))
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if caught:
+            raise KeyboardInterrupt
+
+
+def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli: bool = False,
+                pbox_cores: int = 1, crash: dict[str, float] | None = None,
+                intruders: list[tuple[str, list[str]]] | None = None) -> RunRecord:
+    """Run ``run`` on a Mininet network built from ``graph``; remove everything afterwards.
+
+    ``crash`` kills the named worker hosts' processes (SIGKILL) that many seconds
+    after the start; ``intruders`` are extra commands started on hosts with the
+    workers (the tests' spoofers and fuzzers).
+    """
+    from mininet.log import setLogLevel
+
+    setLogLevel("critical")
+    rp = plan_run(graph, run, program_of(run))
+    program = program_of(run, rp.fan_in)
+    configs = installed_configs(graph, run, rp)
+    run_id = f"{os.getpid()}-{time.strftime('%H%M%S')}"
+    with _emulation(graph, run_id, link_mtu(program.elements)) as emu:
+        emu.start_switches(run, program, configs, pcap_dir)
+        return emu.execute(run, rp, pbox_cores, crash or {}, intruders or [], cli)
+
+
+@contextmanager
+def network(graph: nx.Graph, mtu: int = ETH_MTU) -> Iterator[Emulation]:
+    """A bare Mininet network of ``graph`` (nothing started on it), removed on exit: for benchmarks."""
+    from mininet.log import setLogLevel
+
+    setLogLevel("critical")
+    with _emulation(graph, f"{os.getpid()}-{time.strftime('%H%M%S')}-bench", mtu) as emu:
+        yield emu
+
+
+@contextmanager
+def _emulation(graph: nx.Graph, run_id: str, mtu: int) -> Iterator[Emulation]:
+    """The network of ``graph`` built, every link's MTU ``mtu``, with its run directory and state file; all of
+    it removed on exit, SIGINT and SIGTERM included. The state file and run directory are made with those
+    signals deferred, so an interrupt cannot land between creating them and recording that they exist."""
+    run_dir = f"/tmp/innet-{run_id}"
+    state: RunState | None = None
+    emu: Emulation | None = None
+    with _signals_as_interrupts():
+        try:
+            with _signals_deferred():
+                os.makedirs(run_dir)
+                state = RunState(run_id, run_dir)
+            emu = Emulation(graph, state, run_dir, mtu)
+            emu.build()
+            yield emu
+        finally:
+            with _signals_deferred():
+                if emu is not None:
+                    emu.teardown()
+                if state is not None:
+                    state.remove()
+                elif os.path.isdir(run_dir):
+                    os.rmdir(run_dir)
+
+
+class Emulation:
+    def __init__(self, graph: nx.Graph, state: RunState, run_dir: str, mtu: int) -> None:
+        self.graph = graph
+        self.mtu = mtu
+        self.state = state
+        self.run_dir = run_dir
+        self.net: Any = None
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.controls: list[Control] = []
+        self.pcaps = False
+        self.switch_controls: dict[str, Control] = {}
+
+    def build(self) -> None:
+        from mininet.link import TCLink
+        from mininet.net import Mininet
+        from mininet.node import Host
+
+        graph = self.graph
+        log(f"building {graph.graph.get('name', 'topology')}: {graph.number_of_nodes()} nodes, "
+            f"{graph.number_of_edges()} links")
+        self.net = net = Mininet(topo=None, build=False, controller=None, link=TCLink, autoSetMacs=False,
+                                 autoStaticArp=False, waitConnected=False)
+        names = sorted(graph, key=natural_key)
+        self.state.add_intfs([f"{n}-eth{p}" for n in names for p in range(graph.degree(n))])
+        for name in names:
+            with _signals_deferred():  # a node's shell is recorded before an interrupt can land
+                node = net.addHost(name, cls=Host, ip=None, inNamespace=True)
+                self.state.add_pid(f"mininet:{name}", node.pid)
+        unshaped = 0
+        shaped: list[tuple[str, str]] = []
+        for u, v, data in sorted(graph.edges(data=True), key=lambda e: link_name(e[0], e[1])):
+            params: dict[str, Any] = {}
+            if data["bw"] <= TCLINK_MAX_MBPS:
+                params = {"bw": data["bw"]}
+                shaped += [(u, f"{u}-eth{port_to(graph, u, v)}"), (v, f"{v}-eth{port_to(graph, v, u)}")]
+            else:
+                unshaped += 1
+            net.addLink(u, v, port1=port_to(graph, u, v), port2=port_to(graph, v, u),
+                        intfName1=f"{u}-eth{port_to(graph, u, v)}", intfName2=f"{v}-eth{port_to(graph, v, u)}", **params)
+        if unshaped:
+            log(f"{unshaped} link(s) above {TCLINK_MAX_MBPS:g} Mbit/s are left unshaped (TCLink cannot shape them)")
+        net.build()
+        for node in net.hosts:
+            node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1")
+            for intf in node.intfNames():
+                if intf != "lo":
+                    node.cmd(f"ethtool -K {intf} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1")
+                    if self.mtu != ETH_MTU:  # frames longer than Ethernet's (--packet-elements): jumbo links
+                        node.cmd(f"ip link set {intf} mtu {self.mtu}")
+        for name, intf in shaped:  # strict-priority queues under the shaper (innet.rawport.SOCKET_PRIORITY)
+            error = net.get(name).cmd(f"tc qdisc add dev {intf} parent 5:1 handle 10: pfifo_fast")
+            if error.strip():
+                raise UserError(f"cannot add priority queues to {intf}: {error.strip()}")
+
+    def _popen(self, name: str | None, args: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+        """Start ``args`` inside node ``name`` (or, with None, here), recorded for teardown."""
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        proc: subprocess.Popen[bytes]
+        with _signals_deferred():  # a process is recorded before an interrupt can land
+            if name is None:
+                proc = subprocess.Popen(args, env=env, **kw)
+            else:
+                proc = self.net.get(name).popen(args, env=env, **kw)
+            self.procs.append(proc)
+            self.state.add_pid(f"innet:{name or 'root'}", proc.pid)
+        return proc
+
+    spawn = _popen
+
+    def start_switches(self, run: RunSpec, program: Any, configs: dict[str, Any], pcap_dir: str | None) -> None:
+        graph = self.graph
+        switches = [n for n in sorted(graph, key=natural_key) if is_switch(graph, n)]
+        if pcap_dir:
+            self._start_pcaps(pcap_dir, switches)
+        for sw in switches:
+            conf = {"program": run.program, "pool_slots": run.pool_slots, "packet_elements": run.packet_elements,
+                    "fan_in": getattr(program, "fan_in", 0),
+                    "ports": {p: f"{sw}-eth{p}" for p in configs[sw].ports}, "faults": _faults(graph, run, sw),
+                    "control": os.path.join(self.run_dir, f"{sw}.sock")}
+            self._write(f"{sw}.json", conf)
+            with open(os.path.join(self.run_dir, f"{sw}.log"), "wb") as log_file:
+                self._popen(sw, [sys.executable, "-m", "innet.backends.node", "switch", os.path.join(self.run_dir, f"{sw}.json")],
+                            stdout=subprocess.DEVNULL, stderr=log_file)
+        self.switch_controls = {sw: Control(os.path.join(self.run_dir, f"{sw}.sock")) for sw in switches}
+        self.controls.extend(self.switch_controls.values())
+        for sw, ctl in self.switch_controls.items():
+            reply = ctl.call("install", config=config_to_json(configs[sw]))
+            if not reply.get("ok"):
+                raise UserError(reply.get("error", f"switch {sw} refused its configuration"))
+        log(f"{len(switches)} switches up running {program.name}")
+
+    def execute(self, run: RunSpec, rp: RunPlan, pbox_cores: int, crash: dict[str, float],
+                intruders: list[tuple[str, list[str]]], cli: bool) -> RunRecord:
+        graph, net = self.graph, self.net
+        for job, outcome in rp.outcomes.items():
+            log(f"job {job}: mode {run.mode}, {outcome}")
+        procs: dict[str, subprocess.Popen[bytes]] = {}
+        host, servers = pbox_servers(graph, run, rp, pbox_cores)
+        for core, server in enumerate(servers):
+            conf = {"node": server.node, "cores": pbox_cores, "core": core, "port": f"{host}-eth0",
+                    "faults": _faults(graph, run, str(host)),
+                    "jobs": [dataclasses.asdict(j) for j in server.jobs.values()]}
+            self._write(f"pbox{core}.json", conf)
+            procs[f"{host}#{core}"] = self._popen(str(host), [sys.executable, "-m", "innet.backends.node", "pbox",
+                                                              os.path.join(self.run_dir, f"pbox{core}.json")],
+                                                  stdout=subprocess.PIPE)
+        workers = {}
+        # a ring neighbour may have missed this rank's last ACKs: answer its probes until it has been quiet
+        # for 4 of the longest RTOs (timeout / 32), at most the timeout, before leaving; on lossy links for
+        # 16 of them (at 20% loss 4 tries in a row across 4 lossy links all fail 12% of the time, 16 0.02%)
+        lossy = run.faults.loss > 0 or any(f.loss > 0 for _, f in run.link_faults)
+        linger = (run.timeout / 2 if lossy else max(1.0, run.timeout / 8)) if run.mode == "ring" else 0.0
+        for plan in rp.plans:
+            for w, spec in rp.specs[plan.job].items():
+                conf = {"spec": spec_to_json(spec), "seed": run.seed, "sizes": run.call_sizes(),
+                        "topk": run.topk, "layers": run.layers(),
+                        "ssp": dataclasses.asdict(run.parameter_server()) if run.consistency else None,
+                        "compute": run.compute_times(w, plan.job, spec.rank),
+                        "training": dataclasses.asdict(rp.training) if rp.training else None,
+                        "port": f"{w}-eth0", "faults": _faults(graph, run, w), "result": os.path.join(self.run_dir, f"{w}.npz"),
+                        "mode": run.mode, "ring": rp.ring(plan.job), "linger": linger,
+                        "linger_limit": run.timeout if run.mode == "ring" else 0.0}
+                self._write(f"{w}.json", conf)
+                workers[w] = procs[w] = self._popen(
+                    w, [sys.executable, "-m", "innet.backends.node", "worker", os.path.join(self.run_dir, f"{w}.json")],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        starters = dict(workers)
+        if rp.input is not None:
+            starters.update(self._start_input(run, rp.input, procs))
+        readers = {name: p for name, p in starters.items() if name.endswith(":input")}
+        for name, proc in procs.items():
+            assert proc.stdout is not None
+            if proc.stdout.readline().strip() != b"ready":
+                raise UserError(f"{name} failed to start")
+        cpu_before = {sw: ctl.call("stats")["cpu_s"] for sw, ctl in self.switch_controls.items()}
+        before = {n.name: interface_bytes(n) for n in net.hosts}
+        log(f"all-reduce: {len(workers)} workers x {run.elements} elements x {run.iterations} iteration(s)")
+        started, ticks = time.monotonic(), machine_ticks()
+        for proc in starters.values():
+            assert proc.stdin is not None
+            proc.stdin.write(b"go\n")
+            proc.stdin.flush()
+        others = {f"{name}!{i}": self._popen(name, argv, stdout=subprocess.DEVNULL) for i, (name, argv) in enumerate(intruders)}
+        self._wait_workers({**workers, **readers}, run, started, crash)
+        self._wait_workers(others, run, started, {})
+        after = {n.name: interface_bytes(n) for n in net.hosts}
+        wall, ticks_after = time.monotonic() - started, machine_ticks()
+        machine_busy = (ticks_after[0] - ticks[0]) / max(1, ticks_after[1] - ticks[1]) * (os.cpu_count() or 1)
+        stats = {sw: ctl.call("stats") for sw, ctl in self.switch_controls.items()}
+        for sw, st in stats.items():
+            st["cpu_share"] = (st["cpu_s"] - cpu_before[sw]) / wall if wall > 0 else 0.0
+        for ctl in self.switch_controls.values():
+            ctl.call("stop")
+        if cli:
+            from mininet.cli import CLI
+
+            CLI(net)
+        return self._record(run, rp, before, after, stats, wall, machine_busy)
+
+    def _start_input(self, run: RunSpec, plan: InputPlan,
+                     procs: dict[str, subprocess.Popen[bytes]]) -> dict[str, subprocess.Popen[bytes]]:
+        """The ensemble's input stream: its server on the PBox host and a reader beside every worker; all are
+        told "go" with the workers (returned), the readers (":input") also waited for like them."""
+        roles: list[tuple[str, str, dict[str, Any]]] = [
+            (plan.server, "input-server", {"stats": os.path.join(self.run_dir, "input-server.json")})]
+        roles += [(r.host, "input", {"reader": dataclasses.asdict(r), "result": os.path.join(self.run_dir, f"{r.host}-input.json")})
+                  for r in plan.receivers]
+        started: dict[str, subprocess.Popen[bytes]] = {}
+        for host, role, extra in roles:
+            conf = {"plan": dataclasses.asdict(plan), "port": f"{host}-eth0", "faults": _faults(self.graph, run, host),
+                    **extra}
+            self._write(f"{host}-{role}.json", conf)
+            proc = self._popen(host, [sys.executable, "-m", "innet.backends.node", role, os.path.join(self.run_dir, f"{host}-{role}.json")],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            procs[f"{host}:{role}"] = started[f"{host}:{role}"] = proc
+        return started
+
+    def _input_record(self, plan: InputPlan, stats: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        readers = []
+        for r in plan.receivers:
+            path = os.path.join(self.run_dir, f"{r.host}-input.json")
+            if os.path.exists(path):
+                with open(path, encoding="utf-8") as fh:
+                    readers.append(json.load(fh))
+        with open(os.path.join(self.run_dir, "input-server.json"), encoding="utf-8") as fh:
+            sent = json.load(fh)["sent_bytes"]
+        switch_bytes = sum(st.get("counters", {}).get("input_bytes", 0) for st in stats.values())
+        return input_summary(self.graph, plan, readers, sent + switch_bytes)
+
+    def _write(self, name: str, conf: dict[str, Any]) -> None:
+        with open(os.path.join(self.run_dir, name), "w", encoding="utf-8") as fh:
+            json.dump(conf, fh)
+
+    def _start_pcaps(self, pcap_dir: str, switches: list[str]) -> None:
+        os.makedirs(pcap_dir, exist_ok=True)
+        self.pcaps = True
+        files = []
+        for sw in switches:
+            for intf in self.net.get(sw).intfNames():
+                if intf != "lo":
+                    path = os.path.abspath(os.path.join(pcap_dir, f"{intf}.pcap"))
+                    self._popen(sw, ["tcpdump", "-i", intf, "-w", path, "-U", "--immediate-mode", "-s", "0", "-q"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                    files.append(path)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all(os.path.exists(f) for f in files):
+            time.sleep(0.05)
+        time.sleep(0.2)
+
+    def _wait_workers(self, procs: dict[str, subprocess.Popen[bytes]], run: RunSpec, started: float,
+                      crash: dict[str, float]) -> None:
+        limit = started + 30 + run.timeout * (len(run.call_sizes()) + 1)
+        last_report = time.monotonic()
+        crash = dict(crash)
+        while any(p.poll() is None for p in procs.values()):
+            now = time.monotonic()
+            for host, at in list(crash.items()):
+                if now - started >= at:
+                    log(f"crashing worker {host} (SIGKILL) {at:g}s into the run")
+                    procs[host].kill()
+                    del crash[host]
+            if now > limit:
+                raise UserError(f"workers did not finish within {limit - started:.0f}s; see {{timeout}}")
+            if now - last_report > 5:
+                done = sum(p.poll() is not None for p in procs.values())
+                log(f"  ... {done}/{len(procs)} workers finished")
+                last_report = now
+            time.sleep(0.01)
+
+    def _record(self, run: RunSpec, rp: RunPlan, before: dict[str, dict[str, int]], after: dict[str, dict[str, int]],
+                stats: dict[str, dict[str, Any]], wall: float, machine_busy: float) -> RunRecord:
+        graph = self.graph
+        link_bytes = {}
+        for u, v in graph.edges:
+            total = 0
+            for a, b in ((u, v), (v, u)):
+                intf = f"{a}-eth{port_to(graph, a, b)}"
+                total += after[a].get(intf, 0) - before[a].get(intf, 0)
+            link_bytes[link_name(u, v)] = total
+        outcomes, host_cpu = [], 0.0
+        for plan in rp.plans:
+            for w, spec in rp.specs[plan.job].items():
+                outcome, cpu = self._outcome(w, spec)
+                outcomes.append(outcome)
+                host_cpu += cpu
+        drops = tally_drops((st.get("counters", {}) for st in stats.values()), {
+            "link:lost": sum(st.get("lost", 0) for st in stats.values()),
+            "socket": sum(sum(st.get("socket_drops", {}).values()) for st in stats.values()),
+        })
+        return run_record(
+            graph, run, rp, "mininet", outcomes, link_bytes, drops,
+            switch_memory_bytes={sw: st.get("memory_bytes", 0) for sw, st in stats.items()},
+            switch_cpu_share={sw: round(st["cpu_share"], 3) for sw, st in stats.items()},
+            busy_cores=round(busy_cores(stats, host_cpu, wall), 2), machine_busy_cores=round(machine_busy, 2),
+            warnings=bottlenecks(stats, host_cpu, wall, machine_busy),
+            switch_counters={sw: st.get("counters", {}) for sw, st in stats.items()},
+            **({"input": self._input_record(rp.input, stats)} if rp.input is not None else {}),
+        )
+
+    def _outcome(self, host: str, spec: Any) -> tuple[WorkerOutcome, float]:
+        """What a worker host saved: its outcome, and the CPU seconds it spent from "go"."""
+        path = os.path.join(self.run_dir, f"{host}.npz")
+        if not os.path.exists(path):
+            return WorkerOutcome(spec.job, spec.rank, [], [], [], [], 0, f"worker {host} (rank {spec.rank}) wrote no result"), 0.0
+        data = np.load(path)
+        cuts = np.cumsum(data["sizes"])[:-1]
+        ints = np.split(data["ints"], cuts) if len(data["sizes"]) else []
+        floats = np.split(data["floats"], cuts) if len(data["sizes"]) else []
+        outcome = WorkerOutcome(spec.job, spec.rank, ints, floats, list(data["started"]), list(data["finished"]),
+                                int(data["retransmissions"]), str(data["error"]), list(data["compute_starts"]),
+                                [int(s) for s in data["staleness"]], int(data["scale"]))
+        return outcome, float(data["cpu_s"])
+
+    def teardown(self) -> None:
+        if self.pcaps:
+            time.sleep(0.5)  # let tcpdump drain what the kernel already captured
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + 2
+        for proc in self.procs:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+        for ctl in self.controls:
+            ctl.close()
+        if self.net is not None:
+            self.net.stop()
+        kill_recorded(self.state.data["pids"], grace=0.5)

@@ -1,0 +1,130 @@
+"""A switch or host port on a real interface: an AF_PACKET raw socket.
+
+Frames are read in batches with recvmmsg (up to ``max_batch`` per system call,
+into one numpy array) and sent in batches with sendmmsg; never busy-polled:
+callers block in poll() until a port is readable. Frames this socket sends
+itself are not looped back (PACKET_IGNORE_OUTGOING).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import socket
+import struct
+import time
+
+import numpy as np
+
+from innet.backends.mmsg import FrameBuffer
+from innet.wire.packet import ETH_LEN, HEADER_DTYPE, HEADER_OFFSET, TOS_OFFSET, FrameBlock, band_of, parse_block
+
+ETH_P_ALL = 0x0003
+SOL_PACKET = 263
+PACKET_STATISTICS = 6
+PACKET_IGNORE_OUTGOING = 23
+SO_RCVBUFFORCE = 33
+SO_SNDBUFFORCE = 32
+SO_ATTACH_FILTER = 26
+BUFFER_BYTES = 16 << 20
+SIOCGIFMTU = 0x8921
+# The socket priority that pfifo_fast (the strict-priority qdisc under each link's shaper) puts in band
+# 0, 1, 2: TC_PRIO_INTERACTIVE, TC_PRIO_BESTEFFORT, TC_PRIO_BULK by its fixed priomap.
+SOCKET_PRIORITY = (6, 0, 2)
+
+
+class RawPort:
+    def __init__(self, ifname: str, max_batch: int = 256) -> None:
+        self.name = ifname
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+        for opt in (SO_RCVBUFFORCE, SO_SNDBUFFORCE):
+            self.sock.setsockopt(socket.SOL_SOCKET, opt, BUFFER_BYTES)
+        self.sock.bind((ifname, 0))
+        self.sock.setblocking(False)
+        self.socket_drops = 0
+        self.qdisc_waits = 0  # times a send found the link's queue full
+        self.band = -1  # none set yet (the socket's priority 0 is pfifo_fast's band 1)
+        mtu = struct.unpack("16si", fcntl.ioctl(self.sock, SIOCGIFMTU, struct.pack("16si", ifname.encode(), 0)))[1]
+        self.rx = FrameBuffer(max_batch, ETH_LEN + mtu)
+        self.tx = FrameBuffer(max_batch, ETH_LEN + mtu)
+
+    def keep_slots(self, cores: int, core: int) -> None:
+        """Attach a classic BPF filter: deliver only frames whose header slot % cores == core.
+
+        This is how the PBox's shards each get their own keys from one interface.
+        """
+        slot_offset = HEADER_OFFSET + HEADER_DTYPE.fields["slot"][1]  # type: ignore[index]
+        program = [
+            (0x28, 0, 0, slot_offset),  # ldh [slot]
+            (0x94, 0, 0, cores),        # A %= cores
+            (0x15, 0, 1, core),         # if A == core
+            (0x06, 0, 0, 0xFFFF),       #   accept
+            (0x06, 0, 0, 0),            # else drop
+        ]
+        code = b"".join(struct.pack("HBBI", *insn) for insn in program)
+        buf = ctypes.create_string_buffer(code)
+        fprog = struct.pack("HL", len(program), ctypes.addressof(buf))
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def recv_block(self) -> FrameBlock | None:
+        """Every frame queued now (up to max_batch), parsed; None when there was none.
+        The block's arrays are views of the receive buffer: valid until the next call."""
+        n = self.rx.recv(self.sock.fileno())
+        return parse_block(self.rx.frames[:n], self.rx.lengths[:n]) if n else None
+
+    def recv_batch(self) -> list[bytes]:
+        n = self.rx.recv(self.sock.fileno())
+        return [self.rx.frames[k, : self.rx.lengths[k]].tobytes() for k in range(n)]
+
+    def _set_band(self, tos: int) -> None:
+        """Queue what follows in the frame's priority band: set the socket priority pfifo_fast maps to it."""
+        band = band_of(tos)
+        if band != self.band:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PRIORITY, SOCKET_PRIORITY[band])
+            self.band = band
+
+    def send(self, frame: bytes) -> None:
+        if len(frame) > TOS_OFFSET:
+            self._set_band(frame[TOS_OFFSET])
+        while True:
+            try:
+                self.sock.send(frame)
+                return
+            except BlockingIOError:  # the qdisc is full: wait for room, never drop silently
+                self._wait_for_room()
+
+    def send_block(self, block: np.ndarray) -> None:
+        """Send the equal-length frames of ``block`` (one per row, all of one band), max_batch per sendmmsg."""
+        if block.shape[1] > TOS_OFFSET:
+            self._set_band(int(block[0, TOS_OFFSET]))
+        for at in range(0, len(block), self.tx.rows):
+            part = block[at:at + self.tx.rows]
+            self.tx.load(part)
+            done = 0
+            while done < len(part):
+                sent = self.tx.send(self.sock.fileno(), done, len(part) - done)
+                if sent == 0:  # the qdisc is full: wait for room, never drop silently
+                    self._wait_for_room()
+                done += sent
+
+    QDISC_WAIT = 0.0005
+
+    def _wait_for_room(self) -> None:
+        """The link's queue is full. A packet socket stays writable regardless (its send buffer is not
+        what filled), so poll() would return at once and spin: sleep a fraction of a millisecond instead."""
+        self.qdisc_waits += 1
+        time.sleep(self.QDISC_WAIT)
+
+    def drops(self) -> int:
+        """Frames the kernel dropped because this socket's buffer was full (cumulative)."""
+        raw = self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
+        self.socket_drops += struct.unpack("II", raw)[1]
+        return self.socket_drops
+
+    def close(self) -> None:
+        self.sock.close()
+

@@ -1,0 +1,156 @@
+"""A training loop's clock: when each gradient is ready to be all-reduced (Pipe-SGD's schedule).
+
+A worker's calls are the layers of each iteration in backward order (last layer
+first, as backpropagation produces them), each layer possibly cut into slices
+(one call each). FIFO sends them in that order (wait-free backpropagation: a
+call starts once its gradient is computed and the previous call is done). P3
+(priority-based parameter propagation) instead starts, whenever the previous
+call is done, the ready call whose layer the next forward pass needs first
+(lowest forward index): layer 0's slices overtake the rest of a later layer,
+so the next forward pass can begin sooner. Calls are sequential, so a call is
+preempted only at a slice boundary: the slice size is the preemption grain.
+Every worker of an all-reduce must send the same call at the same time, and
+wall clocks jitter, so P3's order is planned once (``p3_order``, from the
+timing model's call durations) and every worker follows it.
+Iteration ``i``'s compute (forward, then backward) starts at
+
+    start[i] = max(start[i-1] + compute, comm_end[i - width])
+
+``width`` 1 is BSP: the next forward pass needs this iteration's whole result.
+``width`` 2 is Pipe-SGD's pipelining: iteration i+1 computes while iteration i
+communicates, on weights one iteration stale. The worker (emulation, with
+measured all-reduce times) and the timing model (innet.plan.timing, with predicted
+ones) run this same schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+
+from innet.errors import UserError
+
+
+@dataclass(frozen=True)
+class Training:
+    forward: float  # seconds of one forward pass
+    backward: tuple[float, ...]  # seconds of backward compute before each call of an iteration (FIFO order)
+    width: int = 1  # iterations in flight: 1 (BSP) or 2 (pipelined, one iteration stale)
+    layer: tuple[int, ...] = ()  # each call's layer, by forward index (0: needed first); () = one layer each
+    order: tuple[int, ...] = ()  # the calls of an iteration in send order (P3's, from p3_order); () = FIFO
+
+    def __post_init__(self) -> None:
+        if self.width not in (1, 2):
+            raise UserError(f"{{pipeline}} must be 1 or 2, got {self.width}")
+
+    @property
+    def layers(self) -> int:
+        return len(self.backward)
+
+    @property
+    def compute(self) -> float:
+        return self.forward + sum(self.backward)
+
+
+class TrainingClock:
+    """When each call may start, and which to start next, given when earlier iterations' communication ended.
+
+    Calls are numbered in FIFO order, iteration after iteration; ``comm_end(i)``
+    is when iteration i's last call finished (None: not yet).
+    """
+
+    def __init__(self, training: Training, start: float) -> None:
+        self.training = training
+        self.starts = [start]  # compute start of each iteration known so far
+        self.offsets = [training.forward + t for t in accumulate(training.backward)]
+        self.first = 0  # no call before this one is still to begin (calls only ever begin)
+
+    def ready(self, k: int, comm_end: Callable[[int], float | None]) -> float | None:
+        """When call k's gradient exists; None while that depends on communication not yet finished."""
+        i, j = divmod(k, self.training.layers)
+        while len(self.starts) <= i:
+            before = len(self.starts) - self.training.width  # the iteration whose communication must be done
+            end = comm_end(before) if before >= 0 else self.starts[0]
+            if end is None:
+                return None
+            self.starts.append(max(self.starts[-1] + self.training.compute, end))
+        return self.starts[i] + self.offsets[j]
+
+    def next_call(self, begun: Container[int], total: int, now: float,
+                  comm_end: Callable[[int], float | None]) -> tuple[int | None, float | None]:
+        """(the call to start at ``now``, None), or (None, when to ask again; None: after more calls end):
+        the next call of the send order (FIFO, or ``order`` in each iteration), once its gradient exists."""
+        while self.first < total and self.first in begun:
+            self.first += 1
+        if self.first == total:
+            return None, None
+        first = self.first
+        base = first - first % self.training.layers
+        k = next(base + j for j in self.training.order if base + j not in begun) if self.training.order else first
+        ready = self.ready(k, comm_end)
+        return (k, None) if ready is not None and ready <= now else (None, ready)
+
+
+def p3_order(training: Training, durations: Sequence[float]) -> tuple[int, ...]:
+    """P3's send order of one iteration's calls, given their durations (FIFO numbering): whenever a call
+    ends, the ready call of the lowest layer (then FIFO) starts, so layer 0 overtakes at the next call."""
+    ready = [training.forward + t for t in accumulate(training.backward)]
+    layer = training.layer or tuple(range(training.layers - 1, -1, -1))
+    pending, order, now = set(range(training.layers)), [], 0.0
+    while pending:
+        due = [k for k in pending if ready[k] <= now]
+        if not due:
+            now = min(ready[k] for k in pending)
+            continue
+        k = min(due, key=lambda k: (layer[k], k))
+        pending.remove(k)
+        order.append(k)
+        now += durations[k]
+    return tuple(order)
+
+
+def iteration_end(training: Training, ends: Callable[[int], float | None], i: int) -> float | None:
+    """When iteration i's communication ended: its calls' latest end (None while one is unfinished)."""
+    times = [ends(k) for k in range(i * training.layers, (i + 1) * training.layers)]
+    return None if any(t is None for t in times) else max(t for t in times if t is not None)
+
+
+def run_schedule(training: Training, durations: Sequence[float], start: float = 0.0) -> tuple[list[float], list[float]]:
+    """Run the schedule with known all-reduce durations (FIFO numbering): (each iteration's compute
+    start, each call's end)."""
+    clock = TrainingClock(training, start)
+    ends: dict[int, float] = {}
+    begun: set[int] = set()
+
+    def comm_end(i: int) -> float | None:
+        return iteration_end(training, ends.get, i)
+
+    now = start
+    while len(begun) < len(durations):
+        k, when = clock.next_call(begun, len(durations), now, comm_end)
+        if k is None:
+            assert when is not None  # every earlier call has ended
+            now = when
+            continue
+        begun.add(k)
+        now = ends[k] = now + durations[k]
+    clock.ready(len(durations), comm_end)  # close the last iteration's compute start too
+    return clock.starts, [ends[k] for k in range(len(durations))]
+
+
+def iteration_stats(training: Training, starts: Sequence[float], ends: Sequence[float]) -> dict[str, float]:
+    """Per-iteration time (mean over the run, from the first compute start to the last call's end),
+    the time compute sat idle waiting on communication, and the time from each backward pass's end
+    until its layer 0 was all-reduced, so the next forward pass could begin (means per iteration)."""
+    layers = training.layers
+    iterations = len(ends) // layers
+    if not iterations:
+        return {}
+    total = max(ends[: iterations * layers]) - starts[0]
+    busy = iterations * training.compute
+    layer = training.layer or tuple(range(layers - 1, -1, -1))
+    first = [j for j in range(layers) if layer[j] == 0]
+    waits = [max(ends[i * layers + j] for j in first) - (starts[i] + training.compute) for i in range(iterations)]
+    return {"iteration_s": total / iterations, "compute_s": training.compute,
+            "comm_wait_s": max(0.0, total - busy) / iterations, "next_forward_wait_s": sum(waits) / iterations}

@@ -1,0 +1,513 @@
+"""The worker side of in-network all-reduce, as a sans-I/O state machine.
+
+``AllreduceCall`` is one worker's part of one all-reduce: it takes frames in and
+gives frames out, with a clock passed in, so the in-process fabric (virtual
+time) and a Mininet host (raw socket, wall clock) drive the very same code.
+
+Protocol (SwitchML, with an in-network exponent agreement first):
+1. chunk ``first`` carries no values, only this worker's magnitude exponent;
+   the switches return the max, from which every worker derives the same scale;
+2. the quantized tensor streams through the job's slots, ``elements`` values a
+   chunk, at most ``slots`` chunks in flight; the result of chunk ``c`` frees
+   its slot for chunk ``c + slots``;
+3. a lost chunk is retransmitted: once it is a retransmission timeout old and
+   the result of a chunk sent a reordering window after it came back (RACK),
+   else when no result at all came for a retransmission timeout (RFC 6298:
+   SRTT + 4 RTTVAR, Karn's rule, initial 1 s, the timer restarted by every
+   result, so a queue that grows behind a slow link is not taken for a loss).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from innet.errors import AllreduceAborted, AllreduceTimeout
+from innet.hosts.training import Training, TrainingClock, iteration_end
+from innet.wire.operators import SUM, Operator
+from innet.wire.packet import (
+    ABORT,
+    FLAGS_OFFSET,
+    HEADER_DTYPE,
+    OVERFLOW,
+    RESULT,
+    RETX,
+    ROUTE,
+    SPARSE,
+    VER,
+    FrameBlock,
+    build_frames,
+    frame_prefix,
+    pack_frames,
+    parse_block,
+)
+from innet.wire.sparse import decode, encode
+
+Frames = list[bytes | np.ndarray]  # what a host endpoint sends: frames, and blocks of equal-length frames (rows)
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What a worker knows of its job: identity, pool geometry, and addressing."""
+
+    job: int
+    rank: int
+    nworkers: int
+    slots: int
+    elements: int
+    node: int
+    first_hop: int
+    min_rto: float = 0.001
+    initial_rto: float = 1.0  # RFC 6298's: the first window may queue behind a slow link
+    timeout: float = 10.0
+    pbox: int | None = None  # set: send every chunk to this PBox node instead of into the network
+    sparse: bool = False  # send a chunk as (index, value) pairs when that is shorter (innet.wire.sparse)
+    band: int = 0  # the priority band (DSCP) of every frame the worker sends (0: most urgent)
+    operator: Operator = SUM  # what the job reduces with: its fixed-point rule decides what workers agree on
+
+    def __post_init__(self) -> None:
+        if isinstance(self.operator, dict):  # from JSON
+            object.__setattr__(self, "operator", Operator(**self.operator))
+
+    def as_input(self, tensor: Any) -> np.ndarray:
+        """A caller's tensor as the worker holds it: float32, or int32 bit patterns for a bit operator."""
+        return np.ascontiguousarray(tensor, np.int32 if self.operator.rule == "bits" else np.float32).ravel()
+
+    def chunks(self, length: int) -> int:
+        """Chunks one call uses for a tensor of ``length`` (one more for the exponent)."""
+        return 1 + -(-length // self.elements)
+
+
+class RetransmitTimer:
+    """Adaptive retransmission timeout: SRTT + 4 RTTVAR (RFC 6298), Karn's rule, back-off.
+
+    The back-off is capped so that ~32 tries fit in the no-progress timeout.
+    """
+
+    def __init__(self, spec: JobSpec) -> None:
+        self.spec = spec
+        self.srtt: float | None = None
+        self.rttvar = 0.0
+        self.backoff = 1
+
+    @property
+    def rto(self) -> float:
+        base = self.spec.initial_rto if self.srtt is None else 2 * self.srtt + 4 * self.rttvar
+        return min(max(self.spec.min_rto, base) * self.backoff, max(self.spec.min_rto, self.spec.timeout / 32))
+
+    def sample(self, rtt: float) -> None:
+        self.backoff = 1
+        if self.srtt is None:
+            self.srtt, self.rttvar = rtt, rtt / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+
+    def expired(self) -> None:
+        self.backoff = min(self.backoff * 2, 64)
+
+
+class AllreduceCall:
+    """One worker's part of one in-network all-reduce (see module doc).
+
+    The window is kept per slot (a slot holds at most one chunk in flight, its
+    result frees it), as numpy arrays, so a block of results is taken with a
+    few array operations. Every data chunk's frame is built in one go once the
+    scale is agreed; sending chunks ``a..b`` is then a slice of that array.
+    """
+
+    def __init__(self, spec: JobSpec, tensor: np.ndarray, first_chunk: int) -> None:
+        self.spec = spec
+        self.tensor = spec.as_input(tensor)
+        self.first = first_chunk
+        self.end = first_chunk + spec.chunks(len(self.tensor))
+        self.local_exp = spec.operator.exponent(self.tensor)
+        self.scale: int | None = None
+        self._q = 0
+        self._padded = np.zeros((self.end - first_chunk - 1) * spec.elements, np.int64)
+        self.result_int = self._padded[: len(self.tensor)]
+        self.in_flight = np.full(spec.slots, -1, np.int64)  # the chunk each slot carries, -1: free
+        self.sent_at = np.full(spec.slots, np.inf)
+        self.resent = np.zeros(spec.slots, np.bool_)
+        self.frames = np.zeros((0, 0), np.uint8)  # row i: data chunk first + 1 + i (full chunks only)
+        self.tail = np.zeros((0, 0), np.uint8)  # the last data chunk's frame when it is shorter than the others
+        self.sparse: list[bytes] = []  # with spec.sparse: every data chunk's frame, each in its shorter form
+        self.timer = RetransmitTimer(spec)
+        self.newest_result = -np.inf  # when the newest chunk whose result came back was sent
+        self.sent_all = False  # the last chunk has been sent (so every chunk has: each follows its slot's last)
+        self.retransmissions = 0
+        self.started_at: float | None = None
+        self.finished_at: float | None = None
+        self.last_progress = 0.0
+        self.error: Exception | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.finished_at is not None or self.error is not None
+
+    @property
+    def result(self) -> np.ndarray:
+        assert self.scale is not None
+        return self.spec.operator.dequantize(self.result_int, self.scale)
+
+    @property
+    def rto(self) -> float:
+        return self.timer.rto
+
+    @property
+    def _peer(self) -> int:
+        """The node this worker sends to and hears results from: its switch, or the PBox."""
+        return self.spec.first_hop if self.spec.pbox is None else self.spec.pbox
+
+    def _header(self, chunks: np.ndarray, counts: np.ndarray | int, exp: int) -> np.ndarray:
+        spec = self.spec
+        hdr = np.zeros(len(chunks), HEADER_DTYPE)
+        hdr["job"], hdr["rank"], hdr["nworkers"], hdr["exp"], hdr["count"] = spec.job, spec.rank, spec.nworkers, exp, counts
+        hdr["slot"], hdr["chunk"] = chunks % spec.slots, chunks
+        hdr["flags"] = np.where((chunks // spec.slots) & 1, VER, 0) | (ROUTE if spec.pbox is not None else 0)
+        return hdr
+
+    def _build(self, exp: int) -> None:
+        """Quantize with the agreed exponent and build every data chunk's frame."""
+        spec, n = self.spec, len(self.tensor)
+        self._q = exp
+        self.scale = spec.operator.scale(exp, spec.nworkers)
+        quantized = spec.operator.quantize(self.tensor, self.scale)
+        if spec.sparse:
+            self._build_sparse(quantized, exp)
+            return
+        full = n // spec.elements
+        chunks = np.arange(self.first + 1, self.first + 1 + full)
+        values = quantized[: full * spec.elements].reshape(full, spec.elements)
+        self.frames = build_frames(spec.node, self._peer, self._header(chunks, spec.elements, exp), values, spec.band)
+        if n % spec.elements:
+            last = np.array([self.end - 1])
+            hdr = self._header(last, n % spec.elements, exp)
+            self.tail = build_frames(spec.node, self._peer, hdr, quantized[full * spec.elements :][None], spec.band)
+
+    def _build_sparse(self, quantized: np.ndarray, exp: int) -> None:
+        """Every data chunk's frame, SPARSE where its (index, value) pairs are shorter than its values."""
+        elements = self.spec.elements
+        chunks = np.arange(self.first + 1, self.end)
+        hdr = self._header(chunks, 0, exp)
+        for k in range(len(chunks)):
+            values = quantized[k * elements : (k + 1) * elements]
+            payload = encode(values)
+            if payload is None:
+                payload = values
+            else:
+                hdr["flags"][k] |= SPARSE
+            hdr["count"][k] = len(payload)
+            body = hdr[k].tobytes() + payload.astype("<i4").tobytes()
+            self.sparse.append(frame_prefix(self.spec.node, self._peer, len(body), self.spec.band) + body)
+
+    def _frame(self, chunk: int) -> np.ndarray:
+        if chunk == self.first:
+            hdr = self._header(np.array([chunk]), 0, self.local_exp)
+            return build_frames(self.spec.node, self._peer, hdr, np.zeros((1, 0), np.int32), self.spec.band)[0]
+        i = chunk - self.first - 1
+        if self.sparse:
+            return np.frombuffer(self.sparse[i], np.uint8)
+        return self.frames[i] if i < len(self.frames) else self.tail[0]
+
+    def _send(self, chunks: np.ndarray, now: float) -> Frames:
+        """Put ``chunks`` (those before the end) in flight, each in its free slot; their frames, as a block."""
+        chunks = chunks[chunks < self.end]
+        if not len(chunks):
+            return []
+        slots = chunks % self.spec.slots
+        self.in_flight[slots], self.sent_at[slots], self.resent[slots] = chunks, now, False
+        self.sent_all = self.sent_all or int(chunks[-1]) == self.end - 1  # chunks come sorted
+        if chunks[0] == self.first:
+            return [self._frame(self.first).tobytes()]
+        index = chunks - self.first - 1
+        if self.sparse:
+            return [self.sparse[i] for i in index.tolist()]
+        full = index < len(self.frames)
+        out: Frames = [self.frames[index[full]]] if full.any() else []
+        if not full.all():
+            out.append(self.tail)
+        return out
+
+    def start(self, now: float) -> Frames:
+        self.started_at = self.last_progress = now
+        return self._send(np.array([self.first]), now)
+
+    def receive(self, frame: bytes, now: float) -> Frames:
+        return self.receive_block(parse_block(*pack_frames([frame])), now)
+
+    def receive_block(self, block: FrameBlock, now: float) -> Frames:
+        """Take every result for this call in ``block``; the frames to send in return."""
+        if self.done:
+            return []
+        hdr = block.hdr
+        mine = block.ok & (hdr["job"] == self.spec.job) & (block.src == self._peer)
+        aborts = np.flatnonzero(mine & (hdr["flags"] & ABORT != 0))
+        if len(aborts):
+            origin, *missing = block.values(aborts[:1], int(hdr["count"][aborts[0]]))[0].tolist() or [-1]
+            self.error = AllreduceAborted(
+                f"job {self.spec.job}: rank(s) {', '.join(map(str, missing)) or '?'} sent nothing for "
+                f"{self.spec.timeout / 2:g}s; node {origin} aborted the job and freed its slots")
+            return []
+        rows = np.flatnonzero(mine & (hdr["flags"] & RESULT != 0))
+        chunks = hdr["chunk"][rows].astype(np.int64)
+        slots = chunks % self.spec.slots
+        fresh = (self.in_flight[slots] == chunks) & (self._dense_counts(block, rows) == self._count(chunks))
+        chunks, first = np.unique(chunks[fresh], return_index=True)  # a duplicate result counts once
+        if not len(chunks):
+            return []
+        rows, slots = rows[fresh][first], slots[fresh][first]
+        self.in_flight[slots] = -1
+        clean = ~self.resent[slots] & (chunks != self.first)  # Karn; the lone exponent packet never queues
+        if clean.any():
+            self.timer.sample(float(np.max(now - self.sent_at[slots][clean])))
+        self.newest_result = max(self.newest_result, float(self.sent_at[slots].max()))
+        self.sent_at[slots] = np.inf
+        self.last_progress = now
+        flags = hdr["flags"][rows]
+        if (flags & OVERFLOW).any():
+            self.error = OverflowError(f"job {self.spec.job}: int32 overflow in chunk {chunks[(flags & OVERFLOW) != 0][0]}")
+            return []
+        out: Frames = []
+        if chunks[0] == self.first:
+            self._build(int(hdr["exp"][rows[0]]))
+            chunks, rows = chunks[1:], rows[1:]
+            out += self._send(np.arange(self.first + 1, self.first + 1 + self.spec.slots), now)
+        self._store(block, rows, chunks)
+        if self.error is not None:
+            return []
+        out += self._send(chunks + self.spec.slots, now)  # a result frees its slot for the chunk ``slots`` later
+        out += self._resend(self._lost(now), now)
+        if self.sent_all and (self.in_flight < 0).all():
+            self.finished_at = now
+        return out
+
+    @staticmethod
+    def _dense_counts(block: FrameBlock, rows: np.ndarray) -> np.ndarray:
+        """How many values each row carries once densified (a SPARSE payload starts with it; -1: none)."""
+        counts = block.hdr["count"][rows].astype(np.int64)
+        sparse = block.hdr["flags"][rows] & SPARSE != 0
+        if sparse.any():
+            readable = sparse & (counts > 0)
+            counts[sparse] = -1
+            counts[readable] = block.values(rows[readable], 1)[:, 0]
+        return counts
+
+    def _count(self, chunks: np.ndarray) -> np.ndarray:
+        """How many values the result of each chunk carries (none for the exponent chunk)."""
+        elements = self.spec.elements
+        return np.where(chunks == self.first, 0, np.minimum(elements, len(self.tensor) - (chunks - self.first - 1) * elements))
+
+    def _store(self, block: FrameBlock, rows: np.ndarray, chunks: np.ndarray) -> None:
+        """Write the results' values into place: full chunks at once, the short last one alone."""
+        elements = self.spec.elements
+        counts = block.hdr["count"][rows]
+        sparse = block.hdr["flags"][rows] & SPARSE != 0
+        full = (counts == elements) & ~sparse
+        if full.any():
+            self._padded.reshape(-1, elements)[chunks[full] - self.first - 1] = block.values(rows[full], elements)
+        for k in np.flatnonzero(~full):
+            off, count = (int(chunks[k]) - self.first - 1) * elements, int(counts[k])
+            values = block.values(rows[k : k + 1], count)[0]
+            if sparse[k]:
+                dense = decode(values, elements)
+                if dense is None:
+                    self.error = ValueError(f"job {self.spec.job}: malformed sparse result for chunk {int(chunks[k])}")
+                    return
+                values = dense
+            self._padded[off : off + len(values)] = values
+
+    def holdoff(self) -> float:
+        """How long a woken worker may let results gather before reading them (interrupt coalescing).
+
+        With at least half the window in flight and chunks still to send, a quarter of the smoothed
+        RTT: about a quarter window of results then comes in one block (far fewer wake-ups), and the
+        half still in flight keeps the links busy meanwhile. Otherwise nothing: a thin window needs
+        every result now, and once every chunk is out, results only end the call, which should be seen at once.
+        """
+        if (self.timer.srtt is None or self.sent_all
+                or np.count_nonzero(self.in_flight >= 0) * 2 < self.spec.slots):
+            return 0.0
+        return min(self.timer.srtt / 4, self.rto / 8)
+
+    def _lost(self, now: float) -> np.ndarray:
+        """Slots whose chunk is older than the RTO and was sent a reordering window before one whose
+        result came back (RACK): results return in about the order chunks were sent, so these chunks
+        (or their results) were lost. Both tests are needed: the newer result alone may just have
+        been read before older ones still queued in the socket, and age alone may be a growing queue."""
+        reorder = max(self.spec.min_rto, (self.timer.srtt or 0.0) / 4)
+        return np.flatnonzero((self.sent_at < self.newest_result - reorder) & (self.sent_at + self.rto <= now))
+
+    def next_deadline(self) -> float | None:
+        if self.done:
+            return None
+        # the backstop timer restarts whenever a result makes progress (RFC 6298 5.3): a queue that
+        # grows behind a slow link is not a loss
+        oldest = max(float(self.sent_at.min()), self.last_progress)
+        give_up = self.last_progress + self.spec.timeout
+        return min(oldest + self.rto, give_up)
+
+    def on_timeout(self, now: float) -> Frames:
+        if self.done:
+            return []
+        if now >= self.last_progress + self.spec.timeout:  # the very sum next_deadline gave, so no float gap
+            outstanding = np.sort(self.in_flight[self.in_flight >= 0])
+            self.error = AllreduceTimeout(
+                f"job {self.spec.job} rank {self.spec.rank}: no result for {self.spec.timeout:g}s "
+                f"(chunks {outstanding[:4].tolist()}... outstanding)"
+            )
+            return []
+        if now < self.last_progress + self.rto:
+            return []
+        expired = np.flatnonzero(self.sent_at + self.rto <= now)
+        if len(expired):
+            self.timer.expired()
+        return self._resend(expired, now)
+
+    def _resend(self, slots: np.ndarray, now: float) -> Frames:
+        """Retransmit the chunks in ``slots`` (oldest first), flagged RETX."""
+        out: Frames = []
+        for slot in slots[np.argsort(self.in_flight[slots])]:
+            frame = np.array(self._frame(int(self.in_flight[slot])))
+            frame[FLAGS_OFFSET] |= RETX
+            out.append(frame.tobytes())
+        self.sent_at[slots], self.resent[slots] = now, True
+        self.retransmissions += len(slots)
+        return out
+
+
+class WorkerProcess:
+    """A worker host's whole run: one all-reduce call per tensor, FIFO.
+
+    ``make_call(spec, tensor, first_chunk)`` makes each call (in-network, PBox
+    or ring). The job's chunk stream continues across calls, so a packet of an
+    earlier call is always recognisable as stale; the previous call still sees
+    every frame, so it can answer a peer that missed its end. Same interface as
+    every endpoint the backends drive: ``start``, ``receive``,
+    ``next_deadline``, ``on_timeout``.
+
+    Without ``training`` the calls run back to back. With it, the tensors are
+    the layers (or slices) of successive iterations and each call also waits
+    until its gradient is computed (innet.hosts.training: compute is modelled as time
+    passing); the clock picks which tensor goes next (FIFO or P3 priority), so
+    ``calls`` are in the order they began and ``order`` says whose tensor each is.
+    """
+
+    def __init__(self, spec: JobSpec, tensors: list[np.ndarray], make_call: Callable[..., Any] = AllreduceCall,
+                 first_chunk: int = 0, training: Training | None = None) -> None:
+        self.spec = spec
+        self.tensors = tensors
+        self.make_call = make_call
+        self.calls: list[Any] = []
+        self.order: list[int] = []  # the tensor index of each call, in the order they began
+        self.by_tensor: dict[int, Any] = {}
+        self.next_first = first_chunk
+        self.training = training
+        self.clock: TrainingClock | None = None
+
+    @property
+    def current(self) -> Any:
+        return self.calls[-1] if self.calls else None
+
+    @property
+    def done(self) -> bool:
+        call = self.current
+        return call is not None and (call.error is not None or (call.done and len(self.calls) == len(self.tensors)))
+
+    @property
+    def error(self) -> Exception | None:
+        return next((c.error for c in self.calls if c.error is not None), None)
+
+    @property
+    def compute_starts(self) -> list[float]:
+        """Each iteration's compute start (with ``training``), as far as the run got."""
+        return list(self.clock.starts) if self.clock else []
+
+    def _finished(self, k: int) -> float | None:
+        call = self.by_tensor.get(k)
+        return None if call is None else call.finished_at
+
+    def _comm_end(self, i: int) -> float | None:
+        assert self.training is not None
+        return iteration_end(self.training, self._finished, i)
+
+    def _next(self, now: float) -> tuple[int | None, float | None]:
+        """(the tensor to all-reduce now, None), or (None, when its gradient will exist; None: not before more calls end)."""
+        if self.clock is None:
+            return len(self.calls), None
+        return self.clock.next_call(self.by_tensor, len(self.tensors), now, self._comm_end)
+
+    def calls_in_order(self) -> list[Any]:
+        """The calls begun so far, in the order of their tensors."""
+        return [self.by_tensor[k] for k in sorted(self.by_tensor)]
+
+    def _begin(self, k: int, now: float) -> Frames:
+        call = self.make_call(self.spec, self.tensors[k], self.next_first)
+        self.next_first = call.end
+        early = self.calls[-1].early if self.calls and hasattr(self.calls[-1], "early") else []
+        self.calls.append(call)
+        self.order.append(k)
+        self.by_tensor[k] = call
+        out = list(call.start(now))
+        for frame in early:  # frames of this call that arrived while the previous one was finishing
+            out.extend(call.receive(frame, now))
+        return out
+
+    def start(self, now: float) -> Frames:
+        if self.training is not None:
+            self.clock = TrainingClock(self.training, now)
+        return self._advance([], now)
+
+    def advance(self, now: float) -> Frames:
+        """Begin the next call if the current one is over, another tensor is waiting and its gradient is ready."""
+        return self._advance([], now)
+
+    def _advance(self, out: Frames, now: float) -> Frames:
+        call = self.current
+        while (call is None or (call.done and call.error is None)) and len(self.calls) < len(self.tensors):
+            k, _ = self._next(now)
+            if k is None:
+                break
+            out.extend(self._begin(k, now))
+            call = self.current
+        return out
+
+    def receive(self, frame: bytes, now: float) -> Frames:
+        out: Frames = []
+        for call in self.calls[-2:]:
+            out.extend(call.receive(frame, now))
+        return self._advance(out, now)
+
+    def receive_block(self, block: FrameBlock, now: float) -> Frames:
+        """``receive`` for a block of frames; calls without a block form get them one by one."""
+        out: Frames = []
+        for call in self.calls[-2:]:
+            if hasattr(call, "receive_block"):
+                out.extend(call.receive_block(block, now))
+            else:
+                for k in range(len(block.lengths)):
+                    out.extend(call.receive(block.frame(k), now))
+        return self._advance(out, now)
+
+    def next_deadline(self) -> float | None:
+        call = self.current
+        if self.done:
+            return None
+        if call is not None and not call.done:
+            return call.next_deadline()
+        if len(self.calls) == len(self.tensors):
+            return None
+        k, when = self._next(float("-inf"))  # when the next tensor's gradient exists, if that is known
+        return when if k is None else -float("inf")
+
+    def holdoff(self) -> float:
+        call = self.current
+        return call.holdoff() if call is not None and hasattr(call, "holdoff") and not call.done else 0.0
+
+    def on_timeout(self, now: float) -> Frames:
+        call = self.current
+        out = list(call.on_timeout(now)) if call is not None and not call.done else []
+        return self._advance(out, now)

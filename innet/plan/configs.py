@@ -1,0 +1,66 @@
+"""What each switch and worker is configured with, from a topology and the job plans."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import networkx as nx
+
+from innet.errors import UserError
+from innet.graph import hosts, node_indices, ports, role, routes, switches
+from innet.hosts.worker import JobSpec
+from innet.plan.planner import JobPlan
+from innet.plan.spec import RunSpec
+from innet.switch.program import SwitchProgram
+from innet.switch.runtime import DEFAULT_SWITCH_MEMORY, SwitchConfig
+from innet.wire.operators import SUM
+
+
+def pick_workers(graph: nx.Graph, count: int | None) -> list[str]:
+    available = hosts(graph)
+    if count is None:
+        return available
+    if count < 1:
+        raise UserError(f"{{workers}} must be at least 1, got {count}")
+    if count > len(available):
+        raise UserError(f"{{workers}} {count} is more than the {len(available)} hosts of this topology")
+    return available[:count]
+
+
+def switch_configs(graph: nx.Graph, plans: Sequence[JobPlan], memory: int = DEFAULT_SWITCH_MEMORY,
+                   stall_timeout: float = 0.0, bands: dict[int, int] | None = None,
+                   groups: dict[str, dict[int, tuple[int, ...]]] | None = None) -> dict[str, SwitchConfig]:
+    """What each switch's control channel installs; jobs abort after ``stall_timeout`` s stuck (0: never),
+    and their packets leave in band ``bands[job]`` (0 when not given); ``groups``: each switch's multicast
+    group table."""
+    index = node_indices(graph)
+    bands = bands or {}
+    configs = {}
+    for sw in switches(graph):
+        port_map = ports(graph, sw)
+        by_neighbor = {n: p for p, n in port_map.items()}
+        configs[sw] = SwitchConfig(
+            name=sw,
+            node=index[sw],
+            tier=role(graph, sw),
+            ports={p: f"{sw}-eth{p}" for p in port_map},
+            neighbors={p: index[n] for p, n in port_map.items()},
+            routes={index[dst]: by_neighbor[hop] for dst, hop in routes(graph, sw).items()},
+            jobs={plan.job: replace(plan.switch_ports[sw], stall_timeout=stall_timeout, priority=bands.get(plan.job, 0))
+                  for plan in plans if sw in plan.switch_ports},
+            memory_bytes=memory,
+            groups=(groups or {}).get(sw, {}),
+        )
+    return configs
+
+
+def worker_specs(graph: nx.Graph, plan: JobPlan, program: type[SwitchProgram], run: RunSpec) -> dict[str, JobSpec]:
+    index = node_indices(graph)
+    return {
+        w: JobSpec(job=plan.job, rank=rank, nworkers=len(plan.workers), slots=plan.slots,
+                   elements=program.elements, node=index[w], first_hop=index[plan.first_hop[w]],
+                   min_rto=run.min_rto, initial_rto=run.initial_rto, timeout=run.timeout, sparse=run.topk > 0,
+                   band=run.band(plan.job), operator=getattr(program, "operator", SUM))
+        for rank, w in enumerate(plan.workers)
+    }

@@ -1,0 +1,240 @@
+"""Placement planner: which switches aggregate which job, over which tree.
+
+Like a networkx algorithm: graph in, plain frozen data out, nothing touches
+the network. ``plan_job(G, workers, method=...)`` picks the root and the
+aggregating switches, then builds the job's tree from shortest paths to the
+root (ties broken by name), and tells every switch on it its ports.
+
+Methods (``METHODS``):
+- ``root``: one switch, the one closest to all workers, aggregates everything;
+- ``tor``: every worker's ToR aggregates its rack, the root aggregates the ToRs;
+- ``tree``: a Steiner tree spanning the workers; every switch on it aggregates;
+- ``pbox``: no switch aggregates; workers send to the PBox host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import networkx as nx
+from networkx.algorithms.approximation import steiner_tree
+
+from innet.errors import UserError
+from innet.graph import bfs_parents, is_switch, natural_key, node_indices, pboxes, port_to
+from innet.switch.program import JobPort
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """One job's placement: its tree, who aggregates, and how workers reach it."""
+
+    job: int
+    method: str
+    workers: tuple[str, ...]
+    root: str | None
+    aggregators: tuple[str, ...]
+    parents: dict[str, str]
+    switch_ports: dict[str, JobPort]
+    first_hop: dict[str, str]
+    slots: int
+    pbox: str | None
+
+    def children(self, node: str) -> list[str]:
+        return sorted((c for c, p in self.parents.items() if p == node), key=natural_key)
+
+
+def _switch_graph(graph: nx.Graph, workers: Sequence[str]) -> nx.Graph:
+    keep = [n for n in graph if is_switch(graph, n)] + list(workers)
+    return graph.subgraph(keep)
+
+
+def _closest_switch(graph: nx.Graph, candidates: Sequence[str], workers: Sequence[str]) -> str:
+    def cost(s: str) -> tuple[int, int, tuple[str, int, str]]:
+        dist = nx.single_source_shortest_path_length(graph, s)
+        lengths = [dist.get(w, 10**9) for w in workers]
+        return (sum(lengths), max(lengths), natural_key(s))
+
+    return min(candidates, key=cost)
+
+
+def _choose_root(graph: nx.Graph, workers: Sequence[str]) -> str:
+    return _closest_switch(graph, [n for n in graph if is_switch(graph, n)], workers)
+
+
+def _method_root(graph: nx.Graph, workers: Sequence[str]) -> tuple[str, set[str], nx.Graph]:
+    root = _choose_root(graph, workers)
+    return root, {root}, graph
+
+
+def _method_tor(graph: nx.Graph, workers: Sequence[str]) -> tuple[str, set[str], nx.Graph]:
+    root = _choose_root(graph, workers)
+    return root, {root} | {next(iter(graph[w])) for w in workers}, graph
+
+
+def _method_tree(graph: nx.Graph, workers: Sequence[str]) -> tuple[str, set[str], nx.Graph]:
+    if len(workers) == 1:
+        tree_nodes = {workers[0], next(iter(graph[workers[0]]))}
+    else:
+        tree_nodes = set(steiner_tree(graph, list(workers), method="mehlhorn").nodes)
+    sub = graph.subgraph(tree_nodes)
+    sw = [n for n in sub if is_switch(graph, n)]
+    root = _closest_switch(sub, sw, workers)
+    return root, set(sw), sub
+
+
+METHODS: dict[str, Callable[[nx.Graph, Sequence[str]], tuple[str, set[str], nx.Graph]]] = {
+    "root": _method_root,
+    "tor": _method_tor,
+    "tree": _method_tree,
+}
+
+
+def plan_job(graph: nx.Graph, workers: Sequence[str], method: str = "tor", job: int = 1,
+             slots: int = 128, pbox: str | None = None) -> JobPlan:
+    """Plan one job's aggregation over ``graph``.
+
+    Examples
+    --------
+    >>> from topologies import build
+    >>> plan = plan_job(build("leaf-spine", racks=2, hosts_per_rack=2), ["h1", "h2", "h3", "h4"])
+    >>> plan.root, plan.aggregators
+    ('s1', ('s1', 't1', 't2'))
+    """
+    workers = tuple(sorted(workers, key=natural_key))
+    if not workers:
+        raise UserError("a job needs at least one worker")
+    if pbox is None and pboxes(graph):
+        pbox = pboxes(graph)[0]
+    first_hop = {w: next(iter(graph[w])) for w in workers}
+    if method == "pbox":
+        if pbox is None:
+            raise UserError("placement 'pbox' needs a PBox host in the topology (role 'pbox')")
+        return JobPlan(job, method, workers, None, (), {}, {}, first_hop, slots, pbox)
+    if method not in METHODS:
+        raise ValueError(f"unknown placement method {method!r}; expected one of {', '.join([*METHODS, 'pbox'])}")
+    sub = _switch_graph(graph, workers)
+    root, aggregators, tree_graph = METHODS[method](sub, workers)
+    parents = bfs_parents(tree_graph, root)
+    missing = [w for w in workers if w not in parents]
+    if missing:
+        raise UserError(f"workers {', '.join(missing)} cannot reach switch {root}")
+    on_tree: set[str] = set()
+    for w in workers:
+        node = w
+        while node != root:
+            node = parents[node]
+            on_tree.add(node)
+    parents = {c: p for c, p in parents.items() if c in on_tree or c in workers}
+    plan = JobPlan(job, method, workers, root, tuple(sorted(aggregators & on_tree, key=natural_key)),
+                   parents, {}, first_hop, slots, pbox)
+    return replace(plan, switch_ports={s: _job_port(graph, plan, s) for s in sorted(on_tree, key=natural_key)})
+
+
+def _job_port(graph: nx.Graph, plan: JobPlan, switch: str) -> JobPort:
+    rank = {w: i for i, w in enumerate(plan.workers)}
+    index = node_indices(graph)
+
+    def below(node: str) -> list[str]:
+        if node in rank:
+            return [node]
+        return [w for c in plan.children(node) for w in below(c)]
+
+    def contributors(node: str, port: int) -> dict[int, int]:
+        """What reaches ``switch`` through ``node``: a worker, a partial sum, or both via a relay."""
+        if node in rank:
+            return {rank[node]: port}
+        if node in plan.aggregators:
+            return {min(rank[w] for w in below(node)): port}
+        return {r: p for c in plan.children(node) for r, p in contributors(c, port).items()}
+
+    children = plan.children(switch)
+    child_ports = {c: port_to(graph, switch, c) for c in children}
+    contrib: dict[int, int] = {}
+    rank_ports: dict[int, int] = {}
+    for c in children:
+        contrib.update(contributors(c, child_ports[c]))
+        rank_ports.update({rank[w]: child_ports[c] for w in below(c)})
+    parent = plan.parents.get(switch)
+    return JobPort(
+        job=plan.job,
+        nworkers=len(plan.workers),
+        children=tuple(child_ports[c] for c in children),
+        parent=None if parent is None else port_to(graph, switch, parent),
+        aggregate=switch in plan.aggregators,
+        contributors=contrib,
+        rank=min(rank_ports),
+        rank_ports=rank_ports,
+        slot_base=0,
+        slots=plan.slots,
+        pbox=None if plan.pbox is None else index[plan.pbox],
+    )
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A job to place: its workers, and how many slots it would like on each switch."""
+
+    job: int
+    workers: tuple[str, ...]
+    slots: int = 128
+    pbox: str | None = None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Several jobs placed together; ``outcomes`` says what each job got."""
+
+    plans: tuple[JobPlan, ...]
+    outcomes: dict[int, str]
+    free_slots: dict[str, int]
+
+
+def plan_jobs(graph: nx.Graph, requests: Sequence[JobRequest], method: str = "tor", pool_slots: int = 128) -> Placement:
+    """Place jobs one after another in the switches' shared slot pools.
+
+    Each aggregating switch has ``pool_slots`` slots. A job gets the slots it
+    asks for where every switch of its tree has them; otherwise as many as the
+    fullest of its switches still has ("reduced"); where one has none left,
+    its aggregation goes to the PBox instead ("fallback", ATP-style). With no
+    PBox to fall back to, the request is impossible: UserError.
+
+    Examples
+    --------
+    >>> from topologies import build
+    >>> g = build("star", workers=4)
+    >>> p = plan_jobs(g, [JobRequest(1, ("h1", "h2"), 96), JobRequest(2, ("h3", "h4"), 96)], pool_slots=128)
+    >>> p.outcomes
+    {1: 'full: 96 slots', 2: 'reduced: 32 of 96 slots'}
+    """
+    free: dict[str, int] = {}
+    plans: list[JobPlan] = []
+    outcomes: dict[int, str] = {}
+    seen_jobs: set[int] = set()
+    for req in requests:
+        if req.job in seen_jobs:
+            raise UserError(f"job id {req.job} is used twice")
+        seen_jobs.add(req.job)
+        if req.slots < 1:
+            raise UserError(f"job {req.job} asks for {req.slots} slots; it needs at least 1")
+        plan = plan_job(graph, req.workers, method=method, job=req.job, slots=req.slots, pbox=req.pbox)
+        if method == "pbox":
+            plans.append(plan)
+            outcomes[req.job] = f"pbox: {plan.pbox}"
+            continue
+        have = min(free.setdefault(s, pool_slots) for s in plan.aggregators)
+        if have == 0:
+            if plan.pbox is None:
+                full = [s for s in plan.aggregators if free[s] == 0]
+                raise UserError(f"job {req.job} does not fit: switch {full[0]} has no free slots and there is no PBox to fall back to")
+            plans.append(plan_job(graph, req.workers, method="pbox", job=req.job, slots=req.slots, pbox=plan.pbox))
+            outcomes[req.job] = f"fallback: switch memory full, aggregated by {plan.pbox}"
+            continue
+        slots = min(have, req.slots)
+        ports = {s: replace(jp, slot_base=pool_slots - free[s] if jp.aggregate else 0, slots=slots)
+                 for s, jp in plan.switch_ports.items()}
+        for s in plan.aggregators:
+            free[s] -= slots
+        plans.append(replace(plan, switch_ports=ports, slots=slots))
+        outcomes[req.job] = f"full: {slots} slots" if slots == req.slots else f"reduced: {slots} of {req.slots} slots"
+    return Placement(tuple(plans), outcomes, free)

@@ -1,0 +1,147 @@
+"""What each mode should put on every link, computed from the plan alone.
+
+The planner's promise made checkable: the bytes one all-reduce moves over
+each link (frames as sent: Ethernet+IPv4+UDP+innet header+values), and a
+lower bound per tier that no mode can beat. Tests compare these with the
+bytes measured at the interfaces.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+import networkx as nx
+
+from innet.graph import link_name, natural_key, routes, tier
+from innet.hosts.ring import ACK_EVERY, ACK_SPAN, ring_geometry
+from innet.plan.planner import JobPlan
+from innet.wire.packet import PAYLOAD_OFFSET
+
+
+def frame_bytes(count: int) -> int:
+    return PAYLOAD_OFFSET + 4 * count
+
+
+def stream_bytes(elements: int, per_packet: int) -> int:
+    """One worker's stream for one call: the exponent packet, then the data chunks."""
+    full, rest = divmod(elements, per_packet)
+    return frame_bytes(0) + full * frame_bytes(per_packet) + (frame_bytes(rest) if rest else 0)
+
+
+def path_links(graph: nx.Graph, src: str, dst: str) -> list[tuple[str, str]]:
+    """The routed path from ``src`` to ``dst``, as (from, to) link directions."""
+    hops, node = [], src
+    while node != dst:
+        nxt = routes(graph, node)[dst]
+        hops.append((node, nxt))
+        node = nxt
+    return hops
+
+
+def innet_crossings(plan: JobPlan) -> dict[str, int]:
+    """In-network: per tree node below the root, how many contributions it sends up to its parent
+    (one where it aggregates or is a worker, else the sum of its children's)."""
+    crossing: dict[str, int] = {}
+
+    def up(node: str) -> int:
+        if node in plan.workers or node in plan.aggregators:
+            for child in plan.children(node):
+                up(child)
+            n = 1
+        else:
+            n = sum(up(child) for child in plan.children(node))
+        if node in plan.parents:
+            crossing[node] = n
+        return n
+
+    assert plan.root is not None
+    up(plan.root)
+    return crossing
+
+
+def innet_direction_bytes(plan: JobPlan, elements: int, per_packet: int) -> dict[tuple[str, str], int]:
+    """In-network: per tree edge, up one stream per contribution crossing it, and one stream down."""
+    stream = stream_bytes(elements, per_packet)
+    out: dict[tuple[str, str], int] = {}
+    for child, n in innet_crossings(plan).items():
+        out[(child, plan.parents[child])] = n * stream
+        out[(plan.parents[child], child)] = stream
+    return out
+
+
+def pbox_direction_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_packet: int) -> dict[tuple[str, str], int]:
+    """PBox: every worker's stream to the PBox and every result back, on the routed paths."""
+    assert plan.pbox is not None
+    stream = stream_bytes(elements, per_packet)
+    out: Counter[tuple[str, str]] = Counter()
+    for w in plan.workers:
+        for u, v in path_links(graph, w, plan.pbox):
+            out[(u, v)] += stream
+            out[(v, u)] += stream
+    return dict(out)
+
+
+def ring_direction_bytes(graph: nx.Graph, workers: Sequence[str], elements: int, per_packet: int) -> dict[tuple[str, str], int]:
+    """Ring, per link direction: each rank sends N-1 exponent packets and 2(N-1) segments to the next,
+    and the next sends bitmap ACKs back."""
+    n = len(workers)
+    if n < 2:
+        return {}
+    segments, pieces = ring_geometry(elements, n, per_packet)
+    ack = frame_bytes(1 + ACK_SPAN // 32)
+    out: Counter[tuple[str, str]] = Counter()
+    for r in range(n):
+        src, dst = workers[r], workers[(r + 1) % n]
+        sent = (n - 1) * frame_bytes(0)
+        for k in range(2 * (n - 1)):
+            seg = (r - k) % n if k < n - 1 else (r + 1 - (k - (n - 1))) % n
+            size = segments[seg][1] - segments[seg][0]
+            sent += sum(frame_bytes(max(0, min(per_packet, size - j * per_packet))) for j in range(pieces))
+        acks = (n - 1) * ack + 2 * (n - 1) * (-(-pieces // ACK_EVERY)) * ack
+        for u, v in path_links(graph, src, dst):
+            out[(u, v)] += sent
+            out[(v, u)] += acks
+    return dict(out)
+
+
+def tier_lower_bounds(graph: nx.Graph, workers: Sequence[str], elements: int, per_packet: int) -> dict[str, int]:
+    """Bytes every all-reduce must move across each tier.
+
+    Removing a tier's links splits the graph; each part holding some but not
+    all workers must send out at least one copy of its data and take in one
+    copy of the result, all across that tier's links.
+    """
+    stream = stream_bytes(elements, per_packet)
+    wset = set(workers)
+    bounds: dict[str, int] = {}
+    tiers = sorted({tier(graph, u, v) for u, v in graph.edges})
+    for t in tiers:
+        g = nx.Graph(graph)
+        g.remove_edges_from([(u, v) for u, v in graph.edges if tier(graph, u, v) == t])
+        parts = 0
+        for comp in nx.connected_components(g):
+            inside = len(comp & wset)
+            if 0 < inside < len(wset):
+                parts += 1
+        bounds[t] = 2 * stream * parts
+    return bounds
+
+
+def direction_bytes(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int) -> dict[tuple[str, str], int]:
+    """Bytes one call of ``mode`` puts on each link direction."""
+    if mode == "ring":
+        return ring_direction_bytes(graph, plan.workers, elements, per_packet)
+    if plan.method == "pbox":
+        return pbox_direction_bytes(graph, plan, elements, per_packet)
+    return innet_direction_bytes(plan, elements, per_packet)
+
+
+def predicted_link_bytes(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int,
+                         iterations: int = 1) -> dict[str, int]:
+    """Predicted bytes per link, both directions (every link named, zero where the job sends nothing)."""
+    per_call: Counter[str] = Counter()
+    for (u, v), b in direction_bytes(graph, mode, plan, elements, per_packet).items():
+        per_call[link_name(u, v)] += b
+    names = sorted((link_name(u, v) for u, v in graph.edges), key=natural_key)
+    return {name: per_call.get(name, 0) * iterations for name in names}

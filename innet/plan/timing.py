@@ -1,0 +1,115 @@
+"""An analytic timing model of every mode (Pipe-SGD's, made exact for innet's protocols).
+
+One all-reduce call of ``e`` elements per worker takes
+
+    T(e) = T_bw(e) + T_lat
+
+- ``T_bw``: the busiest link direction's bytes over its rate. The bytes are
+  innet.plan.prediction's exact per-mode frame counts: in-network, a worker link
+  carries one stream each way; PBox, the PBox link carries N streams each way;
+  ring, each neighbour link carries 2(N-1)/N of a stream (plus ACKs back).
+- ``T_lat``: the round trips the protocol waits for, each hop costing one full
+  frame's serialization plus ``hop`` seconds of processing. In-network and PBox:
+  the exponent round trip (small frames) and the last chunk's round trip to the
+  aggregation point (less the last frame's serialization on the busiest
+  link, already in ``T_bw``); at a PBox, plus the N-1 frames its first key
+  waits for before results can flow back. Ring: the exponent passes N-1 hops; each of the
+  2(N-1) steps then takes the longer of its share of ``T_bw`` and one piece's
+  trip from the predecessor (a step's first piece waits for it), summed along
+  the ring's slowest chain of neighbour paths, plus the last piece's arrival.
+
+With a workload, the calls follow the training schedule (innet.hosts.training) with
+these durations: iteration time and communication wait come from the same
+recurrence the emulated workers run, so model and measurement differ only by
+the call times. ``hop``: 0 on the fabric (it models links, not CPUs); on
+Mininet, a Python switch or host takes ~0.6 ms to pass a frame on when
+several share 2 cores (``MININET_HOP``: measured with ``run_topology.py
+--predict`` on star and leaf-spine at 10 Mbit/s; ``--hop-latency`` sets it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import networkx as nx
+
+from innet.hosts.training import Training, iteration_stats, p3_order, run_schedule
+from innet.plan.planner import JobPlan
+from innet.plan.prediction import direction_bytes, frame_bytes, path_links
+from innet.plan.spec import RunSpec
+
+MININET_HOP = 0.0006
+
+
+def _rate(graph: nx.Graph, u: str, v: str) -> float:
+    return float(graph.edges[u, v]["bw"]) * 1e6 / 8  # bytes per second
+
+
+def _hops(graph: nx.Graph, mode: str, plan: JobPlan) -> list[list[tuple[str, str]]]:
+    """The paths a call's latency runs along: worker to aggregation point, or ring neighbour to neighbour."""
+    if mode == "ring":
+        n = len(plan.workers)
+        return [path_links(graph, plan.workers[r], plan.workers[(r + 1) % n]) for r in range(n)] if n > 1 else [[]]
+    target = plan.pbox if plan.method == "pbox" else plan.root
+    assert target is not None
+    return [path_links(graph, w, target) for w in plan.workers]
+
+
+def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int, hop: float) -> float:
+    """Predicted seconds of one all-reduce call of ``elements`` per worker."""
+    loads = direction_bytes(graph, mode, plan, elements, per_packet)
+    bw = max((b / _rate(graph, u, v) for (u, v), b in loads.items()), default=0.0)
+    slowest = min((_rate(graph, u, v) for u, v in loads), default=1.0)
+    n = len(plan.workers)
+    full = frame_bytes(min(per_packet, -(-elements // n) if mode == "ring" else elements))
+
+    def trip(path: list[tuple[str, str]], size: int) -> float:  # one way, one frame
+        return sum(size / _rate(graph, u, v) + hop for u, v in path)
+
+    paths = _hops(graph, mode, plan)
+    small = max(trip(p, frame_bytes(0)) for p in paths)
+    last = max(trip(p, full) for p in paths)
+    if mode == "ring":  # N-1 exponent hops; then each of 2(N-1) steps takes its stream or one piece's hop,
+        if n < 2:       # whichever is longer, along the ring's slowest chain; the last piece still has to arrive
+            return 0.0
+        steps = 2 * (n - 1)
+
+        def chain(per_rank: list[float], length: int) -> float:  # ``length`` consecutive neighbour paths
+            return max(sum(per_rank[(r - i) % n] for i in range(length)) for r in range(n))
+
+        exponent = chain([trip(p, frame_bytes(0)) for p in paths], n - 1)
+        return exponent + chain([max(bw / steps, trip(p, full)) for p in paths], steps) + last - full / slowest
+    # the exponent's round trip, the stream through the busiest link, the last chunk's round trip
+    # (less its serialization on that link, which the stream already counts); at a PBox the first key
+    # also waits for all N workers' first chunks to pass its link before any result can flow back
+    incast = (n - 1) * full / slowest if plan.method == "pbox" else 0.0
+    return 2 * small + bw + 2 * last - full / slowest + incast
+
+
+def call_times(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int, hop: float) -> list[float]:
+    """The model's time of each call of a worker (FIFO order), for the slowest job."""
+    sizes = run.call_sizes()
+    slowest = max(plans, key=lambda p: call_time(graph, run.mode, p, max(sizes), per_packet, hop))
+    return [call_time(graph, run.mode, slowest, n, per_packet, hop) for n in sizes]
+
+
+def planned_training(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int) -> Training | None:
+    """The run's training schedule; with ``--priority p3``, with P3's send order planned from the model's
+    call times (every worker must send the same call at once, so they follow one plan, not their clocks)."""
+    training = run.training()
+    if training is None or run.priority != "p3":
+        return training
+    return replace(training, order=p3_order(training, call_times(graph, run, plans, per_packet, 0.0)[: training.layers]))
+
+
+def predict(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int, hop: float) -> dict[str, Any]:
+    """The model's figures for a run: per-call time (``completion_s``) and, with a workload,
+    ``iteration_s``, ``compute_s``, ``comm_wait_s`` and ``next_forward_wait_s``. Jobs sharing links are taken one at a time."""
+    durations = call_times(graph, run, plans, per_packet, hop)
+    out: dict[str, Any] = {"completion_s": sorted(durations)[len(durations) // 2]}
+    training = planned_training(graph, run, plans, per_packet)
+    if training is not None:
+        starts, ends = run_schedule(training, durations)
+        out.update(iteration_stats(training, starts, ends))
+    return out

@@ -1,0 +1,235 @@
+"""What a run achieved: each worker's outcome checked against the exact reduction, and the run record."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import networkx as nx
+import numpy as np
+
+from innet.graph import natural_key
+from innet.hosts.training import iteration_stats
+from innet.plan.planner import JobPlan
+from innet.plan.spec import RunSpec
+from innet.results.metrics import cross_rack_bytes, tier_bytes
+from innet.results.record import JobRecord, RunRecord
+from innet.wire import fixedpoint
+from innet.wire.operators import SUM, Operator
+
+
+def result_digest(results_int: Sequence[Sequence[np.ndarray]]) -> str:
+    """sha256 of every worker's integer results: equal digests mean identical results."""
+    digest = hashlib.sha256()
+    for per_rank in results_int:
+        for arr in per_rank:
+            digest.update(np.asarray(arr, np.int64).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def check(inputs: Sequence[Sequence[np.ndarray]], results_int: Sequence[Sequence[np.ndarray]],
+          results: Sequence[Sequence[np.ndarray]], operator: Operator = SUM) -> tuple[bool, float, str]:
+    """(every worker got the exact reduction, max |result - exact float reduction|, the first difference).
+
+    ``inputs[rank][it]`` are the float gradients (int32 bit sets for a bit operator); ``results_int[rank][it]``
+    the integers each worker got back, ``results`` the floats. The reference is the operator's numpy
+    reduction of the values the workers put on the wire, at the scale they agreed on.
+    """
+    nworkers = len(inputs)
+    correct, max_err, first = True, 0.0, ""
+    for it in range(len(inputs[0])):
+        q = max(operator.exponent(inputs[r][it]) for r in range(nworkers))
+        scale = operator.scale(q, nworkers)
+        expected = operator.reduce([operator.quantize(inputs[r][it], scale) for r in range(nworkers)])
+        exact = operator.reduce([inputs[r][it] for r in range(nworkers)])
+        for r in range(nworkers):
+            got = results_int[r][it] if it < len(results_int[r]) else None
+            if got is None or got.shape != expected.shape or not np.array_equal(got, expected):
+                if correct:
+                    first = _difference(r, it, got, expected)
+                correct = False
+                continue
+            if exact.size and operator.rule != "bits":
+                max_err = max(max_err, float(np.max(np.abs(results[r][it].astype(np.float64) - exact))))
+    return correct, max_err, first
+
+
+def _difference(rank: int, call: int, got: np.ndarray | None, expected: np.ndarray) -> str:
+    where = f"rank {rank} call {call}"
+    if got is None:
+        return f"{where}: no result"
+    if got.shape != expected.shape:
+        return f"{where}: {got.size} values, expected {expected.size}"
+    k = int(np.flatnonzero(got != expected)[0])
+    return f"{where}: element {k} is {int(got[k])}, expected {int(expected[k])}"
+
+
+def tally_drops(counters: Iterable[dict[str, int]], extra: dict[str, int]) -> dict[str, int]:
+    """Every drop counter (``drop:``, ``bad:``, ``pbox:``) summed over nodes, plus the non-zero ``extra`` ones."""
+    drops: dict[str, int] = {}
+    for c in counters:
+        for key, n in c.items():
+            if key.startswith(("drop:", "bad:", "pbox:")):
+                drops[key] = drops.get(key, 0) + n
+    for key, n in extra.items():
+        if n:
+            drops[key] = drops.get(key, 0) + n
+    return drops
+
+
+@dataclass
+class WorkerOutcome:
+    """What one worker got, whichever backend ran it."""
+
+    job: int
+    rank: int
+    ints: list[np.ndarray]
+    floats: list[np.ndarray]
+    started: list[float]
+    finished: list[float]
+    retransmissions: int
+    error: str = ""
+    compute_starts: list[float] = field(default_factory=list)  # with a workload: each iteration's
+    staleness: list[int] = field(default_factory=list)  # consistency runs: the staleness of every read
+    scale: int = 0  # consistency runs: the run's fixed-point scale
+
+
+def training_outcome(worker: Any) -> WorkerOutcome:
+    """A finished SSPWorker's outcome: its final parameters, iterations and the staleness it read."""
+    final = [worker.final] if worker.done_at is not None else []
+    floats = [fixedpoint.dequantize(worker.final, worker.scale)] if final and worker.scale is not None else []
+    return WorkerOutcome(worker.spec.job, worker.spec.rank, final, floats, worker.started, worker.finished,
+                         worker.retransmissions, str(worker.error) if worker.error else "", [], worker.staleness,
+                         worker.scale or 0)
+
+
+def outcome_of(proc: Any) -> WorkerOutcome:
+    """A finished WorkerProcess's outcome (the fabric's, or a Mininet host's before it saves it)."""
+    calls = proc.calls_in_order()  # by tensor: a P3 worker begins them in another order
+    done = [c for c in calls if c.finished_at is not None]
+    return WorkerOutcome(
+        proc.spec.job, proc.spec.rank, [c.result_int for c in done], [c.result for c in done],
+        [c.started_at if c.started_at is not None else float("nan") for c in calls],
+        [c.finished_at if c.finished_at is not None else float("nan") for c in calls],
+        sum(c.retransmissions for c in calls), str(proc.error) if proc.error else "", proc.compute_starts,
+    )
+
+
+def training_summary(run: RunSpec, workers: Sequence[WorkerOutcome]) -> dict[str, Any]:
+    """A consistency run's verdict: every worker ends with the exact sum of every worker's gradients of every
+    iteration (at the run's one scale); the staleness read, against the bound; iterations per second."""
+    inputs = [run.tensors(w.job, w.rank) for w in workers]
+    q = max(fixedpoint.magnitude_exponent(t) for per_rank in inputs for t in per_rank)
+    scale = fixedpoint.scale_for(q, len(workers) * run.iterations)
+    expected = np.sum([fixedpoint.quantize(t, scale).astype(np.int64) for per_rank in inputs for t in per_rank], axis=0)
+    exact = np.sum([t.astype(np.float64) for per_rank in inputs for t in per_rank], axis=0)
+    correct = all(w.scale == scale and len(w.ints) == 1 and np.array_equal(w.ints[0], expected) for w in workers)
+    max_err = max((float(np.max(np.abs(w.floats[0].astype(np.float64) - exact))) for w in workers if w.floats), default=0.0)
+    reads = [s for w in workers for s in w.staleness]
+    spans = [w.finished[run.iterations - 1] - w.started[0] for w in workers if len(w.finished) > run.iterations - 1]
+    ends = [w.finished[-1] for w in workers if w.finished]
+    return {
+        "correct": correct, "max_abs_error": max_err,
+        "completion_s": max(ends) - min(w.started[0] for w in workers) if ends and len(ends) == len(workers) else float("nan"),
+        "consistency": run.consistency, "staleness_bound": run.parameter_server().json_bound,
+        "max_staleness": int(max(reads, default=0)), "mean_staleness": float(np.mean(reads)) if reads else 0.0,
+        "iterations_per_s": float(np.mean([run.iterations / s for s in spans])) if spans else 0.0,
+        "slowest_worker_iterations_per_s": min((run.iterations / s for s in spans), default=0.0),
+    }
+
+
+def job_summary(run: RunSpec, plan: JobPlan, outcome: str, workers: Sequence[WorkerOutcome]) -> JobRecord:
+    """One job's verdict: exact or not, its error, time, retransmissions, digest."""
+    workers = sorted(workers, key=lambda w: w.rank)
+    errors = sorted({w.error for w in workers if w.error})
+    summary = training_summary(run, workers) if run.consistency else allreduce_summary(run, workers)
+    if summary.get("first_difference") and not errors:  # wrong without any error: say where
+        errors = [f"job {plan.job}: result differs from {run.operator.name} of the inputs: {summary['first_difference']}"]
+    return JobRecord(
+        job=plan.job, workers=tuple(plan.workers), placement=plan.method, outcome=outcome, priority=run.band(plan.job),
+        correct=summary["correct"] and not errors and len(workers) == len(plan.workers),
+        max_abs_error=summary["max_abs_error"], completion_s=summary["completion_s"],
+        retransmissions=sum(w.retransmissions for w in workers), errors=tuple(errors),
+        result_digest=result_digest([w.ints for w in workers]),
+        figures={k: v for k, v in summary.items() if k not in ("correct", "max_abs_error", "completion_s")},
+    )
+
+
+def allreduce_summary(run: RunSpec, workers: Sequence[WorkerOutcome]) -> dict[str, Any]:
+    """All-reduce calls' verdict: every call's exact sum, the median call time and, with a workload,
+    the training schedule's figures."""
+    inputs = [run.tensors(w.job, w.rank) for w in workers]
+    correct, max_err, first = check(inputs, [w.ints for w in workers], [w.floats for w in workers], run.operator)
+    times = []
+    for it in range(len(inputs[0]) if inputs else 0):
+        starts = [w.started[it] for w in workers if it < len(w.started)]
+        ends = [w.finished[it] for w in workers if it < len(w.finished)]
+        if len(ends) == len(workers) and not any(np.isnan(ends)) and starts:
+            times.append(max(ends) - min(starts))
+    training = run.training()
+    stats: dict[str, float] = {}
+    if training is not None and workers and all(not np.isnan(w.finished).any() for w in workers):
+        per_worker = [iteration_stats(training, w.compute_starts, w.finished) for w in workers]
+        stats = {k: max(p[k] for p in per_worker) for k in per_worker[0]} if per_worker[0] else {}
+    return {**stats, "correct": correct, "max_abs_error": max_err, "first_difference": first,
+            "completion_s": statistics.median(times) if times else float("nan")}
+
+
+def run_record(graph: nx.Graph, run: RunSpec, rp: Any, backend: str, outcomes: Sequence[WorkerOutcome],
+               link_bytes: dict[str, int], drops: dict[str, int], **extra: Any) -> RunRecord:
+    """A run's record (``extra``: the backend's own figures).
+
+    With several jobs, ``jobs`` holds each one's verdict; the top-level fields
+    are over all jobs (correct: all of them; completion: the slowest job's).
+    """
+    from innet.plan.prediction import predicted_link_bytes
+
+    names = dict(enumerate(sorted(graph, key=natural_key)))
+    jobs = []
+    for plan in rp.plans:
+        job = job_summary(run, plan, rp.outcomes[plan.job], [o for o in outcomes if o.job == plan.job])
+        jobs.append(replace(job, errors=tuple(re.sub(r"node (\d+)", lambda m: names.get(int(m.group(1)), m.group(0)), e)
+                                              for e in job.errors)))  # name the nodes an error mentions
+    predicted: dict[str, int] = {}
+    for plan in rp.plans:
+        for size, calls in Counter(run.call_sizes()).items():
+            for name, b in predicted_link_bytes(graph, run.mode, plan, size, rp.per_packet, calls).items():
+                predicted[name] = predicted.get(name, 0) + b
+    busiest = max(sorted(link_bytes), key=lambda k: link_bytes[k], default="")
+    methods = sorted({j.placement for j in jobs})
+    figures = lambda k: [j.figures[k] for j in jobs]  # noqa: E731
+    return RunRecord(
+        mode=run.mode, backend=backend, program=run.program,
+        placement=(methods[0] if len(methods) == 1 else "+".join(methods)) if run.mode == "innet" else run.mode,
+        workers=sum(len(p.workers) for p in rp.plans), elements=run.elements, packet_elements=rp.per_packet,
+        iterations=run.iterations, seed=run.seed, correct=all(j.correct for j in jobs),
+        max_abs_error=max(j.max_abs_error for j in jobs), completion_s=max(j.completion_s for j in jobs),
+        link_bytes=dict(sorted(link_bytes.items(), key=lambda kv: natural_key(kv[0]))),
+        tier_bytes=tier_bytes(graph, link_bytes), cross_rack_bytes=cross_rack_bytes(graph, link_bytes),
+        max_link_bytes=max(link_bytes.values(), default=0), busiest_link=busiest, predicted_link_bytes=predicted,
+        retransmissions=sum(j.retransmissions for j in jobs), packets_dropped=sum(drops.values()), drops=drops,
+        fallbacks=sum(1 for j in jobs if j.outcome.startswith("fallback")),
+        errors=tuple(e for j in jobs for e in j.errors),
+        result_digest=hashlib.sha256("".join(j.result_digest for j in jobs).encode()).hexdigest()[:16]
+        if len(jobs) > 1 else jobs[0].result_digest,
+        jobs=tuple(jobs),
+        figures={
+            **({"consistency": run.consistency, "staleness_bound": run.parameter_server().json_bound,
+                **{k: max(figures(k)) for k in ("max_staleness", "mean_staleness", "iterations_per_s")},
+                "slowest_worker_iterations_per_s": min(figures("slowest_worker_iterations_per_s"))}
+               if run.consistency else {}),
+            **({"topk": run.topk, "bytes_vs_dense": round(sum(link_bytes.values()) / max(1, sum(predicted.values())), 4)}
+               if run.topk else {}),
+            **({"workload": run.workload, "workload_scale": run.workload_scale, "pipeline": run.pipeline,
+                "slice_elements": run.slice_elements, "priority": run.priority,
+                **{k: max(figures(k)) for k in ("iteration_s", "compute_s", "comm_wait_s", "next_forward_wait_s")
+                   if k in jobs[0].figures}}
+               if run.workload else {}),
+            **extra,
+        },
+    )

@@ -1,0 +1,80 @@
+"""PNG plots of a comparison: the topology with link load per mode, and bytes per tier."""
+
+from __future__ import annotations
+
+import os
+
+import networkx as nx
+
+from innet.graph import TIER_ORDER, link_name, natural_key, role
+from innet.results.record import RunRecord
+
+
+def _layout(graph: nx.Graph) -> dict[str, tuple[float, float]]:
+    """Tiers as rows (hosts at the bottom), nodes spread evenly in name order."""
+    rows: dict[int, list[str]] = {}
+    for n in sorted(graph, key=natural_key):
+        rows.setdefault(TIER_ORDER[role(graph, n)], []).append(n)
+    pos = {}
+    for level, nodes in rows.items():
+        for i, n in enumerate(nodes):
+            pos[n] = ((i + 0.5) / len(nodes), float(level))
+    return pos
+
+
+def plot_links(graph: nx.Graph, runs: list[RunRecord], path: str) -> None:
+    """One panel per run: each link's width and colour by the bytes it carried."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pos = _layout(graph)
+    peak = max((max(r.link_bytes.values(), default=0) for r in runs), default=0) or 1
+    fig, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 4.5), squeeze=False)
+    cmap = plt.get_cmap("viridis")
+    for ax, run in zip(axes[0], runs, strict=True):
+        edges = sorted(graph.edges, key=lambda e: link_name(*e))
+        load = [run.link_bytes.get(link_name(u, v), 0) / peak for u, v in edges]
+        nx.draw_networkx_edges(graph, pos, edgelist=edges, width=[0.5 + 7 * x for x in load],
+                               edge_color=[cmap(x) for x in load], ax=ax)
+        colours = ["#d62728" if role(graph, n) == "pbox" else "#1f77b4" if role(graph, n) == "host" else "#7f7f7f"
+                   for n in graph]
+        nx.draw_networkx_nodes(graph, pos, node_size=260, node_color=colours, ax=ax)
+        nx.draw_networkx_labels(graph, pos, font_size=7, font_color="white", ax=ax)
+        ax.set_title(f"{run.mode} ({run.placement}): cross-rack {run.cross_rack_bytes / 1e6:.2f} MB", fontsize=9)
+        ax.axis("off")
+    sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, peak / 1e6))
+    fig.colorbar(sm, ax=axes[0].tolist(), label="MB on link (both directions)", shrink=0.8)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_tiers(runs: list[RunRecord], path: str) -> None:
+    """Grouped bars: bytes per tier, one bar per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tiers = sorted({t for r in runs for t in r.tier_bytes})
+    fig, ax = plt.subplots(figsize=(1.5 + 1.6 * len(tiers), 4))
+    width = 0.8 / max(len(runs), 1)
+    for i, run in enumerate(runs):
+        xs = [t + i * width for t in range(len(tiers))]
+        ax.bar(xs, [run.tier_bytes.get(t, 0) / 1e6 for t in tiers], width, label=f"{run.mode} ({run.placement})")
+    ax.set_xticks([t + width * (len(runs) - 1) / 2 for t in range(len(tiers))], tiers)
+    ax.set_ylabel("MB")
+    ax.set_title("bytes per tier")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_plots(graph: nx.Graph, runs: list[RunRecord], out_dir: str) -> list[str]:
+    os.makedirs(out_dir, exist_ok=True)
+    links, tiers = os.path.join(out_dir, "links.png"), os.path.join(out_dir, "tiers.png")
+    plot_links(graph, runs, links)
+    plot_tiers(runs, tiers)
+    return [links, tiers]

@@ -1,0 +1,99 @@
+"""Run records: what one run of one mode gave, as frozen values, and their JSON.
+
+A ``RunRecord`` has the fields every run has (mode, correctness, time, bytes per link, drops...)
+and ``figures``: the scheme's and the backend's own (a workload's iteration times, a consistency
+run's staleness, top-k's byte ratio, the Mininet processes' CPU, the input stream, the model's
+prediction). ``to_json`` flattens figures into the record, which is results.json's stable layout;
+``record["name"]`` reads that JSON view by name, for scripts and tests that address fields by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+
+class _JsonView:
+    """``to_json``, and reading its fields by name."""
+
+    figures: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return _json(self)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.to_json()[name]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.to_json().get(name, default)
+
+
+@dataclass(frozen=True)
+class JobRecord(_JsonView):
+    """One job's verdict within a run."""
+
+    job: int
+    workers: tuple[str, ...]
+    placement: str
+    outcome: str
+    priority: int
+    correct: bool
+    max_abs_error: float
+    completion_s: float
+    retransmissions: int
+    errors: tuple[str, ...]
+    result_digest: str
+    figures: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunRecord(_JsonView):
+    """One run of one mode on one backend."""
+
+    mode: str
+    backend: str
+    program: str
+    placement: str
+    workers: int
+    elements: int
+    packet_elements: int
+    iterations: int
+    seed: int
+    correct: bool
+    max_abs_error: float
+    completion_s: float
+    link_bytes: Mapping[str, int]
+    tier_bytes: Mapping[str, int]
+    cross_rack_bytes: int
+    max_link_bytes: int
+    busiest_link: str
+    predicted_link_bytes: Mapping[str, int]
+    retransmissions: int
+    packets_dropped: int
+    drops: Mapping[str, int]
+    fallbacks: int
+    errors: tuple[str, ...]
+    result_digest: str
+    jobs: tuple[JobRecord, ...]
+    figures: Mapping[str, Any] = field(default_factory=dict)
+
+    def with_figures(self, **more: Any) -> RunRecord:
+        """The record with more figures (e.g. the model's prediction, or a backend's measurements)."""
+        return replace(self, figures={**self.figures, **more})
+
+
+def _json(record: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in fields(record):
+        value = getattr(record, f.name)
+        if f.name == "figures":
+            continue
+        if isinstance(value, tuple) and value and hasattr(value[0], "to_json"):
+            value = [v.to_json() for v in value]
+        elif isinstance(value, tuple):
+            value = list(value)
+        elif isinstance(value, Mapping):
+            value = dict(value)
+        out[f.name] = value
+    return {**out, **record.figures}

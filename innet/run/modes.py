@@ -1,0 +1,150 @@
+"""The three ways to all-reduce, and a whole run's plan: jobs, their plans, what each host runs.
+
+- ``innet``: switches aggregate, where the placement method says; jobs share
+  the switches' slot pools and fall back to the PBox when they are full;
+- ``pbox``: every worker sends to the PBox host, which aggregates (PHub);
+- ``ring``: reduce-scatter then all-gather between the workers (Horovod).
+
+With ``--jobs N`` the hosts are dealt round-robin to N jobs (so jobs share
+racks and switches), each with its own seed-derived gradients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
+
+import networkx as nx
+
+from innet.errors import UserError
+from innet.graph import node_indices
+from innet.hosts.ensemble import InputPlan, group_tables, plan_input
+from innet.hosts.pbox import PBoxJob, PBoxServer
+from innet.hosts.ring import RingCall
+from innet.hosts.ssp import SSPWorker
+from innet.hosts.training import Training
+from innet.hosts.worker import AllreduceCall, JobSpec, WorkerProcess
+from innet.plan.configs import pick_workers, switch_configs, worker_specs
+from innet.plan.planner import JobPlan, JobRequest, plan_job, plan_jobs
+from innet.plan.spec import RunSpec
+from innet.plan.timing import planned_training
+from innet.switch.program import SwitchProgram
+from innet.switch.runtime import SwitchConfig
+from innet.wire.packet import BANDS
+
+MODES = ("innet", "pbox", "ring")
+DEFAULT_WINDOW = 128
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Every job of a run: its plan, what placing it together with the others gave, its workers' specs."""
+
+    plans: tuple[JobPlan, ...]
+    outcomes: dict[int, str]
+    specs: dict[int, dict[str, JobSpec]]
+    per_packet: int
+    training: Training | None = None  # the schedule every worker's calls follow (P3's order planned in)
+    input: InputPlan | None = None  # the ensemble's input stream (innet.hosts.ensemble), if the run reads one
+    fan_in: int = 1  # the most contributors any switch aggregates for one job
+
+    def ring(self, job: int) -> list[int]:
+        return [s.node for s in sorted(self.specs[job].values(), key=lambda s: s.rank)]
+
+
+def plan_run(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram]) -> RunPlan:
+    if run.mode not in MODES:
+        raise UserError(f"unknown mode {run.mode!r}; expected one of {', '.join(MODES)}")
+    if run.consistency and (run.mode != "pbox" or run.workload or run.topk):
+        raise UserError("{consistency} trains against the PBox: it needs {mode} pbox, and neither {workload} nor {topk}")
+    if run.topk and run.mode == "innet" and not getattr(program, "sparse", False):
+        raise UserError(f"program {program.name} cannot aggregate sparse chunks; {{topk}} needs {{program}} topk_sparse")
+    workers = pick_workers(graph, run.workers)
+    if run.jobs < 1 or run.jobs > len(workers):
+        raise UserError(f"{{jobs}} must be between 1 and the {len(workers)} workers, got {run.jobs}")
+    if run.input_elements < 0 or (run.shared_input and not run.input_elements):
+        raise UserError("{input_elements} must not be negative, and {shared_input} needs {input_elements}")
+    if run.job_priority and (len(run.job_priority) != run.jobs or not all(0 <= b < BANDS for b in run.job_priority)):
+        raise UserError(f"{{job_priority}} wants one band in 0..{BANDS - 1} per job ({run.jobs}), got "
+                        f"{','.join(map(str, run.job_priority))}")
+    groups = [tuple(workers[i::run.jobs]) for i in range(run.jobs)]
+    window = program.slots or DEFAULT_WINDOW
+    wanted = run.job_slots or max(1, window // run.jobs)
+    if run.mode == "pbox" or (run.mode == "innet" and run.placement == "pbox"):
+        plans = [plan_job(graph, g, method="pbox", job=j + 1, slots=wanted) for j, g in enumerate(groups)]
+        outcomes = {p.job: f"pbox: {p.pbox}" for p in plans}
+    elif run.mode == "ring":  # the plan only fixes ranks and first hops; switches just route
+        plans = [plan_job(graph, g, method="tor", job=j + 1, slots=wanted) for j, g in enumerate(groups)]
+        outcomes = {p.job: "ring" for p in plans}
+    else:
+        placed = plan_jobs(graph, [JobRequest(j + 1, g, wanted) for j, g in enumerate(groups)],
+                           method=run.placement, pool_slots=program.slots)
+        plans, outcomes = list(placed.plans), placed.outcomes
+    index = node_indices(graph)
+    specs = {}
+    for plan in plans:
+        job_specs = worker_specs(graph, plan, program, run)
+        if plan.method == "pbox" and run.mode != "ring":
+            assert plan.pbox is not None
+            job_specs = {w: replace(s, pbox=index[plan.pbox]) for w, s in job_specs.items()}
+        specs[plan.job] = job_specs
+    stream = plan_input(graph, specs, run.input_elements, run.shared_input, program.elements, run.iterations, run.seed,
+                        max(0.05, 10 * run.min_rto), run.timeout) if run.input_elements else None
+    fan_in = max((len(jp.contributors) for p in plans for jp in p.switch_ports.values() if jp.aggregate), default=1)
+    return RunPlan(tuple(plans), outcomes, specs, program.elements, planned_training(graph, run, plans, program.elements),
+                   stream, fan_in)
+
+
+def installed_plans(run: RunSpec, rp: RunPlan) -> list[JobPlan]:
+    """The plans switches are told about: the in-network jobs that did not fall back."""
+    return [p for p in rp.plans if run.mode == "innet" and p.method != "pbox"]
+
+
+def installed_configs(graph: nx.Graph, run: RunSpec, rp: RunPlan) -> dict[str, SwitchConfig]:
+    """What every switch is told before traffic starts: its installed jobs (stalled ones abort after half
+    the run's timeout), their priority bands, and its register memory."""
+    plans = installed_plans(run, rp)
+    groups = group_tables(graph, rp.input) if rp.input and rp.input.shared else {}
+    return switch_configs(graph, plans, run.switch_memory, run.timeout / 2, {p.job: run.band(p.job) for p in plans},
+                          groups)
+
+
+def worker_process(mode: str, spec: JobSpec, ring: list[int], tensors: list[Any],
+                   training: Training | None = None) -> WorkerProcess:
+    """The endpoint a worker host runs for ``mode`` (``training``: the compute schedule its calls follow)."""
+    make_call = partial(_ring_call, ring) if mode == "ring" else AllreduceCall
+    return WorkerProcess(spec, tensors, make_call, training=training)
+
+
+def host_endpoint(run: RunSpec, rp: RunPlan, host: str, spec: JobSpec) -> WorkerProcess | SSPWorker:
+    """What worker ``host`` runs: its all-reduce calls, or with ``consistency`` its training loop against the PBox."""
+    tensors = run.tensors(spec.job, spec.rank)
+    if run.consistency:
+        return SSPWorker(spec, tensors, run.compute_times(host, spec.job, spec.rank), run.parameter_server())
+    return worker_process(run.mode, spec, rp.ring(spec.job), tensors, rp.training)
+
+
+def _ring_call(ring: list[int], spec: JobSpec, tensor: Any, first: int) -> RingCall:
+    return RingCall(spec, ring, tensor, first)
+
+
+def pbox_servers(graph: nx.Graph, run: RunSpec, rp: RunPlan, cores: int) -> tuple[str | None, list[PBoxServer]]:
+    """The PBox host and its shards (one per core), serving every job that aggregates there."""
+    if run.mode == "ring":
+        return None, []
+    jobs = [p for p in rp.plans if p.method == "pbox" and p.pbox is not None]
+    if not jobs:
+        return None, []
+    host = jobs[0].pbox
+    index = node_indices(graph)
+    boxed = []
+    for plan in jobs:
+        specs = rp.specs[plan.job]
+        first = next(iter(specs.values()))
+        training: dict[str, Any] = dict(consistency=run.consistency, staleness=run.staleness,
+                                        iterations=run.iterations, length=run.elements) if run.consistency else {}
+        boxed.append(PBoxJob(plan.job, {s.rank: s.node for s in specs.values()}, first.slots, first.elements,
+                             run.timeout / 2, sparse=run.topk > 0, operator=first.operator, **training))
+    assert host is not None
+    return host, [PBoxServer(index[host], boxed, cores, core) for core in range(cores)]

@@ -1,0 +1,78 @@
+"""``run_topology.py --plan-only``: the plan as text, before anything starts."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import networkx as nx
+
+from innet.graph import natural_key
+from innet.plan.planner import JobPlan
+from innet.plan.prediction import predicted_link_bytes, tier_lower_bounds
+from innet.plan.spec import RunSpec, program_of
+from innet.plan.timing import MININET_HOP, predict
+from innet.results.metrics import cross_rack_bytes, tier_bytes
+from innet.results.record import RunRecord
+from innet.run.modes import installed_configs, plan_run
+from innet.switch.runtime import check_fits
+
+
+def _job_lines(run: RunSpec, plan: JobPlan, outcome: str) -> list[str]:
+    lines = [f"job {plan.job}: {len(plan.workers)} workers ({', '.join(plan.workers)}); {outcome}"]
+    if run.mode == "innet" and plan.method != "pbox":
+        lines.append(f"  root {plan.root}; aggregating: {', '.join(plan.aggregators)}; slots per switch: {plan.slots}")
+        for switch, jp in sorted(plan.switch_ports.items(), key=lambda kv: natural_key(kv[0])):
+            role = "aggregates" if jp.aggregate else "relays"
+            base = f", slots {jp.slot_base}..{jp.slot_base + jp.slots - 1}" if jp.aggregate else ""
+            lines.append(f"  {switch} -> {plan.parents.get(switch, '(root)')}: {role} {', '.join(plan.children(switch))}{base}")
+    elif run.mode == "ring":
+        lines.append(f"  ring order: {' -> '.join(plan.workers)} -> {plan.workers[0]}")
+    else:
+        lines.append(f"  every worker sends to PBox {plan.pbox}")
+    return lines
+
+
+def plan_report(graph: nx.Graph, run: RunSpec) -> str:
+    rp = plan_run(graph, run, program_of(run))
+    sized = program_of(run, rp.fan_in)
+    for config in installed_configs(graph, run, rp).values():
+        check_fits(config, sized)  # what a run would refuse, the plan refuses too
+    lines = [f"topology {graph.graph.get('name', '?')}: mode {run.mode}, placement {run.placement}, {len(rp.plans)} job(s)"]
+    links: dict[str, int] = {}
+    bounds: dict[str, int] = {}
+    for plan in rp.plans:
+        lines += _job_lines(run, plan, rp.outcomes[plan.job])
+        for name, b in predicted_link_bytes(graph, run.mode, plan, run.elements, rp.per_packet, run.iterations).items():
+            links[name] = links.get(name, 0) + b
+        for t, b in tier_lower_bounds(graph, plan.workers, run.elements, rp.per_packet).items():
+            bounds[t] = bounds.get(t, 0) + b * run.iterations
+    lines.append(f"predicted bytes for {run.iterations} x {run.elements} elements per worker:")
+    for t, b in tier_bytes(graph, links).items():
+        lines.append(f"  {t:>12}: {b:>12}  (lower bound {bounds.get(t, 0)})")
+    lines.append(f"  {'cross-rack':>12}: {cross_rack_bytes(graph, links):>12}")
+    busiest = max(sorted(links), key=lambda k: links[k])
+    lines.append(f"  busiest link {busiest}: {links[busiest]}")
+    return "\n".join(lines)
+
+
+def prediction_table(graph: nx.Graph, run: RunSpec, runs: list[RunRecord],
+                     hop: float | None = None) -> tuple[str, list[RunRecord]]:
+    """The model next to each measured run, with the error; and the runs with the model's figures added
+    (``prediction``). ``hop``: per-hop processing time (default: 0 on local, MININET_HOP on mininet)."""
+    keys = ["iteration_s", "comm_wait_s", "next_forward_wait_s"] if run.workload else ["completion_s"]
+    rows = [["mode", "backend", *[f"{k} {w}" for k in keys for w in ("measured", "model", "error")]]]
+    predicted = []
+    for r in runs:
+        spec = replace(run, mode=r.mode)
+        rp = plan_run(graph, spec, program_of(spec))
+        per_hop = hop if hop is not None else 0.0 if r.backend == "local" else MININET_HOP
+        r = r.with_figures(prediction=predict(graph, spec, list(rp.plans), rp.per_packet, per_hop))
+        predicted.append(r)
+        row = [r.mode, r.backend]
+        for k in keys:
+            got, model = r.get(k, float("nan")), r["prediction"][k]
+            err = f"{100 * (model / got - 1):+.1f}%" if got and got == got and k == "iteration_s" else "-"
+            row += [f"{got:.4f}", f"{model:.4f}", err]
+        rows.append(row)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in rows), predicted

@@ -1,0 +1,76 @@
+"""Find a switch program by name (a file in switch_programs/) or by path."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import os
+
+from innet.errors import UserError
+from innet.switch.program import SwitchProgram
+from innet.wire.packet import JUMBO_MTU, MAX_PACKET_ELEMENTS
+
+PROGRAM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "switch_programs")
+
+
+def available() -> list[str]:
+    return sorted(f[:-3] for f in os.listdir(PROGRAM_DIR) if f.endswith(".py") and not f.startswith("_"))
+
+
+def load_program(name: str, pool_slots: int = 0, packet_elements: int = 0, fan_in: int = 0) -> type[SwitchProgram]:
+    """The SwitchProgram subclass defined in ``switch_programs/<name>.py`` or in file ``name``;
+    with ``pool_slots``, ``packet_elements`` or ``fan_in``, a subclass of it whose slot pool has that many
+    slots (per version), whose packets carry that many values, or whose slots track that many contributors."""
+    path = name if name.endswith(".py") else os.path.join(PROGRAM_DIR, name.replace("-", "_") + ".py")
+    if not os.path.isfile(path):
+        raise UserError(f"unknown program {name!r}; available: {', '.join(available())} (or a path to a .py file)")
+    spec = importlib.util.spec_from_file_location(f"innet_program_{os.path.basename(path)[:-3]}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise UserError(f"program file {path} has a syntax error at line {exc.lineno}: {exc.msg}") from None
+    except Exception as exc:  # noqa: BLE001 - any import-time failure of user code is a user error
+        raise UserError(f"program file {path} failed to load: {type(exc).__name__}: {exc}") from None
+    found = [obj for obj in vars(module).values()
+             if inspect.isclass(obj) and issubclass(obj, SwitchProgram) and obj is not SwitchProgram
+             and obj.__module__ == module.__name__]
+    if len(found) != 1:
+        raise UserError(f"program file {path} must define exactly one SwitchProgram subclass, found {len(found)}")
+    program = found[0]
+    program.source = path
+    _check_handlers(path, program)
+    if program.memory_bytes() < 0 or program.slots < 0 or program.elements < 1:
+        raise UserError(f"program {program.name}: slots and elements must be positive")
+    sized: dict[str, int] = {}
+    if pool_slots:
+        if not program.slots:
+            raise UserError(f"program {program.name} keeps no slot pool: {{pool_slots}} does not apply to it")
+        sized["slots"] = pool_slots
+    if packet_elements:
+        if not 1 <= packet_elements <= MAX_PACKET_ELEMENTS:
+            raise UserError(f"{{packet_elements}} must be 1..{MAX_PACKET_ELEMENTS} (a frame must fit a {JUMBO_MTU}-byte "
+                            f"jumbo MTU), got {packet_elements}")
+        sized["elements"] = packet_elements
+    if fan_in > getattr(program, "fan_in", fan_in):
+        sized["fan_in"] = fan_in
+    if sized:
+        program = type(program.__name__, (program,), {**sized, "__module__": program.__module__})
+    return program
+
+
+def _check_handlers(path: str, program: type[SwitchProgram]) -> None:
+    """One clear line for a program that cannot run: no handler, or a handler of the wrong shape."""
+    packet, timers, starts = program.handlers()
+    if not packet and not timers and not starts:
+        raise UserError(f"program file {path}: {program.__name__} has no handler; tag a method with "
+                        "@on_packet(\"contribution\"), or subclass Reduction and set its operator")
+    wants = {**{m: 3 for m in packet.values()}, **{m: 2 for m in [*timers, *starts]},
+             **{m: 3 for m in program.batch_handlers().values()}}
+    for method, args in wants.items():
+        params = inspect.signature(getattr(program, method)).parameters
+        if len(params) != args:
+            shape = "(self, ctx, pkt)" if args == 3 else "(self, ctx)"
+            raise UserError(f"program file {path}: handler {program.__name__}.{method} must take {shape}, "
+                            f"it takes ({', '.join(params)})")

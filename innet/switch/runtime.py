@@ -1,0 +1,340 @@
+"""The switch runtime: runs one SwitchProgram on one switch, without doing I/O.
+
+The transport (the in-process fabric, or raw sockets inside Mininet) hands it
+frames with ``receive``; it parses them, calls the program's handler, executes
+the returned actions and hands back ``(port, frame)`` pairs to send. It also
+counts packets and bytes per port and every drop by reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from innet.errors import UserError
+from innet.switch.program import (
+    Action,
+    Batch,
+    Context,
+    Drop,
+    Emit,
+    EmitMany,
+    HandlerResult,
+    JobPort,
+    Multicast,
+    SwitchProgram,
+    ToPBox,
+)
+from innet.wire.packet import (
+    ABORT,
+    AGG_PORT,
+    BANDS,
+    FALLBACK,
+    HEADER_OFFSET,
+    INPUT_JOB,
+    RESULT,
+    ROUTE,
+    SPARSE,
+    FrameBlock,
+    Packet,
+    build_frames,
+    pack_frames,
+    parse_block,
+    parse_frame,
+)
+
+Frames = list[tuple[int, bytes]]
+Out = list[tuple[int, "bytes | np.ndarray"]]  # a frame, or a block of equal-length frames (one per row)
+KIND_NAMES = ("contribution", "result", "abort", "routed")
+KIND_CODES = {name: code for code, name in enumerate(KIND_NAMES)}
+DEFAULT_SWITCH_MEMORY = 4 << 20
+SPARSE_RUN = 1 << 16  # past any count: the batching key of SPARSE packets
+
+
+@dataclass
+class PortStats:
+    rx_packets: int = 0
+    rx_bytes: int = 0
+    tx_packets: int = 0
+    tx_bytes: int = 0
+
+
+@dataclass
+class SwitchConfig:
+    """Everything a switch is told by the control plane before traffic starts."""
+
+    name: str
+    node: int
+    tier: str
+    ports: dict[int, str]
+    neighbors: dict[int, int]
+    routes: dict[int, int]
+    jobs: dict[int, JobPort] = field(default_factory=dict)
+    memory_bytes: int = DEFAULT_SWITCH_MEMORY
+    groups: dict[int, tuple[int, ...]] = field(default_factory=dict)  # multicast group address -> ports
+
+
+def kind_of(pkt: Packet) -> str:
+    flags = int(pkt.hdr["flags"])
+    if flags & ROUTE:
+        return "routed"
+    if flags & ABORT:
+        return "abort"
+    return "result" if flags & RESULT else "contribution"
+
+
+def kind_codes(flags: np.ndarray) -> np.ndarray:
+    """``kind_of`` for a whole array of flags: KIND_CODES values, 3 for routed."""
+    return np.where(flags & ROUTE, 3, np.where(flags & ABORT, 2, np.where(flags & RESULT, 1, 0)))
+
+
+def flatten(out: Out) -> Frames:
+    """Every frame of ``out`` as bytes, blocks split into their rows."""
+    frames: Frames = []
+    for port, frame in out:
+        if isinstance(frame, bytes):
+            frames.append((port, frame))
+        else:
+            frames.extend((port, row.tobytes()) for row in frame)
+    return frames
+
+
+def frame_problem(frame: bytes) -> str:
+    """Why parse_frame refused a frame: 'foreign' (not innet) or 'malformed'."""
+    if len(frame) >= HEADER_OFFSET and frame[12:14] == b"\x08\x00" and frame[23] == 17:
+        if int.from_bytes(frame[36:38], "big") == AGG_PORT:
+            return "malformed"
+    return "foreign"
+
+
+def check_fits(config: SwitchConfig, program: type[SwitchProgram]) -> None:
+    """Refuse, in one line, a program whose registers or whose jobs' slots do not fit the switch."""
+    need = program.memory_bytes()
+    if need > config.memory_bytes:
+        raise UserError(
+            f"program {program.name} needs {need} bytes of register memory but switch "
+            f"{config.name} has {config.memory_bytes}; lower its slots ({{pool_slots}}) or elements "
+            "({packet_elements}), or raise {switch_memory}"
+        )
+    for job in config.jobs.values():
+        if job.aggregate and job.slot_base + job.slots > program.slots:
+            raise UserError(
+                f"job {job.job} wants slots {job.slot_base}..{job.slot_base + job.slots - 1} "
+                f"on {config.name}, which has {program.slots}"
+            )
+
+
+class SwitchRuntime:
+    def __init__(self, config: SwitchConfig, program: type[SwitchProgram]) -> None:
+        check_fits(config, program)
+        self.config = config
+        self.program = program()
+        self.ctx = Context(
+            name=config.name, tier=config.tier, ports=dict(config.ports), jobs=dict(config.jobs),
+            regs=program.allocate(), node=config.node, routes=dict(config.routes), groups=dict(config.groups),
+        )
+        self.handlers, timers, self.starts = program.handlers()
+        self.batch_handlers = program.batch_handlers()
+        if "routed" not in self.handlers:  # the default for routed packets, ctx.route, has a batch form too
+            self.batch_handlers["routed"] = ""
+        self.batch_kinds = np.isin(np.arange(len(KIND_NAMES)), [KIND_CODES[k] for k in self.batch_handlers])
+        self.timers = {name: [interval, interval] for name, interval in timers.items()}
+        self.stats = {port: PortStats() for port in config.ports}
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.program.memory_bytes()
+
+    def start(self, now: float) -> Frames:
+        self.ctx.now = now
+        for timer in self.timers.values():
+            timer[1] = now + timer[0]
+        out: Out = []
+        for name in self.starts:
+            self._execute(getattr(self.program, name)(self.ctx), out)
+        return flatten(out)
+
+    def next_timer(self) -> float | None:
+        return min((t[1] for t in self.timers.values()), default=None)
+
+    def run_timers(self, now: float) -> Frames:
+        self.ctx.now = now
+        out: Out = []
+        for name, timer in self.timers.items():
+            if timer[1] <= now:
+                timer[1] = now + timer[0]
+                self._execute(getattr(self.program, name)(self.ctx), out)
+        return flatten(out)
+
+    def receive(self, port: int, frame: bytes, now: float) -> Frames:
+        """Handle one frame that arrived on ``port``; return the frames to send."""
+        stats = self.stats[port]
+        stats.rx_packets += 1
+        stats.rx_bytes += len(frame)
+        self.ctx.now = now
+        pkt = parse_frame(frame, port)
+        out: Out = []
+        if pkt is None:
+            self.ctx.count("bad:" + frame_problem(frame))
+            return []
+        self._dispatch(port, pkt, out)
+        return flatten(out)
+
+    def receive_block(self, port: int, block: FrameBlock, now: float) -> Out:
+        """Handle a block of frames that arrived together on ``port``, in arrival order.
+
+        Runs of well-formed, unspoofed packets of one kind and size go to the
+        program's batch handler for that kind; every other frame, and what the
+        batch handler leaves, goes through the per-packet path.
+        """
+        self.ctx.now = now
+        n = len(block.lengths)
+        out: Out = []
+        codes = kind_codes(block.hdr["flags"].astype(np.int64))
+        # the reverse-path check of _spoofed: a routed packet's source routes back to this port, others are the neighbour's
+        unspoofed = block.src == self.config.neighbors.get(port, -3)
+        routed = codes == 3
+        if routed.any():
+            table = self.ctx.route_table
+            back = table[np.clip(block.src, 0, len(table) - 1)]
+            unspoofed = np.where(routed, (block.src >= 0) & (back == port), unspoofed)
+        batchable = block.ok & unspoofed & self.batch_kinds[codes]
+        # runs of one kind and count; SPARSE packets of one kind batch whatever their counts (SPARSE_RUN)
+        count = np.where(block.hdr["flags"] & SPARSE, SPARSE_RUN, block.hdr["count"].astype(np.int64))
+        key = np.where(batchable, count * 4 + codes, -1)
+        edges = [0, *(np.flatnonzero(key[1:] != key[:-1]) + 1).tolist(), n]
+        for a, b in zip(edges[:-1], edges[1:], strict=False):
+            if key[a] < 0:
+                for k in range(a, b):
+                    out.extend(self.receive(port, block.frame(k), now))
+                continue
+            stats = self.stats[port]
+            stats.rx_packets += b - a
+            stats.rx_bytes += int(block.lengths[a:b].sum())
+            rows = slice(a, b)
+            width = int(block.hdr["count"][rows].max())  # a SPARSE run's rows are as wide as its longest
+            batch = Batch(port, block.hdr[rows], block.values(rows, width), block.src[rows], block.dst[rows],
+                          block.band[rows])
+            handler = self.batch_handlers[KIND_NAMES[key[a] % 4]]
+            if handler:
+                actions, rest = getattr(self.program, handler)(self.ctx, batch)
+            else:
+                actions, rest = self.ctx.route_many(batch), ()
+            self._execute(actions, out)
+            for k in rest:
+                self._dispatch(port, batch.packet(int(k)), out)
+        return out
+
+    def receive_frames(self, port: int, frames: list[bytes], now: float) -> Frames:
+        """``receive_block`` for frames given as bytes (tests, and backends without a receive ring)."""
+        buf, lengths = pack_frames(frames)
+        return flatten(self.receive_block(port, parse_block(buf, lengths), now))
+
+    def _dispatch(self, port: int, pkt: Packet, out: Out) -> None:
+        if self._spoofed(port, pkt):
+            self.ctx.count("drop:spoofed_source")
+            return
+        kind = kind_of(pkt)
+        handler = self.handlers.get(kind)
+        if handler is None:
+            result: HandlerResult = self.ctx.route(pkt) if kind == "routed" else Drop("no_handler")
+        else:
+            result = getattr(self.program, handler)(self.ctx, pkt)
+        self._execute(result, out)
+
+    def _spoofed(self, port: int, pkt: Packet) -> bool:
+        """Reverse-path check: a routed packet must arrive where its source's route leads,
+        a hop-by-hop one from the neighbour on that port; so no host can pose as another."""
+        if int(pkt.hdr["flags"]) & ROUTE:
+            return self.ctx.routes.get(pkt.src) != port
+        return self.config.neighbors.get(port) != pkt.src
+
+    def _execute(self, result: HandlerResult, out: Out) -> None:
+        if result is None:
+            return
+        actions: Iterable[Action] = (result,) if not isinstance(result, (list, tuple)) else result
+        for action in actions:
+            if isinstance(action, Emit):
+                self._send(action.port, action.packet, out, action.priority)
+            elif isinstance(action, Multicast):
+                for port in action.ports:
+                    self._send(port, action.packet, out, action.priority)
+            elif isinstance(action, Drop):
+                self.ctx.count("drop:" + action.reason)
+            elif isinstance(action, ToPBox):
+                self._to_pbox(action.packet, out)
+            elif isinstance(action, EmitMany):
+                self._send_many(action, out)
+            else:
+                raise UserError(f"program file {self.program.source or self.program.name}: a handler of "
+                                f"{type(self.program).__name__} returned {action!r}, "
+                                "which is not an action; return Emit, Multicast, Drop, ToPBox, EmitMany, a list of them, "
+                                "or None")
+
+    def _to_pbox(self, pkt: Packet, out: Out) -> None:
+        job = self.ctx.jobs.get(pkt.job)
+        if job is None or job.pbox is None or job.pbox not in self.ctx.routes:
+            self.ctx.count("drop:no_pbox")
+            return
+        flags = int(pkt.hdr["flags"]) | ROUTE | FALLBACK
+        fwd = pkt.replace(flags=flags)
+        fwd.src, fwd.dst = self.config.node, job.pbox
+        self.ctx.count("fallback")
+        self._send(self.ctx.routes[job.pbox], fwd, out, pkt.band)
+
+    def _send_many(self, action: EmitMany, out: Out) -> None:
+        if action.port not in self.stats:
+            self.ctx.count("drop:bad_port", len(action.hdr))
+            return
+        if len(action.hdr) == 0:
+            return
+        band = self._band(action.priority)
+        if action.src is not None and action.dst is not None:
+            block = build_frames(action.src, action.dst, action.hdr, action.values, band)
+        else:
+            block = build_frames(self.config.node, self.config.neighbors[action.port], action.hdr, action.values, band)
+        stats = self.stats[action.port]
+        stats.tx_packets += block.shape[0]
+        stats.tx_bytes += block.size
+        if action.src is not None:
+            self._count_input(int(np.count_nonzero(action.hdr["job"] == INPUT_JOB)) * block.shape[1])
+        out.append((action.port, block))
+
+    @staticmethod
+    def _band(priority: int) -> int:
+        return min(max(int(priority), 0), BANDS - 1)
+
+    def _send(self, port: int, pkt: Packet, out: Out, priority: int = 0) -> None:
+        if port not in self.stats:
+            self.ctx.count("drop:bad_port")
+            return
+        band = self._band(priority)
+        if int(pkt.hdr["flags"]) & ROUTE:
+            frame = pkt.to_frame(pkt.src, pkt.dst, band)
+        else:
+            frame = pkt.to_frame(self.config.node, self.config.neighbors[port], band)
+        stats = self.stats[port]
+        stats.tx_packets += 1
+        stats.tx_bytes += len(frame)
+        if pkt.hdr["job"] == INPUT_JOB:
+            self._count_input(len(frame))
+        out.append((port, frame))
+
+    def _count_input(self, nbytes: int) -> None:
+        """Bytes of the ensemble's input stream sent (innet.hosts.ensemble), apart from the rest."""
+        if nbytes:
+            self.ctx.count("input_bytes", nbytes)
+
+    def report(self) -> dict[str, object]:
+        """Counters, drops and register memory, for the control channel and results."""
+        return {
+            "name": self.config.name,
+            "memory_bytes": self.memory_bytes,
+            "memory_capacity": self.config.memory_bytes,
+            "jobs": {job.job: {"aggregate": job.aggregate, "slot_base": job.slot_base, "slots": job.slots}
+                     for job in self.ctx.jobs.values()},
+            "ports": {self.config.ports[p]: vars(s).copy() for p, s in self.stats.items()},
+            "counters": dict(self.ctx.counters),
+        }

@@ -1,0 +1,116 @@
+"""Send pre-built frames as fast as the kernel takes them, with sendmmsg (for benchmarks).
+
+``python -m scripts.blast IFACE[,IFACE...] --seconds S --kind forward|sum ...`` runs inside
+a Mininet host: it builds the frames once, then hands the kernel batches of up
+to 64 with one sendmmsg each, round-robin over its interfaces (paced to
+``--rate`` when given), and prints how many it sent. One process drives all of a benchmark's "workers", in lockstep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import time
+
+import numpy as np
+
+from innet.backends.mmsg import FrameBuffer
+from innet.backends.rawport import RawPort
+from innet.wire.packet import HEADER_DTYPE, HEADER_OFFSET, ROUTE, VER, make_packet
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class MultiSender:
+    """sendmmsg of many equal-length frames held in one FrameBuffer."""
+
+    def __init__(self, frames: list[bytes]) -> None:
+        self.frames = FrameBuffer(len(frames), len(frames[0]))
+        self.frames.load(np.frombuffer(b"".join(frames), np.uint8).reshape(len(frames), -1))
+        self.count = len(frames)
+
+    def advance_chunks(self, delta: int) -> None:
+        """Add ``delta`` to every frame's chunk number, so a replay is new data."""
+        at = HEADER_OFFSET + HEADER_DTYPE.fields["chunk"][1]  # type: ignore[index]
+        chunks = self.frames.frames[:, at:at + 4].view(">u4")
+        chunks += np.uint32(delta)
+
+    def send(self, fd: int, start: int = 0, count: int | None = None) -> int:
+        return self.frames.send(fd, start, self.count - start if count is None else count)
+
+
+def frames_for(kind: str, srcs: list[int], dst: int, slots: int, elements: int, rounds: int) -> list[list[bytes]]:
+    """Per interface, the frames to send: routed data from ``srcs[0]`` (forward), or rank r's contributions
+    from node ``srcs[r]`` to its switch ``dst`` (sum)."""
+    values = np.arange(elements, dtype=np.int32)
+    workers = len(srcs)
+    if kind == "forward":
+        return [[make_packet(values, job=1, flags=ROUTE, chunk=c).to_frame(srcs[0], dst) for c in range(rounds)]]
+    out = []
+    for rank in range(workers):
+        out.append([make_packet(values, job=1, rank=rank, nworkers=workers, slot=c % slots, chunk=c + 1,
+                                flags=VER if (c + 1) // slots % 2 else 0).to_frame(srcs[rank], dst)
+                    for c in range(rounds)])
+    return out
+
+
+CLONE_NEWNET = 0x40000000
+
+
+def open_port(where: str) -> RawPort:
+    """``IFACE`` here, or ``PID:IFACE`` inside the network namespace of process PID (a Mininet host)."""
+    if ":" not in where:
+        return RawPort(where)
+    pid, iface = where.split(":", 1)
+    with open("/proc/self/ns/net", "rb") as home, open(f"/proc/{pid}/ns/net", "rb") as there:
+        if _libc.setns(there.fileno(), CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"cannot enter the namespace of process {pid}")
+        try:
+            return RawPort(iface)  # the socket stays in that namespace
+        finally:
+            _libc.setns(home.fileno(), CLONE_NEWNET)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("ifaces", help="comma-separated IFACE or PID:IFACE, one per worker rank")
+    p.add_argument("--kind", choices=("forward", "sum"), default="forward")
+    p.add_argument("--src", required=True, help="comma-separated node index of each sender")
+    p.add_argument("--dst", type=int, required=True)
+    p.add_argument("--elements", type=int, default=256)
+    p.add_argument("--slots", type=int, default=128)
+    p.add_argument("--rounds", type=int, default=4096,
+                   help="chunks prepared (a multiple of 2 x slots), replayed with new chunk numbers")
+    p.add_argument("--seconds", type=float, default=2.0)
+    p.add_argument("--rate", type=float, default=0.0, help="frames/s over all interfaces (0: as fast as possible)")
+    p.add_argument("--first-chunk", type=int, default=0, help="added to every chunk number (a later run's data is new)")
+    args = p.parse_args(argv)
+    names = args.ifaces.split(",")
+    ports = [open_port(n) for n in names]
+    srcs = [int(x) for x in args.src.split(",")]
+    per_port = frames_for(args.kind, srcs, args.dst, args.slots, args.elements, args.rounds)
+    senders = [MultiSender(frames) for frames in per_port]
+    for sender in senders:
+        sender.advance_chunks(args.first_chunk)
+    batch = 64 if not args.rate else max(1, min(64, int(args.rate / len(ports) / 2000)))  # ~0.5 ms rounds
+    sent, end = 0, time.monotonic() + args.seconds
+    start = time.monotonic()
+    position = 0
+    while time.monotonic() < end:
+        if args.rate:
+            ahead = start + sent / args.rate - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
+        step = min(batch, senders[0].count - position)
+        for port, sender in zip(ports, senders, strict=True):
+            sent += sender.send(port.fileno(), position, step)
+        position = (position + step) % senders[0].count
+        if position == 0 and args.kind == "sum":  # a new pass: new chunks, same slots and versions
+            for sender in senders:
+                sender.advance_chunks(args.rounds)
+    print(f"sent {sent} {time.monotonic() - start:.4f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,130 @@
+"""One switch's forwarding and aggregation rate, next to the Linux bridge, on this machine.
+
+A star: sender hosts h1..hW and the switch s1 (plus a sink h(W+1) when
+forwarding). One ``scripts.blast`` process drives every sender's interface in
+lockstep with sendmmsg, for a fixed time; the middle node is either the Linux
+bridge or the innet switch. Rates come from interface and switch counters.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+from innet.backends.mininet import Control, network
+from innet.backends.serialize import config_to_json
+from innet.graph import node_indices
+from innet.plan.configs import switch_configs
+from innet.plan.planner import plan_job
+from innet.wire.packet import JUMBO_MTU
+from topologies.star import star
+
+PROGRAM = """from switch_programs.sum_allreduce import SumAllreduce
+
+
+class Sized(SumAllreduce):
+    name = "sum_allreduce_{elements}"
+    elements = {elements}
+"""
+
+
+def _rx_tx(node: Any) -> dict[str, tuple[int, int]]:
+    import json
+
+    out = {}
+    for d in json.loads(node.cmd("ip -s -j link show")):
+        if "stats64" in d:
+            out[d["ifname"]] = (int(d["stats64"]["rx"]["packets"]), int(d["stats64"]["tx"]["packets"]))
+    return out
+
+
+def measure(kind: str, workers: int, elements: int, target: str, seconds: float = 1.0, search: int = 0) -> dict[str, Any]:
+    """Packets/s through the middle node, the sender on CPU 0 and the innet switch on CPU 1.
+
+    One unpaced run gives the sender's rate, what the node took in (``in_pps``)
+    and what it completed (``done_pps``: frames forwarded to the sink, or
+    contributions folded into finished aggregations). With ``search`` > 0 (innet
+    only), that many paced runs bisect for ``lossless_pps``: the highest offered
+    rate at which at least 99% of what was sent was completed (RFC 2544's
+    throughput, with a 1% allowance), and ``cpu_pps``: at that rate, the packets the
+    switch took in per second of its own CPU time (getrusage: its system calls and
+    the kernel's delivery of what it sends included), i.e. its rate were it never idle.
+    """
+    hosts = workers + (1 if kind == "forward" else 0)
+    graph = star(hosts, bw=100_000.0, pbox=False)  # above TCLink's range: left unshaped, veth speed
+    idx = node_indices(graph)
+    senders = [f"h{i + 1}" for i in range(workers)]
+    with network(graph, JUMBO_MTU) as emu:  # room for 1024 elements per frame (4154 bytes)
+        s1 = emu.net.get("s1")
+        control = None
+        if target == "bridge":
+            s1.cmd("ip link add br0 type bridge && ip link set br0 up")
+            for intf in s1.intfNames():
+                if intf != "lo":
+                    s1.cmd(f"ip link set {intf} master br0")
+        else:
+            control = _start_switch(emu, graph, kind, senders, elements)
+        where = ",".join(f"{emu.net.get(h).pid}:{h}-eth0" for h in senders)
+        dst = idx["s1"] if kind == "sum" else idx[f"h{hosts}"]
+        done_intf = "s1-eth0" if kind == "sum" else f"s1-eth{hosts - 1}"
+
+        def cpu_s() -> float:
+            return float(control.call("stats")["cpu_s"]) if control is not None else 0.0
+
+        def run(rate: float, first_chunk: int) -> dict[str, float]:
+            before, cpu_before = _rx_tx(s1), cpu_s()
+            blast = emu.spawn(None, ["taskset", "-c", "0", sys.executable, "-m", "scripts.blast", where, "--kind", kind,
+                                     "--dst", str(dst), "--src", ",".join(str(idx[h]) for h in senders),
+                                     "--elements", str(elements), "--seconds", str(seconds), "--rate", str(rate),
+                                     "--first-chunk", str(first_chunk)], stdout=subprocess.PIPE)
+            out, _ = blast.communicate(timeout=seconds + 60)
+            time.sleep(0.3)  # let the switch drain what is queued
+            after = _rx_tx(s1)
+            sent, elapsed = int(out.split()[1]), float(out.split()[2])
+            rx = sum(after[i][0] - before[i][0] for i in after if i in before and i != "lo")
+            done = after[done_intf][1] - before[done_intf][1]
+            return {"sent": sent, "elapsed": elapsed, "in": rx, "done": done * (workers if kind == "sum" else 1),
+                    "cpu": cpu_s() - cpu_before}
+
+        first = run(0.0, 0)
+        result: dict[str, Any] = {"sender_pps": first["sent"] / first["elapsed"], "in_pps": first["in"] / first["elapsed"],
+                                  "done_pps": first["done"] / first["elapsed"]}
+        if control is not None:
+            stats = control.call("stats")
+            result["counters"] = stats.get("counters", {})
+            result["socket_drops"] = sum(stats.get("socket_drops", {}).values())
+        lo, hi = 0.0, result["sender_pps"]
+        for step in range(search):
+            rate = (lo + hi) / 2
+            r = run(rate, (step + 1) << 24)
+            if r["done"] >= 0.99 * r["sent"]:
+                lo = r["sent"] / r["elapsed"]
+                result["cpu_pps"] = r["in"] / r["cpu"] if r["cpu"] > 0 else 0.0
+            else:
+                hi = rate
+        if search:
+            result["lossless_pps"] = lo
+        return result
+
+
+def _start_switch(emu: Any, graph: Any, kind: str, senders: list[str], elements: int) -> Control:
+    """The innet switch on s1, pinned to CPU 1: forward, or sum_allreduce at ``elements`` per packet."""
+    program = os.path.join(emu.run_dir, f"sum_{elements}.py")
+    with open(program, "w", encoding="utf-8") as fh:
+        fh.write(PROGRAM.format(elements=elements))
+    plans = [] if kind == "forward" else [plan_job(graph, senders, method="root", slots=128)]
+    config = switch_configs(graph, plans, memory=64 << 20)["s1"]
+    conf = {"program": "forward" if kind == "forward" else program,
+            "ports": {p: f"s1-eth{p}" for p in config.ports},
+            "faults": {str(p): {"spec": {}, "seed": 0} for p in config.ports},
+            "control": os.path.join(emu.run_dir, "s1.sock")}
+    emu._write("s1.json", conf)
+    emu.spawn("s1", ["taskset", "-c", "1", sys.executable, "-m", "innet.backends.node", "switch", os.path.join(emu.run_dir, "s1.json")])
+    control = Control(os.path.join(emu.run_dir, "s1.sock"))
+    emu.controls.append(control)
+    reply = control.call("install", config=config_to_json(config))
+    assert reply["ok"], reply
+    return control

@@ -1,0 +1,83 @@
+"""README's "Writing a switch program" walk-through, run as written: its files, its tests, its commands."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def section(title: str) -> str:
+    with open(os.path.join(ROOT, "README.md")) as f:
+        text = f.read()
+    start = text.index(f"## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end > 0 else None]
+
+
+def blocks(text: str, lang: str) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", text, re.S)
+
+
+WALK = section("Writing a switch program")
+FILES = {b.splitlines()[0].removeprefix("# file: "): b for b in blocks(WALK, "python") if b.startswith("# file: ")}
+COMMANDS = [line for b in blocks(WALK, "sh") for line in b.strip().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    where = tmp_path_factory.mktemp("newcomer")
+    for name, text in FILES.items():
+        (where / name).write_text(text)
+    return where
+
+
+def test_the_walk_through_has_its_files_and_commands():
+    assert set(FILES) == {"my_max.py", "test_my_max.py", "my_xor.py", "count_ports.py", "test_count_ports.py"}
+    assert len(COMMANDS) == 5
+
+
+def test_the_max_all_reduce_and_its_test_fit_in_30_lines():
+    lines = [line for name in ("my_max.py", "test_my_max.py") for line in FILES[name].splitlines()
+             if line.strip() and not line.startswith("# file:")]
+    assert len(lines) <= 30
+    assert f"That is {len(lines)} non-blank lines, program and test." in WALK
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_each_command_runs_as_written(command, workdir):
+    argv = command.split()
+    assert argv[0] == "python"
+    if argv[1] == "run_topology.py":
+        argv = [sys.executable, os.path.join(ROOT, "run_topology.py"), *argv[2:], "--out", str(workdir / "out")]
+        out = subprocess.run(argv, cwd=workdir, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+        rows = [line.split() for line in out.stdout.splitlines() if line.split()[:1] in (["innet"], ["pbox"], ["ring"])]
+        modes = ["innet", "pbox", "ring"] if "all" in argv else [argv[argv.index("--mode") + 1]]
+        assert [r[0] for r in rows] == modes and all(r[3] == "True" for r in rows), out.stdout
+    else:
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        out = subprocess.run([sys.executable, *argv[1:], "-q", "-p", "no:cacheprovider"], cwd=workdir, env=env,
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0 and " passed" in out.stdout, out.stdout + out.stderr
+
+
+def test_make_test_slow_runs_the_tests_beside_a_burner_and_stops_it():
+    out = subprocess.run(["make", "-s", "test-slow", "TESTS=tests/test_layers.py -q -p no:cacheprovider"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    burner = int(re.search(r"burner (\d+) keeps core 0 busy", out.stdout).group(1))
+    assert " passed" in out.stdout
+    assert _gone(burner), "the burner outlived the tests"
+
+
+def _gone(pid: int) -> bool:
+    """No such process, or only its exit status left (a zombie: it runs no more)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
