@@ -81,8 +81,8 @@ def test_interrupts_at_random_points_leave_nothing_behind():
             state = _wait_for_state(proc, "innet: building" if n % 2 else "innet: all-reduce")
             time.sleep(rng.uniform(0.0, 1.5))
         proc.send_signal(rng.choice([signal.SIGINT, signal.SIGTERM]))
-        proc.communicate(timeout=60)
-        assert proc.returncode in (0, 1, 130), proc.returncode
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode in (0, 130), err[-3000:]
         assert_nothing_left(state)
 
 
@@ -94,7 +94,9 @@ def test_sigkill_at_random_points_then_clean():
         states = []
         for path in glob.glob("/run/innet/*.json"):
             with open(path) as fh:
-                states.append(json.load(fh))
+                state = json.load(fh)
+            if state["runner"][0] == proc.pid:
+                states.append(state)
         proc.kill()
         proc.communicate(timeout=30)
         out = subprocess.run([sys.executable, os.path.join(ROOT, "run_topology.py"), "--clean"],

@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from typing import Any
 
@@ -36,8 +37,8 @@ class RunState:
     def __init__(self, run_id: str, run_dir: str) -> None:
         os.makedirs(STATE_DIR, exist_ok=True)
         self.path = os.path.join(STATE_DIR, f"{run_id}.json")
-        self.data: dict[str, Any] = {"runner": [os.getpid(), start_time(os.getpid())], "dir": run_dir,
-                                     "pids": {}, "intfs": []}
+        self.data: dict[str, Any] = {"runner": [os.getpid(), start_time(os.getpid())], "parent": os.getppid(),
+                                     "argv": sys.argv, "dir": run_dir, "pids": {}, "intfs": []}
         self.save()
 
     def save(self) -> None:
@@ -77,6 +78,9 @@ def kill_recorded(pids: dict[str, list[Any]], grace: float = 1.0) -> int:
     for pid, st in live:
         if _alive(pid, st):
             os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 1.0  # SIGKILL is delivered, not yet done, when kill() returns
+    while time.monotonic() < deadline and any(_alive(p, s) for p, s in live):
+        time.sleep(0.01)
     return len(live)
 
 

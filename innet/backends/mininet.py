@@ -26,7 +26,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from innet.backends.cleanup import RunState, kill_recorded
+from innet.backends.cleanup import RunState, delete_intfs, kill_recorded
 from innet.backends.serialize import config_to_json, spec_to_json
 from innet.errors import UserError
 from innet.graph import is_switch, link_name, natural_key, port_to, ports
@@ -527,5 +527,9 @@ class Emulation:
         for ctl in self.controls:
             ctl.close()
         if self.net is not None:
-            self.net.stop()
+            try:
+                self.net.stop()
+            except Exception as exc:  # noqa: BLE001 - an interrupt inside a node's cmd() leaves Mininet unable to stop
+                log(f"Mininet could not stop the network ({type(exc).__name__}); removing what the run recorded instead")
         kill_recorded(self.state.data["pids"], grace=0.5)
+        delete_intfs(self.state.data["intfs"])
