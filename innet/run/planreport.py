@@ -71,7 +71,7 @@ def prediction_table(graph: nx.Graph, run: RunSpec, runs: list[RunRecord],
         row = [r.mode, r.backend]
         for k in keys:
             got, model = r.get(k, float("nan")), r["prediction"][k]
-            err = f"{100 * (model / got - 1):+.1f}%" if got and got == got and k == "iteration_s" else "-"
+            err = f"{100 * (model / got - 1):+.1f}%" if got and got == got else "-"
             row += [f"{got:.4f}", f"{model:.4f}", err]
         rows.append(row)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
