@@ -49,8 +49,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plan-only", action="store_true", help="print the placement plan and predicted bytes, start nothing")
     p.add_argument("--pbox-cores", type=int, default=1, help="PBox shards (processes), keys spread by slot (default 1)")
     p.add_argument("--no-plots", action="store_true", help="do not write links.png and tiers.png")
-    p.add_argument("--placement", choices=(*METHODS, "pbox"), default="tor",
-                   help="which switches aggregate: root, tor (rack then root, the default), tree (Steiner), pbox")
+    p.add_argument("--placement", choices=("auto", *METHODS, "pbox"), default="auto",
+                   help="which switches aggregate: auto (the fastest the timing model predicts, the default), "
+                        "root, tor (rack then root), tree (Steiner, links weighted by 1/bandwidth), pbox")
     p.add_argument("--workers", type=int, default=None,
                    help="workers in the job; for star, the number of hosts (default: every host; star: 4)")
     p.add_argument("--elements", type=int, default=65536, help="gradient elements per worker per iteration (default 65536)")

@@ -67,13 +67,13 @@ def test_p3_lets_layer_0_overtake_at_the_next_slice():
 
 
 def test_call_time_by_hand():
-    """Star of 2 on 8 Mbit/s links (10^6 bytes/s), one 256-element chunk, no processing time:
+    """Star of 2 on 8 Mbit/s links (10^6 bytes/s, 2 µs long), one 256-element chunk, no processing time:
     the exponent's round trip to the switch (2 x 58 B) + the stream (58 + 1082 B) through a worker
     link + the chunk's round trip (2 x 1082 B) less its serialization once."""
     graph = build("star", workers=2, bw=8.0)
     lr = LocalRun(graph, RunSpec(elements=256))
     plan = lr.rp.plans[0]
-    expected = 2 * 58e-6 + 1140e-6 + 2 * 1082e-6 - 1082e-6
+    expected = 2 * 58e-6 + 1140e-6 + 2 * 1082e-6 - 1082e-6 + 4 * 2e-6  # and each hop's 2 µs of propagation
     assert call_time(graph, "innet", plan, 256, 256, 0.0) == pytest.approx(expected)
     # a hop's processing time adds once per hop and direction of each round trip
     assert call_time(graph, "innet", plan, 256, 256, 0.001) == pytest.approx(expected + 4 * 0.001)

@@ -69,7 +69,7 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
     full = frame_bytes(min(per_packet, -(-elements // n) if mode == "ring" else elements))
 
     def trip(path: list[tuple[str, str]], size: int) -> float:  # one way, one frame
-        return sum(size / _rate(graph, u, v) + hop + delay(u, v) for u, v in path)
+        return sum(size / _rate(graph, u, v) + graph.edges[u, v]["latency"] + hop + delay(u, v) for u, v in path)
 
     def back(path: list[tuple[str, str]]) -> list[tuple[str, str]]:
         return [(v, u) for u, v in reversed(path)]
