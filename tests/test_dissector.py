@@ -14,29 +14,10 @@ import pytest
 from scapy.layers.l2 import Ether
 from scapy.utils import RawPcapReader, wrpcap
 
-from innet.hosts.ensemble import INPUT_BAND
 from innet.switch.runtime import kind_of
 from innet.wire.dissector import LUA_SCRIPT, install, plugin_dir
-from innet.wire.packet import (
-    ABORT,
-    ALL_RANKS,
-    FALLBACK,
-    FLAG_NAMES,
-    HEADER_DTYPE,
-    INPUT_JOB,
-    OVERFLOW,
-    RESULT,
-    RETX,
-    ROUTE,
-    SPARSE,
-    VER,
-    InnetAgg,
-    build_frames,
-    make_packet,
-    parse_frame,
-    scapy_frame,
-)
-from innet.wire.sparse import encode
+from innet.wire.packet import ABORT, FLAG_NAMES, HEADER_DTYPE, SPARSE, InnetAgg, make_packet, parse_frame
+from tests.helpers import every_kind
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HEADER = list(HEADER_DTYPE.names)
@@ -73,36 +54,6 @@ def expected(frame):
     else:
         payload = {"value": values}
     return out | {k: [str(v) for v in vs] for k, vs in payload.items() if vs}
-
-
-def every_kind():
-    """One frame of each kind innet sends, made by the builders the hosts and switches use."""
-    rng = np.random.default_rng(22)
-    grad = rng.integers(-(2**31), 2**31, 256, dtype=np.int64).astype(np.int32)
-    grad[:2] = -(2**31), 2**31 - 1
-    sparse = np.zeros(300, np.int32)
-    sparse[[0, 17, 299]] = 5, -6, 2**31 - 1
-    hdr = np.zeros(2, HEADER_DTYPE)
-    hdr["job"], hdr["rank"], hdr["chunk"], hdr["count"], hdr["flags"], hdr["nworkers"] = INPUT_JOB, 3, [7, 8], 16, ROUTE, 2
-    frames = [
-        make_packet(None, job=1, rank=0, nworkers=4, chunk=0, exp=-7).to_frame(0, 9),  # a call's exponent chunk
-        make_packet(grad, job=1, rank=2, nworkers=4, slot=127, chunk=2**32 - 1, exp=12).to_frame(2, 9),
-        make_packet(grad[:88], job=1, rank=2, nworkers=4, slot=5, chunk=133, flags=RETX | VER).to_frame(2, 9, 1),
-        make_packet(grad, job=1, rank=ALL_RANKS, nworkers=4, slot=5, chunk=133, flags=RESULT | VER).to_frame(9, 0),
-        make_packet(grad[:3], job=2, rank=1, slot=1, chunk=1, flags=RESULT | OVERFLOW).to_frame(9, 1),
-        make_packet(encode(sparse), job=1, rank=3, nworkers=4, slot=2, chunk=2, flags=SPARSE).to_frame(3, 9),
-        make_packet(encode(sparse), job=1, rank=ALL_RANKS, slot=2, chunk=2, flags=RESULT | SPARSE).to_frame(9, 3),
-        make_packet(grad[:16], job=1, rank=1, slot=3, chunk=3, flags=FALLBACK).to_frame(9, 11),
-        make_packet(grad[:16], job=1, rank=1, slot=3, chunk=3, flags=ROUTE).to_frame(1, 11),  # to the PBox
-        make_packet(np.array([9, 1, 3]), job=1, rank=ALL_RANKS, flags=ABORT).to_frame(9, 0),  # s1 gave up on 1, 3
-        make_packet(np.array([11, 2]), job=1, rank=0, flags=ABORT | ROUTE).to_frame(11, 0),  # the PBox did
-        *build_frames(11, 0, hdr, grad[:32].reshape(2, 16), INPUT_BAND),  # an ensemble's input stream
-        make_packet(np.array([3, 2]), job=INPUT_JOB, rank=3, flags=ROUTE | RETX).to_frame(0, 11),  # its NACK
-        make_packet(np.array([4, -1]), job=0, rank=1, slot=2, chunk=6, flags=ROUTE | RESULT).to_frame(1, 0),  # ring ACK
-        scapy_frame(1, 2, band=2, job=65535, rank=65535, nworkers=65535, slot=65535, chunk=2**32 - 1, flags=0xFF,
-                    exp=-128, values=[1, 2, 3]),  # every bit and every maximum at once
-    ]
-    return [bytes(f) for f in frames]
 
 
 @pytest.fixture(scope="module")

@@ -14,31 +14,11 @@ from innet.backends.local import run_local
 from innet.errors import UserError
 from innet.graph import port_to
 from innet.plan.spec import RunSpec
+from tests.helpers import p4utils_topology
 from topologies import build
 from topologies.files import load_file, save_file
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def p4utils_topology(multigraph=False):
-    """A topology.json as p4-utils' p4run writes it: networkx node_link_data with links under "links", nodes
-    marked isHost / isSwitch / isP4Switch with their switch options, links with ports, interfaces, bw and delay."""
-    g = nx.MultiGraph() if multigraph else nx.Graph()
-    for n, host in (("h1", "10.0.1.1/24"), ("h2", "10.0.2.2/24")):
-        g.add_node(n, isHost=True, ip=host, defaultRoute=f"via {host[:-4]}254", log_enabled=False, cls=None)
-    for i, n in enumerate(("s1", "s2", "s3"), 1):
-        g.add_node(n, isSwitch=True, isP4Switch=True, device_id=i, thrift_port=9089 + i, cpu_port=False,
-                   json_path=f"p4src/{n}.json", pcap_dump=False, sw_bin="simple_switch", cls=None)
-    links = [("h1", "s1", {"bw": 10, "delay": "5ms"}), ("h2", "s2", {"bw": 10, "delay": "250us"}),
-             ("s1", "s2", {"delay": 2}), ("s2", "s3", {})]  # s3: a switch with one link (no host on it)
-    links += [("s1", "s2", {})] if multigraph else []
-    ports = {}
-    for a, b, opts in links:
-        pa, pb = ports.setdefault(a, 0) + 1, ports.setdefault(b, 0) + 1
-        ports[a], ports[b] = pa, pb
-        g.add_edge(a, b, node1=a, node2=b, port1=pa, port2=pb, intfName1=f"{a}-eth{pa}", intfName2=f"{b}-eth{pb}",
-                   addr1=f"00:00:00:00:0{pa}:0{pb}", weight=1, **opts)
-    return nx.node_link_data(g, edges="links")
 
 
 def test_p4utils_topology_json_loads_with_its_roles_and_links_and_runs(tmp_path):
