@@ -132,10 +132,12 @@ def test_a_real_runs_pcaps_decode_field_by_field(tmp_path):
 
     graph = build("star", workers=2)
     assert run_mininet(graph, RunSpec(elements=600, min_rto=0.02), pcap_dir=str(tmp_path))["correct"]
-    assert run_mininet(graph, RunSpec(elements=600, topk=0.05, min_rto=0.02), pcap_dir=str(tmp_path / "topk"))["correct"]
+    topk = RunSpec(elements=600, topk=0.05, program="topk_sparse", min_rto=0.02)
+    assert run_mininet(graph, topk, pcap_dir=str(tmp_path / "topk"))["correct"]
     seen = set()
     for pcap in sorted(tmp_path.glob("**/*.pcap")):
-        frames = [bytes(data) for data, _ in RawPcapReader(str(pcap))]
+        with RawPcapReader(str(pcap)) as reader:
+            frames = [bytes(data) for data, _ in reader]
         got = decoded(pcap, LUA_SCRIPT)
         assert len(got) == len(frames)
         for k, (frame, fields) in enumerate(zip(frames, got, strict=True)):
