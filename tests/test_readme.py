@@ -141,6 +141,9 @@ def test_the_wireshark_commands_run_as_written(shell, tmp_path):
     assert len(lines) == len(frames) and all(" innet " in line for line in lines)
     aggs = [Ether(f)[InnetAgg] for f in frames]
     assert shell(retx).stdout.split("\n")[:-1] == [f"{a.rank}\t{a.chunk}" for a in aggs if int(a.flags) & RETX]
-    (tmp_path / ".local/lib/wireshark/plugins/innet.lua").unlink()
-    decoded = shell(once).stdout
-    assert decoded.count("innet gradient aggregation") == len(frames) and "    chunk: 4294967295" in decoded
+    for installed in (True, False):  # given with -X while installed too, it does not load twice
+        if not installed:
+            (tmp_path / ".local/lib/wireshark/plugins/innet.lua").unlink()
+        out = shell(once)
+        assert out.returncode == 0 and "Lua" not in out.stderr, out.stderr
+        assert out.stdout.count("innet gradient aggregation") == len(frames) and "    chunk: 4294967295" in out.stdout

@@ -8,6 +8,9 @@
 -- Install: python3 -m innet.wire.dissector --install
 -- Or once: tshark -X lua_script:innet.lua -r s1-eth0.pcap
 
+local loaded, earlier = pcall(Dissector.get, "innet")
+if loaded and earlier then return end  -- already loaded: installed, and given with -X lua_script too
+
 local AGG_PORT = 48879
 local HEADER_LEN = 16
 local ALL_RANKS = 0xFFFF
