@@ -7,9 +7,9 @@ a role is a ``tor`` when a host hangs off it, a ``spine`` otherwise. Links take 
 ``latency`` (s), or Mininet's ``delay`` ("2ms", "100us"; a bare number is ms, as p4-utils documents).
 Anything unusable is one UserError naming the file and the problem.
 
-``save_file`` writes a topology with innet's attributes and p4-utils' (``isHost``/``isSwitch``, ``ip``;
-per link ``node1``/``node2``, ``port1``/``port2``, ``intfName1``/``intfName2`` as innet numbers ports),
-so innet, networkx and p4-utils' ``load_topo`` all read it back.
+``save_file`` writes a topology with innet's attributes and those p4-utils' ``load_topo`` looks up
+(``isHost``/``isSwitch``, ``ip``; per link ``node1``/``node2``, ``port1``/``port2``, ``intfName1``/``intfName2``
+as innet numbers ports); ``load_file`` reads it back.
 """
 
 from __future__ import annotations
