@@ -121,6 +121,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, help="also write the results JSON to this path")
     p.add_argument("--out", default=None, help="directory for results.json and links.csv (default results/<timestamp>)")
     p.add_argument("--pcap", default=None, help="mininet: write a pcap per switch interface into this directory")
+    p.add_argument("--save-topology", default=None, metavar="FILE",
+                   help="also write the topology as FILE: .json (node-link, as p4-utils writes it) or .graphml")
     p.add_argument("--cli", action="store_true", help="mininet: open the Mininet CLI after the run")
     p.add_argument("--clean", action="store_true", help="remove what an interrupted innet run left behind, then exit")
     return p
@@ -243,6 +245,11 @@ def _main(args: argparse.Namespace) -> int:
         raise UserError("the mininet backend needs root: run with sudo, or use --backend local")
     run = _spec(args)
     graph = _graph(args)
+    if args.save_topology:
+        from topologies.files import save_file
+
+        save_file(graph, args.save_topology)
+        print(f"topology: {args.save_topology}")
     if args.plan_only:
         from innet.run.planreport import plan_report
 
