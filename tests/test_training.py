@@ -140,7 +140,7 @@ def test_workers_wait_for_their_gradients_and_pipelining_overlaps():
 def test_p3_sends_layer_0_first_on_every_worker_and_the_next_forward_waits_far_less():
     """VGG-19 in slices of 5000 elements on the fabric: every worker begins its calls in the planned
     P3 order (layer 0's slices right after its gradient exists), all sums stay exact, the iteration
-    takes as long as FIFO's, and the next forward pass waits over 20x less (the model within 15%)."""
+    takes no longer than FIFO's, and the next forward pass waits over 20x less (the model within 15%)."""
 
     graph = build("star", workers=4, bw=100.0)
     got = {}
@@ -160,8 +160,26 @@ def test_p3_sends_layer_0_first_on_every_worker_and_the_next_forward_waits_far_l
     last = max(training.order.index(j) for j, layer in enumerate(training.layer) if layer == 0)
     rest = training.order[last + 1:]  # every gradient exists by the time layer 0's does: strict priority order
     assert last < len(training.order) - 1 and list(rest) == sorted(rest, key=lambda k: (training.layer[k], k))
-    assert got["p3"]["iteration_s"] == pytest.approx(got["fifo"]["iteration_s"], rel=0.01)
+    assert got["p3"]["iteration_s"] <= got["fifo"]["iteration_s"]
     assert got["p3"]["next_forward_wait_s"] < got["fifo"]["next_forward_wait_s"] / 20
+
+
+@pytest.mark.parametrize("compute_scale,gain", [(20, 1.01), (250, 1.15)])
+def test_p3_raises_throughput_by_overlapping_the_next_forward_pass_with_communication(compute_scale, gain):
+    """P3 as the paper has it: layer l's next forward pass starts once layer l's parameters are back and
+    layer l-1's forward is done. VGG-19 at 100 Mbit/s (communication-bound), slices of 5000: the iteration
+    is shorter than FIFO's, most where compute and communication balance (compute-scale 250: about 0.5 s
+    each), and the emulated workers and the model agree within 1%."""
+    graph = build("star", workers=4, bw=100.0)
+    times = {}
+    for priority in ("fifo", "p3"):
+        run = RunSpec(workload="vgg19", compute_scale=compute_scale, iterations=3, slice_elements=5000, priority=priority)
+        lr = LocalRun(graph, run)
+        result = lr.finish()
+        model = predict(graph, run, list(lr.rp.plans), lr.rp.per_packet, 0.0)
+        assert result["correct"] and model["iteration_s"] == pytest.approx(result["iteration_s"], rel=0.01)
+        times[priority] = result["iteration_s"]
+    assert times["fifo"] / times["p3"] > gain
 
 
 def test_slices_cut_layers_and_need_a_workload(capsys):

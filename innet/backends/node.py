@@ -118,7 +118,7 @@ def serve_worker(conf: dict[str, Any]) -> int:
     tensors = worker_tensors(conf["seed"], spec.job, spec.rank, conf["sizes"], conf["topk"], conf["layers"],
                              spec.operator.rule == "bits")
     t = conf["training"]
-    training = Training(**{**t, **{k: tuple(t[k]) for k in ("backward", "layer", "order")}}) if t else None
+    training = Training(**{**t, **{k: tuple(t[k]) for k in ("backward", "layer", "order", "forward_layers")}}) if t else None
     ssp = SSPWorker(spec, tensors, conf["compute"], Consistency(**conf["ssp"])) if conf["ssp"] else None
     client = AllreduceClient(spec, conf["port"], conf["mode"], conf["ring"], conf["faults"], training,
                              endpoint=ssp)

@@ -17,6 +17,9 @@ Iteration ``i``'s compute (forward, then backward) starts at
     start[i] = max(start[i-1] + compute, comm_end[i - width])
 
 ``width`` 1 is BSP: the next forward pass needs this iteration's whole result.
+With P3 (``layerwise``) it needs it layer by layer instead: layer l's forward
+pass starts once layer l-1's is done and layer l's parameters are back, so
+layer 0's early return lets the forward pass overlap the rest's communication.
 ``width`` 2 is Pipe-SGD's pipelining: iteration i+1 computes while iteration i
 communicates, on weights one iteration stale. The worker (emulation, with
 measured all-reduce times) and the timing model (innet.plan.timing, with predicted
@@ -39,6 +42,8 @@ class Training:
     width: int = 1  # iterations in flight: 1 (BSP) or 2 (pipelined, one iteration stale)
     layer: tuple[int, ...] = ()  # each call's layer, by forward index (0: needed first); () = one layer each
     order: tuple[int, ...] = ()  # the calls of an iteration in send order (P3's, from p3_order); () = FIFO
+    forward_layers: tuple[float, ...] = ()  # seconds of each layer's forward pass, by forward index
+    layerwise: bool = False  # P3: layer l's next forward pass starts once layer l's parameters are back
 
     def __post_init__(self) -> None:
         if self.width not in (1, 2):
@@ -56,8 +61,8 @@ class Training:
 class TrainingClock:
     """When each call may start, and which to start next, given when earlier iterations' communication ended.
 
-    Calls are numbered in FIFO order, iteration after iteration; ``comm_end(i)``
-    is when iteration i's last call finished (None: not yet).
+    Calls are numbered in FIFO order, iteration after iteration; ``finished(k)``
+    is when call k ended (None: not yet).
     """
 
     def __init__(self, training: Training, start: float) -> None:
@@ -66,19 +71,38 @@ class TrainingClock:
         self.offsets = [training.forward + t for t in accumulate(training.backward)]
         self.first = 0  # no call before this one is still to begin (calls only ever begin)
 
-    def ready(self, k: int, comm_end: Callable[[int], float | None]) -> float | None:
-        """When call k's gradient exists; None while that depends on communication not yet finished."""
+    def ready(self, k: int, finished: Callable[[int], float | None]) -> float | None:
+        """When call k's gradient exists; None while that depends on communication not yet finished.
+        ``finished(k)``: when call k ended (None: not yet)."""
         i, j = divmod(k, self.training.layers)
         while len(self.starts) <= i:
-            before = len(self.starts) - self.training.width  # the iteration whose communication must be done
-            end = comm_end(before) if before >= 0 else self.starts[0]
-            if end is None:
+            start = self._next_start(finished)
+            if start is None:
                 return None
-            self.starts.append(max(self.starts[-1] + self.training.compute, end))
+            self.starts.append(start)
         return self.starts[i] + self.offsets[j]
 
+    def _next_start(self, finished: Callable[[int], float | None]) -> float | None:
+        """The next iteration's compute start: when the iteration ``width`` back has communicated; with
+        ``layerwise``, when its forward pass, gated layer by layer by its parameters' arrival, would have
+        begun had it run ungated (the backward pass follows the whole forward pass either way)."""
+        t = self.training
+        before = len(self.starts) - t.width  # the iteration whose communication must be done
+        if before < 0:
+            return self.starts[-1] + t.compute
+        if t.layerwise:
+            at = self.starts[-1] + t.compute  # the previous backward pass is done
+            for layer, seconds in enumerate(t.forward_layers):
+                back = layer_end(t, finished, before, layer)
+                if back is None:
+                    return None
+                at = max(at, back) + seconds
+            return at - t.forward
+        end = iteration_end(t, finished, before)
+        return None if end is None else max(self.starts[-1] + t.compute, end)
+
     def next_call(self, begun: Container[int], total: int, now: float,
-                  comm_end: Callable[[int], float | None]) -> tuple[int | None, float | None]:
+                  finished: Callable[[int], float | None]) -> tuple[int | None, float | None]:
         """(the call to start at ``now``, None), or (None, when to ask again; None: after more calls end):
         the next call of the send order (FIFO, or ``order`` in each iteration), once its gradient exists."""
         while self.first < total and self.first in begun:
@@ -88,7 +112,7 @@ class TrainingClock:
         first = self.first
         base = first - first % self.training.layers
         k = next(base + j for j in self.training.order if base + j not in begun) if self.training.order else first
-        ready = self.ready(k, comm_end)
+        ready = self.ready(k, finished)
         return (k, None) if ready is not None and ready <= now else (None, ready)
 
 
@@ -116,26 +140,29 @@ def iteration_end(training: Training, ends: Callable[[int], float | None], i: in
     return None if any(t is None for t in times) else max(t for t in times if t is not None)
 
 
+def layer_end(training: Training, ends: Callable[[int], float | None], i: int, layer: int) -> float | None:
+    """When iteration i's calls of ``layer`` (forward index: its slices) all ended; None while one is unfinished."""
+    layers = training.layer or tuple(range(training.layers - 1, -1, -1))
+    times = [ends(i * training.layers + j) for j in range(training.layers) if layers[j] == layer]
+    return None if any(t is None for t in times) else max((t for t in times if t is not None), default=0.0)
+
+
 def run_schedule(training: Training, durations: Sequence[float], start: float = 0.0) -> tuple[list[float], list[float]]:
     """Run the schedule with known all-reduce durations (FIFO numbering): (each iteration's compute
     start, each call's end)."""
     clock = TrainingClock(training, start)
     ends: dict[int, float] = {}
     begun: set[int] = set()
-
-    def comm_end(i: int) -> float | None:
-        return iteration_end(training, ends.get, i)
-
     now = start
     while len(begun) < len(durations):
-        k, when = clock.next_call(begun, len(durations), now, comm_end)
+        k, when = clock.next_call(begun, len(durations), now, ends.get)
         if k is None:
             assert when is not None  # every earlier call has ended
             now = when
             continue
         begun.add(k)
         now = ends[k] = now + durations[k]
-    clock.ready(len(durations), comm_end)  # close the last iteration's compute start too
+    clock.ready(len(durations), ends.get)  # close the last iteration's compute start too
     return clock.starts, [ends[k] for k in range(len(durations))]
 
 

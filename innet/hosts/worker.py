@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from innet.errors import AllreduceAborted, AllreduceTimeout
-from innet.hosts.training import Training, TrainingClock, iteration_end
+from innet.hosts.training import Training, TrainingClock
 from innet.wire.operators import SUM, Operator
 from innet.wire.packet import (
     ABORT,
@@ -430,15 +430,11 @@ class WorkerProcess:
         call = self.by_tensor.get(k)
         return None if call is None else call.finished_at
 
-    def _comm_end(self, i: int) -> float | None:
-        assert self.training is not None
-        return iteration_end(self.training, self._finished, i)
-
     def _next(self, now: float) -> tuple[int | None, float | None]:
         """(the tensor to all-reduce now, None), or (None, when its gradient will exist; None: not before more calls end)."""
         if self.clock is None:
             return len(self.calls), None
-        return self.clock.next_call(self.by_tensor, len(self.tensors), now, self._comm_end)
+        return self.clock.next_call(self.by_tensor, len(self.tensors), now, self._finished)
 
     def calls_in_order(self) -> list[Any]:
         """The calls begun so far, in the order of their tensors."""

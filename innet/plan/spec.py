@@ -94,8 +94,10 @@ class RunSpec:
         w = load_workload(self.workload, self.workload_scale)
         c, backward = self.compute_scale, w.backward_times()
         slices = self._slices()  # a layer's backward time passes before its first slice
-        return Training(c * sum(w.forward_times()), tuple(c * backward[i] if first else 0.0 for i, _, first in slices),
-                        self.pipeline, tuple(i for i, _, _ in slices))
+        forward = tuple(c * f for f in w.forward_times())
+        return Training(sum(forward), tuple(c * backward[i] if first else 0.0 for i, _, first in slices),
+                        self.pipeline, tuple(i for i, _, _ in slices), forward_layers=forward,
+                        layerwise=self.priority == "p3")
 
     def parameter_server(self) -> Consistency:
         """How the PBox answers this run's training pushes (``consistency`` runs only)."""
