@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
 from innet.errors import UserError
 from innet.graph import node_indices
@@ -121,11 +122,12 @@ def worker_process(mode: str, spec: JobSpec, ring: list[int], tensors: Sequence[
     return WorkerProcess(spec, tensors, make_call, training=training)
 
 
-def host_endpoint(run: RunSpec, rp: RunPlan, host: str, spec: JobSpec) -> WorkerProcess | SSPWorker:
+def host_endpoint(run: RunSpec, rp: RunPlan, host: str, spec: JobSpec,
+                  given: Sequence[np.ndarray] | None = None) -> WorkerProcess | SSPWorker:
     """What worker ``host`` runs: its all-reduce calls, or with ``consistency`` its training loop against the PBox;
-    with ``train``, on the gradients its learner computes step by step."""
-    learner = run.learner(spec.nworkers, spec.rank) if run.train else None
-    tensors = learner if learner is not None else run.tensors(spec.job, spec.rank)
+    with ``train``, on the gradients its learner computes step by step; ``given``: on these tensors instead."""
+    learner = run.learner(spec.nworkers, spec.rank) if run.train and given is None else None
+    tensors = learner if learner is not None else given if given is not None else run.tensors(spec.job, spec.rank)
     endpoint: WorkerProcess | SSPWorker
     if run.consistency:
         endpoint = SSPWorker(spec, tensors, run.compute_times(host, spec.job, spec.rank), run.parameter_server())
