@@ -2,7 +2,7 @@
 # works on a fresh machine. As a non-root user the installs and Mininet use sudo.
 PYTHON ?= python3
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
-APT_PACKAGES := mininet bridge-utils ethtool iproute2 tcpdump
+APT_PACKAGES := mininet bridge-utils ethtool iproute2 tcpdump tshark
 STAMP := .deps.stamp
 
 .PHONY: deps demo test test-fast test-slow bench lint clean
@@ -45,6 +45,7 @@ bench: deps
 	$(SUDO) $(PYTHON) scripts/bench_allreduce.py --rates 100,200,500 --packet-elements 1024
 	$(SUDO) $(PYTHON) scripts/bench_scale.py
 	$(SUDO) $(PYTHON) scripts/bench_fabric.py
+	$(PYTHON) scripts/bench_blocks.py
 
 clean:
 	$(SUDO) $(PYTHON) run_topology.py --clean

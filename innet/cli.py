@@ -50,8 +50,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--plan-only", action="store_true", help="print the placement plan and predicted bytes, start nothing")
     p.add_argument("--pbox-cores", type=int, default=1, help="PBox shards (processes), keys spread by slot (default 1)")
     p.add_argument("--no-plots", action="store_true", help="do not write links.png and tiers.png")
-    p.add_argument("--placement", choices=(*METHODS, "pbox"), default="tor",
-                   help="which switches aggregate: root, tor (rack then root, the default), tree (Steiner), pbox")
+    p.add_argument("--placement", choices=("auto", *METHODS, "pbox"), default="auto",
+                   help="which switches aggregate: auto (the fastest the timing model predicts, the default), "
+                        "root, tor (rack then root), tree (Steiner, links weighted by 1/bandwidth), pbox")
     p.add_argument("--workers", type=int, default=None,
                    help="workers in the job; for star, the number of hosts (default: every host; star: 4)")
     p.add_argument("--elements", type=int, default=65536, help="gradient elements per worker per iteration (default 65536)")
@@ -130,6 +131,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, help="also write the results JSON to this path")
     p.add_argument("--out", default=None, help="directory for results.json and links.csv (default results/<timestamp>)")
     p.add_argument("--pcap", default=None, help="mininet: write a pcap per switch interface into this directory")
+    p.add_argument("--save-topology", default=None, metavar="FILE",
+                   help="also write the topology as FILE: .json (node-link, as p4-utils writes it) or .graphml")
     p.add_argument("--cli", action="store_true", help="mininet: open the Mininet CLI after the run")
     p.add_argument("--clean", action="store_true", help="remove what an interrupted innet run left behind, then exit")
     return p
@@ -254,6 +257,11 @@ def _main(args: argparse.Namespace) -> int:
         raise UserError("the mininet backend needs root: run with sudo, or use --backend local")
     run = _spec(args)
     graph = _graph(args)
+    if args.save_topology:
+        from topologies.files import save_file
+
+        save_file(graph, args.save_topology)
+        print(f"topology: {args.save_topology}")
     if args.plan_only:
         from innet.run.planreport import plan_report
 

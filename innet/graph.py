@@ -9,6 +9,9 @@ the interface ``n-eth<i>`` inside Mininet.
 
 from __future__ import annotations
 
+import weakref
+from functools import lru_cache
+
 import networkx as nx
 
 from innet.errors import UserError
@@ -42,6 +45,7 @@ def switches(graph: nx.Graph) -> list[str]:
     return sorted((n for n in graph if is_switch(graph, n)), key=natural_key)
 
 
+@lru_cache(maxsize=1 << 16)
 def natural_key(name: str) -> tuple[str, int, str]:
     """Sort h2 before h10."""
     stem = name.rstrip("0123456789")
@@ -126,8 +130,23 @@ def bfs_parents(graph: nx.Graph, root: str) -> dict[str, str]:
     return parents
 
 
+_ROUTES: weakref.WeakKeyDictionary[nx.Graph, tuple[int, dict[str, dict[str, str]]]] = weakref.WeakKeyDictionary()
+
+
 def routes(graph: nx.Graph, node: str) -> dict[str, str]:
-    """Destination node -> next hop from ``node``, by shortest paths through switches (see bfs_parents)."""
+    """Destination node -> next hop from ``node``, by shortest paths through switches (see bfs_parents).
+    Computed once per graph and node while the graph keeps its nodes (the predictor asks for every node
+    of every worker's path: a 1024-host fat-tree's would be minutes otherwise); not to be changed."""
+    shape = len(graph)
+    cached = _ROUTES.get(graph)
+    if cached is None or cached[0] != shape:
+        cached = _ROUTES[graph] = (shape, {})
+    if node not in cached[1]:
+        cached[1][node] = _routes(graph, node)
+    return cached[1][node]
+
+
+def _routes(graph: nx.Graph, node: str) -> dict[str, str]:
     parents = bfs_parents(graph, node)
     first: dict[str, str] = {}
 

@@ -13,7 +13,7 @@ from innet import OVERFLOW
 from innet.plan.configs import switch_configs
 from innet.plan.planner import plan_job
 from innet.switch.loader import load_program
-from innet.switch.runtime import SwitchRuntime
+from innet.switch.runtime import SMALL_BLOCK, SwitchRuntime, flatten
 from innet.wire.packet import ALL_RANKS, RESULT, RETX, ROUTE, SPARSE, VER, build_frames, make_packet, pack_frames, parse_block, parse_frame
 from innet.wire.sparse import encode
 from topologies import build
@@ -226,3 +226,28 @@ def test_parse_block_agrees_with_parse_frame_on_good_and_bad_frames():
     block = parse_block(*pack_frames(frames))
     assert block.ok.tolist() == [parse_frame(f) is not None for f in frames]
     assert block.src[0] == 1 and block.dst[0] == 2 and int(block.hdr["chunk"][0]) == 4
+
+
+@pytest.mark.parametrize("size", [1, SMALL_BLOCK - 1, SMALL_BLOCK, 40])
+def test_a_read_of_fewer_than_small_block_frames_goes_frame_by_frame(size):
+    """receive_rows (what a switch node calls with each read of a port): a short read takes the per-packet
+    handler for every frame, a longer one the batch handler; either way the same frames, registers and counters."""
+    cfg, single, rows = runtimes("t1")
+    arrivals = stream(cfg, np.random.default_rng(size), 400, elements=256)
+    calls, every = count_calls(rows.program, "contribution"), count_calls(single.program, "contribution")
+    want, got, blocks = [], [], 0
+    for port, frame in arrivals:
+        want += single.receive(port, frame, 1.0)
+    for port, frames in runs_of(arrivals, np.random.default_rng(0)):
+        for k in range(0, len(frames), size):
+            buf, lengths = pack_frames(frames[k : k + size])
+            got += flatten(rows.receive_rows(port, buf, lengths, 1.0))
+            blocks += len(lengths) >= SMALL_BLOCK
+    assert by_port(got) == by_port(want)
+    for name in vars(single.ctx.regs):
+        assert np.array_equal(getattr(single.ctx.regs, name), getattr(rows.ctx.regs, name)), name
+    assert single.ctx.counters == rows.ctx.counters
+    if size < SMALL_BLOCK:
+        assert blocks == 0 and calls == every
+    else:
+        assert blocks > 0 and calls["per_packet"] < every["per_packet"]

@@ -28,3 +28,14 @@ def test_replayed_frames_get_new_chunks_with_the_same_slot_and_version():
 def test_forward_frames_are_routed():
     [frames] = frames_for("forward", [1], dst=2, slots=4, elements=16, rounds=3)
     assert all(parse_frame(f).has(ROUTE) and parse_frame(f).dst == 2 for f in frames)
+
+
+def test_bench_blocks_prints_both_paths_for_every_read_size():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "scripts/bench_blocks.py", "--rounds", "2", "--repeats", "1"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout.splitlines()
+    assert out[0].split()[0] == "frames/read" and [int(row.split()[0]) for row in out[1:-1]] == [1, 2, 3, 4, 5, 6, 8, 16, 64]
+    assert all(float(row.split()[1]) > 0 and float(row.split()[2]) > 0 for row in out[1:-1])
+    assert out[-1].startswith("the batch path is cheaper from ") and out[-1].endswith("SMALL_BLOCK = 5")

@@ -144,3 +144,12 @@ def test_plan_only_with_mode_all_plans_every_mode(capsys):
     assert cli.main(["--backend", "local", "--plan-only", "--mode", "all"]) == 0
     heads = [line for line in capsys.readouterr().out.splitlines() if line.startswith("topology ")]
     assert [h.split("mode ")[1].split(",")[0] for h in heads] == ["innet", "pbox", "ring"]
+
+
+def test_predict_prints_the_error_of_a_plain_call_with_latency(tmp_path):
+    """README's example: star of 4, 65536 elements, 1 ms on every link."""
+    out = run_cli("--backend", "local", "--topo", "star", "--workers", "4", "--elements", "65536", "--delay", "0.001",
+                  "--predict", "--out", str(tmp_path), "--no-plots")
+    assert out.returncode == 0, out.stderr
+    head, row = [line.split() for line in out.stdout.splitlines() if "completion_s" in line or line.startswith("innet ")][-2:]
+    assert head[-1] == "error" and row[2] == "0.0071" and row[3] == "0.0071" and abs(float(row[4].rstrip("%"))) < 1

@@ -183,8 +183,11 @@ def test_fat_tree_k4_brings_up_aggregates_and_tears_down():
 
 
 def _start(*args):
+    """A run in its own process, with SIGINT's default disposition even where this suite's was ignored
+    (a shell starts background jobs so, and Python then never turns SIGINT into KeyboardInterrupt)."""
     return subprocess.Popen([sys.executable, os.path.join(ROOT, "run_topology.py"), "--out", "/tmp/innet-test-out", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def _wait_for_state(proc, line_start="innet: all-reduce"):

@@ -1,5 +1,8 @@
 """The placement planner on small hand-built graphs, and its byte predictions."""
 
+import os
+from dataclasses import replace
+
 import networkx as nx
 import pytest
 
@@ -8,8 +11,14 @@ from innet.errors import UserError
 from innet.graph import hosts
 from innet.plan.planner import JobRequest, plan_job, plan_jobs
 from innet.plan.prediction import predicted_link_bytes, stream_bytes, tier_lower_bounds
-from innet.plan.spec import RunSpec
+from innet.plan.spec import RunSpec, program_of
+from innet.plan.timing import predict
+from innet.results.metrics import tier_bytes
+from innet.run.modes import plan_run
 from topologies import build
+from topologies.files import load_file
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "topologies", "examples")
 
 
 def two_racks_two_spines():
@@ -114,6 +123,55 @@ def test_in_network_hierarchy_meets_the_lower_bound_on_every_tier():
     g = build("leaf-spine", racks=3, hosts_per_rack=3)
     r = run_local(g, RunSpec(elements=4000))
     assert r["tier_bytes"] == {t: b for t, b in tier_lower_bounds(g, hosts(g), 4000, 256).items()}
+
+
+@pytest.mark.parametrize("topo,params", [
+    ("star", {"workers": 6}),
+    ("leaf-spine", {}), ("leaf-spine", {"racks": 3, "hosts_per_rack": 3, "spines": 2}),
+    ("leaf-spine", {"racks": 4, "hosts_per_rack": 4, "spines": 2, "oversubscription": 2}),
+    ("fat-tree", {"k": 4}), ("fat-tree", {"k": 6}), ("fat-tree", {"k": 8}),
+    ("phub-rack", {}),
+    (os.path.join(EXAMPLES, "two_racks.graphml"), {}), (os.path.join(EXAMPLES, "triangle.json"), {}),
+])
+def test_the_default_placement_meets_the_lower_bound_on_every_tier(topo, params):
+    """The default (``auto``: the placement the timing model finds fastest) puts no more bytes on any tier
+    than the tier's lower bound: fat-trees, where rack-then-root (tor) puts 1.5x it on agg-core, included."""
+    g = build(topo, **params) if not topo.startswith("/") else load_file(topo)
+    run = RunSpec(elements=4000)
+    rp = plan_run(g, run, program_of(run))
+    links: dict[str, int] = {}
+    for plan in rp.plans:
+        for name, b in predicted_link_bytes(g, "innet", plan, 4000, rp.per_packet).items():
+            links[name] = links.get(name, 0) + b
+    bounds = tier_lower_bounds(g, [w for p in rp.plans for w in p.workers], 4000, rp.per_packet)
+    assert tier_bytes(g, links) == {t: bounds.get(t, 0) for t in tier_bytes(g, links)}
+    if topo == "fat-tree":
+        tor = plan_run(g, replace(run, placement="tor"), program_of(run)).plans[0]
+        assert rp.plans[0].method == "tree" and sum(predicted_link_bytes(g, "innet", tor, 4000, 256).values()) > sum(links.values())
+
+
+def test_auto_picks_the_placement_the_model_finds_fastest_and_ties_go_to_tor():
+    g = build("fat-tree", k=4)
+    run = RunSpec(elements=65536)
+    times = {}
+    for method in ("tor", "tree", "root"):
+        rp = plan_run(g, replace(run, placement=method), program_of(run))
+        times[method] = predict(g, replace(run, placement=method), list(rp.plans), rp.per_packet, 0.0)["completion_s"]
+    chosen = plan_run(g, run, program_of(run)).plans[0].method
+    assert times[chosen] == min(times.values()) and times["tor"] > 1.2 * times["tree"]
+    assert plan_run(build("leaf-spine"), run, program_of(run)).plans[0].method == "tor"  # tor == tree there
+
+
+def test_the_tree_takes_the_fast_spine_where_hop_counts_tie():
+    """Two spines, equal hops: the Steiner tree weighted by 1/bandwidth goes through the 1000 Mbit/s spine,
+    not the first by name (a 100 Mbit/s one)."""
+    g = two_racks_two_spines()
+    for t in ("t1", "t2"):
+        g.edges[t, "s1"]["bw"] = 100.0
+    plan = plan_job(g, hosts(g), method="tree")
+    assert plan.root == "s2" and "s1" not in plan.switch_ports
+    slow = plan_job(two_racks_two_spines(), hosts(g), method="tree")
+    assert slow.root == "s1"  # all links alike: ties by name, as before
 
 
 def test_prediction_names_every_link():

@@ -1,9 +1,11 @@
 """README's "Writing a switch program" walk-through, run as written: its files, its tests, its commands."""
 
+import json
 import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -71,6 +73,9 @@ def test_make_test_slow_runs_the_tests_beside_a_burner_and_stops_it():
     assert out.returncode == 0, out.stdout + out.stderr
     burner = int(re.search(r"burner (\d+) keeps core 0 busy", out.stdout).group(1))
     assert " passed" in out.stdout
+    deadline = time.monotonic() + 10  # a SIGTERM is delivered, not yet acted on, when kill returns
+    while not _gone(burner) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert _gone(burner), "the burner outlived the tests"
 
 
@@ -81,3 +86,68 @@ def _gone(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     except FileNotFoundError:
         return True
+
+
+def subsection(title: str) -> str:
+    text = section("Running it")
+    start = text.index(f"### {title}\n")
+    end = text.find("\n### ", start + 1)
+    return text[start:end if end > 0 else None]
+
+
+@pytest.fixture()
+def shell(tmp_path):
+    """Runs a README command line in bash, in a fresh directory with a home of its own, where ``python`` is this
+    interpreter and ``run_topology.py`` this checkout's."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").symlink_to(sys.executable)
+    env = dict(os.environ, HOME=str(tmp_path), PYTHONPATH=ROOT, PATH=f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+
+    def run(command: str) -> subprocess.CompletedProcess:
+        command = command.replace(" run_topology.py ", f" {os.path.join(ROOT, 'run_topology.py')} ")
+        return subprocess.run(["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    return run
+
+
+def test_the_topology_file_commands_run_as_written(shell, tmp_path):
+    from innet.graph import switches
+    from tests.helpers import p4utils_topology
+    from topologies import build
+
+    p4run, save = [line for b in blocks(subsection("Topologies"), "sh") for line in b.strip().splitlines()]
+    (tmp_path / "topology.json").write_text(json.dumps(p4utils_topology()))
+    out = shell(p4run)
+    assert out.returncode == 0, out.stderr
+    assert [line.split()[:4] for line in out.stdout.splitlines() if line.startswith("innet ")] == [
+        ["innet", "tor", "local", "True"]]
+    out = shell(save)
+    assert out.returncode == 0, out.stderr
+    assert len(switches(build(str(tmp_path / "ft.graphml")))) == 20
+
+
+def test_the_wireshark_commands_run_as_written(shell, tmp_path):
+    from scapy.layers.l2 import Ether
+    from scapy.utils import wrpcap
+
+    from innet.wire.packet import RETX, InnetAgg
+    from tests.helpers import every_kind
+
+    install, listing, retx, once = [line.split("   #")[0] for b in blocks(subsection("Reading captures in Wireshark"), "sh")
+                                    for line in b.strip().splitlines()]
+    frames = every_kind()
+    (tmp_path / "pcaps").mkdir()
+    wrpcap(str(tmp_path / "pcaps" / "tor1-eth1.pcap"), [Ether(f) for f in frames])
+    assert shell(listing).stdout.count(" innet ") == 0  # not installed yet: plain UDP
+    out = shell(install)
+    assert out.returncode == 0 and (tmp_path / ".local/lib/wireshark/plugins/innet.lua").exists(), out.stderr
+    lines = shell(listing).stdout.splitlines()
+    assert len(lines) == len(frames) and all(" innet " in line for line in lines)
+    aggs = [Ether(f)[InnetAgg] for f in frames]
+    assert shell(retx).stdout.split("\n")[:-1] == [f"{a.rank}\t{a.chunk}" for a in aggs if int(a.flags) & RETX]
+    for installed in (True, False):  # given with -X while installed too, it does not load twice
+        if not installed:
+            (tmp_path / ".local/lib/wireshark/plugins/innet.lua").unlink()
+        out = shell(once)
+        assert out.returncode == 0 and "Lua" not in out.stderr, out.stderr
+        assert out.stdout.count("innet gradient aggregation") == len(frames) and "    chunk: 4294967295" in out.stdout

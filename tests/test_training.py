@@ -1,5 +1,7 @@
 """Workloads, the training schedule (BSP and Pipe-SGD width 2) and the timing model."""
 
+from dataclasses import replace
+
 import pytest
 
 from innet.backends.local import LocalRun
@@ -8,6 +10,7 @@ from innet.hosts.training import Training, iteration_stats, p3_order, run_schedu
 from innet.hosts.workloads import load_workload
 from innet.plan.spec import RunSpec
 from innet.plan.timing import call_time, predict
+from innet.wire.faults import FaultSpec
 from topologies import build
 
 
@@ -64,13 +67,13 @@ def test_p3_lets_layer_0_overtake_at_the_next_slice():
 
 
 def test_call_time_by_hand():
-    """Star of 2 on 8 Mbit/s links (10^6 bytes/s), one 256-element chunk, no processing time:
+    """Star of 2 on 8 Mbit/s links (10^6 bytes/s, 2 µs long), one 256-element chunk, no processing time:
     the exponent's round trip to the switch (2 x 58 B) + the stream (58 + 1082 B) through a worker
     link + the chunk's round trip (2 x 1082 B) less its serialization once."""
     graph = build("star", workers=2, bw=8.0)
     lr = LocalRun(graph, RunSpec(elements=256))
     plan = lr.rp.plans[0]
-    expected = 2 * 58e-6 + 1140e-6 + 2 * 1082e-6 - 1082e-6
+    expected = 2 * 58e-6 + 1140e-6 + 2 * 1082e-6 - 1082e-6 + 4 * 2e-6  # and each hop's 2 µs of propagation
     assert call_time(graph, "innet", plan, 256, 256, 0.0) == pytest.approx(expected)
     # a hop's processing time adds once per hop and direction of each round trip
     assert call_time(graph, "innet", plan, 256, 256, 0.001) == pytest.approx(expected + 4 * 0.001)
@@ -87,6 +90,32 @@ def test_model_matches_the_fabric(topo, params, mode):
         model = predict(graph, run, list(lr.rp.plans), lr.rp.per_packet, 0.0)
         key = "iteration_s" if run.workload else "completion_s"
         assert got["correct"] and model[key] == pytest.approx(got[key], rel=0.02)
+
+
+@pytest.mark.parametrize("delay", [0.0005, 0.002])
+@pytest.mark.parametrize("topo,params", [("star", {"workers": 4}), ("leaf-spine", {"racks": 2, "hosts_per_rack": 2})])
+@pytest.mark.parametrize("mode", ["innet", "pbox", "ring"])
+def test_model_takes_link_latency_and_the_window_into_account(topo, params, mode, delay):
+    """--delay on every link: the round trips grow, and a window of slots (in-network, PBox) or of
+    unacknowledged packets (ring) paces a long call at one window a round trip. Within 5% of the fabric."""
+    graph = build(topo, **params)  # 1000 Mbit/s: with these round trips the window, not the links, sets the pace
+    run = RunSpec(mode=mode, elements=300_000, faults=FaultSpec(delay=delay))
+    lr = LocalRun(graph, run)
+    got = lr.finish()
+    model = predict(graph, run, list(lr.rp.plans), lr.rp.per_packet, 0.0)
+    assert got["correct"] and model["completion_s"] == pytest.approx(got["completion_s"], rel=0.05)
+    if delay >= 0.002:  # what ignoring latency got wrong (at 0.5 ms the PBox's link, not latency, dominates)
+        bandwidth_only = predict(graph, replace(run, faults=FaultSpec()), list(lr.rp.plans), lr.rp.per_packet, 0.0)
+        assert bandwidth_only["completion_s"] < 0.9 * got["completion_s"]
+
+
+def test_a_delay_fault_on_one_link_slows_the_call_by_its_round_trips():
+    graph = build("star", workers=4)
+    run = RunSpec(elements=65536, link_faults=(("h1--s1", FaultSpec(delay=0.002)),))
+    lr = LocalRun(graph, run)
+    got = lr.finish()
+    model = predict(graph, run, list(lr.rp.plans), lr.rp.per_packet, 0.0)
+    assert model["completion_s"] == pytest.approx(got["completion_s"], rel=0.05) and got["completion_s"] > 0.008
 
 
 def test_workers_wait_for_their_gradients_and_pipelining_overlaps():

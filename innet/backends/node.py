@@ -80,11 +80,11 @@ def serve_switch(conf: dict[str, Any]) -> int:
                         return 0
             else:
                 port = by_fd[fd]
-                block = ports[port].recv_block()
-                if runtime is None or block is None:
+                frames, lengths = ports[port].recv_rows()
+                if runtime is None or not len(lengths):
                     continue
                 now = time.monotonic()
-                for out_port, out in runtime.receive_block(port, block, now):
+                for out_port, out in runtime.receive_rows(port, frames, lengths, now):
                     egress.send_all(out_port, [out], now)
         now = time.monotonic()
         if runtime is not None and (runtime.next_timer() or float("inf")) <= now:

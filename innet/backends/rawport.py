@@ -76,6 +76,12 @@ class RawPort:
         n = self.rx.recv(self.sock.fileno())
         return parse_block(self.rx.frames[:n], self.rx.lengths[:n]) if n else None
 
+    def recv_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every frame queued now (up to max_batch), unparsed: ``frames[k, :lengths[k]]`` is frame k
+        (views of the receive buffer, valid until the next call; none when nothing was queued)."""
+        n = self.rx.recv(self.sock.fileno())
+        return self.rx.frames[:n], self.rx.lengths[:n]
+
     def recv_batch(self) -> list[bytes]:
         n = self.rx.recv(self.sock.fileno())
         return [self.rx.frames[k, : self.rx.lengths[k]].tobytes() for k in range(n)]

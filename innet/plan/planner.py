@@ -8,7 +8,8 @@ root (ties broken by name), and tells every switch on it its ports.
 Methods (``METHODS``):
 - ``root``: one switch, the one closest to all workers, aggregates everything;
 - ``tor``: every worker's ToR aggregates its rack, the root aggregates the ToRs;
-- ``tree``: a Steiner tree spanning the workers; every switch on it aggregates;
+- ``tree``: a Steiner tree spanning the workers, links weighted by time per byte (1/bandwidth);
+  every switch on it aggregates;
 - ``pbox``: no switch aggregates; workers send to the PBox host.
 """
 
@@ -75,8 +76,12 @@ def _method_tor(graph: nx.Graph, workers: Sequence[str]) -> tuple[str, set[str],
 def _method_tree(graph: nx.Graph, workers: Sequence[str]) -> tuple[str, set[str], nx.Graph]:
     if len(workers) == 1:
         tree_nodes = {workers[0], next(iter(graph[workers[0]]))}
-    else:
-        tree_nodes = set(steiner_tree(graph, list(workers), method="mehlhorn").nodes)
+    else:  # links weighted by time per byte: a slow link costs what several fast ones do
+        fastest = max(float(d.get("bw", 1.0)) for _, _, d in graph.edges(data=True))
+        weighted = nx.Graph(graph)
+        for _, _, d in weighted.edges(data=True):
+            d["cost"] = fastest / float(d.get("bw", fastest))
+        tree_nodes = set(steiner_tree(weighted, list(workers), weight="cost", method="mehlhorn").nodes)
     sub = graph.subgraph(tree_nodes)
     sw = [n for n in sub if is_switch(graph, n)]
     root = _closest_switch(sub, sw, workers)

@@ -33,7 +33,7 @@ def path_links(graph: nx.Graph, src: str, dst: str) -> list[tuple[str, str]]:
     """The routed path from ``src`` to ``dst``, as (from, to) link directions."""
     hops, node = [], src
     while node != dst:
-        nxt = routes(graph, node)[dst]
+        nxt = next(iter(graph[node])) if graph.degree(node) == 1 else routes(graph, node)[dst]  # a host's one link
         hops.append((node, nxt))
         node = nxt
     return hops
@@ -108,23 +108,27 @@ def ring_direction_bytes(graph: nx.Graph, workers: Sequence[str], elements: int,
 def tier_lower_bounds(graph: nx.Graph, workers: Sequence[str], elements: int, per_packet: int) -> dict[str, int]:
     """Bytes every all-reduce must move across each tier.
 
-    Removing a tier's links splits the graph; each part holding some but not
-    all workers must send out at least one copy of its data and take in one
-    copy of the result, all across that tier's links.
+    Removing a tier's links splits the graph into parts. An all-reduce joins the T parts holding
+    workers by a tree of the tier's links, and each of its links carries at least one copy of
+    the data up and one of the result down. Such a tree has at least T - 1 links, and at least T
+    when no tier link joins two of those parts directly (it must pass a part without workers: a
+    spine, a core). Exact on every built-in topology.
     """
     stream = stream_bytes(elements, per_packet)
     wset = set(workers)
     bounds: dict[str, int] = {}
     tiers = sorted({tier(graph, u, v) for u, v in graph.edges})
     for t in tiers:
+        cut = [(u, v) for u, v in graph.edges if tier(graph, u, v) == t]
         g = nx.Graph(graph)
-        g.remove_edges_from([(u, v) for u, v in graph.edges if tier(graph, u, v) == t])
-        parts = 0
-        for comp in nx.connected_components(g):
-            inside = len(comp & wset)
-            if 0 < inside < len(wset):
-                parts += 1
-        bounds[t] = 2 * stream * parts
+        g.remove_edges_from(cut)
+        part = {n: i for i, comp in enumerate(nx.connected_components(g)) for n in comp}
+        holding = {part[w] for w in wset}
+        joined = nx.Graph()
+        joined.add_nodes_from(holding)
+        joined.add_edges_from((part[u], part[v]) for u, v in cut if part[u] in holding and part[v] in holding)
+        links = 0 if len(holding) < 2 else len(holding) - 1 if nx.is_connected(joined) else len(holding)
+        bounds[t] = 2 * stream * links
     return bounds
 
 

@@ -29,7 +29,7 @@ class RunSpec:
 
     mode: str = "innet"
     program: str = "sum_allreduce"
-    placement: str = "tor"
+    placement: str = "auto"  # or a METHODS name, or "pbox"; auto: innet.run.modes.fastest_placement
     workers: int | None = None
     elements: int = 65536
     iterations: int = 1

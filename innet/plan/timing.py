@@ -29,11 +29,13 @@ several share 2 cores (``MININET_HOP``: measured with ``run_topology.py
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import networkx as nx
 
+from innet.hosts.ring import ACK_EVERY, WINDOW
 from innet.hosts.training import Training, iteration_stats, p3_order, run_schedule
 from innet.plan.planner import JobPlan
 from innet.plan.prediction import direction_bytes, frame_bytes, path_links
@@ -56,8 +58,10 @@ def _hops(graph: nx.Graph, mode: str, plan: JobPlan) -> list[list[tuple[str, str
     return [path_links(graph, w, target) for w in plan.workers]
 
 
-def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int, hop: float) -> float:
-    """Predicted seconds of one all-reduce call of ``elements`` per worker."""
+def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int, hop: float,
+              delay: Callable[[str, str], float] = lambda u, v: 0.0) -> float:
+    """Predicted seconds of one all-reduce call of ``elements`` per worker. ``delay(u, v)``: the extra
+    one-way delay of frames from u to v (``--delay``, a link's ``delay=`` fault)."""
     loads = direction_bytes(graph, mode, plan, elements, per_packet)
     bw = max((b / _rate(graph, u, v) for (u, v), b in loads.items()), default=0.0)
     slowest = min((_rate(graph, u, v) for u, v in loads), default=1.0)
@@ -65,11 +69,12 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
     full = frame_bytes(min(per_packet, -(-elements // n) if mode == "ring" else elements))
 
     def trip(path: list[tuple[str, str]], size: int) -> float:  # one way, one frame
-        return sum(size / _rate(graph, u, v) + hop for u, v in path)
+        return sum(size / _rate(graph, u, v) + graph.edges[u, v]["latency"] + hop + delay(u, v) for u, v in path)
+
+    def back(path: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        return [(v, u) for u, v in reversed(path)]
 
     paths = _hops(graph, mode, plan)
-    small = max(trip(p, frame_bytes(0)) for p in paths)
-    last = max(trip(p, full) for p in paths)
     if mode == "ring":  # N-1 exponent hops; then each of 2(N-1) steps takes its stream or one piece's hop,
         if n < 2:       # whichever is longer, along the ring's slowest chain; the last piece still has to arrive
             return 0.0
@@ -79,19 +84,37 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
             return max(sum(per_rank[(r - i) % n] for i in range(length)) for r in range(n))
 
         exponent = chain([trip(p, frame_bytes(0)) for p in paths], n - 1)
-        return exponent + chain([max(bw / steps, trip(p, full)) for p in paths], steps) + last - full / slowest
+        last = max(trip(p, full) for p in paths)
+        linked = exponent + chain([max(bw / steps, trip(p, full)) for p in paths], steps) + last - full / slowest
+        # a rank has at most ``window`` packets unacknowledged: with long round trips the window paces it
+        window = max(WINDOW, ACK_EVERY * steps)
+        piece = -(-elements // n)  # a rank's segment, in elements
+        sent = steps * -(-piece // per_packet)
+        rtt = max(trip(p, full) + trip(back(p), frame_bytes(0)) for p in paths)
+        return max(linked, exponent + -(-sent // window) * rtt + last)
     # the exponent's round trip, the stream through the busiest link, the last chunk's round trip
     # (less its serialization on that link, which the stream already counts); at a PBox the first key
-    # also waits for all N workers' first chunks to pass its link before any result can flow back
+    # also waits for all N workers' first chunks to pass its link before any result can flow back.
+    # The stream is the longer of the busiest link's bytes and the window's pace: chunk j + W goes out
+    # one round trip after chunk j, so a window of W slots sends its C chunks in floor((C-1)/W) round
+    # trips plus the rest of the last window.
+    small = max(trip(p, frame_bytes(0)) + trip(back(p), frame_bytes(0)) for p in paths)
+    rtt = max(trip(p, full) + trip(back(p), full) for p in paths)
+    chunks = -(-elements // per_packet)
+    windows, rest = divmod(max(chunks - 1, 0), max(plan.slots, 1))
+    stream = max(bw, windows * rtt + (rest + 1) * full / slowest) if windows else bw
     incast = (n - 1) * full / slowest if plan.method == "pbox" else 0.0
-    return 2 * small + bw + 2 * last - full / slowest + incast
+    return small + stream + rtt - full / slowest + incast
 
 
 def call_times(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int, hop: float) -> list[float]:
     """The model's time of each call of a worker (FIFO order), for the slowest job."""
     sizes = run.call_sizes()
-    slowest = max(plans, key=lambda p: call_time(graph, run.mode, p, max(sizes), per_packet, hop))
-    return [call_time(graph, run.mode, slowest, n, per_packet, hop) for n in sizes]
+    def delay(u: str, v: str) -> float:
+        return run.faults_on(u, v).delay
+
+    slowest = max(plans, key=lambda p: call_time(graph, run.mode, p, max(sizes), per_packet, hop, delay))
+    return [call_time(graph, run.mode, slowest, n, per_packet, hop, delay) for n in sizes]
 
 
 def planned_training(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int) -> Training | None:

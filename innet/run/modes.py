@@ -29,9 +29,9 @@ from innet.hosts.ssp import SSPWorker
 from innet.hosts.training import Training
 from innet.hosts.worker import AllreduceCall, JobSpec, WorkerProcess
 from innet.plan.configs import pick_workers, switch_configs, worker_specs
-from innet.plan.planner import JobPlan, JobRequest, plan_job, plan_jobs
+from innet.plan.planner import METHODS, JobPlan, JobRequest, plan_job, plan_jobs
 from innet.plan.spec import RunSpec
-from innet.plan.timing import planned_training
+from innet.plan.timing import planned_training, predict
 from innet.switch.program import SwitchProgram
 from innet.switch.runtime import SwitchConfig
 from innet.wire.packet import BANDS
@@ -54,6 +54,21 @@ class RunPlan:
 
     def ring(self, job: int) -> list[int]:
         return [s.node for s in sorted(self.specs[job].values(), key=lambda s: s.rank)]
+
+
+def fastest_placement(graph: nx.Graph, run: RunSpec, requests: list[JobRequest], program: type[SwitchProgram]) -> str:
+    """``--placement auto``: the switch placement (METHODS) whose plans the timing model says finish
+    first: a run's iteration with a workload, else its calls. Ties go to tor, then tree, then root, so
+    where they are alike the plan is the familiar rack-then-root one."""
+    key = "iteration_s" if run.workload else "completion_s"
+    order = ("tor", "tree", "root")
+
+    def predicted(method: str) -> float:
+        plans = list(plan_jobs(graph, requests, method=method, pool_slots=program.slots).plans)
+        return round(predict(graph, replace(run, placement=method), plans, program.elements, 0.0)[key], 12)
+
+    assert set(order) == set(METHODS)
+    return min(order, key=lambda m: (predicted(m), order.index(m)))
 
 
 def plan_run(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram]) -> RunPlan:
@@ -83,8 +98,9 @@ def plan_run(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram]) -> Run
         plans = [plan_job(graph, g, method="tor", job=j + 1, slots=wanted) for j, g in enumerate(groups)]
         outcomes = {p.job: "ring" for p in plans}
     else:
-        placed = plan_jobs(graph, [JobRequest(j + 1, g, wanted) for j, g in enumerate(groups)],
-                           method=run.placement, pool_slots=program.slots)
+        requests = [JobRequest(j + 1, g, wanted) for j, g in enumerate(groups)]
+        method = fastest_placement(graph, run, requests, program) if run.placement == "auto" else run.placement
+        placed = plan_jobs(graph, requests, method=method, pool_slots=program.slots)
         plans, outcomes = list(placed.plans), placed.outcomes
     index = node_indices(graph)
     specs = {}

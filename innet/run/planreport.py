@@ -37,7 +37,10 @@ def plan_report(graph: nx.Graph, run: RunSpec) -> str:
     sized = program_of(run, rp.fan_in)
     for config in installed_configs(graph, run, rp).values():
         check_fits(config, sized)  # what a run would refuse, the plan refuses too
-    lines = [f"topology {graph.graph.get('name', '?')}: mode {run.mode}, placement {run.placement}, {len(rp.plans)} job(s)"]
+    placement = run.placement
+    if placement == "auto" and run.mode == "innet":
+        placement += f" ({'+'.join(sorted({p.method for p in rp.plans}))}: the fastest the timing model predicts)"
+    lines = [f"topology {graph.graph.get('name', '?')}: mode {run.mode}, placement {placement}, {len(rp.plans)} job(s)"]
     links: dict[str, int] = {}
     bounds: dict[str, int] = {}
     for plan in rp.plans:
@@ -71,7 +74,7 @@ def prediction_table(graph: nx.Graph, run: RunSpec, runs: list[RunRecord],
         row = [r.mode, r.backend]
         for k in keys:
             got, model = r.get(k, float("nan")), r["prediction"][k]
-            err = f"{100 * (model / got - 1):+.1f}%" if got and got == got and k == "iteration_s" else "-"
+            err = f"{100 * (model / got - 1):+.1f}%" if got and got == got else "-"
             row += [f"{got:.4f}", f"{model:.4f}", err]
         rows.append(row)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

@@ -51,6 +51,9 @@ KIND_NAMES = ("contribution", "result", "abort", "routed")
 KIND_CODES = {name: code for code, name in enumerate(KIND_NAMES)}
 DEFAULT_SWITCH_MEMORY = 4 << 20
 SPARSE_RUN = 1 << 16  # past any count: the batching key of SPARSE packets
+# Shorter blocks are cheaper frame by frame: a block costs about five frames' per-packet handling
+# (scripts/bench_blocks.py prints both paths' cost per frame by block size, and where they cross).
+SMALL_BLOCK = 5
 
 
 @dataclass
@@ -226,6 +229,17 @@ class SwitchRuntime:
             for k in rest:
                 self._dispatch(port, batch.packet(int(k)), out)
         return out
+
+    def receive_rows(self, port: int, frames: np.ndarray, lengths: np.ndarray, now: float) -> Out:
+        """What one read of a port's receive ring brought (``frames[k, :lengths[k]]``): fewer than
+        SMALL_BLOCK frames go frame by frame, more as a block. At low rates a read mostly brings one or
+        two frames, and the block path's fixed cost (its numpy calls) would be spent on each."""
+        if len(lengths) < SMALL_BLOCK:
+            out: Out = []
+            for k in range(len(lengths)):
+                out.extend(self.receive(port, frames[k, : lengths[k]].tobytes(), now))
+            return out
+        return self.receive_block(port, parse_block(frames, lengths), now)
 
     def receive_frames(self, port: int, frames: list[bytes], now: float) -> Frames:
         """``receive_block`` for frames given as bytes (tests, and backends without a receive ring)."""
