@@ -104,6 +104,9 @@ def test_the_readme_command_trains_every_scheme_within_the_issue_bounds(tmp_path
     (["--train", "digits", "--batch", "30"], "--batch 30 does not divide among the 4 workers"),
     (["--train", "digits", "--lr", "1e30", "--mode", "ring"], "training diverged at step 1"),
     (["--train", "digits", "--lr", "50", "--mode", "pbox", "--consistency", "ssp"], "--lr 50 is too large"),
+    (["--train", "digits", "--workload", "resnet50"], "--train all-reduces its own model's gradients"),
+    (["--train", "digits", "--program", "max_allreduce"], "nor a --program that reduces with another operator"),
+    (["--train", "digits", "--epochs", "0"], "--epochs and the hidden width must be at least 1"),
 ])
 def test_bad_training_input_is_one_line(flags, says, capsys, tmp_path):
     code = main(["--backend", "local", "--topo", "star", "--workers", "4", "--out", str(tmp_path), "--no-plots", *flags])

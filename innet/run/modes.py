@@ -87,6 +87,9 @@ def plan_run(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram]) -> Run
         raise UserError(f"{{job_priority}} wants one band in 0..{BANDS - 1} per job ({run.jobs}), got "
                         f"{','.join(map(str, run.job_priority))}")
     groups = [tuple(workers[i::run.jobs]) for i in range(run.jobs)]
+    if run.train and (run.workload or run.input_elements or run.operator.ufunc != "add"):
+        raise UserError("{train} all-reduces its own model's gradients with a sum: it takes neither {workload}, "
+                        "{input_elements} nor a {program} that reduces with another operator")
     if run.train:
         run.task(len(groups[0]))  # a batch that does not divide among the workers stops here, before anything starts
     window = program.slots or DEFAULT_WINDOW
