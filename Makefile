@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml Makefile
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
-	$(PYTHON) -m pip install -q -e '.[dev]'
+	$(PYTHON) -m pip install -q -e '.[dev,torch]'
 	@touch $(STAMP)
 
 demo: deps

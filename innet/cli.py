@@ -14,6 +14,7 @@ from innet.errors import UserError
 from innet.hosts.workloads import WORKLOADS
 from innet.plan.planner import METHODS
 from innet.plan.spec import RunSpec
+from innet.results.learning import learning_lines
 from innet.results.metrics import input_lines, job_lines, summary_table, training_lines, write_link_csv, write_results
 from innet.run.modes import MODES
 from innet.wire.faults import FaultSpec, parse_link_fault
@@ -81,6 +82,15 @@ def parser() -> argparse.ArgumentParser:
                    help="--consistency: seconds of compute per iteration (default 0.01)")
     p.add_argument("--straggler", action="append", default=[], metavar="HOST:FACTOR[:PROB]",
                    help="--consistency: HOST's compute is FACTOR times longer, in each iteration with probability PROB (default 1)")
+    p.add_argument("--train", default=None, metavar="DATASET",
+                   help="train a real model on DATASET (digits: scikit-learn's handwritten digits), data-parallel: every "
+                        "step's gradients all-reduced through the network; --mode all trains once per scheme "
+                        "(innet, pbox, ring, top-k, ssp, asp) and compares each with an exact float baseline")
+    p.add_argument("--model", default="mlp", help="with --train: the model (mlp: one hidden ReLU layer, softmax; default mlp)")
+    p.add_argument("--epochs", type=int, default=10, help="with --train: epochs (default 10)")
+    p.add_argument("--batch", type=int, default=32, help="with --train: the global batch, split evenly among the workers (default 32)")
+    p.add_argument("--lr", type=float, default=0.5, help="with --train: the learning rate (default 0.5)")
+    p.add_argument("--hidden", type=int, default=64, help="with --train: the MLP's hidden width (default 64)")
     p.add_argument("--seed", type=int, default=0, help="seed of the gradients and of fault injection (default 0)")
     p.add_argument("--racks", type=int, default=None, help="leaf-spine/phub-rack: racks (default 2)")
     p.add_argument("--hosts-per-rack", type=int, default=None, help="leaf-spine/phub-rack: hosts per rack (default 2, phub-rack 4)")
@@ -174,7 +184,9 @@ def _spec(args: argparse.Namespace) -> RunSpec:
                    pool_slots=args.pool_slots, packet_elements=args.packet_elements,
                    job_priority=job_priority, input_elements=args.input_elements, shared_input=args.shared_input,
                    link_faults=link_faults, workload=args.workload or "", workload_scale=args.workload_scale,
-                   pipeline=args.pipeline, compute_scale=args.compute_scale, min_rto=0.001 if args.backend == "local" else 0.02)
+                   pipeline=args.pipeline, compute_scale=args.compute_scale, min_rto=0.001 if args.backend == "local" else 0.02,
+                   train=args.train or "", model=args.model, epochs=args.epochs, batch=args.batch, lr=args.lr,
+                   hidden=args.hidden)
 
 
 def _straggler(text: str) -> tuple[str, float, float]:
@@ -263,10 +275,14 @@ def _main(args: argparse.Namespace) -> int:
         ends = link.split("->") if "->" in link else link.split("--")
         if not graph.has_edge(*ends):
             raise UserError(f"--fault names link {link}, which this topology does not have")
-    modes = MODES if args.mode == "all" else (args.mode,)
+    if run.train and args.mode == "all":
+        from innet.run.learn import scheme_specs
+
+        specs = scheme_specs(run, args.topk or 0.01, args.staleness)
+    else:
+        specs = [dataclasses.replace(run, mode=mode) for mode in (MODES if args.mode == "all" else (args.mode,))]
     runs = []
-    for mode in modes:
-        spec = dataclasses.replace(run, mode=mode)
+    for spec in specs:
         if args.backend == "local":
             from innet.backends.local import run_local
 
@@ -275,8 +291,15 @@ def _main(args: argparse.Namespace) -> int:
             from innet.backends.mininet import run_mininet
 
             runs.append(run_mininet(graph, spec, pcap_dir=args.pcap, cli=args.cli, pbox_cores=args.pbox_cores, crash=crash))
+    exact: dict[str, Any] = {}
+    if run.train:
+        from innet.run.learn import exact_history
+
+        history = exact_history(run, len(runs[0].jobs[0].workers))
+        exact = {"accuracy_exact": history[-1][0], "exact_epochs": [{"epoch": e + 1, "accuracy": a, "loss": loss}
+                                                                    for e, (a, loss) in enumerate(history)]}
     print(summary_table(runs))
-    for line in job_lines(runs) + training_lines(runs) + input_lines(runs):
+    for line in job_lines(runs) + training_lines(runs) + input_lines(runs) + learning_lines(runs, exact.get("accuracy_exact")):
         print(line)
     if args.predict:
         from innet.run.planreport import prediction_table
@@ -285,14 +308,14 @@ def _main(args: argparse.Namespace) -> int:
         print(table)
     out = args.out or os.path.join("results", time.strftime("%Y%m%d-%H%M%S"))
     files = [os.path.join(out, "results.json"), os.path.join(out, "links.csv")]
-    write_results(files[0], graph, runs)
+    write_results(files[0], graph, runs, **exact)
     write_link_csv(files[1], graph, runs)
     if not args.no_plots:
         from innet.results.plots import write_plots
 
-        files += write_plots(graph, runs, out)
+        files += write_plots(graph, runs, out, exact.get("accuracy_exact"))
     if args.json:
-        write_results(args.json, graph, runs)
+        write_results(args.json, graph, runs, **exact)
     print(f"results: {', '.join(files)}")
     for r in runs:
         for warning in r.figures.get("warnings", []):

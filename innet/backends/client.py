@@ -39,6 +39,7 @@ class AllreduceClient:
 
     def run(self, tensors: list[np.ndarray]) -> None:
         """All-reduce ``tensors`` in order (following the training schedule, if any) until done or failed."""
+        assert isinstance(self.proc.tensors, list)  # this client's own calls, not a learner's
         self.proc.tensors.extend(self.proc.spec.as_input(t) for t in tensors)
         now = time.monotonic()
         self.egress.send_all(0, self.proc.start(now) if not self.proc.calls else self.proc.advance(now), now)

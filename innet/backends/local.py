@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
 from innet.backends.fabric import Endpoint, Fabric
 from innet.hosts.ensemble import InputReceiver, InputServer, input_summary
@@ -20,7 +22,9 @@ from innet.switch.runtime import SwitchRuntime
 class LocalRun:
     """One experiment on the fabric, in steps, so tests can add hosts of their own (a spoofer, a crash)."""
 
-    def __init__(self, graph: nx.Graph, run: RunSpec, pbox_cores: int = 1, crash: dict[str, float] | None = None) -> None:
+    def __init__(self, graph: nx.Graph, run: RunSpec, pbox_cores: int = 1, crash: dict[str, float] | None = None,
+                 given: Mapping[int, Sequence[np.ndarray]] | None = None) -> None:
+        """``given``: job 1's tensors by rank, all-reduced instead of the run's seeded ones (DDP's buckets)."""
         self.graph, self.run = graph, run
         self.rp: RunPlan = plan_run(graph, run, program_of(run))
         self.program = program_of(run, self.rp.fan_in)
@@ -42,7 +46,7 @@ class LocalRun:
         self.procs: list[WorkerProcess | SSPWorker] = []
         for plan in self.rp.plans:
             for w, spec in self.rp.specs[plan.job].items():
-                proc = host_endpoint(run, self.rp, w, spec)
+                proc = host_endpoint(run, self.rp, w, spec, given.get(spec.rank) if given and plan.job == 1 else None)
                 self.fabric.attach(w, Crashing(proc, crash[w]) if crash and w in crash else proc)
                 self.procs.append(proc)
 

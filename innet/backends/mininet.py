@@ -194,7 +194,8 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     program = program_of(run, rp.fan_in)
     configs = installed_configs(graph, run, rp)
     run_id = f"{os.getpid()}-{time.strftime('%H%M%S')}"
-    with _emulation(graph, run_id, link_mtu(program.elements)) as emu:
+    answer = program.elements + (1 if run.consistency else 0)  # a parameter server's answer leads with its clock
+    with _emulation(graph, run_id, link_mtu(answer)) as emu:
         emu.start_switches(run, program, configs, pcap_dir)
         return emu.execute(run, rp, pbox_cores, crash or {}, intruders or [], cli)
 
@@ -353,6 +354,7 @@ class Emulation:
                         "topk": run.topk, "layers": run.layers(),
                         "ssp": dataclasses.asdict(run.parameter_server()) if run.consistency else None,
                         "compute": run.compute_times(w, plan.job, spec.rank),
+                        "task": dataclasses.asdict(run.task(spec.nworkers)) if run.train else None,
                         "training": dataclasses.asdict(rp.training) if rp.training else None,
                         "port": f"{w}-eth0", "faults": _faults(graph, run, w), "result": os.path.join(self.run_dir, f"{w}.npz"),
                         "mode": run.mode, "ring": rp.ring(plan.job), "linger": linger,
@@ -503,9 +505,12 @@ class Emulation:
         cuts = np.cumsum(data["sizes"])[:-1]
         ints = np.split(data["ints"], cuts) if len(data["sizes"]) else []
         floats = np.split(data["floats"], cuts) if len(data["sizes"]) else []
+        if str(data["user_error"]):  # the worker's input was bad (a diverging learning rate): one line, as locally
+            raise UserError(str(data["user_error"]))
         outcome = WorkerOutcome(spec.job, spec.rank, ints, floats, list(data["started"]), list(data["finished"]),
                                 int(data["retransmissions"]), str(data["error"]), list(data["compute_starts"]),
-                                [int(s) for s in data["staleness"]], int(data["scale"]))
+                                [int(s) for s in data["staleness"]], int(data["scale"]), list(data["inputs"]),
+                                [(float(a), float(loss)) for a, loss in data["history"]])
         return outcome, float(data["cpu_s"])
 
     def teardown(self) -> None:

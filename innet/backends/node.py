@@ -19,6 +19,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -28,12 +29,17 @@ from innet.backends.client import AllreduceClient
 from innet.backends.egress import Egress, serve_once, wait_ms
 from innet.backends.rawport import RawPort
 from innet.backends.serialize import config_from_json, spec_from_json
+from innet.errors import UserError
 from innet.hosts.ensemble import InputReceiver, InputServer, Receiver, plan_from_json
+from innet.hosts.learner import Learner, bind_learner
+from innet.hosts.model import Task
 from innet.hosts.pbox import PBoxJob, PBoxServer
 from innet.hosts.ssp import Consistency, SSPWorker
 from innet.hosts.training import Training
+from innet.hosts.worker import WorkerProcess
 from innet.plan.spec import worker_tensors
-from innet.results.check import outcome_of, training_outcome
+from innet.results.check import WorkerOutcome, outcome_of, training_outcome
+from innet.run.modes import worker_process
 from innet.switch.loader import load_program
 from innet.switch.runtime import SwitchRuntime
 from innet.wire.operators import Operator
@@ -115,24 +121,34 @@ def serve_worker(conf: dict[str, Any]) -> int:
     """A worker host: wait for "go", then its all-reduce calls (following the training schedule, if any),
     or its training loop against the PBox (``ssp``); save what came back."""
     spec = spec_from_json(conf["spec"])
-    tensors = worker_tensors(conf["seed"], spec.job, spec.rank, conf["sizes"], conf["topk"], conf["layers"],
-                             spec.operator.rule == "bits")
     t = conf["training"]
     training = Training(**{**t, **{k: tuple(t[k]) for k in ("backward", "layer", "order", "forward_layers")}}) if t else None
-    ssp = SSPWorker(spec, tensors, conf["compute"], Consistency(**conf["ssp"])) if conf["ssp"] else None
-    client = AllreduceClient(spec, conf["port"], conf["mode"], conf["ring"], conf["faults"], training,
-                             endpoint=ssp)
+    learner = Learner(Task(**conf["task"]), spec.rank, conf["topk"]) if conf.get("task") else None
+    tensors: Sequence[np.ndarray] = learner if learner is not None else worker_tensors(
+        conf["seed"], spec.job, spec.rank, conf["sizes"], conf["topk"], conf["layers"], spec.operator.rule == "bits")
+    endpoint: WorkerProcess | SSPWorker
+    if conf["ssp"]:
+        endpoint = SSPWorker(spec, tensors, conf["compute"], Consistency(**conf["ssp"]))
+    else:
+        endpoint = worker_process(conf["mode"], spec, conf["ring"], tensors, training)
+    if learner is not None:
+        bind_learner(endpoint, learner)
+    client = AllreduceClient(spec, conf["port"], conf["mode"], conf["ring"], conf["faults"], training, endpoint=endpoint)
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":  # the controller went away before the start
         return 4
     cpu_at_go = _cpu_s()
-    if ssp is not None:
-        client.run_endpoint()
-    else:
-        client.run(tensors)  # a failed call ends the run; its error is recorded in the result file
-    if client.proc.error is None:
+    user_error = ""
+    try:
+        client.run_endpoint()  # a failed call ends the run; its error is recorded in the result file
+    except UserError as exc:  # a learner's (training diverged): the controller says it as one line, naming the flag
+        user_error = str(exc.args[0]) if exc.args else ""
+    if client.proc.error is None and not user_error:
         client.linger(conf["linger"], conf["linger_limit"])
-    outcome = training_outcome(ssp) if ssp is not None else outcome_of(client.proc)
+    if user_error:
+        outcome = WorkerOutcome(spec.job, spec.rank, [], [], [], [], 0, user_error)
+    else:
+        outcome = training_outcome(client.proc) if isinstance(client.proc, SSPWorker) else outcome_of(client.proc)
     np.savez(
         conf["result"],
         ints=np.concatenate([np.zeros(0, np.int64), *outcome.ints]),  # calls differ in size
@@ -147,8 +163,11 @@ def serve_worker(conf: dict[str, Any]) -> int:
         compute_starts=np.array(outcome.compute_starts, dtype=float),
         staleness=np.array(outcome.staleness, dtype=np.int64),
         scale=np.array(outcome.scale),
+        inputs=np.array(outcome.inputs) if outcome.inputs else np.zeros((0, 0), np.float32),
+        history=np.array(outcome.history, dtype=float).reshape(-1, 2),
+        user_error=np.array(user_error),
     )
-    return 0 if client.proc.error is None else 3
+    return 0 if client.proc.error is None and not user_error else 3
 
 
 def _cpu_s() -> float:

@@ -25,6 +25,7 @@ acknowledged key is probed again only after a quarter of the no-progress timeout
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,12 +124,16 @@ class ParameterKeys:
 class SSPWorker:
     """One worker's training loop against the PBox (see module doc). Sans-I/O, like every endpoint."""
 
-    def __init__(self, spec: JobSpec, tensors: list[np.ndarray], compute: list[float], cons: Consistency) -> None:
+    def __init__(self, spec: JobSpec, tensors: Sequence[np.ndarray], compute: list[float], cons: Consistency) -> None:
+        """``tensors``: each iteration's gradient, read when its compute starts (a lazy sequence, such as a
+        learner's, may say the run's exponent up front: ``bound_exponent()``)."""
         assert spec.pbox is not None
         self.spec, self.cons, self.compute = spec, cons, compute
-        self.tensors = [np.ascontiguousarray(t, np.float32).ravel() for t in tensors]
+        self.tensors = tensors
         self.keys = cons.keys(spec.elements)
-        self.local_exp = max((fixedpoint.magnitude_exponent(t) for t in self.tensors), default=fixedpoint.EXP_MIN)
+        bound = getattr(tensors, "bound_exponent", None)
+        self.local_exp = bound() if bound is not None else max(
+            (fixedpoint.magnitude_exponent(np.asarray(t, np.float32)) for t in tensors), default=fixedpoint.EXP_MIN)
         self.timer = RetransmitTimer(spec)
         self.scale: int | None = None
         self.quantized: list[np.ndarray] = []
@@ -139,6 +144,7 @@ class SSPWorker:
         self.answered: set[int] = set()
         self.next_key = 0
         self.final = np.zeros(cons.length, np.int64)
+        self.read = np.zeros(cons.length, np.int64)  # the parameters as last read, key by key
         self.staleness: list[int] = []  # per answered read of iterations 0..T-1
         self.started: list[float] = []  # per iteration: when its compute started
         self.finished: list[float] = []  # per iteration: when its last read came back
@@ -174,6 +180,10 @@ class SSPWorker:
         self.t += 1
         self.sent_at, self.acked, self.answered, self.next_key = {}, {}, set(), 0
         self.started.append(now)
+        if self.t < self.cons.iterations:
+            assert self.scale is not None
+            tensor = np.ascontiguousarray(self.tensors[self.t], np.float32).ravel()
+            self.quantized.append(fixedpoint.quantize(tensor, self.scale))
         self.ready_at = now + (self.compute[self.t] if self.t < self.cons.iterations else 0.0)
 
     def _fill(self, now: float) -> Frames:
@@ -195,7 +205,6 @@ class SSPWorker:
             self.last_progress = now
             self.sent_at = {}
             self.scale = fixedpoint.scale_for(pkt.exp, self.spec.nworkers * self.cons.iterations)
-            self.quantized = [fixedpoint.quantize(t, self.scale) for t in self.tensors]
             self._compute(now)
             return []
         t, key = divmod(pkt.chunk - 1, self.keys)
@@ -211,6 +220,7 @@ class SSPWorker:
         self.acked.pop(key, None)
         self.answered.add(key)
         values = pkt.values[1:].astype(np.int64)
+        self.read[key * self.spec.elements : key * self.spec.elements + len(values)] = values
         if t == self.cons.iterations:
             self.final[key * self.spec.elements : key * self.spec.elements + len(values)] = values
         else:
@@ -223,6 +233,11 @@ class SSPWorker:
             else:
                 self._compute(now)
         return out
+
+    def read_values(self) -> np.ndarray:
+        """The parameters (the sum of every gradient pushed) as this worker last read them, in float."""
+        assert self.scale is not None
+        return fixedpoint.dequantize(self.read, self.scale)
 
     def next_deadline(self) -> float | None:
         if self.done:

@@ -19,7 +19,7 @@ Protocol (SwitchML, with an in-network exponent agreement first):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -396,7 +396,7 @@ class WorkerProcess:
     ``calls`` are in the order they began and ``order`` says whose tensor each is.
     """
 
-    def __init__(self, spec: JobSpec, tensors: list[np.ndarray], make_call: Callable[..., Any] = AllreduceCall,
+    def __init__(self, spec: JobSpec, tensors: Sequence[np.ndarray], make_call: Callable[..., Any] = AllreduceCall,
                  first_chunk: int = 0, training: Training | None = None) -> None:
         self.spec = spec
         self.tensors = tensors

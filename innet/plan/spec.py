@@ -10,6 +10,8 @@ from functools import cached_property
 import numpy as np
 
 from innet.graph import link_name
+from innet.hosts.learner import Learner
+from innet.hosts.model import Task
 from innet.hosts.ssp import Consistency
 from innet.hosts.training import Training
 from innet.hosts.workloads import load_workload
@@ -56,6 +58,26 @@ class RunSpec:
     priority: str = "fifo"  # with a workload: "fifo" (backward order) or "p3" (the layer needed first goes first)
     input_elements: int = 0  # > 0: every worker reads this many input values per iteration from the PBox host
     shared_input: bool = False  # with input_elements: one multicast stream for all jobs instead of a copy each
+    train: str = ""  # a data set (innet.hosts.model): train a real model on it; elements and iterations follow from it
+    model: str = "mlp"  # with train: the model
+    epochs: int = 10  # with train
+    batch: int = 32  # with train: the global batch, divided evenly among the workers
+    lr: float = 0.5  # with train: the learning rate
+    hidden: int = 64  # with train: the MLP's hidden width
+
+    def __post_init__(self) -> None:
+        if self.train:  # a training run all-reduces the model's parameters once a step
+            task = self.task(1)
+            object.__setattr__(self, "elements", task.mlp.size)
+            object.__setattr__(self, "iterations", task.steps)
+
+    def task(self, workers: int) -> Task:
+        """What a training run trains, with ``workers`` workers (``train`` runs only)."""
+        return Task(self.train, self.model, self.epochs, self.batch, self.lr, self.hidden, self.seed, workers)
+
+    def learner(self, workers: int, rank: int) -> Learner:
+        """Worker ``rank``'s gradients, step by step, of a training run."""
+        return Learner(self.task(workers), rank, self.topk)
 
     def _slices(self) -> list[tuple[int, int, bool]]:
         """One iteration's calls in FIFO order, layers backward: (forward index of the layer, elements,
@@ -89,6 +111,8 @@ class RunSpec:
 
     def training(self) -> Training | None:
         """The compute schedule the calls follow (None: back to back, no compute)."""
+        if self.train and self.compute_time and not self.consistency:  # each step computes, then all-reduces
+            return Training(0.0, (self.compute_time,))
         if not self.workload:
             return None
         w = load_workload(self.workload, self.workload_scale)

@@ -14,9 +14,11 @@ import networkx as nx
 import numpy as np
 
 from innet.graph import natural_key
+from innet.hosts.learner import Learner
 from innet.hosts.training import iteration_stats
 from innet.plan.planner import JobPlan
 from innet.plan.spec import RunSpec
+from innet.results.learning import training_figures
 from innet.results.metrics import cross_rack_bytes, tier_bytes
 from innet.results.record import JobRecord, RunRecord
 from innet.wire import fixedpoint
@@ -97,6 +99,15 @@ class WorkerOutcome:
     compute_starts: list[float] = field(default_factory=list)  # with a workload: each iteration's
     staleness: list[int] = field(default_factory=list)  # consistency runs: the staleness of every read
     scale: int = 0  # consistency runs: the run's fixed-point scale
+    inputs: list[np.ndarray] = field(default_factory=list)  # training runs: the gradients the worker put in, step by step
+    history: list[tuple[float, float]] = field(default_factory=list)  # training runs: (test accuracy, loss) per epoch
+
+
+def learned(tensors: Any, error: Any) -> dict[str, Any]:
+    """A training run's worker's figures: the gradients it sent and, if it finished, its accuracy per epoch."""
+    if not isinstance(tensors, Learner):
+        return {}
+    return {"inputs": list(tensors.sent), "history": tensors.history() if error is None else []}
 
 
 def training_outcome(worker: Any) -> WorkerOutcome:
@@ -105,7 +116,7 @@ def training_outcome(worker: Any) -> WorkerOutcome:
     floats = [fixedpoint.dequantize(worker.final, worker.scale)] if final and worker.scale is not None else []
     return WorkerOutcome(worker.spec.job, worker.spec.rank, final, floats, worker.started, worker.finished,
                          worker.retransmissions, str(worker.error) if worker.error else "", [], worker.staleness,
-                         worker.scale or 0)
+                         worker.scale or 0, **learned(worker.tensors, worker.error if final else "unfinished"))
 
 
 def outcome_of(proc: Any) -> WorkerOutcome:
@@ -117,15 +128,19 @@ def outcome_of(proc: Any) -> WorkerOutcome:
         [c.started_at if c.started_at is not None else float("nan") for c in calls],
         [c.finished_at if c.finished_at is not None else float("nan") for c in calls],
         sum(c.retransmissions for c in calls), str(proc.error) if proc.error else "", proc.compute_starts,
+        **learned(proc.tensors, proc.error if len(done) == len(proc.tensors) else "unfinished"),
     )
 
 
 def training_summary(run: RunSpec, workers: Sequence[WorkerOutcome]) -> dict[str, Any]:
     """A consistency run's verdict: every worker ends with the exact sum of every worker's gradients of every
     iteration (at the run's one scale); the staleness read, against the bound; iterations per second."""
-    inputs = [run.tensors(w.job, w.rank) for w in workers]
-    q = max(fixedpoint.magnitude_exponent(t) for per_rank in inputs for t in per_rank)
-    scale = fixedpoint.scale_for(q, len(workers) * run.iterations)
+    inputs = [w.inputs or run.tensors(w.job, w.rank) for w in workers]
+    if run.train:  # the workers agreed on a bound their learners clipped to, not on their gradients' peak
+        scale = workers[0].scale
+    else:
+        q = max(fixedpoint.magnitude_exponent(t) for per_rank in inputs for t in per_rank)
+        scale = fixedpoint.scale_for(q, len(workers) * run.iterations)
     expected = np.sum([fixedpoint.quantize(t, scale).astype(np.int64) for per_rank in inputs for t in per_rank], axis=0)
     exact = np.sum([t.astype(np.float64) for per_rank in inputs for t in per_rank], axis=0)
     correct = all(w.scale == scale and len(w.ints) == 1 and np.array_equal(w.ints[0], expected) for w in workers)
@@ -163,7 +178,7 @@ def job_summary(run: RunSpec, plan: JobPlan, outcome: str, workers: Sequence[Wor
 def allreduce_summary(run: RunSpec, workers: Sequence[WorkerOutcome]) -> dict[str, Any]:
     """All-reduce calls' verdict: every call's exact sum, the median call time and, with a workload,
     the training schedule's figures."""
-    inputs = [run.tensors(w.job, w.rank) for w in workers]
+    inputs = [w.inputs or run.tensors(w.job, w.rank) for w in workers]
     correct, max_err, first = check(inputs, [w.ints for w in workers], [w.floats for w in workers], run.operator)
     times = []
     for it in range(len(inputs[0]) if inputs else 0):
@@ -230,6 +245,7 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Any, backend: str, outcomes: S
                 **{k: max(figures(k)) for k in ("iteration_s", "compute_s", "comm_wait_s", "next_forward_wait_s")
                    if k in jobs[0].figures}}
                if run.workload else {}),
+            **(training_figures(run, outcomes) if run.train else {}),
             **extra,
         },
     )

@@ -87,10 +87,11 @@ def input_lines(runs: list[RunRecord]) -> list[str]:
     return lines
 
 
-def write_results(path: str, graph: nx.Graph, runs: list[RunRecord]) -> None:
+def write_results(path: str, graph: nx.Graph, runs: list[RunRecord], **top: Any) -> None:
+    """results.json: the topology, every run, and ``top``-level figures (a training run's exact baseline)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
-        json.dump({"topology": topology_summary(graph), "runs": [r.to_json() for r in runs]}, fh, indent=2)
+        json.dump({"topology": topology_summary(graph), **top, "runs": [r.to_json() for r in runs]}, fh, indent=2)
 
 
 def write_link_csv(path: str, graph: nx.Graph, runs: list[RunRecord]) -> None:

@@ -72,9 +72,38 @@ def plot_tiers(runs: list[RunRecord], path: str) -> None:
     plt.close(fig)
 
 
-def write_plots(graph: nx.Graph, runs: list[RunRecord], out_dir: str) -> list[str]:
+def plot_accuracy(runs: list[RunRecord], exact: float | None, path: str) -> None:
+    """Training runs: test accuracy after each epoch against emulated time, one line per scheme; the exact
+    float baseline's final accuracy as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for run in runs:
+        epochs = run.figures.get("epochs", [])
+        ax.plot([e["time_s"] for e in epochs], [100 * e["accuracy"] for e in epochs], marker="o", markersize=3,
+                label=f"{run.figures['scheme']} ({100 * run.figures['accuracy']:.1f}%)")
+    if exact is not None:
+        ax.axhline(100 * exact, color="black", linestyle="--", linewidth=1, label=f"exact float ({100 * exact:.1f}%)")
+    ax.set_xlabel(f"emulated time, s ({runs[0].backend})")
+    ax.set_ylabel("test accuracy, %")
+    ax.set_title(f"training {runs[0].figures.get('train', '')}: accuracy against emulated time")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_plots(graph: nx.Graph, runs: list[RunRecord], out_dir: str, exact: float | None = None) -> list[str]:
+    """links.png and tiers.png; accuracy.png too for training runs (``exact``: the float baseline's accuracy)."""
     os.makedirs(out_dir, exist_ok=True)
     links, tiers = os.path.join(out_dir, "links.png"), os.path.join(out_dir, "tiers.png")
     plot_links(graph, runs, links)
     plot_tiers(runs, tiers)
-    return [links, tiers]
+    if not any(r.figures.get("train") for r in runs):
+        return [links, tiers]
+    accuracy = os.path.join(out_dir, "accuracy.png")
+    plot_accuracy([r for r in runs if r.figures.get("train")], exact, accuracy)
+    return [links, tiers, accuracy]

@@ -11,15 +11,18 @@ racks and switches), each with its own seed-derived gradients.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
 import networkx as nx
+import numpy as np
 
 from innet.errors import UserError
 from innet.graph import node_indices
 from innet.hosts.ensemble import InputPlan, group_tables, plan_input
+from innet.hosts.learner import bind_learner
 from innet.hosts.pbox import PBoxJob, PBoxServer
 from innet.hosts.ring import RingCall
 from innet.hosts.ssp import SSPWorker
@@ -84,6 +87,11 @@ def plan_run(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram]) -> Run
         raise UserError(f"{{job_priority}} wants one band in 0..{BANDS - 1} per job ({run.jobs}), got "
                         f"{','.join(map(str, run.job_priority))}")
     groups = [tuple(workers[i::run.jobs]) for i in range(run.jobs)]
+    if run.train and (run.workload or run.input_elements or run.operator.ufunc != "add"):
+        raise UserError("{train} all-reduces its own model's gradients with a sum: it takes neither {workload}, "
+                        "{input_elements} nor a {program} that reduces with another operator")
+    if run.train:
+        run.task(len(groups[0]))  # a batch that does not divide among the workers stops here, before anything starts
     window = program.slots or DEFAULT_WINDOW
     wanted = run.job_slots or max(1, window // run.jobs)
     if run.mode == "pbox" or (run.mode == "innet" and run.placement == "pbox"):
@@ -126,19 +134,27 @@ def installed_configs(graph: nx.Graph, run: RunSpec, rp: RunPlan) -> dict[str, S
                           groups)
 
 
-def worker_process(mode: str, spec: JobSpec, ring: list[int], tensors: list[Any],
+def worker_process(mode: str, spec: JobSpec, ring: list[int], tensors: Sequence[Any],
                    training: Training | None = None) -> WorkerProcess:
     """The endpoint a worker host runs for ``mode`` (``training``: the compute schedule its calls follow)."""
     make_call = partial(_ring_call, ring) if mode == "ring" else AllreduceCall
     return WorkerProcess(spec, tensors, make_call, training=training)
 
 
-def host_endpoint(run: RunSpec, rp: RunPlan, host: str, spec: JobSpec) -> WorkerProcess | SSPWorker:
-    """What worker ``host`` runs: its all-reduce calls, or with ``consistency`` its training loop against the PBox."""
-    tensors = run.tensors(spec.job, spec.rank)
+def host_endpoint(run: RunSpec, rp: RunPlan, host: str, spec: JobSpec,
+                  given: Sequence[np.ndarray] | None = None) -> WorkerProcess | SSPWorker:
+    """What worker ``host`` runs: its all-reduce calls, or with ``consistency`` its training loop against the PBox;
+    with ``train``, on the gradients its learner computes step by step; ``given``: on these tensors instead."""
+    learner = run.learner(spec.nworkers, spec.rank) if run.train and given is None else None
+    tensors = learner if learner is not None else given if given is not None else run.tensors(spec.job, spec.rank)
+    endpoint: WorkerProcess | SSPWorker
     if run.consistency:
-        return SSPWorker(spec, tensors, run.compute_times(host, spec.job, spec.rank), run.parameter_server())
-    return worker_process(run.mode, spec, rp.ring(spec.job), tensors, rp.training)
+        endpoint = SSPWorker(spec, tensors, run.compute_times(host, spec.job, spec.rank), run.parameter_server())
+    else:
+        endpoint = worker_process(run.mode, spec, rp.ring(spec.job), tensors, rp.training)
+    if learner is not None:
+        bind_learner(endpoint, learner)
+    return endpoint
 
 
 def _ring_call(ring: list[int], spec: JobSpec, tensor: Any, first: int) -> RingCall:
