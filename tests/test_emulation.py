@@ -164,14 +164,18 @@ def test_a_shared_input_stream_is_multicast_exactly_and_saves_the_predicted_byte
     """Two jobs read the same input: one multicast stream from the PBox host, copied by the switches.
     Every reader gets its shards bit for bit; the bytes are the planner's and the fabric's, link by link."""
     graph = build("leaf-spine", racks=2, hosts_per_rack=4)
-    spec = RunSpec(jobs=2, elements=20000, iterations=2, input_elements=20000, shared_input=True, min_rto=0.02)
+    spec = RunSpec(jobs=2, elements=20000, iterations=2, input_elements=20000, shared_input=True, min_rto=0.2)
     real = run_mininet(graph, spec)
     assert real["correct"], real["errors"]
     i = real["input"]
     assert i["exact"] and i["readers"] == 8, i
     if i["nacks"] == 0:  # a NACK (a reader idle 0.2 s on a loaded machine) adds resent bytes
         assert i["bytes"] == i["predicted_bytes"] == i["unicast_bytes"] - i["saved_bytes"]
-        assert real["link_bytes"] == run_local(graph, spec)["link_bytes"]
+    local = run_local(graph, spec)["link_bytes"]
+    if i["nacks"] == 0 and real["retransmissions"] == 0:
+        assert real["link_bytes"] == local
+    else:  # a loaded machine's retransmissions add frames, never take any away
+        assert all(real["link_bytes"][link] >= b for link, b in local.items()), (real["link_bytes"], local)
     assert_nothing_left()
 
 
