@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -27,7 +27,7 @@ def _train(rank: int, world: int, rendezvous: str, args: argparse.Namespace, out
     from topologies import build
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world)
+    dist.init_process_group("gloo", init_method=rendezvous, rank=rank, world_size=world)
     data = load_data("digits", args.seed, world)
     x, y = (torch.from_numpy(a) for a in data.shard(rank))
     per_rank = args.batch // world
@@ -53,8 +53,10 @@ def _train(rank: int, world: int, rendezvous: str, args: argparse.Namespace, out
         with torch.no_grad():
             predicted = net(torch.from_numpy(data.x_test)).argmax(dim=1).numpy()
         results[mode] = (float(np.mean(predicted == data.y_test)), state.virtual_s if state else 0.0)
+        del model  # its reducer's threads end before the process group does
     if rank == 0:
         out.put(results)  # type: ignore[attr-defined]
+    dist.barrier()  # no rank tears gloo down while another still talks to it (that aborted a rank, rarely)
     dist.destroy_process_group()
 
 
@@ -74,9 +76,11 @@ def main() -> int:
 
     ctx = mp.get_context("spawn")
     out = ctx.SimpleQueue()
-    with tempfile.TemporaryDirectory() as tmp:  # the ranks meet through a file: no port to collide with
-        mp.start_processes(_train, args=(args.procs, os.path.join(tmp, "rendezvous"), args, out), nprocs=args.procs,
-                           start_method="spawn")
+    with socket.socket() as probe:  # a free port on loopback for the ranks to meet at
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    mp.start_processes(_train, args=(args.procs, f"tcp://127.0.0.1:{port}", args, out), nprocs=args.procs,
+                       start_method="spawn")
     results = out.get()
     (innet, virtual), (plain, _) = results["innet"], results["plain"]
     print(f"innet hook: test accuracy {innet:.4f} ({virtual:.3f} virtual seconds in all-reduces)")
