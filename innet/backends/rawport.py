@@ -73,8 +73,8 @@ class RawPort:
     def recv_block(self) -> FrameBlock | None:
         """Every frame queued now (up to max_batch), parsed; None when there was none.
         The block's arrays are views of the receive buffer: valid until the next call."""
-        n = self.rx.recv(self.sock.fileno())
-        return parse_block(self.rx.frames[:n], self.rx.lengths[:n]) if n else None
+        frames, lengths = self.recv_rows()
+        return parse_block(frames, lengths) if len(lengths) else None
 
     def recv_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """Every frame queued now (up to max_batch), unparsed: ``frames[k, :lengths[k]]`` is frame k
