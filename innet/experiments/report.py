@@ -50,12 +50,15 @@ def crossing(points: list[tuple[float, float]], level: float = PAYS) -> float | 
 
 
 def summary(experiment: Experiment, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per series and swept value, the speed-up over the baseline (its first metric, a time, over this
-    series'); and where ``breakeven`` is set, the swept value where that ratio reaches 0.99, per series."""
+    """Per series and swept value, the speed-up over the baseline by the first metric: the baseline's time
+    over this series' for a time (a name ending in ``_s``, not ``per_s``), this series' rate over the baseline's
+    otherwise;
+    and where ``breakeven`` is set, the swept value where that ratio reaches 0.99, per series."""
     out: dict[str, Any] = {}
     if experiment.baseline:
         first = f"{experiment.metrics[0]}/{experiment.baseline}"
-        out["speedup"] = {s: {str(r[experiment.flag]): 1 / r[first] if r[first] else None
+        time = experiment.metrics[0].endswith("_s") and not experiment.metrics[0].endswith("per_s")
+        out["speedup"] = {s: {str(r[experiment.flag]): (1 / r[first] if time else r[first]) if r[first] else None
                               for r in rows if r["series"] == s} for s in experiment.series if s != experiment.baseline}
     if experiment.breakeven:
         out["breakeven"] = {s: crossing([(r[experiment.flag], r[experiment.breakeven]) for r in rows
