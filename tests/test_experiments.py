@@ -17,9 +17,10 @@ SEEDS = ["phub", "topk", "ensemble", "pipesgd", "p3", "ssp"]
 
 
 def innet(*args, cwd=None):
+    """``innet ARGS``; its output decoded as it is (text mode would turn the progress bar's \\r into \\n)."""
     env = dict(os.environ, PYTHONPATH=ROOT)
-    return subprocess.run([sys.executable, "-m", "innet", *args], capture_output=True, text=True, cwd=cwd or ROOT,
-                          env=env, timeout=900)
+    out = subprocess.run([sys.executable, "-m", "innet", *args], capture_output=True, cwd=cwd or ROOT, env=env, timeout=900)
+    return subprocess.CompletedProcess(out.args, out.returncode, out.stdout.decode(), out.stderr.decode())
 
 
 def test_one_experiment_per_seed_result_is_shipped_and_listed():
