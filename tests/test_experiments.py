@@ -52,7 +52,7 @@ def test_each_experiment_runs_and_matches_a_direct_run(name, tmp_path):
     assert list(rows[0]) == ["series", experiment.flag, *experiment.metrics, "correct", "command", *ratios]
     assert [(r["series"], r[experiment.flag]) for r in rows] == [
         (s, str(v)) for v in experiment.quick for s in experiment.series]
-    assert [{k: str(v) for k, v in p.items()} for p in data["points"]] == rows
+    assert [{k: "" if v is None else str(v) for k, v in p.items()} for p in data["points"]] == rows
     assert all(p["correct"] is True for p in data["points"])
     for p in data["points"]:
         base = next(b for b in data["points"] if b["series"] == experiment.baseline
