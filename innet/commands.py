@@ -139,7 +139,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     except UserError as exc:
         return _fail(exc.render(cli.flag))
     except KeyboardInterrupt:
-        print("interrupted; everything this run created was removed", file=sys.stderr)
+        print("\ninterrupted; everything this run created was removed", file=sys.stderr)  # below the progress bar
         return 130
     print(f"results: {', '.join(files)}")
     return 0

@@ -166,3 +166,13 @@ def test_innet_clean_is_run_topology_clean(monkeypatch, capsys):
     monkeypatch.setattr(cleanup, "clean_leftovers", lambda: "cleaned 0 interrupted run(s)")
     assert commands.main(["clean"]) == 0 and cli.main(["--clean"]) == 0
     assert capsys.readouterr().out == "cleaned 0 interrupted run(s)\n" * 2
+
+
+def test_the_console_entry_point_is_the_innet_command():
+    import tomllib
+
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        scripts = tomllib.load(f)["project"]["scripts"]
+    assert scripts == {"innet": "innet.commands:console"}
+    module, _, name = scripts["innet"].partition(":")
+    assert module == commands.__name__ and callable(getattr(commands, name))
