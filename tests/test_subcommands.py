@@ -176,3 +176,19 @@ def test_the_console_entry_point_is_the_innet_command():
     assert scripts == {"innet": "innet.commands:console"}
     module, _, name = scripts["innet"].partition(":")
     assert module == commands.__name__ and callable(getattr(commands, name))
+
+
+def test_a_flag_added_to_the_table_without_a_section_shows_under_other_in_run(monkeypatch, capsys):
+    """Flags other work adds to ``cli.parser()`` reach ``innet run`` before anyone files them in a section."""
+    table = cli.parser
+
+    def with_new_flag():
+        p = table()
+        p.add_argument("--dilation", type=float, default=1.0, help="a new flag")
+        return p
+
+    monkeypatch.setattr(cli, "parser", with_new_flag)
+    with pytest.raises(SystemExit):
+        commands.main(["run", "--help"])
+    text = capsys.readouterr().out
+    assert sections_of(text)[-1] == "other" and "--dilation DILATION" in text.split("\nother:\n")[1]
