@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +55,7 @@ class Cluster:
     key: str = ""
     known_hosts: str = ""
     user: str = "root"
+    control_dir: str = ""  # once a run's masters are up (``master``): every ssh goes through its server's
 
     def ssh(self, server: str, tty: bool = False) -> list[str]:
         """The ssh command that runs a command on ``server``; ``tty``: a terminal there, hung up when ssh ends."""
@@ -63,7 +65,26 @@ class Cluster:
             argv += ["-i", self.key, "-o", "IdentitiesOnly=yes"]
         if self.known_hosts:
             argv += ["-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "StrictHostKeyChecking=yes"]
+        if self.control_dir:
+            argv += ["-o", "ControlMaster=no", "-o", f"ControlPath={self.control_dir}/ssh-%C"]
         return argv + [server if "@" in server else f"{self.user}@{server}"]
+
+    def master(self, server: str) -> list[str]:
+        """The ssh command that holds one login to ``server`` for the whole run (with ``control_dir`` set): the
+        nodes' shells and processes are sessions inside it, so a run makes one login per server, not one per
+        process (sshd drops logins that arrive together: MaxStartups), and ending it hangs up all of them."""
+        argv = self.ssh(server)
+        return argv[:-5] + ["-M", "-N", "-o", "ControlPersist=no", "-o", f"ControlPath={self.control_dir}/ssh-%C", argv[-1]]
+
+    def wait_masters(self, timeout: float = 15) -> None:
+        """Until every server's master answers (``ssh -O check``)."""
+        for server in self.servers:
+            deadline = time.monotonic() + timeout
+            while subprocess.run(self.ssh(server)[:-1] + ["-O", "check", self.ssh(server)[-1]], capture_output=True,
+                                 check=False).returncode:
+                if time.monotonic() > deadline:
+                    raise UserError(f"the ssh connection to server {server} did not come up in {timeout:g}s")
+                time.sleep(0.05)
 
     def run(self, server: str, command: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
         """``command`` (a shell line) on ``server``, outside any node."""

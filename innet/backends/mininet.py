@@ -271,6 +271,8 @@ class Emulation:
         log(f"building {graph.graph.get('name', 'topology')}: {graph.number_of_nodes()} nodes, "
             f"{graph.number_of_edges()} links")
         link, host = (VxlanLink, RemoteHost) if self.cluster is not None else (TCLink, Host)
+        if self.cluster is not None:
+            self._connect()
         remote = {"cluster": self.cluster} if self.cluster is not None else {}
         self.net = net = Mininet(topo=None, build=False, controller=None, link=link, autoSetMacs=False,
                                  autoStaticArp=False, waitConnected=False)
@@ -306,6 +308,18 @@ class Emulation:
             error = net.get(name).cmd(f"tc qdisc add dev {intf} parent 5:1 handle 10: pfifo_fast")
             if error.strip():
                 raise UserError(f"cannot add priority queues to {intf}: {error.strip()}")
+
+    def _connect(self) -> None:
+        """One ssh login per server for the run (innet.backends.cluster.Cluster.master), recorded like every process;
+        teardown ends them last, after Mininet has stopped the nodes through them."""
+        assert self.cluster is not None
+        self.cluster = dataclasses.replace(self.cluster, control_dir=self.run_dir)
+        for server in self.cluster.servers:
+            with _signals_deferred():
+                proc = subprocess.Popen(self.cluster.master(server), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, start_new_session=True)
+                self.state.add_pid(f"ssh:{server}", proc.pid)
+        self.cluster.wait_masters()
 
     def _popen(self, name: str | None, args: list[str], **kw: Any) -> subprocess.Popen[bytes]:
         """Start ``args`` inside node ``name`` (or, with None, here), recorded for teardown."""
@@ -386,8 +400,9 @@ class Emulation:
         readers = {name: p for name, p in starters.items() if name.endswith(":input")}
         for name, proc in procs.items():
             assert proc.stdout is not None
-            if proc.stdout.readline().strip() != b"ready":
-                raise UserError(f"{name} failed to start")
+            said = proc.stdout.readline().strip()
+            if said != b"ready":
+                raise UserError(f"{name} failed to start: {said.decode(errors='replace') or 'it said nothing'}")
         cpu_before = {sw: ctl.call("stats")["cpu_s"] for sw, ctl in self.switch_controls.items()}
         before = {n.name: interface_bytes(n) for n in net.hosts}
         log(f"all-reduce: {len(workers)} workers x {run.elements} elements x {run.iterations} iteration(s)")
