@@ -80,6 +80,8 @@ def up(n: int) -> list[str]:
         raise SystemExit(f"error: up wants 1 to 50 servers, got {n}")
     if os.path.exists(STATE):
         raise SystemExit(f"error: servers are already up ({STATE}); run `{sys.argv[0]} down` first")
+    if os.path.exists(DIR):
+        raise SystemExit(f"error: {DIR} exists but records no servers; remove it (rm -r {DIR}) and run up again")
     _ensure_sshd()
     os.makedirs(DIR, mode=0o700)
     state: dict[str, object] = {"servers": [], "pids": {}, "privsep": not os.path.isdir(PRIVSEP)}
