@@ -2,7 +2,7 @@
 # works on a fresh machine. As a non-root user the installs and Mininet use sudo.
 PYTHON ?= python3
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
-APT_PACKAGES := mininet bridge-utils ethtool iproute2 tcpdump tshark
+APT_PACKAGES := mininet bridge-utils ethtool iproute2 tcpdump tshark openssh-server
 STAMP := .deps.stamp
 
 .PHONY: deps demo test test-fast test-slow bench lint clean

@@ -15,7 +15,15 @@ from innet.hosts.workloads import WORKLOADS
 from innet.plan.planner import METHODS
 from innet.plan.spec import RunSpec
 from innet.results.learning import learning_lines
-from innet.results.metrics import input_lines, job_lines, summary_table, training_lines, write_link_csv, write_results
+from innet.results.metrics import (
+    cluster_lines,
+    input_lines,
+    job_lines,
+    summary_table,
+    training_lines,
+    write_link_csv,
+    write_results,
+)
 from innet.run.modes import MODES
 from innet.wire.faults import FaultSpec, parse_link_fault
 from innet.wire.packet import BANDS
@@ -135,6 +143,13 @@ def parser() -> argparse.ArgumentParser:
                    help="also write the topology as FILE: .json (node-link, as p4-utils writes it) or .graphml")
     p.add_argument("--cli", action="store_true", help="mininet: open the Mininet CLI after the run")
     p.add_argument("--clean", action="store_true", help="remove what an interrupted innet run left behind, then exit")
+    p.add_argument("--cluster", default=None, metavar="HOST1,HOST2,...",
+                   help="mininet: spread switches and hosts over these servers (ssh as root; Mininet's cluster mode), "
+                        "links between servers as VXLAN tunnels; scripts/cluster_servers.py makes test servers")
+    p.add_argument("--cluster-key", default=None, metavar="FILE",
+                   help="with --cluster: the private key for the servers' ssh logins (default: ssh's own)")
+    p.add_argument("--cluster-known-hosts", default=None, metavar="FILE",
+                   help="with --cluster: the servers' host keys (default: ssh's known_hosts)")
     return p
 
 
@@ -244,6 +259,19 @@ def _straggler(text: str) -> tuple[str, float, float]:
     return host, factor, chance
 
 
+def _cluster(args: argparse.Namespace) -> Any:
+    """The servers of --cluster (None without it), checked for form here and reached only when the run starts."""
+    if args.cluster is None:
+        if args.cluster_key or args.cluster_known_hosts:
+            raise UserError("--cluster-key and --cluster-known-hosts go with --cluster HOST1,HOST2,...")
+        return None
+    if args.backend != "mininet":
+        raise UserError("--cluster spreads a Mininet network over servers: it needs the mininet backend")
+    from innet.backends.cluster import Cluster, parse_servers
+
+    return Cluster(parse_servers(args.cluster), key=args.cluster_key or "", known_hosts=args.cluster_known_hosts or "")
+
+
 def _graph(args: argparse.Namespace) -> Any:
     from topologies import build
 
@@ -304,6 +332,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.backend == "mininet" and os.geteuid() != 0:
         raise UserError("the mininet backend needs root: run with sudo, or use --backend local")
     run = _spec(args)
+    cluster = _cluster(args)
     graph = _graph(args)
     if args.save_topology:
         from topologies.files import save_file
@@ -338,7 +367,8 @@ def _main(args: argparse.Namespace) -> int:
         else:
             from innet.backends.mininet import run_mininet
 
-            runs.append(run_mininet(graph, spec, pcap_dir=args.pcap, cli=args.cli, pbox_cores=args.pbox_cores, crash=crash))
+            runs.append(run_mininet(graph, spec, pcap_dir=args.pcap, cli=args.cli, pbox_cores=args.pbox_cores, crash=crash,
+                                    cluster=cluster))
     exact: dict[str, Any] = {}
     if run.train:
         from innet.run.learn import exact_history
@@ -347,7 +377,8 @@ def _main(args: argparse.Namespace) -> int:
         exact = {"accuracy_exact": history[-1][0], "exact_epochs": [{"epoch": e + 1, "accuracy": a, "loss": loss}
                                                                     for e, (a, loss) in enumerate(history)]}
     print(summary_table(runs))
-    for line in job_lines(runs) + training_lines(runs) + input_lines(runs) + learning_lines(runs, exact.get("accuracy_exact")):
+    for line in (job_lines(runs) + training_lines(runs) + input_lines(runs) + learning_lines(runs, exact.get("accuracy_exact"))
+                 + cluster_lines(runs)):
         print(line)
     if args.predict:
         from innet.run.planreport import prediction_table

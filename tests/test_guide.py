@@ -15,6 +15,7 @@ TESTED_ELSEWHERE = {
     "Set-up: two commands": ".ci/run runs make test; make demo is the tour's first command",
     "Topologies": "tests/test_readme.py::test_the_topology_file_commands_run_as_written",
     "Reading captures in Wireshark": "tests/test_readme.py::test_the_wireshark_commands_run_as_written",
+    "Past one machine: a cluster": "tests/test_readme.py::test_the_cluster_commands_run_as_written",
     "Writing a switch program": "tests/test_readme.py::test_each_command_runs_as_written",
     "Reproducing the papers": "tests/test_readme_reproduce.py runs each innet reproduce command (its quick sweep)",
     "Training a real model (`--train digits`)": "tests/test_learning.py runs its command",

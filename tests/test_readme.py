@@ -151,3 +151,21 @@ def test_the_wireshark_commands_run_as_written(shell, tmp_path):
         out = shell(once)
         assert out.returncode == 0 and "Lua" not in out.stderr, out.stderr
         assert out.stdout.count("innet gradient aggregation") == len(frames) and "    chunk: 4294967295" in out.stdout
+
+
+@pytest.mark.mininet
+def test_the_cluster_commands_run_as_written(shell):
+    """Test servers up, a run over them with its cluster line, servers down (test_cluster.py checks the figures)."""
+    up, run, down = [line.removeprefix("sudo ").replace("scripts/", f"{ROOT}/scripts/")
+                     for b in blocks(subsection("Past one machine: a cluster"), "sh") for line in b.strip().splitlines()]
+    out = shell(up)
+    try:
+        assert out.returncode == 0, out.stderr
+        assert run.split("run_topology.py ")[1] in out.stdout  # the script prints the flags the README runs with
+        out = shell(run)
+        assert out.returncode == 0, out.stderr
+        assert re.search(r"^innet cluster \(10.213.57.1: h1 h2 p1 s1 t1; 10.213.57.2: h3 h4 t2\): \d+ B crossed servers "
+                         r"on 1 tunnel link\(s\): s1--t2 \d+$", out.stdout, re.M), out.stdout
+    finally:
+        gone = shell(down)
+    assert gone.returncode == 0 and "removed 2 test server(s)" in gone.stdout, gone.stderr

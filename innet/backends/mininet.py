@@ -27,6 +27,7 @@ import networkx as nx
 import numpy as np
 
 from innet.backends.cleanup import RunState, delete_intfs, kill_recorded
+from innet.backends.cluster import Cluster, cluster_figures, place
 from innet.backends.serialize import config_to_json, spec_to_json
 from innet.errors import UserError
 from innet.graph import is_switch, link_name, natural_key, port_to, ports
@@ -137,14 +138,20 @@ class Control:
         return lines[-1] if lines else "no message"
 
 
+ETH_HEADER = 14  # bytes a VXLAN device's counters leave out of every frame (they count from the inner IP header)
+
+
 def interface_bytes(node: Any) -> dict[str, int]:
-    """tx bytes of every interface of a Mininet node, read inside its namespace."""
-    out = node.cmd("ip -s -j link show")
+    """tx bytes of every interface of a Mininet node, read inside its namespace: whole Ethernet frames, as a veth
+    counts them, on a cluster's VXLAN tunnels too."""
+    out = node.cmd("ip -d -s -j link show")
     try:
         links = json.loads(out)
     except ValueError:
         return {}
-    return {d["ifname"]: int(d["stats64"]["tx"]["bytes"]) for d in links if "stats64" in d}
+    return {d["ifname"]: int(d["stats64"]["tx"]["bytes"])
+            + (ETH_HEADER * int(d["stats64"]["tx"]["packets"]) if d.get("linkinfo", {}).get("info_kind") == "vxlan" else 0)
+            for d in links if "stats64" in d}
 
 
 @contextmanager
@@ -180,12 +187,13 @@ def _signals_deferred() -> Iterator[None]:
 
 def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli: bool = False,
                 pbox_cores: int = 1, crash: dict[str, float] | None = None,
-                intruders: list[tuple[str, list[str]]] | None = None) -> RunRecord:
+                intruders: list[tuple[str, list[str]]] | None = None, cluster: Cluster | None = None) -> RunRecord:
     """Run ``run`` on a Mininet network built from ``graph``; remove everything afterwards.
 
     ``crash`` kills the named worker hosts' processes (SIGKILL) that many seconds
     after the start; ``intruders`` are extra commands started on hosts with the
-    workers (the tests' spoofers and fuzzers).
+    workers (the tests' spoofers and fuzzers); ``cluster`` spreads the network over
+    servers (innet.backends.cluster), every one of them checked before anything starts.
     """
     from mininet.log import setLogLevel
 
@@ -195,7 +203,9 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     configs = installed_configs(graph, run, rp)
     run_id = f"{os.getpid()}-{time.strftime('%H%M%S')}"
     answer = program.elements + (1 if run.consistency else 0)  # a parameter server's answer leads with its clock
-    with _emulation(graph, run_id, link_mtu(answer)) as emu:
+    if cluster is not None:
+        cluster.check()
+    with _emulation(graph, run_id, link_mtu(answer), cluster) as emu:
         emu.start_switches(run, program, configs, pcap_dir)
         return emu.execute(run, rp, pbox_cores, crash or {}, intruders or [], cli)
 
@@ -211,7 +221,7 @@ def network(graph: nx.Graph, mtu: int = ETH_MTU) -> Iterator[Emulation]:
 
 
 @contextmanager
-def _emulation(graph: nx.Graph, run_id: str, mtu: int) -> Iterator[Emulation]:
+def _emulation(graph: nx.Graph, run_id: str, mtu: int, cluster: Cluster | None = None) -> Iterator[Emulation]:
     """The network of ``graph`` built, every link's MTU ``mtu``, with its run directory and state file; all of
     it removed on exit, SIGINT and SIGTERM included. The state file and run directory are made with those
     signals deferred, so an interrupt cannot land between creating them and recording that they exist."""
@@ -223,7 +233,7 @@ def _emulation(graph: nx.Graph, run_id: str, mtu: int) -> Iterator[Emulation]:
             with _signals_deferred():
                 os.makedirs(run_dir)
                 state = RunState(run_id, run_dir)
-            emu = Emulation(graph, state, run_dir, mtu)
+            emu = Emulation(graph, state, run_dir, mtu, cluster)
             emu.build()
             yield emu
         finally:
@@ -237,8 +247,10 @@ def _emulation(graph: nx.Graph, run_id: str, mtu: int) -> Iterator[Emulation]:
 
 
 class Emulation:
-    def __init__(self, graph: nx.Graph, state: RunState, run_dir: str, mtu: int) -> None:
+    def __init__(self, graph: nx.Graph, state: RunState, run_dir: str, mtu: int, cluster: Cluster | None = None) -> None:
         self.graph = graph
+        self.cluster = cluster
+        self.placement = place(graph, cluster.servers) if cluster is not None else {}
         self.mtu = mtu
         self.state = state
         self.run_dir = run_dir
@@ -253,17 +265,24 @@ class Emulation:
         from mininet.net import Mininet
         from mininet.node import Host
 
+        from innet.backends.remote import RemoteHost, VxlanLink
+
         graph = self.graph
         log(f"building {graph.graph.get('name', 'topology')}: {graph.number_of_nodes()} nodes, "
             f"{graph.number_of_edges()} links")
-        self.net = net = Mininet(topo=None, build=False, controller=None, link=TCLink, autoSetMacs=False,
+        link, host = (VxlanLink, RemoteHost) if self.cluster is not None else (TCLink, Host)
+        if self.cluster is not None:
+            self._connect()
+        remote = {"cluster": self.cluster} if self.cluster is not None else {}
+        self.net = net = Mininet(topo=None, build=False, controller=None, link=link, autoSetMacs=False,
                                  autoStaticArp=False, waitConnected=False)
         names = sorted(graph, key=natural_key)
         self.state.add_intfs([f"{n}-eth{p}" for n in names for p in range(graph.degree(n))])
         for name in names:
             with _signals_deferred():  # a node's shell is recorded before an interrupt can land
-                node = net.addHost(name, cls=Host, ip=None, inNamespace=True)
-                self.state.add_pid(f"mininet:{name}", node.pid)
+                node = net.addHost(name, cls=host, ip=None, inNamespace=True,
+                                   **({"server": self.placement[name], **remote} if remote else {}))
+                self.state.add_pid(f"mininet:{name}", node.shell.pid)  # here: a remote node's is its ssh
         unshaped = 0
         shaped: list[tuple[str, str]] = []
         for u, v, data in sorted(graph.edges(data=True), key=lambda e: link_name(e[0], e[1])):
@@ -289,6 +308,18 @@ class Emulation:
             error = net.get(name).cmd(f"tc qdisc add dev {intf} parent 5:1 handle 10: pfifo_fast")
             if error.strip():
                 raise UserError(f"cannot add priority queues to {intf}: {error.strip()}")
+
+    def _connect(self) -> None:
+        """One ssh login per server for the run (innet.backends.cluster.Cluster.master), recorded like every process;
+        teardown ends them last, after Mininet has stopped the nodes through them."""
+        assert self.cluster is not None
+        self.cluster = dataclasses.replace(self.cluster, control_dir=self.run_dir)
+        for server in self.cluster.servers:
+            with _signals_deferred():
+                proc = subprocess.Popen(self.cluster.master(server), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, start_new_session=True)
+                self.state.add_pid(f"ssh:{server}", proc.pid)
+        self.cluster.wait_masters()
 
     def _popen(self, name: str | None, args: list[str], **kw: Any) -> subprocess.Popen[bytes]:
         """Start ``args`` inside node ``name`` (or, with None, here), recorded for teardown."""
@@ -369,8 +400,9 @@ class Emulation:
         readers = {name: p for name, p in starters.items() if name.endswith(":input")}
         for name, proc in procs.items():
             assert proc.stdout is not None
-            if proc.stdout.readline().strip() != b"ready":
-                raise UserError(f"{name} failed to start")
+            said = proc.stdout.readline().strip()
+            if said != b"ready":
+                raise UserError(f"{name} failed to start: {said.decode(errors='replace') or 'it said nothing'}")
         cpu_before = {sw: ctl.call("stats")["cpu_s"] for sw, ctl in self.switch_controls.items()}
         before = {n.name: interface_bytes(n) for n in net.hosts}
         log(f"all-reduce: {len(workers)} workers x {run.elements} elements x {run.iterations} iteration(s)")
@@ -494,6 +526,8 @@ class Emulation:
             warnings=bottlenecks(stats, host_cpu, wall, machine_busy),
             switch_counters={sw: st.get("counters", {}) for sw, st in stats.items()},
             **({"input": self._input_record(rp.input, stats)} if rp.input is not None else {}),
+            **({"cluster": cluster_figures(graph, self.placement, self.cluster.servers, link_bytes)}
+               if self.cluster is not None else {}),
         )
 
     def _outcome(self, host: str, spec: Any) -> tuple[WorkerOutcome, float]:

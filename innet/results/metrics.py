@@ -87,6 +87,19 @@ def input_lines(runs: list[RunRecord]) -> list[str]:
     return lines
 
 
+def cluster_lines(runs: list[RunRecord]) -> list[str]:
+    """A line per run spread over servers (--cluster): where the nodes ran, and the bytes that crossed servers."""
+    lines = []
+    for r in runs:
+        c = r.figures.get("cluster")
+        if c:
+            where = "; ".join(f"{s}: {' '.join(nodes)}" for s, nodes in c["servers"].items())
+            tunnels = ", ".join(f"{link} {b}" for link, b in c["tunnel_bytes"].items()) or "none"
+            lines.append(f"{r['mode']} cluster ({where}): {c['cross_server_bytes']} B crossed servers on "
+                         f"{len(c['tunnel_bytes'])} tunnel link(s): {tunnels}")
+    return lines
+
+
 def write_results(path: str, graph: nx.Graph, runs: list[RunRecord], **top: Any) -> None:
     """results.json: the topology, every run, and ``top``-level figures (a training run's exact baseline)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
