@@ -46,7 +46,7 @@ def test_drops_cut_the_admitted_share_on_every_port_alike_and_short_queues_give_
     assert shedder.admit == 0.8
     assert ports[0].filter == ports[1].filter == round(0.8 * LEVELS)
     ports[1].queued = HIGH + 1  # still queueing, and more each time
-    for k in range(3):
+    for _ in range(3):
         ports[1].queued += 1000
         now = ticks(shedder, now, 1)
     assert abs(shedder.admit - 0.8 * 0.93 ** 3) < 1e-9
