@@ -12,8 +12,10 @@ from typing import Any, NoReturn
 from innet.backends.mininet import TCLINK_MAX_MBPS
 from innet.errors import UserError
 from innet.hosts.workloads import WORKLOADS
+from innet.plan.dilation import LOCAL_MIN_RTO, MININET_MIN_RTO, auto_factor, fastest_link, parse_dilation
 from innet.plan.planner import METHODS
 from innet.plan.spec import RunSpec
+from innet.results.fidelity import fidelity_line
 from innet.results.learning import learning_lines
 from innet.results.metrics import input_lines, job_lines, summary_table, training_lines, write_link_csv, write_results
 from innet.run.modes import MODES
@@ -135,6 +137,11 @@ def parser() -> argparse.ArgumentParser:
                    help="also write the topology as FILE: .json (node-link, as p4-utils writes it) or .graphml")
     p.add_argument("--cli", action="store_true", help="mininet: open the Mininet CLI after the run")
     p.add_argument("--clean", action="store_true", help="remove what an interrupted innet run left behind, then exit")
+    p.add_argument("--dilation", default="auto", metavar="auto|off|F",
+                   help="mininet: time dilation (README: Performance): links F times slower, every delay, compute time "
+                        "and timeout F times longer, every reported time divided by F. auto (the default): F = the fastest "
+                        "link's rate over the rate this machine carries faithfully (calibrated once, cached); off: F = 1. "
+                        "The local backend runs in virtual time and takes auto or off only")
     return p
 
 
@@ -144,9 +151,6 @@ def _spec(args: argparse.Namespace) -> RunSpec:
             raise UserError(f"--{name} must be at least 1, got {getattr(args, name)}")
     if args.bw is not None and not 0 < args.bw:
         raise UserError(f"--bw must be positive, got {args.bw:g}")
-    if args.bw is not None and args.backend == "mininet" and args.bw > TCLINK_MAX_MBPS:
-        raise UserError(f"--bw must be in (0, {TCLINK_MAX_MBPS:g}] Mbit/s on Mininet (TCLink ignores larger values), "
-                        f"got {args.bw:g}; the local backend takes any rate")
     if args.switch_memory < 0 or args.timeout <= 0:
         raise UserError("--switch-memory must not be negative and --timeout must be positive")
     try:
@@ -184,9 +188,32 @@ def _spec(args: argparse.Namespace) -> RunSpec:
                    pool_slots=args.pool_slots, packet_elements=args.packet_elements,
                    job_priority=job_priority, input_elements=args.input_elements, shared_input=args.shared_input,
                    link_faults=link_faults, workload=args.workload or "", workload_scale=args.workload_scale,
-                   pipeline=args.pipeline, compute_scale=args.compute_scale, min_rto=0.001 if args.backend == "local" else 0.02,
+                   pipeline=args.pipeline, compute_scale=args.compute_scale,
+                   min_rto=LOCAL_MIN_RTO if args.backend == "local" else MININET_MIN_RTO,
                    train=args.train or "", model=args.model, epochs=args.epochs, batch=args.batch, lr=args.lr,
                    hidden=args.hidden)
+
+
+def _dilation(args: argparse.Namespace, graph: Any) -> float:
+    """The run's time dilation factor (innet.plan.dilation): 1 on the local backend, which runs in virtual
+    time; on Mininet --dilation's, auto from the machine's calibration. The dilated links must be ones
+    TCLink can shape."""
+    wanted = parse_dilation(args.dilation)
+    if args.backend == "local":
+        if wanted not in ("auto", 1.0):
+            raise UserError(f"--dilation {args.dilation} slows Mininet's clock; the local backend runs in virtual "
+                            "time and needs none: use --dilation auto or off there")
+        return 1.0
+    if wanted == "auto":
+        from innet.backends.calibration import faithful_rate
+
+        wanted = auto_factor(fastest_link(graph), faithful_rate())
+    factor = float(wanted)
+    if args.bw is not None and args.bw / factor > TCLINK_MAX_MBPS:
+        raise UserError(f"--bw {args.bw:g} is {args.bw / factor:g} Mbit/s on the dilated links (--dilation {args.dilation}: "
+                        f"factor {factor:g}), above the {TCLINK_MAX_MBPS:g} TCLink can shape: dilate by at least "
+                        f"{args.bw / TCLINK_MAX_MBPS:g}, or use the local backend")
+    return factor
 
 
 def _straggler(text: str) -> tuple[str, float, float]:
@@ -271,6 +298,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.pbox_cores < 1:
         raise UserError(f"--pbox-cores must be at least 1, got {args.pbox_cores}")
     crash = _crashes(args.crash, graph)
+    dilation = _dilation(args, graph)
     for link, _ in run.link_faults:
         ends = link.split("->") if "->" in link else link.split("--")
         if not graph.has_edge(*ends):
@@ -290,7 +318,8 @@ def _main(args: argparse.Namespace) -> int:
         else:
             from innet.backends.mininet import run_mininet
 
-            runs.append(run_mininet(graph, spec, pcap_dir=args.pcap, cli=args.cli, pbox_cores=args.pbox_cores, crash=crash))
+            runs.append(run_mininet(graph, spec, pcap_dir=args.pcap, cli=args.cli, pbox_cores=args.pbox_cores, crash=crash,
+                                    dilation=dilation))
     exact: dict[str, Any] = {}
     if run.train:
         from innet.run.learn import exact_history
@@ -299,6 +328,8 @@ def _main(args: argparse.Namespace) -> int:
         exact = {"accuracy_exact": history[-1][0], "exact_epochs": [{"epoch": e + 1, "accuracy": a, "loss": loss}
                                                                     for e, (a, loss) in enumerate(history)]}
     print(summary_table(runs))
+    for r in runs:
+        print(fidelity_line(r))
     for line in job_lines(runs) + training_lines(runs) + input_lines(runs) + learning_lines(runs, exact.get("accuracy_exact")):
         print(line)
     if args.predict:
@@ -318,8 +349,6 @@ def _main(args: argparse.Namespace) -> int:
         write_results(args.json, graph, runs, **exact)
     print(f"results: {', '.join(files)}")
     for r in runs:
-        for warning in r.figures.get("warnings", []):
-            print(f"warning: {r.mode}: {warning}", file=sys.stderr)
         for err in r.errors:
             print(f"error: {err}", file=sys.stderr)
     return 0 if all(r.correct for r in runs) else 1
