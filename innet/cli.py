@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 from innet.backends.mininet import TCLINK_MAX_MBPS
 from innet.errors import UserError
 from innet.hosts.workloads import WORKLOADS
-from innet.plan.dilation import LOCAL_MIN_RTO, MININET_MIN_RTO, auto_factor, fastest_link, parse_dilation
+from innet.plan.dilation import LOCAL_MIN_RTO, MININET_MIN_RTO, auto_factor, host_link_rate, parse_dilation
 from innet.plan.planner import METHODS
 from innet.plan.spec import RunSpec
 from innet.results.fidelity import fidelity_line
@@ -139,7 +139,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--clean", action="store_true", help="remove what an interrupted innet run left behind, then exit")
     p.add_argument("--dilation", default="auto", metavar="auto|off|F",
                    help="mininet: time dilation (README: Performance): links F times slower, every delay, compute time "
-                        "and timeout F times longer, every reported time divided by F. auto (the default): F = the fastest "
+                        "and timeout F times longer, every reported time divided by F. auto (the default): F = the host "
                         "link's rate over the rate this machine carries faithfully (calibrated once, cached); off: F = 1. "
                         "The local backend runs in virtual time and takes auto or off only")
     return p
@@ -207,7 +207,7 @@ def _dilation(args: argparse.Namespace, graph: Any) -> float:
     if wanted == "auto":
         from innet.backends.calibration import faithful_rate
 
-        wanted = auto_factor(fastest_link(graph), faithful_rate())
+        wanted = auto_factor(host_link_rate(graph), faithful_rate())
     factor = float(wanted)
     if args.bw is not None and args.bw / factor > TCLINK_MAX_MBPS:
         raise UserError(f"--bw {args.bw:g} is {args.bw / factor:g} Mbit/s on the dilated links (--dilation {args.dilation}: "

@@ -73,9 +73,10 @@ def machine_key(version: str | None = None) -> dict[str, Any]:
     return {"cpu": cpu_model(), "cores": os.cpu_count() or 1, "data_plane": version or data_plane_version()}
 
 
-def search(ratio_at: Callable[[float], float], rates: tuple[float, ...] = RATES) -> tuple[float, dict[str, float]]:
+def search(ratio_at: Callable[[float], float], rates: tuple[float, ...] | None = None) -> tuple[float, dict[str, float]]:
     """The highest of ``rates`` (in order) whose ``ratio_at`` is within TOLERANCE before the first that is
     not, and every ratio measured; the lowest rate when none is."""
+    rates = rates or RATES
     faithful, measured = rates[0], {}
     for rate in rates:
         ratio = ratio_at(rate)
@@ -87,9 +88,10 @@ def search(ratio_at: Callable[[float], float], rates: tuple[float, ...] = RATES)
 
 
 def faithful_rate(ratio_at: Callable[[float], float] | None = None, version: str | None = None,
-                  again: bool = False) -> float:
+                  again: bool = False, rates: tuple[float, ...] | None = None) -> float:
     """The cached faithful rate for this machine, measuring it first (with ``ratio_at``, default
-    ``measured_ratio``) when there is none for this machine and data plane, or with ``again``."""
+    ``measured_ratio``, at ``rates``, default RATES) when there is none for this machine and data plane,
+    or with ``again``."""
     key = machine_key(version)
     path = os.path.join(cache_dir(), "calibration.json")
     if not again:
@@ -97,7 +99,7 @@ def faithful_rate(ratio_at: Callable[[float], float] | None = None, version: str
         if cached is not None and cached.get("key") == key:
             return float(cached["faithful_mbps"])
     _log("calibrating time dilation (once per machine and data plane; a few Mininet runs)")
-    rate, measured = search(ratio_at or measured_ratio)
+    rate, measured = search(ratio_at or measured_ratio, rates)
     record = {"key": key, "faithful_mbps": rate, "target_mbps": TARGET_MBPS, "tolerance": TOLERANCE,
               "ratios": measured, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     try:

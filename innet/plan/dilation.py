@@ -42,9 +42,11 @@ def auto_factor(requested_mbps: float, faithful_mbps: float) -> float:
     return max(1.0, requested_mbps / faithful_mbps)
 
 
-def fastest_link(graph: nx.Graph) -> float:
-    """The highest link rate of ``graph``, Mbit/s: the rate the dilation must bring within reach."""
-    return max((float(d["bw"]) for _, _, d in graph.edges(data=True)), default=0.0)
+def host_link_rate(graph: nx.Graph) -> float:
+    """The highest rate of a link to a host, Mbit/s: the rate the dilation must bring within reach (the
+    calibration's star has only host links; its switch carries every one of them)."""
+    return max((float(d["bw"]) for u, v, d in graph.edges(data=True)
+                if "host" in (graph.nodes[u].get("role"), graph.nodes[v].get("role"))), default=0.0)
 
 
 def dilate_graph(graph: nx.Graph, f: float) -> nx.Graph:

@@ -1,0 +1,45 @@
+"""Time dilation and the fidelity report on real namespaces: a star at the seeds' 100 Gbit/s runs on
+Mininet, dilated, in the local backend's time; a slow run is judged faithful and one forced past the CPU
+is not, with the CPU named."""
+
+import json
+import statistics
+
+import pytest
+
+from innet.cli import main
+
+pytestmark = pytest.mark.mininet
+
+
+def run(tmp_path, name, *flags):
+    path = tmp_path / f"{name}.json"
+    assert main(["--topo", "star", "--no-plots", "--out", str(tmp_path / name), "--json", str(path), *flags]) == 0
+    [record] = json.loads(path.read_text())["runs"]
+    return record
+
+
+def test_a_star_at_100_gbits_dilated_takes_the_local_backends_time(tmp_path):
+    """Medians of 3: Mininet (--dilation auto) within 10% of the local backend's virtual time."""
+    local = run(tmp_path, "local", "--backend", "local", "--bw", "100000")
+    real = [run(tmp_path, f"mn{k}", "--bw", "100000", "--dilation", "auto", "--timeout", "0.002") for k in range(3)]
+    fid = real[0]["fidelity"]
+    assert fid["dilation"] > 100 and all(r["fidelity"]["dilation"] == fid["dilation"] for r in real)
+    assert isinstance(fid["cpu"]["s1"], float) and all(isinstance(n, int) for n in fid["drops"].values())
+    assert local["fidelity"]["dilation"] == 1.0
+    ratio = statistics.median(r["completion_s"] for r in real) / local["completion_s"]
+    assert 0.9 <= ratio <= 1.1, (ratio, [r["fidelity"] for r in real])
+
+
+def test_a_slow_run_is_faithful(tmp_path):
+    record = run(tmp_path, "slow", "--bw", "5", "--dilation", "off", "--elements", "16384")
+    assert record["fidelity"]["verdict"] == "faithful", record["fidelity"]["reasons"]
+    assert record["fidelity"]["dilation"] == 1.0 and set(record["fidelity"]["cpu"]) >= {"s1", "h1", "h2", "h3", "h4"}
+
+
+def test_a_run_past_the_cpu_is_not_faithful_and_says_which_process(tmp_path):
+    """1000 Mbit/s links, 64-value packets and no dilation: ~1.9 M frames/s offered to one Python switch."""
+    record = run(tmp_path, "fast", "--bw", "1000", "--dilation", "off", "--packet-elements", "64", "--elements", "262144")
+    fid = record["fidelity"]
+    assert fid["verdict"] == "not faithful"
+    assert any("of a core" in r or "cores busy" in r for r in fid["reasons"]), fid
