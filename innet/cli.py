@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 from innet.backends.mininet import TCLINK_MAX_MBPS
 from innet.errors import UserError
 from innet.hosts.workloads import WORKLOADS
-from innet.plan.dilation import LOCAL_MIN_RTO, MININET_MIN_RTO, auto_factor, host_link_rate, parse_dilation
+from innet.plan.dilation import LOCAL_MIN_RTO, MININET_MIN_RTO, auto_factor, host_link_rate
 from innet.plan.planner import METHODS
 from innet.plan.spec import RunSpec
 from innet.results.fidelity import fidelity_line
@@ -192,6 +192,19 @@ def _spec(args: argparse.Namespace) -> RunSpec:
                    min_rto=LOCAL_MIN_RTO if args.backend == "local" else MININET_MIN_RTO,
                    train=args.train or "", model=args.model, epochs=args.epochs, batch=args.batch, lr=args.lr,
                    hidden=args.hidden)
+
+
+def parse_dilation(text: str) -> float | str:
+    """``--dilation``: "auto", "off" (factor 1) or a factor of at least 1."""
+    if text in ("auto", "off"):
+        return 1.0 if text == "off" else "auto"
+    try:
+        factor = float(text)
+    except ValueError:
+        factor = float("nan")
+    if not factor >= 1:
+        raise UserError(f"--dilation wants auto, off or a factor of at least 1, got {text!r}")
+    return factor
 
 
 def _dilation(args: argparse.Namespace, graph: Any) -> float:

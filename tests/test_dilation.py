@@ -6,10 +6,18 @@ import os
 
 import pytest
 
-from innet.cli import _dilation, main
+from innet.cli import _dilation, main, parse_dilation
 from innet.errors import UserError
-from innet.plan.dilation import (LOCAL_MIN_RTO, MININET_MIN_RTO, auto_factor, dilate_graph, dilate_spec, dilate_times,
-                                 host_link_rate, parse_dilation, virtual)
+from innet.plan.dilation import (
+    LOCAL_MIN_RTO,
+    MININET_MIN_RTO,
+    auto_factor,
+    dilate_graph,
+    dilate_spec,
+    dilate_times,
+    host_link_rate,
+    virtual,
+)
 from innet.plan.spec import RunSpec
 from innet.wire.faults import FaultSpec
 from topologies import build

@@ -32,6 +32,8 @@ def test_a_cpu_bound_process_and_dropping_queues_are_named():
 
 def test_processes_that_together_fill_the_cores_are_not_faithful():
     assert fidelity(1, {"h0": 0.5, "h1": 0.5}, {}, {}, cores=2)["verdict"] == FAITHFUL
+    assert fidelity(1, {"s1": CPU_BOUND - 0.01}, {}, {}, cores=2)["verdict"] == FAITHFUL
+    assert fidelity(1, {"s1": CPU_BOUND}, {}, {}, cores=2)["reasons"] == [f"s1 used {CPU_BOUND:.2f} of a core"]
     many = {f"h{i}": 0.5 for i in range(4)}
     assert fidelity(1, many, {}, {}, cores=2)["reasons"] == ["the run's processes kept 2.0 of the 2 cores busy"]
 

@@ -15,25 +15,11 @@ from dataclasses import replace
 
 import networkx as nx
 
-from innet.errors import UserError
 from innet.plan.spec import RunSpec
 from innet.wire.faults import FaultSpec
 
 LOCAL_MIN_RTO = 0.001  # the fabric's RTO floor: virtual time has no scheduling jitter
 MININET_MIN_RTO = 0.02  # real seconds: a loaded 2-core machine delays an ACK this long now and then
-
-
-def parse_dilation(text: str) -> float | str:
-    """``--dilation``: "auto", "off" (factor 1) or a factor of at least 1; UserError otherwise."""
-    if text in ("auto", "off"):
-        return 1.0 if text == "off" else "auto"
-    try:
-        factor = float(text)
-    except ValueError:
-        raise UserError(f"--dilation wants auto, off or a factor of at least 1, got {text!r}") from None
-    if not factor >= 1:
-        raise UserError(f"--dilation wants auto, off or a factor of at least 1, got {text!r}")
-    return factor
 
 
 def auto_factor(requested_mbps: float, faithful_mbps: float) -> float:
