@@ -3,7 +3,10 @@ Mininet, dilated, in the local backend's time; a slow run is judged faithful and
 is not, with the CPU named."""
 
 import json
+import os
 import statistics
+import subprocess
+import sys
 
 import pytest
 
@@ -43,3 +46,19 @@ def test_a_run_past_the_cpu_is_not_faithful_and_says_which_process(tmp_path):
     fid = record["fidelity"]
     assert fid["verdict"] == "not faithful"
     assert any("of a core" in r or "cores busy" in r for r in fid["reasons"]), fid
+
+
+def test_the_calibration_and_the_benchmark_run_as_documented(tmp_path):
+    """README's commands, shortened: a calibration of one rate into a cache of its own, and the benchmark's
+    first row from it."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, INNET_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "scripts/calibrate_dilation.py", "--rates", "5"], cwd=root, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"faithful rate: 5 Mbit/s; cached in {tmp_path}/calibration.json"
+    out = subprocess.run([sys.executable, "scripts/bench_dilation.py", "--cases", "star:100000", "--modes", "innet",
+                          "--runs", "1"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    [row] = [line.split() for line in out.stdout.splitlines() if line.split()[:1] == ["star"]]
+    assert row[:4] == ["star", "1e+05", "innet", "2e+04"] and 0.5 < float(row[6]) < 2  # the table's ratio column

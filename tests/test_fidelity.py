@@ -7,14 +7,20 @@ import subprocess
 import sys
 import time
 
-from innet.backends.usage import drops_between, has_exited, interface_drops, process_cpu_s, queue_drops
+from innet.backends.usage import drops_between, has_exited, interface_drops, process_cpu_s, process_times, queue_drops
 from innet.results.fidelity import CPU_BOUND, FAITHFUL, NOT_FAITHFUL, fidelity, fidelity_line, virtual_fidelity
 
 
 def test_a_quiet_run_without_drops_is_faithful():
-    fid = fidelity(2000, {"s1": 0.3, "h1": 0.1}, {"s1-eth1": 0}, {"s1-eth1": 0}, {"s1": 0}, cores=2)
+    fid = fidelity(2000, {"s1": 0.3, "h1": 0.1}, {"s1-eth1": 0}, {"s1-eth1": 0}, {"s1": 0}, cores=2, wait={"s1": 0.02})
     assert fid == {"dilation": 2000.0, "verdict": FAITHFUL, "reasons": [], "cpu": {"h1": 0.1, "s1": 0.3},
-                   "drops": {"s1-eth1": 0}}
+                   "wait": {"s1": 0.02}, "drops": {"s1-eth1": 0}}
+
+
+def test_a_process_that_waited_for_a_core_was_cpu_bound_though_it_ran_little():
+    """Other programs (or this run's other processes) held the cores: the worker wanted one 82% of the run."""
+    fid = fidelity(1, {"h1": 0.12, "h2": 0.1}, {}, {}, cores=2, wait={"h1": 0.7, "h2": 0.3})
+    assert fid["reasons"] == ["h1 used 0.12 of a core and waited 0.70 of the run for one"]
 
 
 def test_a_cpu_bound_process_and_dropping_queues_are_named():
@@ -53,8 +59,10 @@ def test_cpu_seconds_come_from_proc_and_survive_until_the_process_is_reaped():
     while not has_exited(child.pid):
         time.sleep(0.01)
     assert process_cpu_s(child.pid) >= 0.25  # exited, not reaped: still readable
+    cpu, wait = process_times(child.pid)
+    assert cpu >= 0.25 and wait >= 0
     child.wait()
-    assert process_cpu_s(child.pid) is None and has_exited(child.pid)
+    assert process_cpu_s(child.pid) is None and process_times(child.pid) is None and has_exited(child.pid)
 
 
 class FakeNode:

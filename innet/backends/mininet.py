@@ -28,7 +28,7 @@ import numpy as np
 
 from innet.backends.cleanup import RunState, delete_intfs, kill_recorded
 from innet.backends.serialize import config_to_json, spec_to_json
-from innet.backends.usage import drops_between, has_exited, interface_drops, process_cpu_s, queue_drops
+from innet.backends.usage import drops_between, has_exited, interface_drops, process_times, queue_drops
 from innet.errors import UserError
 from innet.graph import is_switch, link_name, natural_key, port_to, ports
 from innet.hosts.ensemble import InputPlan, input_summary
@@ -239,7 +239,7 @@ class Emulation:
         self.pcaps = False
         self.switch_controls: dict[str, Control] = {}
         self.switch_procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.cpu_at_exit: dict[int, float | None] = {}
+        self.times_at_exit: dict[int, tuple[float, float] | None] = {}
         self.dilation = 1.0
         self.requested: tuple[nx.Graph, RunSpec] | None = None
 
@@ -377,7 +377,7 @@ class Emulation:
                 raise UserError(f"{name} failed to start")
         cpu_before = {sw: ctl.call("stats")["cpu_s"] for sw, ctl in self.switch_controls.items()}
         tracked = {**self.switch_procs, **procs}
-        proc_cpu_before = {name: process_cpu_s(p.pid) for name, p in tracked.items()}
+        times_before = {name: process_times(p.pid) for name, p in tracked.items()}
         before = {n.name: interface_bytes(n) for n in net.hosts}
         drops_before = self._drop_counts()
         log(f"all-reduce: {len(workers)} workers x {run.elements} elements x {run.iterations} iteration(s)")
@@ -392,7 +392,9 @@ class Emulation:
         wall, ticks_after = time.monotonic() - started, machine_ticks()
         after = {n.name: interface_bytes(n) for n in net.hosts}
         drops_after = self._drop_counts()
-        cpu = {name: self._cpu_share(p, proc_cpu_before[name], wall) for name, p in tracked.items()}
+        shares = {name: self._shares(p, times_before[name], wall) for name, p in tracked.items()}
+        cpu = {name: s[0] for name, s in shares.items() if s is not None}
+        waits = {name: s[1] for name, s in shares.items() if s is not None}
         machine_busy = (ticks_after[0] - ticks[0]) / max(1, ticks_after[1] - ticks[1]) * (os.cpu_count() or 1)
         stats = {sw: ctl.call("stats") for sw, ctl in self.switch_controls.items()}
         for sw, st in stats.items():
@@ -403,9 +405,9 @@ class Emulation:
             from mininet.cli import CLI
 
             CLI(net)
-        fid = fidelity(self.dilation, {k: v for k, v in cpu.items() if v is not None},
-                       drops_between(drops_before[0], drops_after[0]), drops_between(drops_before[1], drops_after[1]),
-                       {sw: sum(st.get("socket_drops", {}).values()) for sw, st in stats.items()}, os.cpu_count() or 1)
+        fid = fidelity(self.dilation, cpu, drops_between(drops_before[0], drops_after[0]),
+                       drops_between(drops_before[1], drops_after[1]),
+                       {sw: sum(st.get("socket_drops", {}).values()) for sw, st in stats.items()}, os.cpu_count() or 1, waits)
         return self._record(run, rp, before, after, stats, wall, machine_busy, fid)
 
     def _drop_counts(self) -> tuple[dict[str, int], dict[str, int]]:
@@ -417,13 +419,14 @@ class Emulation:
             interface.update(interface_drops(node))
         return queue, interface
 
-    def _cpu_share(self, proc: subprocess.Popen[bytes], before: float | None, wall: float) -> float | None:
-        """The share of a core ``proc`` used since ``before`` (its CPU seconds then), over ``wall`` seconds;
-        a process that has exited counts until it exited."""
-        now = self.cpu_at_exit.get(proc.pid) if proc.returncode is not None else process_cpu_s(proc.pid)
+    def _shares(self, proc: subprocess.Popen[bytes], before: tuple[float, float] | None,
+                wall: float) -> tuple[float, float] | None:
+        """The shares of ``wall`` seconds ``proc`` ran and waited for a CPU since ``before`` (its seconds of
+        each then); a process that has exited counts until it exited."""
+        now = self.times_at_exit.get(proc.pid) if proc.returncode is not None else process_times(proc.pid)
         if before is None or now is None or wall <= 0:
             return None
-        return (now - before) / wall
+        return (now[0] - before[0]) / wall, (now[1] - before[1]) / wall
 
     def _start_input(self, run: RunSpec, plan: InputPlan,
                      procs: dict[str, subprocess.Popen[bytes]]) -> dict[str, subprocess.Popen[bytes]]:
@@ -498,9 +501,9 @@ class Emulation:
             time.sleep(0.01)
 
     def _ended(self, proc: subprocess.Popen[bytes]) -> bool:
-        """Whether ``proc`` has ended, its CPU time read (into ``cpu_at_exit``) before it is reaped."""
+        """Whether ``proc`` has ended, its CPU times read (into ``times_at_exit``) before it is reaped."""
         if proc.returncode is None and has_exited(proc.pid):
-            self.cpu_at_exit[proc.pid] = process_cpu_s(proc.pid)
+            self.times_at_exit[proc.pid] = process_times(proc.pid)
         return proc.poll() is not None
 
     def _record(self, run: RunSpec, rp: RunPlan, before: dict[str, dict[str, int]], after: dict[str, dict[str, int]],

@@ -1,4 +1,5 @@
-"""What a Mininet run cost the machine: CPU time per process (``/proc/<pid>/stat``) and frames dropped
+"""What a Mininet run cost the machine: CPU time per process (``/proc/<pid>/stat``), the time it waited
+for a CPU (``/proc/<pid>/schedstat``) and frames dropped
 per interface (``tc -s qdisc``: queue overflows at the shapers; ``ip -s link``: the interfaces' own rx/tx
 drops). innet.results.fidelity turns the differences over a run into its fidelity verdict."""
 
@@ -20,6 +21,22 @@ def process_cpu_s(pid: int) -> float | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime: fields 14 and 15 of stat(5)
+
+
+def process_wait_s(pid: int) -> float | None:
+    """Seconds process ``pid`` has spent runnable but waiting for a CPU (``/proc/<pid>/schedstat``'s run
+    queue delay; None once it is gone): what it would have run, had a core been free."""
+    try:
+        with open(f"/proc/{pid}/schedstat", encoding="ascii") as fh:
+            return int(fh.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def process_times(pid: int) -> tuple[float, float] | None:
+    """(CPU seconds, run-queue wait seconds) of ``pid``, or None once it is gone."""
+    cpu, wait = process_cpu_s(pid), process_wait_s(pid)
+    return None if cpu is None else (cpu, wait or 0.0)
 
 
 def has_exited(pid: int) -> bool:

@@ -20,13 +20,19 @@ NOT_FAITHFUL = "not faithful"
 
 
 def fidelity(dilation: float, cpu: Mapping[str, float], queue: Mapping[str, int], interface: Mapping[str, int],
-             socket: Mapping[str, int] | None = None, cores: int = 1) -> dict[str, Any]:
-    """The ``fidelity`` record: ``cpu`` process -> share of a core; ``queue``, ``interface``: interface ->
-    frames dropped at its queue, by itself; ``socket``: switch -> frames its sockets dropped."""
+             socket: Mapping[str, int] | None = None, cores: int = 1,
+             wait: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The ``fidelity`` record: ``cpu`` process -> share of a core; ``wait`` process -> share of the run it
+    spent runnable, waiting for a CPU (other processes', this run's or not, had them all); ``queue``,
+    ``interface``: interface -> frames dropped at its queue, by itself; ``socket``: switch -> frames its
+    sockets dropped. A process busy or waiting for a core 80% of the run was CPU-bound."""
+    wait = wait or {}
     reasons = []
     for name, share in sorted(cpu.items(), key=lambda kv: natural_key(kv[0])):
-        if share >= CPU_BOUND:
-            reasons.append(f"{name} used {share:.2f} of a core")
+        waited = wait.get(name, 0.0)
+        if share + waited >= CPU_BOUND:
+            reasons.append(f"{name} used {share:.2f} of a core" + (f" and waited {waited:.2f} of the run for one"
+                                                                    if waited >= 0.005 else ""))
     total = sum(cpu.values())
     if total >= CPU_BOUND * cores:
         reasons.append(f"the run's processes kept {total:.1f} of the {cores} cores busy")
@@ -38,13 +44,14 @@ def fidelity(dilation: float, cpu: Mapping[str, float], queue: Mapping[str, int]
                            else f"{len(dropped)} switch(es) dropped frames at their sockets ({detail})")
     drops = {k: queue.get(k, 0) + interface.get(k, 0) for k in sorted({*queue, *interface}, key=natural_key)}
     return {"dilation": float(dilation), "verdict": NOT_FAITHFUL if reasons else FAITHFUL, "reasons": reasons,
-            "cpu": {k: round(v, 3) for k, v in sorted(cpu.items(), key=lambda kv: natural_key(kv[0]))}, "drops": drops}
+            "cpu": {k: round(v, 3) for k, v in sorted(cpu.items(), key=lambda kv: natural_key(kv[0]))},
+            "wait": {k: round(v, 3) for k, v in sorted(wait.items(), key=lambda kv: natural_key(kv[0]))}, "drops": drops}
 
 
 def virtual_fidelity(dilation: float = 1.0) -> dict[str, Any]:
     """The local backend's: virtual time, nothing measured can be the machine's."""
     return {"dilation": float(dilation), "verdict": FAITHFUL,
-            "reasons": ["virtual time: the fabric's clock waits for the CPU"], "cpu": {}, "drops": {}}
+            "reasons": ["virtual time: the fabric's clock waits for the CPU"], "cpu": {}, "wait": {}, "drops": {}}
 
 
 def fidelity_line(record: Any) -> str:
