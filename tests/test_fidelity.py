@@ -8,7 +8,7 @@ import sys
 import time
 
 from innet.backends.usage import drops_between, has_exited, interface_drops, process_cpu_s, process_times, queue_drops
-from innet.results.fidelity import CPU_BOUND, FAITHFUL, NOT_FAITHFUL, fidelity, fidelity_line, virtual_fidelity
+from innet.results.fidelity import CPU_BOUND, FAITHFUL, NOT_FAITHFUL, fidelity, fidelity_line, virtual_fidelity, with_retransmissions
 
 
 def test_a_quiet_run_without_drops_is_faithful():
@@ -42,6 +42,15 @@ def test_processes_that_together_fill_the_cores_are_not_faithful():
     assert fidelity(1, {"s1": CPU_BOUND}, {}, {}, cores=2)["reasons"] == [f"s1 used {CPU_BOUND:.2f} of a core"]
     many = {f"h{i}": 0.5 for i in range(4)}
     assert fidelity(1, many, {}, {}, cores=2)["reasons"] == ["the run's processes kept 2.0 of the 2 cores busy"]
+
+
+def test_retransmissions_without_injected_faults_are_a_late_process():
+    fid = fidelity(1, {"s1": 0.1}, {}, {})
+    assert with_retransmissions(fid, 0, lossy=False) == fid
+    assert with_retransmissions(fid, 12, lossy=True) == fid  # --loss: retransmitting is the protocol's job
+    late = with_retransmissions(fid, 12, lossy=False)
+    assert late["verdict"] == NOT_FAITHFUL and late["reasons"] == [
+        "12 retransmission(s) on links without injected faults: results came back after the RTO"]
 
 
 def test_the_local_backend_is_faithful_by_construction():

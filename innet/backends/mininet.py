@@ -35,7 +35,7 @@ from innet.hosts.ensemble import InputPlan, input_summary
 from innet.plan.dilation import dilate_graph, dilate_spec, dilate_times, virtual
 from innet.plan.spec import RunSpec, program_of
 from innet.results.check import WorkerOutcome, run_record, tally_drops
-from innet.results.fidelity import CPU_BOUND, fidelity
+from innet.results.fidelity import CPU_BOUND, fidelity, with_retransmissions
 from innet.results.record import RunRecord
 from innet.run.modes import RunPlan, installed_configs, pbox_servers, plan_run
 from innet.wire.faults import fault_seed
@@ -78,6 +78,11 @@ def machine_ticks() -> tuple[int, int]:
 def saturated(cores_busy: float) -> bool:
     """Whether ``cores_busy`` cores on average is enough to call the whole machine CPU-bound."""
     return cores_busy >= CPU_BOUND * (os.cpu_count() or 1)
+
+
+def _faulty(run: RunSpec) -> bool:
+    """Whether ``run`` injects faults that make a worker retransmit (loss, duplicates, reordering)."""
+    return any(f.loss or f.dup or f.reorder for f in (run.faults, *(f for _, f in run.link_faults)))
 
 
 class Control:
@@ -532,7 +537,7 @@ class Emulation:
             switch_memory_bytes={sw: st.get("memory_bytes", 0) for sw, st in stats.items()},
             switch_cpu_share={sw: round(st["cpu_share"], 3) for sw, st in stats.items()},
             busy_cores=round(busy_cores(stats, host_cpu, wall), 2), machine_busy_cores=round(machine_busy, 2),
-            fidelity=fid,
+            fidelity=with_retransmissions(fid, sum(o.retransmissions for o in outcomes), _faulty(run)),
             switch_counters={sw: st.get("counters", {}) for sw, st in stats.items()},
             **({"input": self._input_record(rp.input, stats)} if rp.input is not None else {}),
         )

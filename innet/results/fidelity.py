@@ -48,6 +48,16 @@ def fidelity(dilation: float, cpu: Mapping[str, float], queue: Mapping[str, int]
             "wait": {k: round(v, 3) for k, v in sorted(wait.items(), key=lambda kv: natural_key(kv[0]))}, "drops": drops}
 
 
+def with_retransmissions(fid: dict[str, Any], retransmissions: int, lossy: bool) -> dict[str, Any]:
+    """``fid`` judged also by the run's retransmissions: on links without injected loss, duplication or
+    reordering a faithful emulation retransmits nothing (a retransmission there is a timer that fired
+    because a process was late)."""
+    if lossy or retransmissions <= 0:
+        return fid
+    reason = f"{retransmissions} retransmission(s) on links without injected faults: results came back after the RTO"
+    return {**fid, "verdict": NOT_FAITHFUL, "reasons": [*fid["reasons"], reason]}
+
+
 def virtual_fidelity(dilation: float = 1.0) -> dict[str, Any]:
     """The local backend's: virtual time, nothing measured can be the machine's."""
     return {"dilation": float(dilation), "verdict": FAITHFUL,
