@@ -34,13 +34,14 @@ def main() -> None:
     p.add_argument("--cases", default="star:100000,leaf-spine:1000", help="TOPOLOGY:MBITS,... (default: %(default)s)")
     p.add_argument("--modes", default="innet,pbox,ring")
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--dilation", type=float, default=0.0, help="this factor instead of auto's")
     args = p.parse_args()
     faithful = faithful_rate()
     rows = []
     for case in args.cases.split(","):
         topo, _, bw = case.partition(":")
         graph = build(topo, workers=4, bw=float(bw))
-        factor = auto_factor(host_link_rate(graph), faithful)
+        factor = args.dilation or auto_factor(host_link_rate(graph), faithful)
         for mode in args.modes.split(","):
             local = [run_local(graph, RunSpec(mode=mode, seed=k, min_rto=LOCAL_MIN_RTO)) for k in range(args.runs)]
             real = [run_mininet(graph, RunSpec(mode=mode, seed=k, min_rto=MININET_MIN_RTO, timeout=STUCK_S / factor),

@@ -8,7 +8,16 @@ import sys
 import time
 
 from innet.backends.usage import drops_between, has_exited, interface_drops, process_cpu_s, process_times, queue_drops
-from innet.results.fidelity import CPU_BOUND, FAITHFUL, NOT_FAITHFUL, fidelity, fidelity_line, virtual_fidelity, with_retransmissions
+from innet.results.fidelity import (
+    CPU_BOUND,
+    FAITHFUL,
+    NOT_FAITHFUL,
+    fidelity,
+    fidelity_line,
+    virtual_fidelity,
+    with_model,
+    with_retransmissions,
+)
 
 
 def test_a_quiet_run_without_drops_is_faithful():
@@ -51,6 +60,15 @@ def test_retransmissions_without_injected_faults_are_a_late_process():
     late = with_retransmissions(fid, 12, lossy=False)
     assert late["verdict"] == NOT_FAITHFUL and late["reasons"] == [
         "12 retransmission(s) on links without injected faults: results came back after the RTO"]
+
+
+def test_a_run_slower_than_its_links_allow_is_not_faithful():
+    """The undilated 1000 Mbit/s run with 64-value packets: 0.78 s where the links allow 0.0103 s."""
+    fid = fidelity(1, {"s1": 0.09}, {}, {})
+    assert with_model(fid, 0.0105, 0.0103)["verdict"] == FAITHFUL and with_model(fid, 0.0105, 0.0103)["model_ratio"] == 1.0194
+    slow = with_model(fid, 0.78, 0.0103)
+    assert slow["verdict"] == NOT_FAITHFUL and slow["reasons"] == ["took 75.73x the 0.0103 s its links allow (the timing model)"]
+    assert with_model(fid, float("nan"), 0.0103)["verdict"] == FAITHFUL  # a failed run is the check's to report
 
 
 def test_the_local_backend_is_faithful_by_construction():

@@ -35,7 +35,7 @@ from innet.hosts.ensemble import InputPlan, input_summary
 from innet.plan.dilation import dilate_graph, dilate_spec, dilate_times, virtual
 from innet.plan.spec import RunSpec, program_of
 from innet.results.check import WorkerOutcome, run_record, tally_drops
-from innet.results.fidelity import CPU_BOUND, fidelity, with_retransmissions
+from innet.results.fidelity import CPU_BOUND, fidelity, with_model, with_retransmissions
 from innet.results.record import RunRecord
 from innet.run.modes import RunPlan, installed_configs, pbox_servers, plan_run
 from innet.wire.faults import fault_seed
@@ -83,6 +83,12 @@ def saturated(cores_busy: float) -> bool:
 def _faulty(run: RunSpec) -> bool:
     """Whether ``run`` injects faults that make a worker retransmit (loss, duplicates, reordering)."""
     return any(f.loss or f.dup or f.reorder for f in (run.faults, *(f for _, f in run.link_faults)))
+
+
+def _modelled(run: RunSpec) -> bool:
+    """Whether the timing model (innet.plan.timing) predicts ``run``'s time: one job of all-reduce calls,
+    dense, on links without faults that make workers retransmit."""
+    return not (run.consistency or run.train or run.topk or run.input_elements or run.jobs > 1 or _faulty(run))
 
 
 class Control:
@@ -413,7 +419,7 @@ class Emulation:
         fid = fidelity(self.dilation, cpu, drops_between(drops_before[0], drops_after[0]),
                        drops_between(drops_before[1], drops_after[1]),
                        {sw: sum(st.get("socket_drops", {}).values()) for sw, st in stats.items()}, os.cpu_count() or 1, waits)
-        return self._record(run, rp, before, after, stats, wall, machine_busy, fid)
+        return self._record(run, rp, before, after, stats, wall, machine_busy, fid, modelled=not crash and not intruders)
 
     def _drop_counts(self) -> tuple[dict[str, int], dict[str, int]]:
         """Every interface's frames dropped so far: at its queue, and by the interface itself."""
@@ -512,7 +518,8 @@ class Emulation:
         return proc.poll() is not None
 
     def _record(self, run: RunSpec, rp: RunPlan, before: dict[str, dict[str, int]], after: dict[str, dict[str, int]],
-                stats: dict[str, dict[str, Any]], wall: float, machine_busy: float, fid: dict[str, Any]) -> RunRecord:
+                stats: dict[str, dict[str, Any]], wall: float, machine_busy: float, fid: dict[str, Any],
+                modelled: bool = True) -> RunRecord:
         graph = self.graph
         link_bytes = {}
         for u, v in graph.edges:
@@ -532,15 +539,22 @@ class Emulation:
             "socket": sum(sum(st.get("socket_drops", {}).values()) for st in stats.values()),
         })
         graph, run = self.requested or (graph, run)  # the record is the requested run's, in its timeline
-        return run_record(
+        record = run_record(
             graph, run, rp, "mininet", outcomes, link_bytes, drops,
             switch_memory_bytes={sw: st.get("memory_bytes", 0) for sw, st in stats.items()},
             switch_cpu_share={sw: round(st["cpu_share"], 3) for sw, st in stats.items()},
             busy_cores=round(busy_cores(stats, host_cpu, wall), 2), machine_busy_cores=round(machine_busy, 2),
-            fidelity=with_retransmissions(fid, sum(o.retransmissions for o in outcomes), _faulty(run)),
             switch_counters={sw: st.get("counters", {}) for sw, st in stats.items()},
             **({"input": self._input_record(rp.input, stats)} if rp.input is not None else {}),
         )
+        fid = with_retransmissions(fid, record.retransmissions, _faulty(run))
+        if modelled and _modelled(run):  # the timing model gives what the links allow: the local backend's time
+            from innet.plan.timing import MININET_HOP, predict
+
+            key = "iteration_s" if run.workload else "completion_s"
+            model = predict(graph, run, list(rp.plans), rp.per_packet, MININET_HOP / self.dilation)[key]
+            fid = with_model(fid, float(record.get(key, float("nan"))), model)
+        return record.with_figures(fidelity=fid)
 
     def _outcome(self, host: str, spec: Any) -> tuple[WorkerOutcome, float]:
         """What a worker host saved: its outcome, and the CPU seconds it spent from "go"."""

@@ -15,6 +15,7 @@ from typing import Any
 from innet.graph import natural_key
 
 CPU_BOUND = 0.8  # of one core over the run: a process this busy set the pace, not the links
+TIME_TOLERANCE = 1.1  # measured over the timing model's time (the local backend's, to within 0.3%)
 FAITHFUL = "faithful"
 NOT_FAITHFUL = "not faithful"
 
@@ -55,6 +56,16 @@ def with_retransmissions(fid: dict[str, Any], retransmissions: int, lossy: bool)
     if lossy or retransmissions <= 0:
         return fid
     reason = f"{retransmissions} retransmission(s) on links without injected faults: results came back after the RTO"
+    return {**fid, "verdict": NOT_FAITHFUL, "reasons": [*fid["reasons"], reason]}
+
+
+def with_model(fid: dict[str, Any], measured: float, model: float) -> dict[str, Any]:
+    """``fid`` judged also against the timing model: a run ``TIME_TOLERANCE`` or more slower than the links
+    allow measured something else (the model gives the local backend's virtual time to within 0.3%)."""
+    fid = {**fid, "model_ratio": round(measured / model, 4) if model > 0 and measured == measured else None}
+    if fid["model_ratio"] is None or fid["model_ratio"] <= TIME_TOLERANCE:
+        return fid
+    reason = f"took {fid['model_ratio']:.2f}x the {model:.4g} s its links allow (the timing model)"
     return {**fid, "verdict": NOT_FAITHFUL, "reasons": [*fid["reasons"], reason]}
 
 
