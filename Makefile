@@ -44,6 +44,7 @@ bench: deps
 	$(SUDO) $(PYTHON) scripts/bench_allreduce.py
 	$(SUDO) $(PYTHON) scripts/bench_allreduce.py --rates 100,200,500 --packet-elements 1024
 	$(SUDO) $(PYTHON) scripts/bench_scale.py
+	$(SUDO) $(PYTHON) scripts/bench_dilation.py
 	$(SUDO) $(PYTHON) scripts/bench_fabric.py
 	$(PYTHON) scripts/bench_blocks.py
 

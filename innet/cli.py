@@ -12,8 +12,10 @@ from typing import Any, NoReturn
 from innet.backends.mininet import TCLINK_MAX_MBPS
 from innet.errors import UserError
 from innet.hosts.workloads import WORKLOADS
+from innet.plan.dilation import LOCAL_MIN_RTO, MININET_MIN_RTO, auto_factor, host_link_rate
 from innet.plan.planner import METHODS
 from innet.plan.spec import RunSpec
+from innet.results.fidelity import fidelity_line
 from innet.results.learning import learning_lines
 from innet.results.metrics import (
     cluster_lines,
@@ -105,7 +107,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--spines", type=int, default=None, help="leaf-spine: spine switches (default 1)")
     p.add_argument("--oversubscription", type=float, default=None, help="leaf-spine/phub-rack: ToR uplink oversubscription")
     p.add_argument("--k", type=int, default=None, help="fat-tree: arity k (default 4)")
-    p.add_argument("--bw", type=float, default=None, help=f"host link bandwidth in Mbit/s (at most {TCLINK_MAX_MBPS:g}; default 1000)")
+    p.add_argument("--bw", type=float, default=None,
+                   help=f"host link bandwidth in Mbit/s (default 1000; on Mininet at most {TCLINK_MAX_MBPS:g} once divided by --dilation)")
     p.add_argument("--loss", type=float, default=0.0, help="loss probability on every link direction, e.g. 0.01")
     p.add_argument("--dup", type=float, default=0.0, help="duplication probability on every link direction")
     p.add_argument("--reorder", type=float, default=0.0, help="probability a frame is held back (reordered)")
@@ -150,13 +153,18 @@ def parser() -> argparse.ArgumentParser:
                    help="with --cluster: the private key for the servers' ssh logins (default: ssh's own)")
     p.add_argument("--cluster-known-hosts", default=None, metavar="FILE",
                    help="with --cluster: the servers' host keys (default: ssh's known_hosts)")
+    p.add_argument("--dilation", default="auto", metavar="auto|off|F",
+                   help="mininet: time dilation (README: Performance): links F times slower, every delay, compute time "
+                        "and timeout F times longer, every reported time divided by F. auto (the default): F = the host "
+                        "link's rate over the rate this machine carries faithfully (calibrated once, cached); off: F = 1. "
+                        "The local backend runs in virtual time and takes auto or off only")
     return p
 
 
 # The flag table's sections. Each subcommand of ``innet`` (innet.commands) shows the sections it takes, each
 # flag under its section's title; a flag in no section shows under "other" in ``innet run``.
 GROUPS: dict[str, tuple[str, ...]] = {
-    "backend": ("backend", "pcap", "cli"),
+    "backend": ("backend", "pcap", "cli", "dilation", "cluster", "cluster_key", "cluster_known_hosts"),
     "topology": ("topo", "racks", "hosts_per_rack", "spines", "oversubscription", "k", "bw", "save_topology"),
     "job": ("mode", "program", "placement", "workers", "elements", "iterations", "seed", "topk", "jobs", "job_slots",
             "job_priority", "pool_slots", "packet_elements", "switch_memory", "pbox_cores", "timeout"),
@@ -203,9 +211,6 @@ def _spec(args: argparse.Namespace) -> RunSpec:
             raise UserError(f"--{name} must be at least 1, got {getattr(args, name)}")
     if args.bw is not None and not 0 < args.bw:
         raise UserError(f"--bw must be positive, got {args.bw:g}")
-    if args.bw is not None and args.backend == "mininet" and args.bw > TCLINK_MAX_MBPS:
-        raise UserError(f"--bw must be in (0, {TCLINK_MAX_MBPS:g}] Mbit/s on Mininet (TCLink ignores larger values), "
-                        f"got {args.bw:g}; the local backend takes any rate")
     if args.switch_memory < 0 or args.timeout <= 0:
         raise UserError("--switch-memory must not be negative and --timeout must be positive")
     try:
@@ -243,9 +248,45 @@ def _spec(args: argparse.Namespace) -> RunSpec:
                    pool_slots=args.pool_slots, packet_elements=args.packet_elements,
                    job_priority=job_priority, input_elements=args.input_elements, shared_input=args.shared_input,
                    link_faults=link_faults, workload=args.workload or "", workload_scale=args.workload_scale,
-                   pipeline=args.pipeline, compute_scale=args.compute_scale, min_rto=0.001 if args.backend == "local" else 0.02,
+                   pipeline=args.pipeline, compute_scale=args.compute_scale,
+                   min_rto=LOCAL_MIN_RTO if args.backend == "local" else MININET_MIN_RTO,
                    train=args.train or "", model=args.model, epochs=args.epochs, batch=args.batch, lr=args.lr,
                    hidden=args.hidden)
+
+
+def parse_dilation(text: str) -> float | str:
+    """``--dilation``: "auto", "off" (factor 1) or a factor of at least 1."""
+    if text in ("auto", "off"):
+        return 1.0 if text == "off" else "auto"
+    try:
+        factor = float(text)
+    except ValueError:
+        factor = float("nan")
+    if not factor >= 1:
+        raise UserError(f"--dilation wants auto, off or a factor of at least 1, got {text!r}")
+    return factor
+
+
+def _dilation(args: argparse.Namespace, graph: Any) -> float:
+    """The run's time dilation factor (innet.plan.dilation): 1 on the local backend, which runs in virtual
+    time; on Mininet --dilation's, auto from the machine's calibration. The dilated links must be ones
+    TCLink can shape."""
+    wanted = parse_dilation(args.dilation)
+    if args.backend == "local":
+        if wanted not in ("auto", 1.0):
+            raise UserError(f"--dilation {args.dilation} slows Mininet's clock; the local backend runs in virtual "
+                            "time and needs none: use --dilation auto or off there")
+        return 1.0
+    if wanted == "auto":
+        from innet.backends.calibration import faithful_rate
+
+        wanted = auto_factor(host_link_rate(graph), faithful_rate())
+    factor = float(wanted)
+    if args.bw is not None and args.bw / factor > TCLINK_MAX_MBPS:
+        raise UserError(f"--bw {args.bw:g} is {args.bw / factor:g} Mbit/s on the dilated links (--dilation {args.dilation}: "
+                        f"factor {factor:g}), above the {TCLINK_MAX_MBPS:g} TCLink can shape: dilate by at least "
+                        f"{args.bw / TCLINK_MAX_MBPS:g}, or use the local backend")
+    return factor
 
 
 def _straggler(text: str) -> tuple[str, float, float]:
@@ -348,6 +389,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.pbox_cores < 1:
         raise UserError(f"--pbox-cores must be at least 1, got {args.pbox_cores}")
     crash = _crashes(args.crash, graph)
+    dilation = _dilation(args, graph)
     for link, _ in run.link_faults:
         ends = link.split("->") if "->" in link else link.split("--")
         if not graph.has_edge(*ends):
@@ -368,7 +410,7 @@ def _main(args: argparse.Namespace) -> int:
             from innet.backends.mininet import run_mininet
 
             runs.append(run_mininet(graph, spec, pcap_dir=args.pcap, cli=args.cli, pbox_cores=args.pbox_cores, crash=crash,
-                                    cluster=cluster))
+                                    cluster=cluster, dilation=dilation))
     exact: dict[str, Any] = {}
     if run.train:
         from innet.run.learn import exact_history
@@ -377,6 +419,8 @@ def _main(args: argparse.Namespace) -> int:
         exact = {"accuracy_exact": history[-1][0], "exact_epochs": [{"epoch": e + 1, "accuracy": a, "loss": loss}
                                                                     for e, (a, loss) in enumerate(history)]}
     print(summary_table(runs))
+    for r in runs:
+        print(fidelity_line(r))
     for line in (job_lines(runs) + training_lines(runs) + input_lines(runs) + learning_lines(runs, exact.get("accuracy_exact"))
                  + cluster_lines(runs)):
         print(line)
@@ -397,8 +441,6 @@ def _main(args: argparse.Namespace) -> int:
         write_results(args.json, graph, runs, **exact)
     print(f"results: {', '.join(files)}")
     for r in runs:
-        for warning in r.figures.get("warnings", []):
-            print(f"warning: {r.mode}: {warning}", file=sys.stderr)
         for err in r.errors:
             print(f"error: {err}", file=sys.stderr)
     return 0 if all(r.correct for r in runs) else 1

@@ -134,8 +134,9 @@ def test_the_bandwidth_cap_is_mininets_alone(monkeypatch, capsys, tmp_path):
 
     assert cli.main(["--backend", "local", "--bw", "10000", "--elements", "1000", "--out", str(tmp_path), "--no-plots"]) == 0
     monkeypatch.setattr(os, "geteuid", lambda: 0)
-    assert cli.main(["--backend", "mininet", "--bw", "2000"]) == 2
-    assert "on Mininet (TCLink ignores larger values), got 2000; the local backend takes any rate" in capsys.readouterr().err
+    assert cli.main(["--backend", "mininet", "--bw", "2000", "--dilation", "off"]) == 2  # undilated: stops before Mininet
+    assert ("--bw 2000 is 2000 Mbit/s on the dilated links (--dilation off: factor 1), above the 1000 TCLink can shape: "
+            "dilate by at least 2, or use the local backend") in capsys.readouterr().err
 
 
 def test_plan_only_with_mode_all_plans_every_mode(capsys):

@@ -348,7 +348,7 @@ def test_a_workload_trains_exactly_on_mininet_and_the_model_predicts_its_iterati
     rp = plan_run(graph, run, program_of(run))
     model = predict(graph, run, list(rp.plans), rp.per_packet, MININET_HOP)["iteration_s"]
     error = result["iteration_s"] / model - 1
-    cpu = "; ".join(result["warnings"]) or "not CPU-bound: a timing mismatch"
+    cpu = "; ".join(result["fidelity"]["reasons"]) or "faithful: a timing mismatch"
     assert abs(error) <= 0.2, f"measured {result['iteration_s']:.3f} s against the model's {model:.3f} s ({error:+.0%}): {cpu}"
     assert_nothing_left()
 

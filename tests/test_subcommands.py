@@ -147,10 +147,10 @@ def test_innet_train_trains_digits_by_default(tmp_path):
 def test_innet_bench_lists_the_benchmarks_and_refuses_an_unknown_one():
     out = innet("bench", "--list")
     names = [line.split()[0] for line in out.stdout.splitlines()]
-    assert out.returncode == 0 and names == commands.bench_names() == ["allreduce", "blocks", "fabric", "scale", "switch"]
+    assert out.returncode == 0 and names == commands.bench_names() == ["allreduce", "blocks", "dilation", "fabric", "scale", "switch"]
     out = innet("bench", "nope")
     assert (out.returncode, out.stderr) == (2, "error: unknown benchmark 'nope'; choose one of "
-                                               "allreduce, blocks, fabric, scale, switch\n")
+                                               "allreduce, blocks, dilation, fabric, scale, switch\n")
 
 
 def test_innet_bench_runs_one_by_name_with_its_own_flags():
@@ -184,11 +184,11 @@ def test_a_flag_added_to_the_table_without_a_section_shows_under_other_in_run(mo
 
     def with_new_flag():
         p = table()
-        p.add_argument("--dilation", type=float, default=1.0, help="a new flag")
+        p.add_argument("--warp-factor", type=float, default=1.0, help="a new flag")
         return p
 
     monkeypatch.setattr(cli, "parser", with_new_flag)
     with pytest.raises(SystemExit):
         commands.main(["run", "--help"])
     text = capsys.readouterr().out
-    assert sections_of(text)[-1] == "other" and "--dilation DILATION" in text.split("\nother:\n")[1]
+    assert sections_of(text)[-1] == "other" and "--warp-factor WARP_FACTOR" in text.split("\nother:\n")[1]

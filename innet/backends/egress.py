@@ -76,6 +76,9 @@ def serve_once(poller: select.poll, port: RawPort, endpoint: Any, egress: Egress
     woken = bool(poller.poll(wait_ms(endpoint.next_deadline(), egress.next_due(), wake)))
     if woken:
         hold = endpoint.holdoff() if hasattr(endpoint, "holdoff") else 0.0
+        due = egress.next_due()
+        if due is not None:  # frames held for a link's delay go out on time: hold no longer than until then
+            hold = min(hold, due - time.monotonic())
         if hold > 0:
             time.sleep(hold)
         now = time.monotonic()

@@ -14,6 +14,7 @@ from innet.hosts.ssp import SSPWorker
 from innet.hosts.worker import Frames, WorkerProcess
 from innet.plan.spec import RunSpec, program_of
 from innet.results.check import outcome_of, run_record, tally_drops, training_outcome
+from innet.results.fidelity import virtual_fidelity
 from innet.results.record import RunRecord
 from innet.run.modes import RunPlan, host_endpoint, installed_configs, pbox_servers, plan_run
 from innet.switch.runtime import SwitchRuntime
@@ -65,7 +66,8 @@ class LocalRun:
                                            self.input_server.sent_bytes + switch_bytes)
         return run_record(
             self.graph, self.run, self.rp, "local", outcomes, self.fabric.link_bytes(),
-            drops, switch_memory_bytes={n: rt.memory_bytes for n, rt in self.runtimes.items()}, **extra,
+            drops, switch_memory_bytes={n: rt.memory_bytes for n, rt in self.runtimes.items()},
+            **{"fidelity": virtual_fidelity(), **extra},
         )
 
 

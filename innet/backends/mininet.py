@@ -29,11 +29,14 @@ import numpy as np
 from innet.backends.cleanup import RunState, delete_intfs, kill_recorded
 from innet.backends.cluster import Cluster, cluster_figures, place
 from innet.backends.serialize import config_to_json, spec_to_json
+from innet.backends.usage import drops_between, has_exited, interface_drops, process_times, queue_drops
 from innet.errors import UserError
 from innet.graph import is_switch, link_name, natural_key, port_to, ports
 from innet.hosts.ensemble import InputPlan, input_summary
+from innet.plan.dilation import dilate_graph, dilate_spec, dilate_times, virtual
 from innet.plan.spec import RunSpec, program_of
 from innet.results.check import WorkerOutcome, run_record, tally_drops
+from innet.results.fidelity import CPU_BOUND, fidelity, with_model, with_retransmissions
 from innet.results.record import RunRecord
 from innet.run.modes import RunPlan, installed_configs, pbox_servers, plan_run
 from innet.wire.faults import fault_seed
@@ -43,17 +46,21 @@ TCLINK_MAX_MBPS = 1000.0
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _faults(graph: nx.Graph, run: RunSpec, node: str) -> dict[str, dict[str, Any]]:
-    """Each port's faults for the link behind it, and their seed (JSON keys are strings)."""
-    return {str(p): {"spec": dataclasses.asdict(run.faults_on(node, peer)), "seed": fault_seed(run.seed, node, peer)}
-            for p, peer in ports(graph, node).items()}
+def _faults(graph: nx.Graph, run: RunSpec, node: str, latency: bool = False) -> dict[str, dict[str, Any]]:
+    """Each port's faults for the link behind it, and their seed (JSON keys are strings). With ``latency``
+    the link's latency is added to the port's delay (a dilated run: there it is long enough to matter, and
+    ``tc netem`` is not available to add it on the link)."""
+    def spec(peer: str) -> dict[str, Any]:
+        faults = run.faults_on(node, peer)
+        if latency:
+            faults = dataclasses.replace(faults, delay=faults.delay + graph.edges[node, peer]["latency"])
+        return dataclasses.asdict(faults)
+
+    return {str(p): {"spec": spec(peer), "seed": fault_seed(run.seed, node, peer)} for p, peer in ports(graph, node).items()}
 
 
 def log(msg: str) -> None:
     print(f"innet: {msg}", file=sys.stderr, flush=True)
-
-
-CPU_BOUND = 0.8  # of one core, during the all-reduce
 
 
 def busy_cores(stats: dict[str, dict[str, Any]], host_cpu_s: float = 0.0, wall: float = 0.0) -> float:
@@ -74,24 +81,15 @@ def saturated(cores_busy: float) -> bool:
     return cores_busy >= CPU_BOUND * (os.cpu_count() or 1)
 
 
-def bottlenecks(stats: dict[str, dict[str, Any]], host_cpu_s: float = 0.0, wall: float = 0.0,
-                machine_busy: float = 0.0) -> list[str]:
-    """Say when CPUs, not the links, limited the run: a CPU-bound switch, socket drops, or a saturated
-    machine (``machine_busy``: every CPU's busy cores from /proc/stat, the kernel's link work included)."""
-    out = []
-    busy = busy_cores(stats, host_cpu_s, wall)
-    if saturated(max(busy, machine_busy)):
-        out.append(f"the machine kept {max(busy, machine_busy):.1f} of its {os.cpu_count()} cores busy ({busy:.1f} of them in switch "
-                   "and host processes): the emulation was CPU-bound, not link-bound")
-    for sw, st in sorted(stats.items(), key=lambda kv: natural_key(kv[0])):
-        if st["cpu_share"] >= CPU_BOUND:
-            out.append(f"switch {sw} was CPU-bound ({100 * st['cpu_share']:.0f}% of a core during the all-reduce): "
-                       "the links were not the limit")
-        dropped = {port: n for port, n in st.get("socket_drops", {}).items() if n}
-        if dropped:
-            out.append(f"switch {sw} dropped frames at its sockets ({', '.join(f'{p}: {n}' for p, n in dropped.items())}): "
-                       "it could not keep up")
-    return out
+def _faulty(run: RunSpec) -> bool:
+    """Whether ``run`` injects faults that make a worker retransmit (loss, duplicates, reordering)."""
+    return any(f.loss or f.dup or f.reorder for f in (run.faults, *(f for _, f in run.link_faults)))
+
+
+def _modelled(run: RunSpec) -> bool:
+    """Whether the timing model (innet.plan.timing) predicts ``run``'s time: one job of all-reduce calls,
+    dense, on links without faults that make workers retransmit."""
+    return not (run.consistency or run.train or run.topk or run.input_elements or run.jobs > 1 or _faulty(run))
 
 
 class Control:
@@ -187,27 +185,33 @@ def _signals_deferred() -> Iterator[None]:
 
 def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli: bool = False,
                 pbox_cores: int = 1, crash: dict[str, float] | None = None,
-                intruders: list[tuple[str, list[str]]] | None = None, cluster: Cluster | None = None) -> RunRecord:
+                intruders: list[tuple[str, list[str]]] | None = None, cluster: Cluster | None = None,
+                dilation: float = 1.0) -> RunRecord:
     """Run ``run`` on a Mininet network built from ``graph``; remove everything afterwards.
 
     ``crash`` kills the named worker hosts' processes (SIGKILL) that many seconds
     after the start; ``intruders`` are extra commands started on hosts with the
     workers (the tests' spoofers and fuzzers); ``cluster`` spreads the network over
     servers (innet.backends.cluster), every one of them checked before anything starts.
+    ``dilation``: the time dilation factor
+    (innet.plan.dilation): the network is built and the run given its times ``dilation``
+    times slower, and the record's times are the requested (virtual) ones.
     """
     from mininet.log import setLogLevel
 
     setLogLevel("critical")
-    rp = plan_run(graph, run, program_of(run))
-    program = program_of(run, rp.fan_in)
-    configs = installed_configs(graph, run, rp)
+    wire_graph, wire_run = dilate_graph(graph, dilation), dilate_spec(run, dilation)
+    rp = plan_run(wire_graph, wire_run, program_of(wire_run))
+    program = program_of(wire_run, rp.fan_in)
+    configs = installed_configs(wire_graph, wire_run, rp)
     run_id = f"{os.getpid()}-{time.strftime('%H%M%S')}"
     answer = program.elements + (1 if run.consistency else 0)  # a parameter server's answer leads with its clock
     if cluster is not None:
         cluster.check()
-    with _emulation(graph, run_id, link_mtu(answer), cluster) as emu:
-        emu.start_switches(run, program, configs, pcap_dir)
-        return emu.execute(run, rp, pbox_cores, crash or {}, intruders or [], cli)
+    with _emulation(wire_graph, run_id, link_mtu(answer), cluster) as emu:
+        emu.dilate(dilation, graph, run)
+        emu.start_switches(wire_run, program, configs, pcap_dir)
+        return emu.execute(wire_run, rp, pbox_cores, dilate_times(crash or {}, dilation), intruders or [], cli)
 
 
 @contextmanager
@@ -259,6 +263,18 @@ class Emulation:
         self.controls: list[Control] = []
         self.pcaps = False
         self.switch_controls: dict[str, Control] = {}
+        self.switch_procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.times_at_exit: dict[int, tuple[float, float] | None] = {}
+        self.dilation = 1.0
+        self.requested: tuple[nx.Graph, RunSpec] | None = None
+
+    def dilate(self, factor: float, graph: nx.Graph, run: RunSpec) -> None:
+        """This network is ``graph`` dilated by ``factor``, running ``run`` dilated: ports add each link's
+        latency, and the record is written for ``graph`` and ``run`` with times divided by ``factor``."""
+        self.dilation, self.requested = factor, (graph, run)
+
+    def _port_faults(self, run: RunSpec, node: str) -> dict[str, dict[str, Any]]:
+        return _faults(self.graph, run, node, latency=self.dilation > 1)
 
     def build(self) -> None:
         from mininet.link import TCLink
@@ -344,12 +360,13 @@ class Emulation:
         for sw in switches:
             conf = {"program": run.program, "pool_slots": run.pool_slots, "packet_elements": run.packet_elements,
                     "fan_in": getattr(program, "fan_in", 0),
-                    "ports": {p: f"{sw}-eth{p}" for p in configs[sw].ports}, "faults": _faults(graph, run, sw),
+                    "ports": {p: f"{sw}-eth{p}" for p in configs[sw].ports}, "faults": self._port_faults(run, sw),
                     "control": os.path.join(self.run_dir, f"{sw}.sock")}
             self._write(f"{sw}.json", conf)
             with open(os.path.join(self.run_dir, f"{sw}.log"), "wb") as log_file:
-                self._popen(sw, [sys.executable, "-m", "innet.backends.node", "switch", os.path.join(self.run_dir, f"{sw}.json")],
-                            stdout=subprocess.DEVNULL, stderr=log_file)
+                self.switch_procs[sw] = self._popen(
+                    sw, [sys.executable, "-m", "innet.backends.node", "switch", os.path.join(self.run_dir, f"{sw}.json")],
+                    stdout=subprocess.DEVNULL, stderr=log_file)
         self.switch_controls = {sw: Control(os.path.join(self.run_dir, f"{sw}.sock")) for sw in switches}
         self.controls.extend(self.switch_controls.values())
         for sw, ctl in self.switch_controls.items():
@@ -367,7 +384,7 @@ class Emulation:
         host, servers = pbox_servers(graph, run, rp, pbox_cores)
         for core, server in enumerate(servers):
             conf = {"node": server.node, "cores": pbox_cores, "core": core, "port": f"{host}-eth0",
-                    "faults": _faults(graph, run, str(host)),
+                    "faults": self._port_faults(run, str(host)),
                     "jobs": [dataclasses.asdict(j) for j in server.jobs.values()]}
             self._write(f"pbox{core}.json", conf)
             procs[f"{host}#{core}"] = self._popen(str(host), [sys.executable, "-m", "innet.backends.node", "pbox",
@@ -387,7 +404,7 @@ class Emulation:
                         "compute": run.compute_times(w, plan.job, spec.rank),
                         "task": dataclasses.asdict(run.task(spec.nworkers)) if run.train else None,
                         "training": dataclasses.asdict(rp.training) if rp.training else None,
-                        "port": f"{w}-eth0", "faults": _faults(graph, run, w), "result": os.path.join(self.run_dir, f"{w}.npz"),
+                        "port": f"{w}-eth0", "faults": self._port_faults(run, w), "result": os.path.join(self.run_dir, f"{w}.npz"),
                         "mode": run.mode, "ring": rp.ring(plan.job), "linger": linger,
                         "linger_limit": run.timeout if run.mode == "ring" else 0.0}
                 self._write(f"{w}.json", conf)
@@ -404,7 +421,10 @@ class Emulation:
             if said != b"ready":
                 raise UserError(f"{name} failed to start: {said.decode(errors='replace') or 'it said nothing'}")
         cpu_before = {sw: ctl.call("stats")["cpu_s"] for sw, ctl in self.switch_controls.items()}
+        tracked = {**self.switch_procs, **procs}
+        times_before = {name: process_times(p.pid) for name, p in tracked.items()}
         before = {n.name: interface_bytes(n) for n in net.hosts}
+        drops_before = self._drop_counts()
         log(f"all-reduce: {len(workers)} workers x {run.elements} elements x {run.iterations} iteration(s)")
         started, ticks = time.monotonic(), machine_ticks()
         for proc in starters.values():
@@ -414,8 +434,12 @@ class Emulation:
         others = {f"{name}!{i}": self._popen(name, argv, stdout=subprocess.DEVNULL) for i, (name, argv) in enumerate(intruders)}
         self._wait_workers({**workers, **readers}, run, started, crash)
         self._wait_workers(others, run, started, {})
-        after = {n.name: interface_bytes(n) for n in net.hosts}
         wall, ticks_after = time.monotonic() - started, machine_ticks()
+        after = {n.name: interface_bytes(n) for n in net.hosts}
+        drops_after = self._drop_counts()
+        shares = {name: self._shares(p, times_before[name], wall) for name, p in tracked.items()}
+        cpu = {name: s[0] for name, s in shares.items() if s is not None}
+        waits = {name: s[1] for name, s in shares.items() if s is not None}
         machine_busy = (ticks_after[0] - ticks[0]) / max(1, ticks_after[1] - ticks[1]) * (os.cpu_count() or 1)
         stats = {sw: ctl.call("stats") for sw, ctl in self.switch_controls.items()}
         for sw, st in stats.items():
@@ -426,7 +450,28 @@ class Emulation:
             from mininet.cli import CLI
 
             CLI(net)
-        return self._record(run, rp, before, after, stats, wall, machine_busy)
+        fid = fidelity(self.dilation, cpu, drops_between(drops_before[0], drops_after[0]),
+                       drops_between(drops_before[1], drops_after[1]),
+                       {sw: sum(st.get("socket_drops", {}).values()) for sw, st in stats.items()}, os.cpu_count() or 1, waits)
+        return self._record(run, rp, before, after, stats, wall, machine_busy, fid, modelled=not crash and not intruders)
+
+    def _drop_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Every interface's frames dropped so far: at its queue, and by the interface itself."""
+        queue: dict[str, int] = {}
+        interface: dict[str, int] = {}
+        for node in self.net.hosts:
+            queue.update(queue_drops(node))
+            interface.update(interface_drops(node))
+        return queue, interface
+
+    def _shares(self, proc: subprocess.Popen[bytes], before: tuple[float, float] | None,
+                wall: float) -> tuple[float, float] | None:
+        """The shares of ``wall`` seconds ``proc`` ran and waited for a CPU since ``before`` (its seconds of
+        each then); a process that has exited counts until it exited."""
+        now = self.times_at_exit.get(proc.pid) if proc.returncode is not None else process_times(proc.pid)
+        if before is None or now is None or wall <= 0:
+            return None
+        return (now[0] - before[0]) / wall, (now[1] - before[1]) / wall
 
     def _start_input(self, run: RunSpec, plan: InputPlan,
                      procs: dict[str, subprocess.Popen[bytes]]) -> dict[str, subprocess.Popen[bytes]]:
@@ -438,7 +483,7 @@ class Emulation:
                   for r in plan.receivers]
         started: dict[str, subprocess.Popen[bytes]] = {}
         for host, role, extra in roles:
-            conf = {"plan": dataclasses.asdict(plan), "port": f"{host}-eth0", "faults": _faults(self.graph, run, host),
+            conf = {"plan": dataclasses.asdict(plan), "port": f"{host}-eth0", "faults": self._port_faults(run, host),
                     **extra}
             self._write(f"{host}-{role}.json", conf)
             proc = self._popen(host, [sys.executable, "-m", "innet.backends.node", role, os.path.join(self.run_dir, f"{host}-{role}.json")],
@@ -452,7 +497,9 @@ class Emulation:
             path = os.path.join(self.run_dir, f"{r.host}-input.json")
             if os.path.exists(path):
                 with open(path, encoding="utf-8") as fh:
-                    readers.append(json.load(fh))
+                    reader = json.load(fh)
+                reader["completion_s"] /= self.dilation  # back on the requested timeline
+                readers.append(reader)
         with open(os.path.join(self.run_dir, "input-server.json"), encoding="utf-8") as fh:
             sent = json.load(fh)["sent_bytes"]
         switch_bytes = sum(st.get("counters", {}).get("input_bytes", 0) for st in stats.values())
@@ -483,7 +530,7 @@ class Emulation:
         limit = started + 30 + run.timeout * (len(run.call_sizes()) + 1)
         last_report = time.monotonic()
         crash = dict(crash)
-        while any(p.poll() is None for p in procs.values()):
+        while not all(self._ended(p) for p in procs.values()):
             now = time.monotonic()
             for host, at in list(crash.items()):
                 if now - started >= at:
@@ -498,8 +545,15 @@ class Emulation:
                 last_report = now
             time.sleep(0.01)
 
+    def _ended(self, proc: subprocess.Popen[bytes]) -> bool:
+        """Whether ``proc`` has ended, its CPU times read (into ``times_at_exit``) before it is reaped."""
+        if proc.returncode is None and has_exited(proc.pid):
+            self.times_at_exit[proc.pid] = process_times(proc.pid)
+        return proc.poll() is not None
+
     def _record(self, run: RunSpec, rp: RunPlan, before: dict[str, dict[str, int]], after: dict[str, dict[str, int]],
-                stats: dict[str, dict[str, Any]], wall: float, machine_busy: float) -> RunRecord:
+                stats: dict[str, dict[str, Any]], wall: float, machine_busy: float, fid: dict[str, Any],
+                modelled: bool = True) -> RunRecord:
         graph = self.graph
         link_bytes = {}
         for u, v in graph.edges:
@@ -518,17 +572,25 @@ class Emulation:
             "link:lost": sum(st.get("lost", 0) for st in stats.values()),
             "socket": sum(sum(st.get("socket_drops", {}).values()) for st in stats.values()),
         })
-        return run_record(
+        graph, run = self.requested or (graph, run)  # the record is the requested run's, in its timeline
+        record = run_record(
             graph, run, rp, "mininet", outcomes, link_bytes, drops,
             switch_memory_bytes={sw: st.get("memory_bytes", 0) for sw, st in stats.items()},
             switch_cpu_share={sw: round(st["cpu_share"], 3) for sw, st in stats.items()},
             busy_cores=round(busy_cores(stats, host_cpu, wall), 2), machine_busy_cores=round(machine_busy, 2),
-            warnings=bottlenecks(stats, host_cpu, wall, machine_busy),
             switch_counters={sw: st.get("counters", {}) for sw, st in stats.items()},
             **({"input": self._input_record(rp.input, stats)} if rp.input is not None else {}),
             **({"cluster": cluster_figures(graph, self.placement, self.cluster.servers, link_bytes)}
                if self.cluster is not None else {}),
         )
+        fid = with_retransmissions(fid, record.retransmissions, _faulty(run))
+        if modelled and _modelled(run):  # the timing model gives what the links allow: the local backend's time
+            from innet.plan.timing import MININET_HOP, predict
+
+            key = "iteration_s" if run.workload else "completion_s"
+            model = predict(graph, run, list(rp.plans), rp.per_packet, MININET_HOP / self.dilation)[key]
+            fid = with_model(fid, float(record.get(key, float("nan"))), model)
+        return record.with_figures(fidelity=fid)
 
     def _outcome(self, host: str, spec: Any) -> tuple[WorkerOutcome, float]:
         """What a worker host saved: its outcome, and the CPU seconds it spent from "go"."""
@@ -541,8 +603,10 @@ class Emulation:
         floats = np.split(data["floats"], cuts) if len(data["sizes"]) else []
         if str(data["user_error"]):  # the worker's input was bad (a diverging learning rate): one line, as locally
             raise UserError(str(data["user_error"]))
-        outcome = WorkerOutcome(spec.job, spec.rank, ints, floats, list(data["started"]), list(data["finished"]),
-                                int(data["retransmissions"]), str(data["error"]), list(data["compute_starts"]),
+        f = self.dilation  # the worker's clock ran f times slow: its instants back on the requested timeline
+        outcome = WorkerOutcome(spec.job, spec.rank, ints, floats, virtual(list(data["started"]), f),
+                                virtual(list(data["finished"]), f), int(data["retransmissions"]), str(data["error"]),
+                                virtual(list(data["compute_starts"]), f),
                                 [int(s) for s in data["staleness"]], int(data["scale"]), list(data["inputs"]),
                                 [(float(a), float(loss)) for a, loss in data["history"]])
         return outcome, float(data["cpu_s"])

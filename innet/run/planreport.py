@@ -68,7 +68,8 @@ def prediction_table(graph: nx.Graph, run: RunSpec, runs: list[RunRecord],
     for r in runs:
         spec = replace(run, mode=r.mode)
         rp = plan_run(graph, spec, program_of(spec))
-        per_hop = hop if hop is not None else 0.0 if r.backend == "local" else MININET_HOP
+        dilation = r.get("fidelity", {}).get("dilation", 1.0)  # a dilated switch's hop is that much shorter
+        per_hop = hop if hop is not None else 0.0 if r.backend == "local" else MININET_HOP / dilation
         r = r.with_figures(prediction=predict(graph, spec, list(rp.plans), rp.per_packet, per_hop))
         predicted.append(r)
         row = [r.mode, r.backend]

@@ -1,0 +1,146 @@
+"""``--dilation auto``: the link rate this machine carries faithfully, measured once and cached.
+
+The calibration runs what the dilation is for: an all-reduce on a star of 4 (innet mode, 65536
+elements) at ``TARGET_MBPS`` on Mininet, dilated so its links run at a candidate real rate, and the
+same run on the local backend (virtual time, no CPU in it). The faithful rate is the highest candidate,
+doubling from ``RATES[0]``, at which Mininet's completion time is within ``TOLERANCE`` of the local one;
+the first candidate that misses ends the search. A dilated run at real rate r does what an undilated
+run at r does, so the figure holds for any requested rate; a run's factor is then
+``innet.plan.dilation.auto_factor``.
+
+The result is cached in ``cache_dir()/calibration.json``, keyed by the CPU model, the core count and
+the data plane's version (a digest of the code every frame passes through, so a change there
+recalibrates by itself). ``sudo python scripts/calibrate_dilation.py`` measures again and rewrites it;
+so does deleting the file. A machine busy with other work when it calibrates measures a lower rate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from innet.errors import UserError
+
+RATES = (2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)  # Mbit/s, real, tried in order
+TARGET_MBPS = 100000.0  # the virtual rate calibrated at: the seeds' 100 Gbit/s
+TOLERANCE = 1.05  # Mininet's completion time over the local backend's: half the 10% a run should meet, since
+# the other modes and larger topologies load the CPU more than this one star does
+CALIBRATION_TIMEOUT_S = 20.0  # real seconds without progress before a calibration run gives up
+CALIBRATION_VERSION = 1  # bump when the procedure above changes
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DATA_PLANE = ("innet/wire/packet.py", "innet/switch/runtime.py", "innet/switch/engine.py", "innet/switch/reduction.py",
+              "innet/switch/program.py", "innet/hosts/worker.py", "innet/hosts/ring.py", "innet/hosts/pbox.py",
+              "innet/backends/node.py", "innet/backends/rawport.py", "innet/backends/mmsg.py", "innet/backends/egress.py",
+              "switch_programs/sum_allreduce.py")
+
+
+def cache_dir() -> str:
+    """Where the calibration is kept: $INNET_CACHE_DIR, else /var/cache/innet as root, else ~/.cache/innet."""
+    given = os.environ.get("INNET_CACHE_DIR")
+    if given:
+        return given
+    return "/var/cache/innet" if os.geteuid() == 0 else os.path.join(os.path.expanduser("~"), ".cache", "innet")
+
+
+def data_plane_version() -> str:
+    """A digest of the data plane's code: the calibration is only as good as the code it measured."""
+    digest = hashlib.sha256(f"{CALIBRATION_VERSION} {RATES} {TARGET_MBPS} {TOLERANCE}".encode())
+    for rel in DATA_PLANE:
+        path = os.path.join(ROOT, rel)
+        if os.path.exists(path):
+            with open(path, "rb") as fh:
+                digest.update(fh.read())
+    return digest.hexdigest()[:16]
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def machine_key(version: str | None = None) -> dict[str, Any]:
+    """What a calibration is valid for: this CPU, this many cores, this data plane."""
+    return {"cpu": cpu_model(), "cores": os.cpu_count() or 1, "data_plane": version or data_plane_version()}
+
+
+def search(ratio_at: Callable[[float], float], rates: tuple[float, ...] | None = None) -> tuple[float, dict[str, float]]:
+    """The highest of ``rates`` (in order) whose ``ratio_at`` is within TOLERANCE before the first that is
+    not, and every ratio measured; the lowest rate when none is."""
+    rates = rates or RATES
+    faithful, measured = rates[0], {}
+    for rate in rates:
+        ratio = ratio_at(rate)
+        measured[f"{rate:g}"] = round(float(ratio), 4)
+        if not ratio <= TOLERANCE:
+            break
+        faithful = rate
+    return faithful, measured
+
+
+def faithful_rate(ratio_at: Callable[[float], float] | None = None, version: str | None = None,
+                  again: bool = False, rates: tuple[float, ...] | None = None) -> float:
+    """The cached faithful rate for this machine, measuring it first (with ``ratio_at``, default
+    ``measured_ratio``, at ``rates``, default RATES) when there is none for this machine and data plane,
+    or with ``again``."""
+    key = machine_key(version)
+    path = os.path.join(cache_dir(), "calibration.json")
+    if not again:
+        cached = _read(path)
+        if cached is not None and cached.get("key") == key:
+            return float(cached["faithful_mbps"])
+    _log("calibrating time dilation (once per machine and data plane; a few Mininet runs)")
+    rate, measured = search(ratio_at or measured_ratio, rates)
+    record = {"key": key, "faithful_mbps": rate, "target_mbps": TARGET_MBPS, "tolerance": TOLERANCE,
+              "ratios": measured, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path + ".tmp", "w", encoding="utf-8") as fh:
+            json.dump(record, fh, indent=1)
+        os.replace(path + ".tmp", path)
+    except OSError as exc:
+        raise UserError(f"cannot write the dilation calibration to {path}: {exc.strerror}; "
+                        "set INNET_CACHE_DIR to a writable directory") from None
+    _log(f"faithful rate {rate:g} Mbit/s (Mininet/local completion time by real rate: {measured}); saved in {path}")
+    return rate
+
+
+def _read(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data: dict[str, Any] = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data
+
+
+def measured_ratio(rate: float) -> float:
+    """Mininet's completion time over the local backend's for the calibration run, its links at ``rate``
+    real Mbit/s (``TARGET_MBPS`` virtual)."""
+    from innet.backends.local import run_local
+    from innet.backends.mininet import run_mininet
+    from innet.plan.dilation import MININET_MIN_RTO
+    from innet.plan.spec import RunSpec
+    from topologies import build
+
+    factor = TARGET_MBPS / rate
+    graph = build("star", workers=4, bw=TARGET_MBPS)
+    local = run_local(graph, RunSpec(mode="innet", seed=1)).completion_s
+    stuck = CALIBRATION_TIMEOUT_S / factor  # virtual: a wedged calibration run gives up after this many real seconds
+    real = run_mininet(graph, RunSpec(mode="innet", seed=1, min_rto=MININET_MIN_RTO, timeout=stuck), dilation=factor)
+    return real.completion_s / local if real.correct else float("inf")
+
+
+def _log(msg: str) -> None:
+    from innet.backends.mininet import log
+
+    log(msg)

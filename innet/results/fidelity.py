@@ -1,0 +1,83 @@
+"""A run's fidelity: did the emulation measure the network, or the machine it ran on?
+
+Given the dilation used, each process's share of a core over the run and the frames every interface
+dropped, the verdict is "faithful" unless a process was CPU-bound, the run's processes together kept
+the machine's cores busy, or frames were dropped at a queue or an interface (links an injected
+``--loss`` makes lossy drop in the sender's fault injector, which none of these counts). The reasons
+say which, in a line a reader can act on. Replaces the warnings runs printed before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from innet.graph import natural_key
+
+CPU_BOUND = 0.8  # of one core over the run: a process this busy set the pace, not the links
+TIME_TOLERANCE = 1.1  # measured over the timing model's time (the local backend's, to within 0.3%)
+FAITHFUL = "faithful"
+NOT_FAITHFUL = "not faithful"
+
+
+def fidelity(dilation: float, cpu: Mapping[str, float], queue: Mapping[str, int], interface: Mapping[str, int],
+             socket: Mapping[str, int] | None = None, cores: int = 1,
+             wait: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """The ``fidelity`` record: ``cpu`` process -> share of a core; ``wait`` process -> share of the run it
+    spent runnable, waiting for a CPU (other processes', this run's or not, had them all); ``queue``,
+    ``interface``: interface -> frames dropped at its queue, by itself; ``socket``: switch -> frames its
+    sockets dropped. A process busy or waiting for a core 80% of the run was CPU-bound."""
+    wait = wait or {}
+    reasons = []
+    for name, share in sorted(cpu.items(), key=lambda kv: natural_key(kv[0])):
+        waited = wait.get(name, 0.0)
+        if share + waited >= CPU_BOUND:
+            reasons.append(f"{name} used {share:.2f} of a core" + (f" and waited {waited:.2f} of the run for one"
+                                                                    if waited >= 0.005 else ""))
+    total = sum(cpu.values())
+    if total >= CPU_BOUND * cores:
+        reasons.append(f"the run's processes kept {total:.1f} of the {cores} cores busy")
+    for what, counts in (("at their queues", queue), ("at the interface", interface), ("at a switch's sockets", socket or {})):
+        dropped = {k: n for k, n in sorted(counts.items(), key=lambda kv: natural_key(kv[0])) if n > 0}
+        if dropped:
+            detail = ", ".join(f"{k}: {n}" for k, n in dropped.items())
+            reasons.append(f"{len(dropped)} interface(s) dropped frames {what} ({detail})" if what != "at a switch's sockets"
+                           else f"{len(dropped)} switch(es) dropped frames at their sockets ({detail})")
+    drops = {k: queue.get(k, 0) + interface.get(k, 0) for k in sorted({*queue, *interface}, key=natural_key)}
+    return {"dilation": float(dilation), "verdict": NOT_FAITHFUL if reasons else FAITHFUL, "reasons": reasons,
+            "cpu": {k: round(v, 3) for k, v in sorted(cpu.items(), key=lambda kv: natural_key(kv[0]))},
+            "wait": {k: round(v, 3) for k, v in sorted(wait.items(), key=lambda kv: natural_key(kv[0]))}, "drops": drops}
+
+
+def with_retransmissions(fid: dict[str, Any], retransmissions: int, lossy: bool) -> dict[str, Any]:
+    """``fid`` judged also by the run's retransmissions: on links without injected loss, duplication or
+    reordering a faithful emulation retransmits nothing (a retransmission there is a timer that fired
+    because a process was late)."""
+    if lossy or retransmissions <= 0:
+        return fid
+    reason = f"{retransmissions} retransmission(s) on links without injected faults: results came back after the RTO"
+    return {**fid, "verdict": NOT_FAITHFUL, "reasons": [*fid["reasons"], reason]}
+
+
+def with_model(fid: dict[str, Any], measured: float, model: float) -> dict[str, Any]:
+    """``fid`` judged also against the timing model: a run ``TIME_TOLERANCE`` or more slower than the links
+    allow measured something else (the model gives the local backend's virtual time to within 0.3%)."""
+    fid = {**fid, "model_ratio": round(measured / model, 4) if model > 0 and measured == measured else None}
+    if fid["model_ratio"] is None or fid["model_ratio"] <= TIME_TOLERANCE:
+        return fid
+    reason = f"took {fid['model_ratio']:.2f}x the {model:.4g} s its links allow (the timing model)"
+    return {**fid, "verdict": NOT_FAITHFUL, "reasons": [*fid["reasons"], reason]}
+
+
+def virtual_fidelity(dilation: float = 1.0) -> dict[str, Any]:
+    """The local backend's: virtual time, nothing measured can be the machine's."""
+    return {"dilation": float(dilation), "verdict": FAITHFUL,
+            "reasons": ["virtual time: the fabric's clock waits for the CPU"], "cpu": {}, "wait": {}, "drops": {}}
+
+
+def fidelity_line(record: Any) -> str:
+    """One line for the summary: the verdict, the dilation, and why (``record``: a RunRecord or its JSON)."""
+    fid = record["fidelity"]
+    factor = f"dilation {fid['dilation']:g}" if fid["dilation"] != 1 else "no dilation"
+    why = f": {'; '.join(fid['reasons'])}" if fid["reasons"] else ""
+    return f"fidelity: {record['mode']}: {fid['verdict']} ({factor}){why}"

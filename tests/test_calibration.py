@@ -1,0 +1,73 @@
+"""The calibration behind --dilation auto: its search, and its cache (written once, re-used, measured
+again when the data plane changes). The measurement itself is Mininet's: tests/test_dilation_mininet.py."""
+
+import json
+
+import pytest
+
+from innet.backends import calibration
+from innet.backends.calibration import TOLERANCE, data_plane_version, faithful_rate, machine_key, search
+
+
+def ratios(table):
+    calls = []
+
+    def ratio_at(rate):
+        calls.append(rate)
+        return table[rate]
+
+    return ratio_at, calls
+
+
+def test_the_search_keeps_the_highest_rate_before_the_first_that_misses():
+    ratio_at, calls = ratios({1.0: 1.01, 2.0: 1.04, 4.0: 1.3, 8.0: 1.0})
+    assert search(ratio_at, (1.0, 2.0, 4.0, 8.0)) == (2.0, {"1": 1.01, "2": 1.04, "4": 1.3})
+    assert calls == [1.0, 2.0, 4.0]  # a miss ends it: 8 is not tried
+    ratio_at, _ = ratios({1.0: TOLERANCE + 0.01, 2.0: 1.0})
+    assert search(ratio_at, (1.0, 2.0))[0] == 1.0  # none faithful: the lowest, the best there is
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("INNET_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(calibration, "RATES", (5.0, 10.0, 20.0))
+    return tmp_path / "calibration.json"
+
+
+def test_the_cache_is_written_once_and_reused(cache):
+    ratio_at, calls = ratios({5.0: 1.0, 10.0: 1.02, 20.0: 1.4})
+    assert faithful_rate(ratio_at, version="v1") == 10.0
+    saved = json.loads(cache.read_text())
+    assert saved["key"] == machine_key("v1") and saved["faithful_mbps"] == 10.0
+    assert saved["ratios"] == {"5": 1.0, "10": 1.02, "20": 1.4}
+    assert faithful_rate(ratio_at, version="v1") == 10.0
+    assert calls == [5.0, 10.0, 20.0]  # the second run measured nothing
+
+
+def test_a_new_data_plane_or_a_request_measures_again(cache):
+    ratio_at, calls = ratios({5.0: 1.0, 10.0: 1.02, 20.0: 1.4})
+    faithful_rate(ratio_at, version="v1")
+    slower, _ = ratios({5.0: 1.0, 10.0: 1.3, 20.0: 1.4})
+    assert faithful_rate(slower, version="v2") == 5.0
+    assert json.loads(cache.read_text())["key"]["data_plane"] == "v2"
+    assert faithful_rate(ratio_at, version="v2", again=True) == 10.0
+    assert len(calls) == 6
+
+
+def test_the_data_plane_version_follows_its_code(tmp_path, monkeypatch):
+    (tmp_path / "switch.py").write_text("x = 1\n")
+    monkeypatch.setattr(calibration, "ROOT", str(tmp_path))
+    monkeypatch.setattr(calibration, "DATA_PLANE", ("switch.py",))
+    first = data_plane_version()
+    assert data_plane_version() == first
+    (tmp_path / "switch.py").write_text("x = 2\n")
+    assert data_plane_version() != first
+
+
+def test_an_unwritable_cache_is_one_clear_error(tmp_path, monkeypatch):
+    from innet.errors import UserError
+
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("INNET_CACHE_DIR", str(tmp_path / "file" / "sub"))
+    with pytest.raises(UserError, match="cannot write the dilation calibration .* set INNET_CACHE_DIR"):
+        faithful_rate(lambda rate: 1.0, version="v1")

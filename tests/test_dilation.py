@@ -1,0 +1,91 @@
+"""Time dilation's arithmetic (innet.plan.dilation) and the CLI's factor: rates divided, every given time
+multiplied, every measured time divided, and the flag's errors one line each."""
+
+import argparse
+import os
+
+import pytest
+
+from innet.cli import _dilation, main, parse_dilation
+from innet.errors import UserError
+from innet.plan.dilation import (
+    LOCAL_MIN_RTO,
+    MININET_MIN_RTO,
+    auto_factor,
+    dilate_graph,
+    dilate_spec,
+    dilate_times,
+    host_link_rate,
+    virtual,
+)
+from innet.plan.spec import RunSpec
+from innet.wire.faults import FaultSpec
+from topologies import build
+
+
+def test_the_flag_takes_auto_off_or_a_factor_of_at_least_one():
+    assert parse_dilation("auto") == "auto"
+    assert parse_dilation("off") == 1.0
+    assert parse_dilation("250") == 250.0
+    for bad in ("0.5", "fast", "-3", "nan"):
+        with pytest.raises(UserError, match="--dilation wants auto, off or a factor"):
+            parse_dilation(bad)
+
+
+def test_auto_divides_the_host_link_rate_by_the_faithful_rate_and_never_speeds_up():
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2, bw=100000)
+    assert host_link_rate(graph) == 100000
+    assert auto_factor(host_link_rate(graph), 5.0) == 20000  # not the 200000 of its uplinks
+    assert auto_factor(3.0, 5.0) == 1.0  # a run the machine keeps up with runs at its own speed
+
+
+def test_a_dilated_graph_has_rates_divided_and_latencies_multiplied():
+    graph = build("star", workers=4, bw=100000)
+    slow = dilate_graph(graph, 2000)
+    for u, v, data in slow.edges(data=True):
+        assert data["bw"] == graph.edges[u, v]["bw"] / 2000 == 50
+        assert data["latency"] == pytest.approx(graph.edges[u, v]["latency"] * 2000)
+    assert graph.edges["h1", "s1"]["bw"] == 100000  # the requested graph is left as it was
+
+
+def test_a_dilated_run_has_every_given_time_multiplied():
+    run = RunSpec(faults=FaultSpec(delay=0.001, reorder=0.1, reorder_delay=0.002), timeout=10.0, initial_rto=1.0,
+                  min_rto=MININET_MIN_RTO, compute_time=0.01, compute_scale=2.0,
+                  link_faults=(("h1--s1", FaultSpec(delay=0.005)),))
+    slow = dilate_spec(run, 100)
+    assert slow.faults == FaultSpec(delay=0.1, reorder=0.1, reorder_delay=0.2)
+    assert slow.link_faults == (("h1--s1", FaultSpec(delay=0.5, reorder_delay=0.2)),)
+    assert (slow.timeout, slow.initial_rto, slow.compute_time, slow.compute_scale) == (1000.0, 100.0, 1.0, 200.0)
+    assert dilate_spec(run, 10).min_rto == MININET_MIN_RTO  # the machine's real floor: 1 ms x 10 is less
+    assert dilate_spec(run, 5000).min_rto == LOCAL_MIN_RTO * 5000  # the local backend's virtual floor, dilated
+    assert (slow.elements, slow.mode, slow.seed) == (run.elements, run.mode, run.seed)
+    assert dilate_spec(run, 1) is run
+
+
+def test_crash_times_are_dilated_and_measured_instants_come_back():
+    assert dilate_times({"h2": 0.5}, 40) == {"h2": 20.0}
+    assert virtual([40.0, 41.0, 44.0], 40) == [1.0, 1.025, 1.1]
+
+
+def _args(**kw):
+    return argparse.Namespace(**{"backend": "mininet", "bw": None, "dilation": "auto", **kw})
+
+
+def test_dilated_links_must_be_ones_tclink_can_shape():
+    graph = build("star", workers=4, bw=100000)
+    assert _dilation(_args(bw=100000.0, dilation="200"), graph) == 200.0
+    with pytest.raises(UserError, match=r"--bw 100000 is 1000\.5 Mbit/s on the dilated links .* dilate by at least 100,"):
+        _dilation(_args(bw=100000.0, dilation="99.95"), graph)
+    with pytest.raises(UserError, match=r"--bw 2000 is 2000 Mbit/s on the dilated links \(--dilation off: factor 1\)"):
+        _dilation(_args(bw=2000.0, dilation="off"), graph)
+
+
+def test_the_local_backend_runs_in_virtual_time_and_refuses_a_factor(capsys):
+    graph = build("star", workers=4, bw=100000)
+    assert _dilation(_args(backend="local", dilation="auto"), graph) == 1.0
+    assert _dilation(_args(backend="local", dilation="off"), graph) == 1.0
+    assert main(["--backend", "local", "--topo", "star", "--dilation", "5", "--plan-only"]) == 0  # plans need no clock
+    assert main(["--backend", "local", "--topo", "star", "--dilation", "5", "--no-plots", "--out", os.devnull]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: --dilation 5 slows Mininet's clock; the local backend runs in virtual time and needs none: "
+                   "use --dilation auto or off there"]
