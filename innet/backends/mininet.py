@@ -290,6 +290,16 @@ class Emulation:
             if error.strip():
                 raise UserError(f"cannot add priority queues to {intf}: {error.strip()}")
 
+    def add_ip_network(self) -> None:
+        """Addresses and routes for IP beside innet's frames (innet.backends.iplane): for torch.distributed."""
+        from innet.backends.iplane import ip_commands
+
+        for name, commands in ip_commands(self.graph).items():
+            for command in commands:
+                error = self.net.get(name).cmd(command + " 2>&1")
+                if error.strip():
+                    raise UserError(f"cannot set up IP on {name} ({command}): {error.strip()}")
+
     def _popen(self, name: str | None, args: list[str], **kw: Any) -> subprocess.Popen[bytes]:
         """Start ``args`` inside node ``name`` (or, with None, here), recorded for teardown."""
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
