@@ -201,12 +201,13 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
 
 
 @contextmanager
-def network(graph: nx.Graph, mtu: int = ETH_MTU) -> Iterator[Emulation]:
-    """A bare Mininet network of ``graph`` (nothing started on it), removed on exit: for benchmarks."""
+def network(graph: nx.Graph, mtu: int = ETH_MTU, tag: str = "bench") -> Iterator[Emulation]:
+    """A bare Mininet network of ``graph`` (nothing started on it), removed on exit: for benchmarks, and for
+    other programs' processes (innet.backends.torchnet)."""
     from mininet.log import setLogLevel
 
     setLogLevel("critical")
-    with _emulation(graph, f"{os.getpid()}-{time.strftime('%H%M%S')}-bench", mtu) as emu:
+    with _emulation(graph, f"{os.getpid()}-{time.strftime('%H%M%S')}-{tag}", mtu) as emu:
         yield emu
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from innet.backends.iplane import host_address
-from innet.backends.mininet import Emulation, _emulation, _faults, interface_bytes, log
+from innet.backends.mininet import Emulation, _faults, interface_bytes, log, network
 from innet.backends.serialize import spec_to_json
 from innet.errors import UserError
 from innet.graph import link_name, port_to
@@ -30,6 +30,7 @@ from innet.plan.spec import RunSpec, program_of
 from innet.results.check import WorkerOutcome, run_record
 from innet.results.record import RunRecord
 from innet.run.modes import installed_configs, plan_run
+from innet.wire.faults import FaultSpec
 from innet.wire.packet import link_mtu
 
 RENDEZVOUS_PORT = 29500
@@ -44,9 +45,17 @@ def torch_available() -> bool:
     return True
 
 
+def gloo_applies(run: RunSpec) -> bool:
+    """Whether gloo can run what ``run`` asks: sums of plain tensors for one job, on links without injected faults
+    (innet's processes inject those; gloo's TCP would not see them)."""
+    return run.program == "sum_allreduce" and not (run.train or run.workload or run.topk or run.consistency
+                                                   or run.input_elements or run.jobs != 1
+                                                   or run.link_faults or run.faults != FaultSpec())
+
+
 def _ranks(rp: Any) -> list[tuple[str, JobSpec]]:
     if len(rp.plans) != 1:
-        raise UserError("torch ranks run one job: give --jobs 1")
+        raise UserError("torch ranks run one job: give {jobs} 1")
     return sorted(rp.specs[rp.plans[0].job].items(), key=lambda kv: kv[1].rank)
 
 
@@ -116,19 +125,17 @@ def run_gloo(graph: Any, run: RunSpec) -> RunRecord:
     """``--mode gloo``: torch.distributed's gloo all-reduce of the run's tensors between the job's worker hosts, over
     the same links; its record beside innet's modes (predicted bytes: the ring's; correct: every rank's result is
     the float sum within float32 rounding)."""
-    if run.train or run.workload or run.topk or run.consistency or run.input_elements or run.jobs != 1:
-        raise UserError("--mode gloo all-reduces plain tensors (--elements, --iterations) for one job: it takes none of "
-                        "--train, --workload, --topk, --consistency, --input-elements, --jobs")
+    if not gloo_applies(run):
+        raise UserError("{mode} gloo sums plain tensors ({elements}, {iterations}) for one job: it takes no {program} and "
+                        "none of {train}, {workload}, {topk}, {consistency}, {input_elements}, {jobs}, nor link faults "
+                        "({loss}, {dup}, {reorder}, {delay}, {fault})")
     if not torch_available():
-        raise UserError("--mode gloo needs torch (pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu)")
-    from mininet.log import setLogLevel
-
-    setLogLevel("critical")
+        raise UserError("{mode} gloo needs torch: pip install -e '.[torch]' (torch==2.13.0, the CPU build)")
     ring = replace(run, mode="ring")
     rp = plan_run(graph, ring, program_of(ring))
     ranks = _ranks(rp)
     timeout = STARTUP_S + run.timeout * run.iterations
-    with _emulation(graph, f"{os.getpid()}-{time.strftime('%H%M%S')}-gloo", link_mtu(0)) as emu:
+    with network(graph, link_mtu(0), "gloo") as emu:
         emu.add_ip_network()
         job = rp.plans[0].job
         procs = _start_ranks(emu, ranks, "gloo", [
@@ -176,17 +183,14 @@ def ddp_mininet(graph: Any, run: RunSpec, train: dict[str, Any], hooks: tuple[st
     switches: ClientState, ``run.mode`` innet, pbox or ring) and "plain" (DDP's own gloo all-reduce). Per hook:
     every rank's test accuracy and seconds, and the bytes per link."""
     if not torch_available():
-        raise UserError("the DDP example needs torch (pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu)")
-    from mininet.log import setLogLevel
-
-    setLogLevel("critical")
+        raise UserError("the DDP example needs torch: pip install -e '.[torch]' (torch==2.13.0, the CPU build)")
     rp = plan_run(graph, run, program_of(run))
     program = program_of(run, rp.fan_in)
     ranks = _ranks(rp)
     job = rp.plans[0].job
     timeout = STARTUP_S + 60.0 * int(train["epochs"])
     out: dict[str, Any] = {}
-    with _emulation(graph, f"{os.getpid()}-{time.strftime('%H%M%S')}-ddp", link_mtu(program.elements)) as emu:
+    with network(graph, link_mtu(program.elements), "ddp") as emu:
         emu.add_ip_network()
         if "innet" in hooks:
             emu.start_switches(run, program, installed_configs(graph, run, rp), None)
