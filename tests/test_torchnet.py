@@ -101,7 +101,7 @@ def test_mode_gloo_sums_like_numpy_and_its_link_bytes_cover_a_ring(tmp_path):
                           "--workers", str(n), "--mode", "gloo", "--elements", str(elements), "--iterations", "2",
                           "--bw", "200", "--out", str(tmp_path), "--no-plots"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
-    (run,) = json.load(open(tmp_path / "results.json"))["runs"]
+    (run,) = json.loads((tmp_path / "results.json").read_text())["runs"]
     assert run["mode"] == "gloo" and run["correct"] and run["completion_s"] > 0, run["errors"]
     exact = np.sum([RunSpec(elements=elements, iterations=2).tensors(1, r)[1].astype(np.float64) for r in range(n)], axis=0)
     assert run["max_abs_error"] <= n * np.finfo(np.float32).eps * np.abs(exact).max() * 4
