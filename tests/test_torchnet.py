@@ -144,3 +144,15 @@ def test_gloo_is_left_out_of_what_it_cannot_run():
     for run in (RunSpec(program="max_allreduce"), RunSpec(topk=0.1), RunSpec(jobs=2), RunSpec(train="digits"),
                 replace(RunSpec(), faults=replace(RunSpec().faults, loss=0.01))):
         assert not gloo_applies(run)
+
+
+@pytest.mark.mininet
+def test_the_ring_vs_gloo_script_prints_each_modes_median_and_their_ratio():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ring_vs_gloo.py"), "--bw", "200", "--repeats", "1",
+                          "--elements", "100000", "--modes", "ring", "gloo"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    row = out.stdout.splitlines()[2].split()
+    ring, gloo, theory, ratio = (float(x) for x in row[1:5])
+    assert row[0] == "200" and theory == pytest.approx(2 * 3 / 4 * 4 * 100000 * 8 / 200e6, abs=1e-3)
+    assert ring > 0 and gloo > 0 and ratio == pytest.approx(ring / gloo, rel=0.1)
+    assert_nothing_left()
