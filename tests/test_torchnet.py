@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from innet.backends.iplane import host_address, ip_commands, link_addresses
-from innet.backends.torchnet import gloo_record
+from innet.backends.torchnet import gloo_record, torch_available
 from innet.graph import hosts
 from innet.plan.spec import RunSpec, program_of
 from innet.results.check import WorkerOutcome
@@ -22,6 +22,7 @@ from tests.test_emulation import _wait_for_state, assert_nothing_left
 from topologies import build
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+needs_torch = pytest.mark.skipif(not torch_available(), reason="torch is not installed (pip install -e '.[torch]')")
 
 
 def _routed_path(commands, src, address):
@@ -95,6 +96,7 @@ def test_mode_gloo_on_the_local_backend_is_one_line():
 
 
 @pytest.mark.mininet
+@needs_torch
 def test_mode_gloo_sums_like_numpy_and_its_link_bytes_cover_a_ring(tmp_path):
     elements, n = 300000, 3
     out = subprocess.run([sys.executable, os.path.join(ROOT, "run_topology.py"), "--backend", "mininet", "--topo", "star",
@@ -112,6 +114,7 @@ def test_mode_gloo_sums_like_numpy_and_its_link_bytes_cover_a_ring(tmp_path):
 
 
 @pytest.mark.mininet
+@needs_torch
 def test_ddp_through_the_switch_trains_to_plain_ddps_accuracy():
     out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ddp_digits.py"), "--backend", "mininet",
                           "--procs", "3", "--batch", "30", "--epochs", "10"], capture_output=True, text=True, timeout=900)
@@ -124,6 +127,7 @@ def test_ddp_through_the_switch_trains_to_plain_ddps_accuracy():
 
 
 @pytest.mark.mininet
+@needs_torch
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_ddp_ranks_leave_nothing_behind(sig):
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", "ddp_digits.py"), "--backend", "mininet",
@@ -147,6 +151,7 @@ def test_gloo_is_left_out_of_what_it_cannot_run():
 
 
 @pytest.mark.mininet
+@needs_torch
 def test_the_ring_vs_gloo_script_prints_each_modes_median_and_their_ratio():
     out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ring_vs_gloo.py"), "--bw", "200", "--repeats", "1",
                           "--elements", "100000", "--modes", "ring", "gloo"], capture_output=True, text=True, timeout=600)
