@@ -54,9 +54,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--topk", type=float, default=0.0, metavar="FRACTION",
                    help="send only this fraction of each gradient: top-k with error feedback, as (index, value) "
                         "pairs where shorter (innet and pbox; the ring sends the same values dense)")
-    p.add_argument("--mode", choices=(*MODES, "all"), default="innet",
+    p.add_argument("--mode", choices=(*MODES, "gloo", "all"), default="innet",
                    help="innet: switches aggregate; pbox: the PBox host does (PHub); ring: ring all-reduce; "
-                        "all: the three, same topology and gradients, side by side (default innet)")
+                        "gloo: torch.distributed's gloo all-reduce between the same hosts (mininet, needs torch); "
+                        "all: innet, pbox and ring (and gloo on mininet when torch is installed), same topology "
+                        "and gradients, side by side (default innet)")
     p.add_argument("--plan-only", action="store_true", help="print the placement plan and predicted bytes, start nothing")
     p.add_argument("--pbox-cores", type=int, default=1, help="PBox shards (processes), keys spread by slot (default 1)")
     p.add_argument("--no-plots", action="store_true", help="do not write links.png and tiers.png")
@@ -336,6 +338,13 @@ def _crashes(specs: list[str], graph: Any) -> dict[str, float]:
     return crash
 
 
+def _gloo_applies(run: RunSpec) -> bool:
+    """Whether ``--mode all`` adds gloo: the run is one gloo can do, and torch is installed."""
+    from innet.backends.torchnet import gloo_applies, torch_available
+
+    return gloo_applies(run) and torch_available()
+
+
 FLAG_NAMES = {"slice_elements": "--slice"}  # RunSpec fields whose flag is not the field's name
 
 
@@ -400,9 +409,17 @@ def _main(args: argparse.Namespace) -> int:
         specs = scheme_specs(run, args.topk or 0.01, args.staleness)
     else:
         specs = [dataclasses.replace(run, mode=mode) for mode in (MODES if args.mode == "all" else (args.mode,))]
+        if args.mode == "all" and args.backend == "mininet" and _gloo_applies(run):
+            specs.append(dataclasses.replace(run, mode="gloo"))
+    if args.mode == "gloo" and args.backend == "local":
+        raise UserError("--mode gloo runs torch.distributed between Mininet hosts: it needs --backend mininet (and root)")
     runs = []
     for spec in specs:
-        if args.backend == "local":
+        if spec.mode == "gloo":
+            from innet.backends.torchnet import run_gloo
+
+            runs.append(run_gloo(graph, spec))
+        elif args.backend == "local":
             from innet.backends.local import run_local
 
             runs.append(run_local(graph, spec, pbox_cores=args.pbox_cores, crash=crash))

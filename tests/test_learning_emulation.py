@@ -52,3 +52,17 @@ def test_a_diverging_learning_rate_on_mininet_is_one_error_line_and_leaves_nothi
     assert out.returncode == 2 and len(errors) == 1, out.stderr
     assert errors[0].startswith("error: training diverged at step") and "--lr 50 is too large" in errors[0]
     assert_nothing_left()
+
+
+@pytest.mark.parametrize("flags, says", [
+    (["--train", "mnist"], "error: unknown data set 'mnist'; choose from digits"),
+    (["--train", "digits", "--model", "cnn"], "error: unknown model 'cnn'; choose from mlp"),
+    (["--train", "digits", "--batch", "30"], "error: --batch 30 does not divide among the 4 workers"),
+])
+def test_bad_training_input_on_mininet_is_one_line_and_leaves_nothing(flags, says):
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "run_topology.py"), "--backend", "mininet", "--topo", "star",
+                          "--workers", "4", *flags, "--no-plots", "--out", "/tmp/innet-bad-train"],
+                         capture_output=True, text=True, timeout=120)
+    errors = [line for line in out.stderr.splitlines() if not line.startswith("innet: ")]
+    assert out.returncode == 2 and len(errors) == 1 and errors[0].startswith(says), out.stderr
+    assert_nothing_left()

@@ -7,7 +7,9 @@ bucket's mean over the ranks, as DDP's default hook does. ``state`` says how the
   group, all-reduced there on the in-process fabric (the run's switches and program, fixed point, virtual
   time), and each rank's result is scattered back;
 - ``ClientState``, the real thing: each rank runs inside a Mininet host and all-reduces with the worker client
-  on its own interface (innet.backends.client).
+  on its own interface (innet.backends.client); innet.backends.torchnet starts the ranks.
+
+``train_ddp`` is the example's training loop (a small torch MLP on the digits), the same in both.
 """
 
 # no ``from __future__ import annotations``: DDP checks the hook's annotations as objects, not strings
@@ -69,6 +71,38 @@ class ClientState:
 
     def allreduce(self, array: np.ndarray) -> np.ndarray:
         return self.client.allreduce(np.ascontiguousarray(array, np.float32))
+
+
+def train_ddp(rank: int, world: int, task: dict[str, Any], state: Any = None) -> float:
+    """Train a one-hidden-layer torch MLP on the digits with DDP (the process group is up): every rank its shard,
+    the global batch ``task["batch"]`` split evenly, seeded by ``task["seed"]``; with ``state``, every bucket goes
+    through ``innet_hook``, else through DDP's own (gloo) all-reduce. The test accuracy at the end."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    from innet.hosts.model import load_data
+
+    seed, batch = int(task["seed"]), int(task["batch"])
+    data = load_data("digits", seed, world)
+    x, y = (torch.from_numpy(a) for a in data.shard(rank))
+    per_rank, steps = batch // world, len(data.y_train) // batch
+    torch.manual_seed(seed)
+    net = torch.nn.Sequential(torch.nn.Linear(data.features, int(task["hidden"])), torch.nn.ReLU(),
+                              torch.nn.Linear(int(task["hidden"]), data.classes))
+    model = DistributedDataParallel(net)
+    if state is not None:
+        model.register_comm_hook(state, innet_hook)
+    opt = torch.optim.SGD(model.parameters(), lr=float(task["lr"]))
+    for epoch in range(int(task["epochs"])):
+        order = torch.from_numpy(np.random.default_rng([seed, rank, epoch]).permutation(len(y)))
+        for step in range(steps):
+            take = order[step * per_rank : (step + 1) * per_rank]
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x[take]), y[take]).backward()
+            opt.step()
+    with torch.no_grad():
+        predicted = net(torch.from_numpy(data.x_test)).argmax(dim=1).numpy()
+    del model  # its reducer's threads end before the process group does
+    return float(np.mean(predicted == data.y_test))
 
 
 def innet_hook(state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:

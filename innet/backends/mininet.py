@@ -215,12 +215,13 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
 
 
 @contextmanager
-def network(graph: nx.Graph, mtu: int = ETH_MTU) -> Iterator[Emulation]:
-    """A bare Mininet network of ``graph`` (nothing started on it), removed on exit: for benchmarks."""
+def network(graph: nx.Graph, mtu: int = ETH_MTU, tag: str = "bench") -> Iterator[Emulation]:
+    """A bare Mininet network of ``graph`` (nothing started on it), removed on exit: for benchmarks, and for
+    other programs' processes (innet.backends.torchnet)."""
     from mininet.log import setLogLevel
 
     setLogLevel("critical")
-    with _emulation(graph, f"{os.getpid()}-{time.strftime('%H%M%S')}-bench", mtu) as emu:
+    with _emulation(graph, f"{os.getpid()}-{time.strftime('%H%M%S')}-{tag}", mtu) as emu:
         yield emu
 
 
@@ -336,6 +337,16 @@ class Emulation:
                                         stderr=subprocess.DEVNULL, start_new_session=True)
                 self.state.add_pid(f"ssh:{server}", proc.pid)
         self.cluster.wait_masters()
+
+    def add_ip_network(self) -> None:
+        """Addresses and routes for IP beside innet's frames (innet.backends.iplane): for torch.distributed."""
+        from innet.backends.iplane import ip_commands
+
+        for name, commands in ip_commands(self.graph).items():
+            for command in commands:
+                error = self.net.get(name).cmd(command + " 2>&1")
+                if error.strip():
+                    raise UserError(f"cannot set up IP on {name} ({command}): {error.strip()}")
 
     def _popen(self, name: str | None, args: list[str], **kw: Any) -> subprocess.Popen[bytes]:
         """Start ``args`` inside node ``name`` (or, with None, here), recorded for teardown."""

@@ -36,7 +36,8 @@ def topology_summary(graph: nx.Graph) -> dict[str, Any]:
 
 
 def summary_table(runs: list[RunRecord]) -> str:
-    """The terminal table; with a PBox run among them, each run's ratios to it."""
+    """The terminal table; with a PBox run among them, each run's ratios to it. A training run is named by its
+    scheme (top-k runs in-network, SSP and ASP at the PBox)."""
     tiers = sorted({t for r in runs for t in r.tier_bytes})
     base = next((r for r in runs if r.mode == "pbox"), None)
     head = ["mode", "placement", "backend", "correct", "completion_s", "retx", "dropped", "cross_rack_B",
@@ -45,7 +46,7 @@ def summary_table(runs: list[RunRecord]) -> str:
         head += ["time/pbox", "xrack/pbox"]
     rows = [head]
     for r in runs:
-        row = [r.mode, r.placement, r.backend, str(r.correct), f"{r.completion_s:.6f}", str(r.retransmissions),
+        row = [r.figures.get("scheme", r.mode), r.placement, r.backend, str(r.correct), f"{r.completion_s:.6f}", str(r.retransmissions),
                str(r.packets_dropped), str(r.cross_rack_bytes), *[str(r.tier_bytes.get(t, 0)) for t in tiers],
                r.busiest_link, str(r.max_link_bytes)]
         if base is not None:

@@ -1,0 +1,210 @@
+"""torch.distributed ranks inside Mininet hosts: gloo's all-reduce as a baseline (``--mode gloo``), and DDP trained
+through innet's switches (the ``ClientState`` hook of innet.backends.ddp).
+
+The topology comes up as for any Mininet run (innet.backends.mininet: the same shaped links, every process recorded
+in the run's state file and removed on success, error, Ctrl-C and SIGTERM), with an IP network beside innet's
+frames (innet.backends.iplane) for gloo. One rank per worker host (innet.backends.torchrank), rank r being the
+job's rank r; they meet at rank 0's address. Bytes per link are read from the same interface counters as innet's
+runs, from "go" to the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from innet.backends.iplane import host_address
+from innet.backends.mininet import Emulation, _faults, interface_bytes, log, network
+from innet.backends.serialize import spec_to_json
+from innet.errors import UserError
+from innet.graph import link_name, port_to
+from innet.hosts.worker import JobSpec
+from innet.plan.spec import RunSpec, program_of
+from innet.results.check import WorkerOutcome, run_record
+from innet.results.record import RunRecord
+from innet.run.modes import installed_configs, plan_run
+from innet.wire.faults import FaultSpec
+from innet.wire.packet import link_mtu
+
+RENDEZVOUS_PORT = 29500
+STARTUP_S = 120.0  # for the ranks to import torch and meet (a loaded 2-core machine is slow at it)
+
+
+def torch_available() -> bool:
+    try:
+        import torch.distributed  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def gloo_applies(run: RunSpec) -> bool:
+    """Whether gloo can run what ``run`` asks: sums of plain tensors for one job, on links without injected faults
+    (innet's processes inject those; gloo's TCP would not see them)."""
+    return run.program == "sum_allreduce" and not (run.train or run.workload or run.topk or run.consistency
+                                                   or run.input_elements or run.jobs != 1
+                                                   or run.link_faults or run.faults != FaultSpec())
+
+
+def _ranks(rp: Any) -> list[tuple[str, JobSpec]]:
+    if len(rp.plans) != 1:
+        raise UserError("torch ranks run one job: give {jobs} 1")
+    return sorted(rp.specs[rp.plans[0].job].items(), key=lambda kv: kv[1].rank)
+
+
+def _start_ranks(emu: Emulation, ranks: list[tuple[str, JobSpec]], tag: str, confs: list[dict[str, Any]],
+                 timeout: float) -> dict[str, subprocess.Popen[bytes]]:
+    """Start one rank per worker host, each with its config, and wait until all have met ("ready")."""
+    master = host_address(emu.graph, ranks[0][0])
+    procs = {}
+    for (host, spec), extra in zip(ranks, confs, strict=True):
+        conf = {"rank": spec.rank, "world": len(ranks), "port": f"{host}-eth0", "timeout": timeout,
+                "rendezvous": f"tcp://{master}:{RENDEZVOUS_PORT}", "result": os.path.join(emu.run_dir, f"{host}-{tag}.out"),
+                **extra}
+        path = os.path.join(emu.run_dir, f"{host}-{tag}.json")
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(conf, fh)
+        with open(os.path.join(emu.run_dir, f"{host}-{tag}.log"), "wb") as log_file:
+            procs[host] = emu.spawn(host, [sys.executable, "-m", "innet.backends.torchrank", path],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file)
+    for host, proc in procs.items():
+        assert proc.stdout is not None
+        if proc.stdout.readline().strip() != b"ready":
+            raise UserError(f"torch rank on {host} failed to start: {_last_words(emu, host, tag)}")
+    return procs
+
+
+def _go_and_wait(emu: Emulation, procs: dict[str, subprocess.Popen[bytes]], tag: str, limit: float) -> float:
+    """Release the ranks together; wait for all to exit (each must succeed); the seconds it took."""
+    started = time.monotonic()
+    for proc in procs.values():
+        assert proc.stdin is not None
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
+    while any(p.poll() is None for p in procs.values()):
+        if time.monotonic() - started > limit:
+            raise UserError(f"torch ranks did not finish within {limit:.0f}s")
+        failed = [h for h, p in procs.items() if p.poll() not in (None, 0)]
+        if failed:
+            raise UserError(f"torch rank on {failed[0]} failed: {_last_words(emu, failed[0], tag)}")
+        time.sleep(0.01)
+    failed = [h for h, p in procs.items() if p.returncode != 0]
+    if failed:
+        raise UserError(f"torch rank on {failed[0]} failed: {_last_words(emu, failed[0], tag)}")
+    return time.monotonic() - started
+
+
+def _last_words(emu: Emulation, host: str, tag: str) -> str:
+    try:
+        with open(os.path.join(emu.run_dir, f"{host}-{tag}.log"), encoding="utf-8", errors="replace") as fh:
+            lines = [ln.strip() for ln in fh if ln.strip()]
+    except OSError:
+        lines = []
+    return lines[-1] if lines else "no message"
+
+
+def _link_bytes(emu: Emulation, before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict[str, int]:
+    graph, out = emu.graph, {}
+    for u, v in graph.edges:
+        total = 0
+        for a, b in ((u, v), (v, u)):
+            intf = f"{a}-eth{port_to(graph, a, b)}"
+            total += after[a].get(intf, 0) - before[a].get(intf, 0)
+        out[link_name(u, v)] = total
+    return out
+
+
+def run_gloo(graph: Any, run: RunSpec) -> RunRecord:
+    """``--mode gloo``: torch.distributed's gloo all-reduce of the run's tensors between the job's worker hosts, over
+    the same links; its record beside innet's modes (predicted bytes: the ring's; correct: every rank's result is
+    the float sum within float32 rounding)."""
+    if not gloo_applies(run):
+        raise UserError("{mode} gloo sums plain tensors ({elements}, {iterations}) for one job: it takes no {program} and "
+                        "none of {train}, {workload}, {topk}, {consistency}, {input_elements}, {jobs}, nor link faults "
+                        "({loss}, {dup}, {reorder}, {delay}, {fault})")
+    if not torch_available():
+        raise UserError("{mode} gloo needs torch: pip install -e '.[torch]' (torch==2.13.0, the CPU build)")
+    ring = replace(run, mode="ring")
+    rp = plan_run(graph, ring, program_of(ring))
+    ranks = _ranks(rp)
+    timeout = STARTUP_S + run.timeout * run.iterations
+    with network(graph, link_mtu(0), "gloo") as emu:
+        emu.add_ip_network()
+        job = rp.plans[0].job
+        procs = _start_ranks(emu, ranks, "gloo", [
+            {"task": "allreduce", "seed": run.seed, "job": job, "sizes": run.call_sizes(), "layers": run.layers()}
+            for _ in ranks], timeout)
+        before = {n.name: interface_bytes(n) for n in emu.net.hosts}
+        log(f"gloo all-reduce: {len(ranks)} ranks x {run.elements} elements x {run.iterations} iteration(s)")
+        wall = _go_and_wait(emu, procs, "gloo", timeout)
+        after = {n.name: interface_bytes(n) for n in emu.net.hosts}
+        outcomes, host_cpu = [], 0.0
+        for host, spec in ranks:
+            data = np.load(os.path.join(emu.run_dir, f"{host}-gloo.out.npz"))
+            floats = np.split(data["floats"], np.cumsum(data["sizes"])[:-1])
+            outcomes.append(WorkerOutcome(spec.job, spec.rank, [], floats, list(data["started"]), list(data["finished"]), 0))
+            host_cpu += float(data["cpu_s"])
+        link_bytes = _link_bytes(emu, before, after)
+    return gloo_record(graph, ring, rp, outcomes, link_bytes, host_cpu_s=round(host_cpu, 3), wall_s=round(wall, 3))
+
+
+def gloo_record(graph: Any, ring: RunSpec, rp: Any, outcomes: list[WorkerOutcome], link_bytes: dict[str, int],
+                **extra: Any) -> RunRecord:
+    """gloo's run record: laid out as the ring's (same plan and predicted bytes), its verdict in floats: every
+    rank's every result within float32 rounding of the float64 sum (N ulps of the largest partial sum)."""
+    record = run_record(graph, ring, rp, "mininet", outcomes, link_bytes, {}, **extra)
+    inputs = [ring.tensors(o.job, o.rank) for o in outcomes]
+    correct, max_err = True, 0.0
+    for call in range(len(inputs[0])):
+        exact = np.sum([t[call].astype(np.float64) for t in inputs], axis=0)
+        bound = len(inputs) * np.finfo(np.float32).eps * np.sum([np.abs(t[call].astype(np.float64)) for t in inputs], axis=0)
+        for o in outcomes:
+            got = o.floats[call] if call < len(o.floats) else None
+            if got is None or got.shape != exact.shape:
+                correct = False
+                continue
+            err = np.abs(got.astype(np.float64) - exact)
+            correct &= bool(np.all(err <= bound + 1e-30))
+            max_err = max(max_err, float(err.max(initial=0.0)))
+    errors = () if correct else ("gloo's result differs from the float sum by more than float32 rounding",)
+    jobs = tuple(replace(j, placement="gloo", correct=correct, max_abs_error=max_err, errors=errors) for j in record.jobs)
+    return replace(record, mode="gloo", placement="gloo", correct=correct, max_abs_error=max_err, errors=errors, jobs=jobs)
+
+
+def ddp_mininet(graph: Any, run: RunSpec, train: dict[str, Any], hooks: tuple[str, ...] = ("innet", "plain")) -> dict[str, Any]:
+    """Train the torch example with DDP, one rank per worker host, once per hook: "innet" (every bucket through the
+    switches: ClientState, ``run.mode`` innet, pbox or ring) and "plain" (DDP's own gloo all-reduce). Per hook:
+    every rank's test accuracy and seconds, and the bytes per link."""
+    if not torch_available():
+        raise UserError("the DDP example needs torch: pip install -e '.[torch]' (torch==2.13.0, the CPU build)")
+    rp = plan_run(graph, run, program_of(run))
+    program = program_of(run, rp.fan_in)
+    ranks = _ranks(rp)
+    job = rp.plans[0].job
+    timeout = STARTUP_S + 60.0 * int(train["epochs"])
+    out: dict[str, Any] = {}
+    with network(graph, link_mtu(program.elements), "ddp") as emu:
+        emu.add_ip_network()
+        if "innet" in hooks:
+            emu.start_switches(run, program, installed_configs(graph, run, rp), None)
+        for hook in hooks:
+            procs = _start_ranks(emu, ranks, hook, [
+                {"task": "ddp", "hook": hook, "train": train, "spec": spec_to_json(spec), "mode": run.mode,
+                 "ring": rp.ring(job), "faults": _faults(graph, run, host)} for host, spec in ranks], timeout)
+            before = {n.name: interface_bytes(n) for n in emu.net.hosts}
+            log(f"DDP ({hook} all-reduce): {len(ranks)} ranks, {train['epochs']} epochs")
+            _go_and_wait(emu, procs, hook, timeout)
+            after = {n.name: interface_bytes(n) for n in emu.net.hosts}
+            ranks_out = []
+            for host, _ in ranks:
+                with open(os.path.join(emu.run_dir, f"{host}-{hook}.out"), encoding="utf-8") as fh:
+                    ranks_out.append(json.load(fh))
+            out[hook] = {"ranks": ranks_out, "link_bytes": _link_bytes(emu, before, after)}
+    return out

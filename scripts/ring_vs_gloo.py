@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""innet's ring all-reduce against torch.distributed's gloo on the same Mininet links (#21's real-library baseline).
+
+    sudo python scripts/ring_vs_gloo.py --bw 50 200 --repeats 3
+
+For each link rate: ``run_topology.py --backend mininet --topo star --workers 4 --elements N --mode M --bw B`` for
+M in ring, gloo (and innet), alternating, ``--repeats`` times; prints each mode's median completion time, the
+ring's theoretical time (2(N-1)/N of the tensor over one host link), and the medians' ratio ring / gloo
+(the target is at most 1.1). Run it alone: it measures wall-clock time on a shared CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def measure(mode: str, bw: float, elements: int, workers: int, packet_elements: int = 0) -> float:
+    """One run's completion time (seconds), from its results JSON."""
+    with tempfile.TemporaryDirectory() as out:
+        argv = [sys.executable, os.path.join(ROOT, "run_topology.py"), "--backend", "mininet", "--topo", "star",
+                "--workers", str(workers), "--elements", str(elements), "--mode", mode, "--bw", f"{bw:g}",
+                "--out", out, "--no-plots", *(["--packet-elements", str(packet_elements)] if packet_elements else [])]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            raise SystemExit(f"error: {' '.join(argv[1:])} failed: {done.stderr.strip().splitlines()[-1:]}")
+        with open(os.path.join(out, "results.json"), encoding="utf-8") as fh:
+            (run,) = json.load(fh)["runs"]
+    assert run["correct"], run["errors"]
+    return float(run["completion_s"])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bw", type=float, nargs="+", default=[50.0, 200.0], help="link rates, Mbit/s (default 50 200)")
+    p.add_argument("--elements", type=int, default=1 << 20, help="float32 elements (default 1048576)")
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--modes", nargs="+", default=["ring", "gloo", "innet"])
+    p.add_argument("--packet-elements", type=int, default=0, help="innet's packet size (gloo's TCP ignores it; default: innet's)")
+    args = p.parse_args()
+    size = f", {args.packet_elements}-element packets" if args.packet_elements else ""
+    print(f"star of {args.workers}, {args.elements} float32, medians of {args.repeats}{size}")
+    print("bw_mbps  " + "  ".join(f"{m + '_s':>8}" for m in args.modes) + "  ring_theory_s  ring/gloo  runs")
+    for bw in args.bw:
+        times: dict[str, list[float]] = {m: [] for m in args.modes}
+        for _ in range(args.repeats):
+            for mode in args.modes:
+                times[mode].append(measure(mode, bw, args.elements, args.workers, args.packet_elements))
+        med = {m: statistics.median(t) for m, t in times.items()}
+        theory = 2 * (args.workers - 1) / args.workers * 4 * args.elements * 8 / (bw * 1e6)
+        ratio = med["ring"] / med["gloo"] if "ring" in med and "gloo" in med else float("nan")  # nan: not both measured
+        runs = "; ".join(f"{m} " + ",".join(f"{x:.3f}" for x in t) for m, t in times.items())
+        print(f"{bw:7g}  " + "  ".join(f"{med[m]:8.3f}" for m in args.modes) + f"  {theory:13.3f}  {ratio:9.2f}  {runs}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

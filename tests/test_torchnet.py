@@ -1,0 +1,163 @@
+"""torch.distributed ranks in Mininet hosts (innet.backends.torchnet): the IP network beside innet's frames,
+``--mode gloo`` and DDP trained through the switches with the ClientState hook."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from innet.backends.iplane import host_address, ip_commands, link_addresses
+from innet.backends.torchnet import gloo_record, torch_available
+from innet.graph import hosts
+from innet.plan.spec import RunSpec, program_of
+from innet.results.check import WorkerOutcome
+from innet.run.modes import plan_run
+from tests.test_emulation import _wait_for_state, assert_nothing_left
+from topologies import build
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+needs_torch = pytest.mark.skipif(not torch_available(), reason="torch is not installed (pip install -e '.[torch]')")
+
+
+def _routed_path(commands, src, address):
+    """Follow the routing tables the commands install, from ``src`` to ``address``: the nodes passed."""
+    owner = {a: n for (n, _), a in link_addresses_of(commands).items()}
+    path, node = [src], src
+    while owner.get(address) != node:
+        route = next(c for c in commands[node] if c.startswith(f"ip route add {address}/32 "))
+        node = owner[route.split()[5]]
+        assert node not in path, f"routing loop: {path + [node]}"
+        path.append(node)
+    return path
+
+
+def link_addresses_of(commands):
+    out = {}
+    for node, cmds in commands.items():
+        for c in cmds:
+            if c.startswith("ip addr add "):
+                out[(node, c.split()[5])] = c.split()[3].split("/")[0]
+    return out
+
+
+@pytest.mark.parametrize("topo,params", [("star", {"workers": 4}), ("leaf-spine", {"racks": 2, "hosts_per_rack": 2, "spines": 2}),
+                                         ("fat-tree", {"k": 4})])
+def test_the_ip_network_routes_every_host_to_every_host_through_switches_only(topo, params):
+    graph = build(topo, **params)
+    commands = ip_commands(graph)
+    addresses = link_addresses(graph)
+    assert len(set(addresses.values())) == len(addresses) == 2 * graph.number_of_edges()
+    for src in hosts(graph):
+        for dst in hosts(graph):
+            if src != dst:
+                path = _routed_path(commands, src, host_address(graph, dst))
+                assert path[-1] == dst and all(graph.nodes[n]["role"] != "host" for n in path[1:-1])
+                assert len(path) - 1 == len(__import__("networkx").shortest_path(graph, src, dst)) - 1
+    forwarding = {n for n, cmds in commands.items() if "sysctl -qw net.ipv4.ip_forward=1" in cmds}
+    assert forwarding == {n for n in graph if graph.nodes[n]["role"] not in ("host", "pbox")}
+
+
+def _gloo_outcomes(run, rp, perturb=0.0):
+    tensors = [run.tensors(1, r) for r in range(4)]
+    total = np.sum([t[0] for t in tensors], axis=0, dtype=np.float32)  # float32, summed as a ring would
+    outcomes = []
+    for rank in range(4):
+        got = total.copy()
+        got[7] += perturb
+        outcomes.append(WorkerOutcome(1, rank, [], [got], [0.0], [0.5 + rank / 10], 0))
+    return outcomes
+
+
+def test_gloos_verdict_is_the_float_sum_within_float32_rounding_and_its_bytes_are_the_links():
+    graph = build("star", workers=4)
+    ring = RunSpec(mode="ring", elements=5000)
+    rp = plan_run(graph, ring, program_of(ring))
+    links = {"h1--s1": 99, "h2--s1": 98, "h3--s1": 97, "h4--s1": 96, "p1--s1": 0}
+    good = gloo_record(graph, ring, rp, _gloo_outcomes(ring, rp), links)
+    assert good["mode"] == "gloo" and good["correct"] and good["max_abs_error"] < 1e-5, good["errors"]
+    assert good["completion_s"] == pytest.approx(0.8) and good["link_bytes"]["h1--s1"] == 99
+    assert good["predicted_link_bytes"]["h1--s1"] > 2 * 2 * 3 / 4 * 4 * 5000  # the ring's, both directions
+    bad = gloo_record(graph, ring, rp, _gloo_outcomes(ring, rp, perturb=1e-3), links)
+    assert not bad["correct"] and bad["errors"] and bad["max_abs_error"] >= 1e-3 * 0.99
+
+
+def test_mode_gloo_on_the_local_backend_is_one_line():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "run_topology.py"), "--backend", "local", "--mode", "gloo"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.splitlines() == ["error: --mode gloo runs torch.distributed between Mininet hosts: it needs "
+                                       "--backend mininet (and root)"]
+
+
+@pytest.mark.mininet
+@needs_torch
+def test_mode_gloo_sums_like_numpy_and_its_link_bytes_cover_a_ring(tmp_path):
+    elements, n = 300000, 3
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "run_topology.py"), "--backend", "mininet", "--topo", "star",
+                          "--workers", str(n), "--mode", "gloo", "--elements", str(elements), "--iterations", "2",
+                          "--bw", "200", "--out", str(tmp_path), "--no-plots"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    (run,) = json.loads((tmp_path / "results.json").read_text())["runs"]
+    assert run["mode"] == "gloo" and run["correct"] and run["completion_s"] > 0, run["errors"]
+    exact = np.sum([RunSpec(elements=elements, iterations=2).tensors(1, r)[1].astype(np.float64) for r in range(n)], axis=0)
+    assert run["max_abs_error"] <= n * np.finfo(np.float32).eps * np.abs(exact).max() * 4
+    ring_payload = 2 * (n - 1) / n * 4 * elements * 2  # per host link: each direction carries 2(N-1)/N of the tensor
+    for h in range(1, n + 1):
+        assert 2 * ring_payload <= run["link_bytes"][f"h{h}--s1"] <= 2 * ring_payload * 1.3  # both directions, + headers
+    assert_nothing_left()
+
+
+@pytest.mark.mininet
+@needs_torch
+def test_ddp_through_the_switch_trains_to_plain_ddps_accuracy():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ddp_digits.py"), "--backend", "mininet",
+                          "--procs", "3", "--batch", "30", "--epochs", "10"], capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr
+    hook = re.search(r"innet hook: test accuracy ([\d.]+) .* (\d+) all-reduces through the switch", out.stdout)
+    plain = float(re.search(r"plain DDP:  test accuracy ([\d.]+)", out.stdout).group(1))
+    assert int(hook.group(2)) == 10 * (1437 // 30)  # every step's bucket went through the switch
+    assert abs(float(hook.group(1)) - plain) <= 0.005 and plain > 0.9, out.stdout
+    assert_nothing_left()
+
+
+@pytest.mark.mininet
+@needs_torch
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupted_ddp_ranks_leave_nothing_behind(sig):
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", "ddp_digits.py"), "--backend", "mininet",
+                             "--procs", "2", "--epochs", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    state = _wait_for_state(proc, "innet: DDP (innet")
+    assert sum(1 for name in state["pids"] if name.startswith("innet:h")) == 2  # the ranks are recorded
+    proc.send_signal(sig)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert_nothing_left(state)
+
+
+def test_gloo_is_left_out_of_what_it_cannot_run():
+    from innet.backends.torchnet import gloo_applies
+
+    assert gloo_applies(RunSpec())
+    for run in (RunSpec(program="max_allreduce"), RunSpec(topk=0.1), RunSpec(jobs=2), RunSpec(train="digits"),
+                replace(RunSpec(), faults=replace(RunSpec().faults, loss=0.01))):
+        assert not gloo_applies(run)
+
+
+@pytest.mark.mininet
+@needs_torch
+def test_the_ring_vs_gloo_script_prints_each_modes_median_and_their_ratio():
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "ring_vs_gloo.py"), "--bw", "200", "--repeats", "1",
+                          "--elements", "100000", "--modes", "ring", "gloo"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    row = out.stdout.splitlines()[2].split()
+    ring, gloo, theory, ratio = (float(x) for x in row[1:5])
+    assert row[0] == "200" and theory == pytest.approx(2 * 3 / 4 * 4 * 100000 * 8 / 200e6, abs=1e-3)
+    assert ring > 0 and gloo > 0 and ratio == pytest.approx(ring / gloo, rel=0.1)
+    assert_nothing_left()
