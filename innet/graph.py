@@ -225,4 +225,4 @@ def routes(graph: nx.Graph, node: str) -> dict[str, str]:
     """Destination node -> next hop from ``node``, by shortest paths through switches (see bfs_parents)."""
     names, first = indexed(graph).names, first_hops(graph, node)
     dst = np.flatnonzero(first >= 0)
-    return {names[d]: names[h] for d, h in zip(dst.tolist(), first[dst].tolist())}
+    return {names[d]: names[h] for d, h in zip(dst.tolist(), first[dst].tolist(), strict=True)}

@@ -14,6 +14,7 @@ from innet.hosts.ssp import SSPWorker
 from innet.hosts.worker import Frames, WorkerProcess
 from innet.plan.spec import RunSpec, program_of
 from innet.results.check import outcome_of, run_record, tally_drops, training_outcome
+from innet.results.progress import Progress
 from innet.results.record import RunRecord
 from innet.run.modes import RunPlan, host_endpoint, installed_configs, pbox_servers, plan_run
 from innet.switch.runtime import SwitchRuntime
@@ -26,8 +27,10 @@ class LocalRun:
                  given: Mapping[int, Sequence[np.ndarray]] | None = None) -> None:
         """``given``: job 1's tensors by rank, all-reduced instead of the run's seeded ones (DDP's buckets)."""
         self.graph, self.run = graph, run
+        progress = Progress("local")
         self.rp: RunPlan = plan_run(graph, run, program_of(run))
         self.program = program_of(run, self.rp.fan_in)
+        progress.update(f"planned; building {len(graph)} nodes")
         self.fabric = Fabric(graph, faults=run.faults_on, seed=run.seed)
         configs = installed_configs(graph, run, self.rp)
         self.runtimes = {name: SwitchRuntime(cfg, self.program) for name, cfg in configs.items()}
@@ -49,6 +52,8 @@ class LocalRun:
                 proc = host_endpoint(run, self.rp, w, spec, given.get(spec.rank) if given and plan.job == 1 else None)
                 self.fabric.attach(w, Crashing(proc, crash[w]) if crash and w in crash else proc)
                 self.procs.append(proc)
+                progress.update(lambda: f"building: {len(self.procs)} workers")
+        progress.close()
 
     def attach(self, host: str, endpoint: Endpoint) -> None:
         self.fabric.attach(host, endpoint)

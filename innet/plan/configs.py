@@ -63,7 +63,7 @@ def _route_ports(graph: nx.Graph, switch: str, by_neighbor: dict[str, int]) -> d
     port_of = np.full(len(first), -1, np.int64)
     port_of[[indexed(graph).index[n] for n in by_neighbor]] = list(by_neighbor.values())
     dst = np.flatnonzero(first >= 0)
-    return dict(zip(dst.tolist(), port_of[first[dst]].tolist()))
+    return dict(zip(dst.tolist(), port_of[first[dst]].tolist(), strict=True))
 
 
 def worker_specs(graph: nx.Graph, plan: JobPlan, program: type[SwitchProgram], run: RunSpec) -> dict[str, JobSpec]:

@@ -82,7 +82,7 @@ def _closest_switch(graph: nx.Graph, candidates: Sequence[str], workers: Sequenc
         batch = candidates[start:start + 256]
         dist = shortest_path(adjacency, directed=False, unweighted=True, indices=[at[s] for s in batch])[:, tors]
         hops = np.where(np.isinf(dist), 10**9, dist + 1).astype(np.int64)
-        for s, total, far in zip(batch, (hops * counts).sum(axis=1).tolist(), hops.max(axis=1).tolist()):
+        for s, total, far in zip(batch, (hops * counts).sum(axis=1).tolist(), hops.max(axis=1).tolist(), strict=True):
             cost = (total, far, natural_key(s))
             if best is None or cost < best:
                 best, choice = cost, s
