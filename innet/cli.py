@@ -281,6 +281,10 @@ def _main(args: argparse.Namespace) -> int:
         specs = scheme_specs(run, args.topk or 0.01, args.staleness)
     else:
         specs = [dataclasses.replace(run, mode=mode) for mode in (MODES if args.mode == "all" else (args.mode,))]
+    from innet.plan.memory import check_memory
+
+    for spec in specs:  # before anything is built: a run that cannot fit is refused, not OOM-killed halfway
+        check_memory(graph, spec, args.backend)
     runs = []
     for spec in specs:
         if args.backend == "local":
