@@ -22,8 +22,6 @@ from functools import cached_property
 import networkx as nx
 import numpy as np
 from networkx.algorithms.approximation import steiner_tree
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import shortest_path
 
 from innet.errors import UserError
 from innet.graph import bfs_parents, indexed, is_switch, natural_key, pboxes, port_to
@@ -65,6 +63,9 @@ def _closest_switch(graph: nx.Graph, candidates: Sequence[str], workers: Sequenc
     """The candidate with the least total hop count to the workers, then the least farthest, then by name
     (unreachable: 10**9 hops). A worker is one hop past its switch, so scipy's breadth-first searches run
     between switches only, some hundred candidates at a time."""
+    from scipy.sparse import csr_matrix  # scipy comes with scikit-learn; loaded here, as few runs need it
+    from scipy.sparse.csgraph import shortest_path
+
     switch = [n for n in graph if is_switch(graph, n)]
     at = {n: i for i, n in enumerate(switch)}
     pairs = [(at[u], at[v]) for u in switch for v in graph[u] if v in at]
