@@ -4,6 +4,7 @@ import io
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -160,3 +161,28 @@ def test_the_scale_bench_prints_time_memory_and_estimate_for_small_fat_trees():
         assert float(r[5]) < float(r[6])  # the estimate errs high
     with open(os.path.join(ROOT, "results", "bench.jsonl"), encoding="utf-8") as fh:
         assert "local scale" in [json.loads(line)["bench"] for line in fh.readlines()[-5:]]
+
+
+def readme_commands():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+        text = fh.read()
+    start = text.index("## Scaling up\n")
+    block = re.findall(r"```sh\n(.*?)```", text[start:text.index("\n## ", start + 1)], re.S)[0]
+    return [line.split("#")[0].split() for line in block.strip().splitlines()]
+
+
+def test_the_readme_scaling_commands_run_as_written(tmp_path):
+    """Each command of README's "Scaling up", run; the bench at small sizes (its k=32 is the bench's, not a test's)."""
+    commands = readme_commands()
+    assert len(commands) == 4
+    for argv in commands:
+        argv = [sys.executable if a == "python" else a for a in argv]
+        if "scripts/bench_scale.py" in argv:
+            argv += ["--local", "4:2048", "--plan-only-k", "4", "--runs", "1"]
+        elif "--plan-only" not in argv:
+            argv += ["--no-plots", "--out", str(tmp_path / "out")]
+        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        if "1000000" in argv:
+            assert proc.returncode == 2 and "needs about 2963" in proc.stderr  # the figure the README quotes
+        else:
+            assert proc.returncode == 0, proc.stderr
