@@ -11,7 +11,7 @@ import numpy as np
 from innet.backends.fabric import Endpoint, Fabric
 from innet.hosts.ensemble import InputReceiver, InputServer, input_summary
 from innet.hosts.ssp import SSPWorker
-from innet.hosts.worker import Frames, WorkerProcess
+from innet.hosts.worker import AllreduceCall, Frames, WorkerProcess
 from innet.plan.spec import RunSpec, program_of
 from innet.results.check import outcome_of, run_record, tally_drops, training_outcome
 from innet.results.progress import Progress
@@ -60,6 +60,10 @@ class LocalRun:
 
     def finish(self, **extra: Any) -> RunRecord:
         self.fabric.run()
+        for proc in self.procs:
+            for call in getattr(proc, "calls", []):
+                if isinstance(call, AllreduceCall):
+                    call.release()
         counters = [rt.ctx.counters for rt in self.runtimes.values()]
         counters += [{"pbox:" + k: n for k, n in s.counters.items()} for s in self.servers]
         drops = tally_drops(counters, {"link:lost": sum(link.injector.lost for link in self.fabric.links.values())})
