@@ -33,6 +33,7 @@ from innet.graph import is_switch, link_name, natural_key, port_to, ports
 from innet.hosts.ensemble import InputPlan, input_summary
 from innet.plan.spec import RunSpec, program_of
 from innet.results.check import WorkerOutcome, run_record, tally_drops
+from innet.results.progress import Progress
 from innet.results.record import RunRecord
 from innet.run.modes import RunPlan, installed_configs, pbox_servers, plan_run
 from innet.wire.faults import fault_seed
@@ -319,7 +320,11 @@ class Emulation:
             with open(os.path.join(self.run_dir, f"{sw}.log"), "wb") as log_file:
                 self._popen(sw, [sys.executable, "-m", "innet.backends.node", "switch", os.path.join(self.run_dir, f"{sw}.json")],
                             stdout=subprocess.DEVNULL, stderr=log_file)
-        self.switch_controls = {sw: Control(os.path.join(self.run_dir, f"{sw}.sock")) for sw in switches}
+        progress = Progress("innet")
+        for sw in switches:
+            self.switch_controls[sw] = Control(os.path.join(self.run_dir, f"{sw}.sock"))
+            progress.update(lambda: f"{len(self.switch_controls)}/{len(switches)} switches up")
+        progress.close()
         self.controls.extend(self.switch_controls.values())
         for sw, ctl in self.switch_controls.items():
             reply = ctl.call("install", config=config_to_json(configs[sw]))
@@ -449,7 +454,7 @@ class Emulation:
     def _wait_workers(self, procs: dict[str, subprocess.Popen[bytes]], run: RunSpec, started: float,
                       crash: dict[str, float]) -> None:
         limit = started + 30 + run.timeout * (len(run.call_sizes()) + 1)
-        last_report = time.monotonic()
+        progress = Progress("innet")
         crash = dict(crash)
         while any(p.poll() is None for p in procs.values()):
             now = time.monotonic()
@@ -460,11 +465,9 @@ class Emulation:
                     del crash[host]
             if now > limit:
                 raise UserError(f"workers did not finish within {limit - started:.0f}s; see {{timeout}}")
-            if now - last_report > 5:
-                done = sum(p.poll() is not None for p in procs.values())
-                log(f"  ... {done}/{len(procs)} workers finished")
-                last_report = now
+            progress.update(lambda: f"{sum(p.poll() is not None for p in procs.values())}/{len(procs)} workers finished")
             time.sleep(0.01)
+        progress.close()
 
     def _record(self, run: RunSpec, rp: RunPlan, before: dict[str, dict[str, int]], after: dict[str, dict[str, int]],
                 stats: dict[str, dict[str, Any]], wall: float, machine_busy: float) -> RunRecord:
