@@ -38,7 +38,7 @@ def estimate_bytes(graph: nx.Graph, run: RunSpec, backend: str) -> int:
     switches = sum(1 for n in graph if is_switch(graph, n))
     degree = max((d for n, d in graph.degree if is_switch(graph, n)), default=1)
     registers = program_of(run, degree).memory_bytes()
-    per_worker = LOCAL_PER_ELEMENT * sum(run.call_sizes())
+    per_worker = 0 if run.train else LOCAL_PER_ELEMENT * sum(run.call_sizes())  # a learner's model is small
     total = (BASE + workers * per_worker + switches * (registers + PER_ROUTE * len(graph))
              + PER_LINK * graph.number_of_edges() + PER_NODE * len(graph))
     if backend == "mininet":
