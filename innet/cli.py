@@ -138,6 +138,50 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+# The flag table's sections. Each subcommand of ``innet`` (innet.commands) shows the sections it takes, each
+# flag under its section's title; a flag in no section shows under "other" in ``innet run``.
+GROUPS: dict[str, tuple[str, ...]] = {
+    "backend": ("backend", "pcap", "cli"),
+    "topology": ("topo", "racks", "hosts_per_rack", "spines", "oversubscription", "k", "bw", "save_topology"),
+    "job": ("mode", "program", "placement", "workers", "elements", "iterations", "seed", "topk", "jobs", "job_slots",
+            "job_priority", "pool_slots", "packet_elements", "switch_memory", "pbox_cores", "timeout"),
+    "workload": ("workload", "workload_scale", "compute_scale", "pipeline", "slice", "priority", "predict", "hop_latency"),
+    "shared input": ("input_elements", "shared_input"),
+    "consistency": ("consistency", "staleness", "compute_time", "straggler"),
+    "training": ("train", "model", "epochs", "batch", "lr", "hidden"),
+    "faults": ("loss", "dup", "reorder", "delay", "fault", "crash"),
+    "output": ("out", "json", "no_plots"),
+    "maintenance": ("plan_only", "clean"),
+}
+SHAPES = {"racks": ("leaf-spine", "phub-rack"), "hosts_per_rack": ("leaf-spine", "phub-rack"), "spines": ("leaf-spine",),
+          "oversubscription": ("leaf-spine", "phub-rack"), "k": ("fat-tree",)}  # topology flags and the topologies they shape
+NEEDS = {"hop_latency": ("predict", "--predict"),
+         **{name: ("train", "--train") for name in ("model", "epochs", "batch", "lr", "hidden")}}
+
+
+def given_flags(argv: list[str]) -> set[str]:
+    """The flags (by dest) ``argv`` sets, whatever their values: parsed again with no defaults."""
+    p = parser()
+    for action in p._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(p.parse_args(argv)))
+
+
+def meaningless(args: argparse.Namespace, given: set[str]) -> str | None:
+    """Why a combination of flags means nothing (one line), or None."""
+    for name, topos in SHAPES.items():
+        if name in given and args.topo not in topos:
+            return f"{flag(name)} shapes {' and '.join(topos)}: it means nothing with --topo {args.topo}"
+    for name, (needed, text) in NEEDS.items():
+        if name in given and not getattr(args, needed):
+            return f"{flag(name)} means nothing without {text}"
+    if "staleness" in given and args.consistency != "ssp" and not (args.train and args.mode == "all"):
+        return "--staleness is SSP's bound: it needs --consistency ssp"
+    if given & {"pcap", "cli"} and args.backend == "local":
+        return "--pcap and --cli are Mininet's: they mean nothing with --backend local"
+    return None
+
+
 def _spec(args: argparse.Namespace) -> RunSpec:
     for name in ("elements", "iterations"):
         if getattr(args, name) < 1:
@@ -233,6 +277,10 @@ def flag(field: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    wrong = meaningless(args, given_flags(sys.argv[1:] if argv is None else argv))
+    if wrong:
+        print(f"error: {wrong}", file=sys.stderr)
+        return 2
     try:
         return _main(args)
     except UserError as exc:

@@ -12,12 +12,12 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from innet.backends.local import LocalRun  # noqa: E402
+from innet.experiments.report import crossing  # noqa: E402  (sparse pays off while it saves at least 1%)
 from innet.results.check import RunSpec  # noqa: E402
 from scripts.report import report  # noqa: E402
 from topologies import build  # noqa: E402
 
 DENSITIES = (0.001, 0.01, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5, 0.6)
-PAYS = 0.99  # sparse pays off while it saves at least 1%
 
 
 def measure(args, topk):
@@ -29,15 +29,6 @@ def measure(args, topk):
     assert result["correct"], result["errors"]
     up = sum(link.bytes for (a, _), link in lr.fabric.links.items() if graph.nodes[a]["role"] == "host")
     return result["completion_s"], up, sum(result["link_bytes"].values()) - up
-
-
-def crossing(points):
-    """The density where a ratio to dense, rising with density, first reaches PAYS (linear between
-    measured points). Chunks fall back to dense where pairs are not shorter, so the ratio never exceeds 1."""
-    for (d0, r0), (d1, r1) in zip(points, points[1:], strict=False):
-        if r0 < PAYS <= r1:
-            return d0 + (PAYS - r0) * (d1 - d0) / (r1 - r0)
-    return None
 
 
 def main():

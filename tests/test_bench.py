@@ -1,5 +1,7 @@
 """The benchmark sender's frames: what the switch will see."""
 
+import pytest
+
 from innet.wire.packet import RESULT, ROUTE, VER, parse_frame
 from scripts.blast import MultiSender, frames_for
 
@@ -39,3 +41,42 @@ def test_bench_blocks_prints_both_paths_for_every_read_size():
     assert out[0].split()[0] == "frames/read" and [int(row.split()[0]) for row in out[1:-1]] == [1, 2, 3, 4, 5, 6, 8, 16, 64]
     assert all(float(row.split()[1]) > 0 and float(row.split()[2]) > 0 for row in out[1:-1])
     assert out[-1].startswith("the batch path is cheaper from ") and out[-1].endswith("SMALL_BLOCK = 5")
+
+
+def _bench(tmp_path, *argv: str, timeout: float = 300) -> list[list[str]]:
+    """A benchmark script's table rows (header first), run in a scratch directory so bench.jsonl lands there."""
+    import os
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, os.path.join(root, "scripts", argv[0]), *argv[1:]], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert (tmp_path / "results" / "bench.jsonl").exists()
+    return [line.split() for line in out.stdout.splitlines() if line.strip() and not line.startswith("==")]
+
+
+def test_bench_fabric_quick_measures_every_case(tmp_path):
+    rows = _bench(tmp_path, "bench_fabric.py", "--quick")
+    assert rows[0][:2] == ["topology", "mode"] and len(rows) == 6
+    assert [row[-6] for row in rows[1:]] == ["innet", "innet", "innet", "pbox", "ring"]
+    assert all(int(row[-4]) > 0 and float(row[-2]) > 0 for row in rows[1:])  # link packets, packets/s
+
+
+@pytest.mark.mininet
+def test_bench_switch_quick_gives_both_programs_against_the_bridge(tmp_path):
+    rows = _bench(tmp_path, "bench_switch.py", "--quick", "--runs", "1", "--seconds", "0.3", "--search", "2")
+    assert rows[0][:2] == ["program", "elements/pkt"]
+    body = rows[1:]
+    assert [row[0] for row in body] == ["forward", "sum"]
+    assert all(float(row[3]) > 0 and float(row[4]) > 0 for row in body)  # bridge pps, innet pps
+
+
+@pytest.mark.mininet
+def test_bench_allreduce_gives_every_modes_ratio_to_theory(tmp_path):
+    rows = _bench(tmp_path, "bench_allreduce.py", "--runs", "1", "--rates", "10", "--workers", "2")
+    assert rows[0][:3] == ["Mbit/s", "mode", "elements"]
+    modes = [row[1] for row in rows[1:] if row[0] == "10"]
+    assert modes == ["innet", "pbox", "ring"]
+    assert any(line[0] == "highest" for line in rows)

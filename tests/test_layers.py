@@ -9,7 +9,8 @@ import networkx as nx
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "innet")
 
 # lowest first; a module may import from its own layer and those before it
-LAYERS = ["base", "wire", "switch", "hosts", "plan", "results", "run", "backends", "cli"]
+# experiments build ``innet run`` command lines and run them through the CLI; commands is the ``innet`` front door
+LAYERS = ["base", "wire", "switch", "hosts", "plan", "results", "run", "backends", "cli", "experiments", "commands"]
 BASE = {"innet.errors", "innet.graph"}
 
 
@@ -18,6 +19,8 @@ def layer_of(module: str) -> str:
         return "base"
     if module == "innet.cli":
         return "cli"
+    if module in ("innet.commands", "innet.__main__"):
+        return "commands"
     return module.split(".")[1]
 
 

@@ -9,6 +9,7 @@ from functools import cached_property
 
 import numpy as np
 
+from innet.errors import UserError
 from innet.graph import link_name
 from innet.hosts.learner import Learner
 from innet.hosts.model import Task
@@ -66,6 +67,8 @@ class RunSpec:
     hidden: int = 64  # with train: the MLP's hidden width
 
     def __post_init__(self) -> None:
+        if self.seed < 0:  # numpy's SeedSequence takes non-negative integers only
+            raise UserError(f"{{seed}} must be a non-negative integer, got {self.seed}")
         if self.train:  # a training run all-reduces the model's parameters once a step
             task = self.task(1)
             object.__setattr__(self, "elements", task.mlp.size)

@@ -107,3 +107,38 @@ def write_plots(graph: nx.Graph, runs: list[RunRecord], out_dir: str, exact: flo
     accuracy = os.path.join(out_dir, "accuracy.png")
     plot_accuracy([r for r in runs if r.figures.get("train")], exact, accuracy)
     return [links, tiers, accuracy]
+
+
+def plot_sweep(rows: list[dict], x: str, ys: list[str], path: str, title: str = "", log_x: bool = False) -> None:
+    """A paper-style figure of a sweep: one panel per metric in ``ys`` against ``x``, one line per series
+    (``row["series"]``); against names (a workload), grouped bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    xs = list(dict.fromkeys(r[x] for r in rows))
+    named = any(isinstance(v, str) for v in xs)
+    fig, axes = plt.subplots(1, len(ys), figsize=(4.6 * len(ys), 3.6), squeeze=False)
+    names = list(dict.fromkeys(r["series"] for r in rows))
+    width = 0.8 / len(names)
+    for ax, y in zip(axes[0], ys, strict=True):
+        for i, series in enumerate(names):
+            points = [(xs.index(r[x]) if named else r[x], r[y]) for r in rows if r["series"] == series and r[y] is not None]
+            if named:  # grouped bars, one group per name
+                ax.bar([p[0] + (i - (len(names) - 1) / 2) * width for p in points], [p[1] for p in points], width, label=series)
+            else:
+                ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=4, label=series)
+        if named:
+            ax.set_xticks(range(len(xs)), [str(v) for v in xs])
+        elif log_x:
+            ax.set_xscale("log")
+        ax.set_xlabel(x)
+        ax.set_ylabel(y)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,161 @@
+"""``innet``: the command, one subcommand per thing a user does.
+
+Every subcommand's flags are rows of the one flag table, ``innet.cli.parser()`` (which ``run_topology.py``
+parses flat), shown in the table's sections (``innet.cli.GROUPS``). A subcommand checks its own flags,
+then hands the same command line to the flat runner, so ``innet run ARGS`` is ``run_topology.py ARGS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+
+from innet import cli
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCHES = os.path.join(ROOT, "scripts")
+
+# subcommand: (its help line, the table's sections it shows, flags of those sections it leaves out)
+SUBCOMMANDS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
+    "run": ("run all-reduce over a topology, check it, report where the bytes went",
+            ("backend", "topology", "job", "workload", "shared input", "consistency", "faults", "output"), ()),
+    "plan": ("print the placement plan and the predicted bytes per link; start nothing",
+             ("topology", "job", "workload", "shared input"),
+             ("seed", "timeout", "pbox_cores", "job_priority", "predict", "hop_latency")),
+    "train": ("train a real model (--train digits, the default) with its gradients all-reduced through the network",
+              ("backend", "training", "topology", "job", "consistency", "faults", "output"),
+              ("elements", "iterations", "jobs", "job_slots", "job_priority", "straggler")),
+}
+
+
+def _sub_parser(subs: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
+    """Subcommand ``name``'s parser: its sections of the flag table, with the table's own actions."""
+    text, groups, left_out = SUBCOMMANDS[name]
+    p = subs.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+    actions = {a.dest: a for a in cli.parser()._actions if a.option_strings and a.dest != "help"}
+    for title in groups:
+        group = p.add_argument_group(title)
+        for dest in cli.GROUPS[title]:
+            if dest in actions and dest not in left_out:
+                group._add_action(actions[dest])
+    if name == "run":  # flags the table has but files under no section
+        known = {d for names in cli.GROUPS.values() for d in names}
+        others = [a for d, a in actions.items() if d not in known]
+        if others:
+            group = p.add_argument_group("other")
+            for action in others:
+                group._add_action(action)
+    return p
+
+
+def parser() -> argparse.ArgumentParser:
+    p = cli._Parser(prog="innet", description="In-network gradient aggregation, emulated: Python software switches "
+                                              "in Mininet, or an in-process fabric in virtual time.",
+                    epilog="`innet COMMAND --help` lists a command's flags. README.md is the guide.")
+    subs = p.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=cli._Parser)
+    for name in SUBCOMMANDS:
+        _sub_parser(subs, name)
+    b = subs.add_parser("bench", help="run the benchmarks in scripts/ (bench_*.py), or one by name",
+                        description="Run the benchmarks in scripts/bench_*.py, or one by name; flags after the name go "
+                                    "to the benchmark (see `innet bench NAME --help`). Most need root (Mininet).")
+    b.add_argument("name", nargs="?", default=None, help="a benchmark: " + ", ".join(bench_names()))
+    b.add_argument("--list", action="store_true", help="list the benchmarks with their first lines")
+    subs.add_parser("clean", help="remove what an interrupted innet run left behind",
+                    description="Remove what interrupted innet runs left behind (namespaces, links, processes), and "
+                                "only that; runs still alive are left alone.")
+    r = subs.add_parser("reproduce", help="run an experiment file (a seed paper's figure): CSV, JSON and a plot",
+                        description="Run an experiment: a TOML file under experiments/ (by name) or a path. Writes "
+                                    "points.csv, points.json and the figure into --out.")
+    r.add_argument("name", nargs="?", default=None, help="an experiment's name (see --list) or a path to a .toml file")
+    r.add_argument("--list", action="store_true", help="list the shipped experiments, one line each")
+    r.add_argument("--backend", choices=("local", "mininet"), default="local",
+                   help="local: the fabric in virtual time (the default); mininet: real switches (root)")
+    r.add_argument("--quick", action="store_true", help="the experiment's short sweep (its `quick` values)")
+    r.add_argument("--out", default=None, help="directory for the results (default results/<name>-<timestamp>)")
+    return p
+
+
+def bench_names() -> list[str]:
+    return sorted(f[len("bench_"):-3] for f in os.listdir(BENCHES) if f.startswith("bench_") and f.endswith(".py"))
+
+
+def _bench(name: str | None, listing: bool, rest: list[str]) -> int:
+    names = bench_names()
+    if listing:
+        for n in names:
+            with open(os.path.join(BENCHES, f"bench_{n}.py")) as f:
+                doc = f.read().split('"""')[1].strip().splitlines()[0]
+            print(f"{n:<10} {doc}")
+        return 0
+    if name is not None and name not in names:
+        return _fail(f"unknown benchmark {name!r}; choose one of {', '.join(names)}")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    for n in [name] if name else names:
+        rc = subprocess.run([sys.executable, os.path.join(BENCHES, f"bench_{n}.py"), *rest], env=env).returncode
+        if rc:
+            return rc
+    return 0
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = parser()
+    if argv[:1] == ["bench"]:  # the rest of a bench's line is the benchmark's own
+        args, rest = p.parse_known_args(argv)
+        return _bench(args.name, args.list, rest)
+    args = p.parse_args(argv)
+    rest = argv[1:]
+    commands: dict[str, Callable[[], int]] = {
+        "run": lambda: cli.main(rest),
+        "plan": lambda: cli.main(["--backend", "local", *rest, "--plan-only"]),
+        "train": lambda: cli.main(rest if args.train else [*rest, "--train", "digits"]),
+        "clean": lambda: cli.main(["--clean"]),
+        "reproduce": lambda: _reproduce(args),
+    }
+    return commands[args.command]()
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    from innet.errors import UserError
+    from innet.experiments.file import describe, load
+    from innet.experiments.sweep import reproduce
+
+    if args.list:
+        print(describe())
+        return 0
+    if args.name is None:
+        return _fail("name an experiment (innet reproduce --list shows them) or give a .toml file")
+    try:
+        experiment = load(args.name)
+        files = reproduce(experiment, backend=args.backend, quick=args.quick, out=args.out)
+    except UserError as exc:
+        return _fail(exc.render(cli.flag))
+    except KeyboardInterrupt:
+        print("\ninterrupted; everything this run created was removed", file=sys.stderr)  # below the progress bar
+        return 130
+    print(f"results: {', '.join(files)}")
+    return 0
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+def console() -> int:
+    """The ``innet`` entry point: SIGTERM tears a run down as Ctrl-C does."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return main()
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,87 @@
+"""An experiment's results: one row per point (series, swept value, metrics, the command that made it),
+ratios to a baseline series, the summary (speed-ups, break-even), written as CSV, JSON and a figure."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from typing import Any
+
+from innet.experiments.file import Experiment
+from innet.results.plots import plot_sweep
+
+PAYS = 0.99  # a ratio to the baseline "breaks even" where it saves less than 1%
+
+
+def metric(record: dict[str, Any], name: str) -> Any:
+    """A run record's field by name: ``a.b`` is field b of field a; ``total_bytes`` is every link's bytes."""
+    if name == "total_bytes":
+        return sum(record["link_bytes"].values())
+    value: Any = record
+    for part in name.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def rows_with_ratios(experiment: Experiment, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows, each metric also as ``metric/baseline``: over the baseline series' at the same point."""
+    if not experiment.baseline:
+        return rows
+    base = {r[experiment.flag]: r for r in rows if r["series"] == experiment.baseline}
+    out = []
+    for row in rows:
+        ref = base[row[experiment.flag]]
+        ratios = {f"{m}/{experiment.baseline}": _ratio(row[m], ref[m]) for m in experiment.metrics}
+        out.append({**row, **ratios})
+    return out
+
+
+def _ratio(a: Any, b: Any) -> float | None:
+    return a / b if isinstance(a, int | float) and isinstance(b, int | float) and b else None
+
+
+def crossing(points: list[tuple[float, float]], level: float = PAYS) -> float | None:
+    """The x where a ratio rising with x first reaches ``level``, linear between measured points (None: never)."""
+    for (d0, r0), (d1, r1) in zip(points, points[1:], strict=False):
+        if r0 < level <= r1:
+            return d0 + (level - r0) * (d1 - d0) / (r1 - r0)
+    return None
+
+
+def summary(experiment: Experiment, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per series and swept value, the speed-up over the baseline by the first metric: the baseline's time
+    over this series' for a time (a name ending in ``_s``, not ``per_s``), this series' rate over the baseline's
+    otherwise;
+    and where ``breakeven`` is set, the swept value where that ratio reaches 0.99, per series."""
+    out: dict[str, Any] = {}
+    if experiment.baseline:
+        first = f"{experiment.metrics[0]}/{experiment.baseline}"
+        time = experiment.metrics[0].endswith("_s") and not experiment.metrics[0].endswith("per_s")
+        out["speedup"] = {s: {str(r[experiment.flag]): (1 / r[first] if time else r[first]) if r[first] else None
+                              for r in rows if r["series"] == s} for s in experiment.series if s != experiment.baseline}
+    if experiment.breakeven:
+        out["breakeven"] = {s: crossing([(r[experiment.flag], r[experiment.breakeven]) for r in rows
+                                         if r["series"] == s and r[experiment.breakeven] is not None])
+                            for s in experiment.series if s != experiment.baseline}
+    return out
+
+
+def write_outputs(experiment: Experiment, rows: list[dict[str, Any]], out: str) -> list[str]:
+    """points.csv, points.json and NAME.png in ``out``; their paths."""
+    os.makedirs(out, exist_ok=True)
+    files = [os.path.join(out, f) for f in ("points.csv", "points.json", f"{experiment.name}.png")]
+    columns = list(rows[0])
+    with open(files[0], "w", newline="") as f:
+        writer = csv.DictWriter(f, columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    with open(files[1], "w") as f:
+        json.dump({"experiment": experiment.name, "description": experiment.description, "sweep": experiment.flag,
+                   "series": list(experiment.series), "metrics": list(experiment.metrics), "points": rows,
+                   "summary": summary(experiment, rows)}, f, indent=1)
+    panels = list(experiment.plot or experiment.metrics)
+    if experiment.baseline and not experiment.plot:
+        panels.append(f"{experiment.metrics[0]}/{experiment.baseline}")
+    plot_sweep(rows, experiment.flag, panels, files[2], experiment.description, experiment.log_x)
+    return files

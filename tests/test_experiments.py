@@ -1,0 +1,153 @@
+"""``innet reproduce``: every shipped experiment runs (its quick sweep), its CSV and JSON hold one row per
+point with the values a direct ``innet run`` of the same command line gives, and its figure is drawn; a bad
+experiment file is one line."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from innet.experiments.file import load, shipped
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SEEDS = ["phub", "topk", "ensemble", "pipesgd", "p3", "ssp"]
+
+
+def innet(*args, cwd=None):
+    """``innet ARGS``; its output decoded as it is (text mode would turn the progress bar's \\r into \\n)."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "-m", "innet", *args], capture_output=True, cwd=cwd or ROOT, env=env, timeout=900)
+    return subprocess.CompletedProcess(out.args, out.returncode, out.stdout.decode(), out.stderr.decode())
+
+
+def test_one_experiment_per_seed_result_is_shipped_and_listed():
+    assert sorted(shipped()) == sorted(SEEDS)
+    out = innet("reproduce", "--list")
+    assert out.returncode == 0
+    assert [line.split()[0] for line in out.stdout.splitlines()] == sorted(SEEDS)
+    assert all(len(line.split()) > 3 for line in out.stdout.splitlines())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SEEDS)
+def test_each_experiment_runs_and_matches_a_direct_run(name, tmp_path):
+    experiment = load(name)
+    out = innet("reproduce", name, "--quick", "--out", str(tmp_path / "out"))
+    assert out.returncode == 0, out.stderr
+    points = len(experiment.quick) * len(experiment.series)
+    # the progress bar: one line redrawn in place, ending at points/points
+    assert out.stderr.startswith("\r[") and out.stderr.endswith(f"] {points}/{points} "
+                                                                 f"{experiment.flag}={experiment.quick[-1]} "
+                                                                 f"{list(experiment.series)[-1]}\x1b[K\n")
+    files = [tmp_path / "out" / f for f in ("points.csv", "points.json", f"{name}.png")]
+    assert out.stdout == f"results: {', '.join(map(str, files))}\n"
+    assert files[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with open(files[0]) as f:
+        rows = list(csv.DictReader(f))
+    data = json.loads(files[1].read_text())
+    ratios = [f"{m}/{experiment.baseline}" for m in experiment.metrics if experiment.baseline]
+    assert list(rows[0]) == ["series", experiment.flag, *experiment.metrics, "correct", "command", *ratios]
+    assert [(r["series"], r[experiment.flag]) for r in rows] == [
+        (s, str(v)) for v in experiment.quick for s in experiment.series]
+    assert [{k: "" if v is None else str(v) for k, v in p.items()} for p in data["points"]] == rows
+    assert all(p["correct"] is True for p in data["points"])
+    for p in data["points"]:
+        base = next(b for b in data["points"] if b["series"] == experiment.baseline
+                    and b[experiment.flag] == p[experiment.flag]) if experiment.baseline else None
+        for m in experiment.metrics:
+            assert isinstance(p[m], int | float), (m, p)
+            if base and base[m]:
+                assert p[f"{m}/{experiment.baseline}"] == pytest.approx(p[m] / base[m])
+    # the last point, run directly as its command line says
+    last = data["points"][-1]
+    argv = last["command"].split()
+    assert argv[:4] == ["innet", "run", "--backend", "local"]
+    direct = innet(*argv[1:], "--no-plots", "--out", str(tmp_path / "direct"))
+    assert direct.returncode == 0, direct.stderr
+    [record] = json.loads((tmp_path / "direct" / "results.json").read_text())["runs"]
+    from innet.experiments.report import metric
+
+    assert {m: metric(record, m) for m in experiment.metrics} == {m: last[m] for m in experiment.metrics}
+
+
+def test_the_summary_has_speedups_and_the_topk_break_even(tmp_path):
+    from innet.experiments.report import crossing, summary
+
+    experiment = load("topk")
+    rows = [{"series": "dense", "topk": d, "completion_s/dense": 1.0, "total_bytes/dense": 1.0} for d in (0.1, 0.3)]
+    rows += [{"series": "sparse", "topk": 0.1, "completion_s/dense": 0.5, "total_bytes/dense": 0.49},
+             {"series": "sparse", "topk": 0.3, "completion_s/dense": 1.0, "total_bytes/dense": 1.0}]
+    assert summary(experiment, rows) == {"speedup": {"sparse": {"0.1": 2.0, "0.3": 1.0}},
+                                         "breakeven": {"sparse": pytest.approx(0.1 + 0.5 / 0.51 * 0.2)}}
+    assert crossing([(0.1, 0.5), (0.2, 0.6)]) is None
+    ssp = load("ssp")  # a rate: the gain is this series' over the baseline's
+    rows = [{"series": s, "staleness": 1, "iterations_per_s/bsp": g} for s, g in (("bsp", 1.0), ("ssp", 1.3), ("asp", 2.0))]
+    assert summary(ssp, rows) == {"speedup": {"ssp": {"1": 1.3}, "asp": {"1": 2.0}}}
+
+
+GOOD = '''description = "a test"
+[run]
+topo = "star"
+elements = 2000
+[series]
+innet = { mode = "innet" }
+pbox = { mode = "pbox" }
+[sweep]
+flag = "bw"
+values = [10, 100]
+[report]
+metrics = ["completion_s"]
+'''
+
+
+@pytest.mark.parametrize("change,message", [
+    (("[run]", "[run"), "not valid TOML: "),
+    (("[run]", "colour = 1\n[run]"), "unknown key 'colour'; an experiment has description, run, series, sweep, report"),
+    (("elements = 2000", "elements = 2000\nspeed = 3"), "unknown key 'speed' in [run]: not a flag of innet run"),
+    (('{ mode = "pbox" }', '{ mode = "pbox", turbo = true }'), "unknown key 'turbo' in [series.pbox]: not a flag of innet run"),
+    (("values = [10, 100]", "values = [10, -5]"), "series innet, bw=-5: --bw must be positive, got -5"),
+    (("values = [10, 100]", "values = [10, 'fast']"), "series innet, bw=fast: argument --bw: invalid float value: 'fast'"),
+    (("values = [10, 100]", "values = []"), "[sweep] values must be a non-empty list of numbers or names"),
+    (("values = [10, 100]", "values = [{a = 1}]"), "[sweep] values must be a non-empty list of numbers or names"),
+    (('flag = "bw"', 'flag = "speed"'), "[sweep] flag 'speed' is not a flag of innet run"),
+    (('flag = "bw"', 'flag = "k"'), "series innet, k=10: --k shapes fat-tree: it means nothing with --topo star"),
+    (('{ mode = "pbox" }', '{ mode = "bus" }'), "series pbox, bw=10: argument --mode: invalid choice: 'bus'"),
+    (('metrics = ["completion_s"]', 'metrics = ["completion_s"]\nbaseline = "ring"'), "[report] baseline 'ring' is not a series"),
+    (('metrics = ["completion_s"]', 'metrics = []'), "[report] metrics must be a non-empty list of run record fields"),
+    (('metrics = ["completion_s"]', 'metrics = ["completion_s"]\nplot = ["bytes"]'),
+     "[report] plot: 'bytes' is not a column; the columns are completion_s"),
+    (('metrics = ["completion_s"]', 'metrics = ["completion_s"]\ncolour = 1'),
+     "unknown key 'colour' in [report]; it takes baseline, breakeven, log_x, metrics, plot"),
+    (('description = "a test"\n', ''), "missing description"),
+])
+def test_a_bad_experiment_file_is_one_line(change, message, tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text(GOOD.replace(*change))
+    out = innet("reproduce", str(path), "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert out.returncode == 2 and out.stdout == ""
+    [line] = out.stderr.splitlines()
+    assert line.startswith("error: bad.toml: ") and message in line, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unknown_experiment_name_is_one_line():
+    out = innet("reproduce", "phubb")
+    assert (out.returncode, out.stderr) == (2, "error: unknown experiment 'phubb'; choose one of "
+                                               f"{', '.join(sorted(SEEDS))} or give a .toml file\n")
+    out = innet("reproduce")
+    assert out.returncode == 2 and out.stderr.startswith("error: name an experiment")
+
+
+def test_a_good_file_of_ones_own_runs(tmp_path):
+    (tmp_path / "mine.toml").write_text(GOOD)
+    out = innet("reproduce", "mine.toml", "--out", "o", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    with open(tmp_path / "o" / "points.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["series"], r["bw"]) for r in rows] == [("innet", "10"), ("pbox", "10"), ("innet", "100"), ("pbox", "100")]
+    times = {(r["series"], r["bw"]): float(r["completion_s"]) for r in rows}
+    assert times["innet", "10"] > 5 * times["innet", "100"]  # ten times the bandwidth, far less time
+    assert sorted(os.listdir(tmp_path / "o" / "runs")) == ["innet-10", "innet-100", "pbox-10", "pbox-100"]
