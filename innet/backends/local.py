@@ -30,7 +30,6 @@ class LocalRun:
         progress = Progress("local")
         self.rp: RunPlan = plan_run(graph, run, program_of(run))
         self.program = program_of(run, self.rp.fan_in)
-        progress.update(f"planned; building {len(graph)} nodes")
         self.fabric = Fabric(graph, faults=run.faults_on, seed=run.seed)
         configs = installed_configs(graph, run, self.rp)
         self.runtimes = {name: SwitchRuntime(cfg, self.program) for name, cfg in configs.items()}
