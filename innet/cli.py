@@ -413,6 +413,10 @@ def _main(args: argparse.Namespace) -> int:
             specs.append(dataclasses.replace(run, mode="gloo"))
     if args.mode == "gloo" and args.backend == "local":
         raise UserError("--mode gloo runs torch.distributed between Mininet hosts: it needs --backend mininet (and root)")
+    from innet.plan.memory import check_memory
+
+    for spec in specs:  # before anything is built: a run that cannot fit is refused, not OOM-killed halfway
+        check_memory(graph, spec, args.backend)
     runs = []
     for spec in specs:
         if spec.mode == "gloo":

@@ -13,6 +13,7 @@ import weakref
 from functools import lru_cache
 
 import networkx as nx
+import numpy as np
 
 from innet.errors import UserError
 
@@ -54,7 +55,7 @@ def natural_key(name: str) -> tuple[str, int, str]:
 
 
 def node_indices(graph: nx.Graph) -> dict[str, int]:
-    return {n: i for i, n in enumerate(sorted(graph, key=natural_key))}
+    return dict(indexed(graph).index)
 
 
 def ports(graph: nx.Graph, node: str) -> dict[int, str]:
@@ -130,30 +131,98 @@ def bfs_parents(graph: nx.Graph, root: str) -> dict[str, str]:
     return parents
 
 
-_ROUTES: weakref.WeakKeyDictionary[nx.Graph, tuple[int, dict[str, dict[str, str]]]] = weakref.WeakKeyDictionary()
+class GraphIndex:
+    """A graph as arrays, for the searches a 10,000-node topology needs: nodes in natural order (their
+    node indices), every node's neighbours in natural order (CSR: ``indptr``, ``indices``), which are
+    switches. Built once per graph (``indexed``); the graph must not change afterwards."""
+
+    def __init__(self, graph: nx.Graph) -> None:
+        self.names = sorted(graph, key=natural_key)
+        self.index = {n: i for i, n in enumerate(self.names)}
+        self.switch = np.array([is_switch(graph, n) for n in self.names], bool)
+        rows = [sorted(self.index[m] for m in graph[n]) for n in self.names]  # index order is natural order
+        self.indptr, self.indices = _csr(rows)
+        # the same between switches only: hosts never relay, so searches run over switches, then add hosts
+        self.switch_indptr, self.switch_indices = _csr([[m for m in r if self.switch[m]] if self.switch[i] else []
+                                                        for i, r in enumerate(rows)])
+        self.hosts = np.flatnonzero(~self.switch)
+        self.host_link = np.array([rows[h][0] if len(rows[h]) == 1 else -1 for h in self.hosts], np.int64)
+
+    def first_hops(self, src: int) -> np.ndarray:
+        """``bfs_parents`` from ``src``, level by level in numpy: per node index, the first hop towards it
+        (-1: ``src`` itself, or unreachable). A node's parent is the first node of the level before to list
+        it, as in the queue of a breadth-first search visiting neighbours in name order. Switches are
+        searched first; a host with one link is reached through its switch (a host never relays)."""
+        if not self.switch[src] or (self.host_link < 0).any():
+            return self._first_hops(src, self.indptr, self.indices, relay=self.switch)
+        first = self._first_hops(src, self.switch_indptr, self.switch_indices, relay=None)
+        tor = self.host_link
+        first[self.hosts] = np.where(tor == src, self.hosts, first[tor])
+        return first
+
+    def _first_hops(self, src: int, indptr: np.ndarray, indices: np.ndarray, relay: np.ndarray | None) -> np.ndarray:
+        first = np.full(len(self.names), -1, np.int64)
+        seen = np.zeros(len(self.names), bool)
+        seen[src] = True
+        frontier = indices[indptr[src]:indptr[src + 1]]
+        first[frontier], seen[frontier] = frontier, True
+        while True:
+            if relay is not None:
+                frontier = frontier[relay[frontier]]
+            if not frontier.size:
+                return first
+            lens = indptr[frontier + 1] - indptr[frontier]
+            listed = indices[np.repeat(indptr[frontier] - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()))]
+            via = np.repeat(frontier, lens)
+            fresh = ~seen[listed]
+            listed, via = listed[fresh], via[fresh]
+            order = np.sort(np.unique(listed, return_index=True)[1])  # each node's first listing, in listing order
+            frontier = listed[order]
+            first[frontier], seen[frontier] = first[via[order]], True
+
+
+def _csr(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    indptr = np.zeros(len(rows) + 1, np.int64)
+    indptr[1:] = np.cumsum([len(r) for r in rows])
+    return indptr, np.fromiter((i for r in rows for i in r), np.int64, int(indptr[-1]))
+
+
+_INDEX: weakref.WeakKeyDictionary[nx.Graph, tuple[int, GraphIndex, dict[int, np.ndarray]]] = weakref.WeakKeyDictionary()
+
+
+def indexed(graph: nx.Graph) -> GraphIndex:
+    """The graph's GraphIndex, built once while the graph keeps its nodes."""
+    return _cached(graph)[1]
+
+
+def _cached(graph: nx.Graph) -> tuple[int, GraphIndex, dict[int, np.ndarray]]:
+    shape = len(graph)
+    cached = _INDEX.get(graph)
+    if cached is None or cached[0] != shape:
+        cached = _INDEX[graph] = (shape, GraphIndex(graph), {})
+    return cached
+
+
+def first_hops(graph: nx.Graph, node: str) -> np.ndarray:
+    """Per node index, the next hop (a node index) from ``node`` towards it, -1 where none (see routes).
+    Computed once per graph and node (the predictor asks for every node of every worker's path)."""
+    _, ix, table = _cached(graph)
+    src = ix.index[node]
+    if src not in table:
+        table[src] = ix.first_hops(src).astype(np.int32)
+    return table[src]
+
+
+def next_hop(graph: nx.Graph, node: str, dst: str) -> str:
+    ix = indexed(graph)
+    hop = int(first_hops(graph, node)[ix.index[dst]])
+    if hop < 0:
+        raise KeyError(dst)
+    return ix.names[hop]
 
 
 def routes(graph: nx.Graph, node: str) -> dict[str, str]:
-    """Destination node -> next hop from ``node``, by shortest paths through switches (see bfs_parents).
-    Computed once per graph and node while the graph keeps its nodes (the predictor asks for every node
-    of every worker's path: a 1024-host fat-tree's would be minutes otherwise); not to be changed."""
-    shape = len(graph)
-    cached = _ROUTES.get(graph)
-    if cached is None or cached[0] != shape:
-        cached = _ROUTES[graph] = (shape, {})
-    if node not in cached[1]:
-        cached[1][node] = _routes(graph, node)
-    return cached[1][node]
-
-
-def _routes(graph: nx.Graph, node: str) -> dict[str, str]:
-    parents = bfs_parents(graph, node)
-    first: dict[str, str] = {}
-
-    def hop(dst: str) -> str:
-        if dst not in first:
-            up = parents[dst]
-            first[dst] = dst if up == node else hop(up)
-        return first[dst]
-
-    return {dst: hop(dst) for dst in parents}
+    """Destination node -> next hop from ``node``, by shortest paths through switches (see bfs_parents)."""
+    names, first = indexed(graph).names, first_hops(graph, node)
+    dst = np.flatnonzero(first >= 0)
+    return {names[d]: names[h] for d, h in zip(dst.tolist(), first[dst].tolist(), strict=True)}

@@ -18,7 +18,8 @@ from typing import Any, Protocol
 import networkx as nx
 import numpy as np
 
-from innet.graph import link_name, port_to, ports
+from innet.graph import link_name, ports
+from innet.results.progress import Progress
 from innet.switch.runtime import SwitchRuntime, flatten
 from innet.wire.faults import FaultInjector, FaultSpec, fault_seed
 from innet.wire.packet import BANDS, TOS_OFFSET, band_of
@@ -81,6 +82,7 @@ class Fabric:
                 self.links[(a, b)] = LinkDirection(data["bw"] * 1e6, data["latency"],
                                                    FaultInjector(spec, fault_seed(seed, a, b)))
         self.port_peer = {n: ports(graph, n) for n in graph}
+        self.port_of = {(n, peer): p for n, by_port in self.port_peer.items() for p, peer in by_port.items()}
         self.switches: dict[str, SwitchRuntime] = {}
         self.endpoints: dict[str, list[Endpoint]] = {}
         self._timer_at: dict[int, float] = {}
@@ -125,7 +127,7 @@ class Fabric:
     def _put_on_wire(self, node: str, peer: str, link: LinkDirection, frame: bytes) -> None:
         link.free_at = max(self.now, link.free_at) + len(frame) * 8 / link.bps
         for extra, copy in link.injector.apply(frame):
-            self._at(link.free_at + link.latency + extra, self._deliver, peer, port_to(self.graph, peer, node), copy)
+            self._at(link.free_at + link.latency + extra, self._deliver, peer, self.port_of[(peer, node)], copy)
 
     def _deliver(self, node: str, port: int, frame: bytes) -> None:
         runtime = self.switches.get(node)
@@ -185,8 +187,12 @@ class Fabric:
                 self._host_send(host, endpoint.start(self.now))
                 self._schedule_endpoint(host, endpoint)
         finite = [e for es in self.endpoints.values() for e in es if not getattr(e, "daemon", False)]
+        left = list(finite)  # endpoints not yet done, pruned now and then (a 1000-host run checks few per event)
+        progress = Progress("local")
         while self._events and self.events_run < max_events:
-            if finite and all(e.done for e in finite):
+            if left and left[-1].done:
+                left = [e for e in left if not e.done]
+            if finite and not left:
                 break
             time, _, fn, args = heapq.heappop(self._events)
             if time > until:
@@ -194,6 +200,10 @@ class Fabric:
             self.now = time
             self.events_run += 1
             fn(*args)
+            if not self.events_run & 4095:
+                progress.update(lambda: f"virtual time {self.now:.6f}s, {self.events_run} events, "
+                                        f"{sum(e.done for e in finite)}/{len(finite)} hosts done")
+        progress.close()
         return self.now
 
     def link_bytes(self) -> dict[str, int]:

@@ -11,10 +11,11 @@ import numpy as np
 from innet.backends.fabric import Endpoint, Fabric
 from innet.hosts.ensemble import InputReceiver, InputServer, input_summary
 from innet.hosts.ssp import SSPWorker
-from innet.hosts.worker import Frames, WorkerProcess
+from innet.hosts.worker import AllreduceCall, Frames, WorkerProcess
 from innet.plan.spec import RunSpec, program_of
 from innet.results.check import outcome_of, run_record, tally_drops, training_outcome
 from innet.results.fidelity import virtual_fidelity
+from innet.results.progress import Progress
 from innet.results.record import RunRecord
 from innet.run.modes import RunPlan, host_endpoint, installed_configs, pbox_servers, plan_run
 from innet.switch.runtime import SwitchRuntime
@@ -27,6 +28,7 @@ class LocalRun:
                  given: Mapping[int, Sequence[np.ndarray]] | None = None) -> None:
         """``given``: job 1's tensors by rank, all-reduced instead of the run's seeded ones (DDP's buckets)."""
         self.graph, self.run = graph, run
+        progress = Progress("local")
         self.rp: RunPlan = plan_run(graph, run, program_of(run))
         self.program = program_of(run, self.rp.fan_in)
         self.fabric = Fabric(graph, faults=run.faults_on, seed=run.seed)
@@ -50,12 +52,18 @@ class LocalRun:
                 proc = host_endpoint(run, self.rp, w, spec, given.get(spec.rank) if given and plan.job == 1 else None)
                 self.fabric.attach(w, Crashing(proc, crash[w]) if crash and w in crash else proc)
                 self.procs.append(proc)
+                progress.update(lambda: f"building: {len(self.procs)} workers")
+        progress.close()
 
     def attach(self, host: str, endpoint: Endpoint) -> None:
         self.fabric.attach(host, endpoint)
 
     def finish(self, **extra: Any) -> RunRecord:
         self.fabric.run()
+        for proc in self.procs:
+            for call in getattr(proc, "calls", []):
+                if isinstance(call, AllreduceCall):
+                    call.release()
         counters = [rt.ctx.counters for rt in self.runtimes.values()]
         counters += [{"pbox:" + k: n for k, n in s.counters.items()} for s in self.servers]
         drops = tally_drops(counters, {"link:lost": sum(link.injector.lost for link in self.fabric.links.values())})

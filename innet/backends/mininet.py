@@ -37,6 +37,7 @@ from innet.plan.dilation import dilate_graph, dilate_spec, dilate_times, virtual
 from innet.plan.spec import RunSpec, program_of
 from innet.results.check import WorkerOutcome, run_record, tally_drops
 from innet.results.fidelity import CPU_BOUND, fidelity, with_model, with_retransmissions
+from innet.results.progress import Progress
 from innet.results.record import RunRecord
 from innet.run.modes import RunPlan, installed_configs, pbox_servers, plan_run
 from innet.wire.faults import fault_seed
@@ -378,7 +379,11 @@ class Emulation:
                 self.switch_procs[sw] = self._popen(
                     sw, [sys.executable, "-m", "innet.backends.node", "switch", os.path.join(self.run_dir, f"{sw}.json")],
                     stdout=subprocess.DEVNULL, stderr=log_file)
-        self.switch_controls = {sw: Control(os.path.join(self.run_dir, f"{sw}.sock")) for sw in switches}
+        progress = Progress("innet")
+        for sw in switches:
+            self.switch_controls[sw] = Control(os.path.join(self.run_dir, f"{sw}.sock"))
+            progress.update(lambda: f"{len(self.switch_controls)}/{len(switches)} switches up")
+        progress.close()
         self.controls.extend(self.switch_controls.values())
         for sw, ctl in self.switch_controls.items():
             reply = ctl.call("install", config=config_to_json(configs[sw]))
@@ -539,7 +544,7 @@ class Emulation:
     def _wait_workers(self, procs: dict[str, subprocess.Popen[bytes]], run: RunSpec, started: float,
                       crash: dict[str, float]) -> None:
         limit = started + 30 + run.timeout * (len(run.call_sizes()) + 1)
-        last_report = time.monotonic()
+        progress = Progress("innet")
         crash = dict(crash)
         while not all(self._ended(p) for p in procs.values()):
             now = time.monotonic()
@@ -550,11 +555,9 @@ class Emulation:
                     del crash[host]
             if now > limit:
                 raise UserError(f"workers did not finish within {limit - started:.0f}s; see {{timeout}}")
-            if now - last_report > 5:
-                done = sum(p.poll() is not None for p in procs.values())
-                log(f"  ... {done}/{len(procs)} workers finished")
-                last_report = now
+            progress.update(lambda: f"{sum(p.poll() is not None for p in procs.values())}/{len(procs)} workers finished")
             time.sleep(0.01)
+        progress.close()
 
     def _ended(self, proc: subprocess.Popen[bytes]) -> bool:
         """Whether ``proc`` has ended, its CPU times read (into ``times_at_exit``) before it is reaped."""

@@ -22,7 +22,7 @@ import networkx as nx
 import numpy as np
 
 from innet.errors import UserError
-from innet.graph import link_name, node_indices, pboxes, port_to, routes
+from innet.graph import link_name, next_hop, node_indices, pboxes, port_to
 from innet.hosts.worker import JobSpec
 from innet.wire.packet import (
     BANDS,
@@ -100,7 +100,7 @@ def _route(graph: nx.Graph, a: str, b: str) -> list[str]:
     """The nodes the unicast route from ``a`` to ``b`` visits, ``a`` and ``b`` included."""
     nodes = [a]
     while nodes[-1] != b:
-        nodes.append(routes(graph, nodes[-1])[b])
+        nodes.append(next_hop(graph, nodes[-1], b))
     return nodes
 
 

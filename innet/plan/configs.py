@@ -6,9 +6,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 import networkx as nx
+import numpy as np
 
 from innet.errors import UserError
-from innet.graph import hosts, node_indices, ports, role, routes, switches
+from innet.graph import first_hops, hosts, indexed, node_indices, ports, role, switches
 from innet.hosts.worker import JobSpec
 from innet.plan.planner import JobPlan
 from innet.plan.spec import RunSpec
@@ -30,10 +31,11 @@ def pick_workers(graph: nx.Graph, count: int | None) -> list[str]:
 
 def switch_configs(graph: nx.Graph, plans: Sequence[JobPlan], memory: int = DEFAULT_SWITCH_MEMORY,
                    stall_timeout: float = 0.0, bands: dict[int, int] | None = None,
-                   groups: dict[str, dict[int, tuple[int, ...]]] | None = None) -> dict[str, SwitchConfig]:
+                   groups: dict[str, dict[int, tuple[int, ...]]] | None = None,
+                   routed: bool = True) -> dict[str, SwitchConfig]:
     """What each switch's control channel installs; jobs abort after ``stall_timeout`` s stuck (0: never),
     and their packets leave in band ``bands[job]`` (0 when not given); ``groups``: each switch's multicast
-    group table."""
+    group table; ``routed=False`` leaves the route tables empty (a plan that starts nothing needs none)."""
     index = node_indices(graph)
     bands = bands or {}
     configs = {}
@@ -46,13 +48,22 @@ def switch_configs(graph: nx.Graph, plans: Sequence[JobPlan], memory: int = DEFA
             tier=role(graph, sw),
             ports={p: f"{sw}-eth{p}" for p in port_map},
             neighbors={p: index[n] for p, n in port_map.items()},
-            routes={index[dst]: by_neighbor[hop] for dst, hop in routes(graph, sw).items()},
+            routes=_route_ports(graph, sw, by_neighbor) if routed else {},
             jobs={plan.job: replace(plan.switch_ports[sw], stall_timeout=stall_timeout, priority=bands.get(plan.job, 0))
                   for plan in plans if sw in plan.switch_ports},
             memory_bytes=memory,
             groups=(groups or {}).get(sw, {}),
         )
     return configs
+
+
+def _route_ports(graph: nx.Graph, switch: str, by_neighbor: dict[str, int]) -> dict[int, int]:
+    """``routes(graph, switch)`` as the switch holds it: destination node index -> output port."""
+    first = first_hops(graph, switch)
+    port_of = np.full(len(first), -1, np.int64)
+    port_of[[indexed(graph).index[n] for n in by_neighbor]] = list(by_neighbor.values())
+    dst = np.flatnonzero(first >= 0)
+    return dict(zip(dst.tolist(), port_of[first[dst]].tolist(), strict=True))
 
 
 def worker_specs(graph: nx.Graph, plan: JobPlan, program: type[SwitchProgram], run: RunSpec) -> dict[str, JobSpec]:

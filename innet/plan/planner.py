@@ -17,12 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import networkx as nx
+import numpy as np
 from networkx.algorithms.approximation import steiner_tree
 
 from innet.errors import UserError
-from innet.graph import bfs_parents, is_switch, natural_key, node_indices, pboxes, port_to
+from innet.graph import bfs_parents, indexed, is_switch, natural_key, pboxes, port_to
 from innet.switch.program import JobPort
 
 
@@ -42,7 +44,14 @@ class JobPlan:
     pbox: str | None
 
     def children(self, node: str) -> list[str]:
-        return sorted((c for c, p in self.parents.items() if p == node), key=natural_key)
+        return self._children.get(node, [])
+
+    @cached_property
+    def _children(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for c, p in self.parents.items():
+            out.setdefault(p, []).append(c)
+        return {p: sorted(cs, key=natural_key) for p, cs in out.items()}
 
 
 def _switch_graph(graph: nx.Graph, workers: Sequence[str]) -> nx.Graph:
@@ -51,12 +60,34 @@ def _switch_graph(graph: nx.Graph, workers: Sequence[str]) -> nx.Graph:
 
 
 def _closest_switch(graph: nx.Graph, candidates: Sequence[str], workers: Sequence[str]) -> str:
-    def cost(s: str) -> tuple[int, int, tuple[str, int, str]]:
-        dist = nx.single_source_shortest_path_length(graph, s)
-        lengths = [dist.get(w, 10**9) for w in workers]
-        return (sum(lengths), max(lengths), natural_key(s))
+    """The candidate with the least total hop count to the workers, then the least farthest, then by name
+    (unreachable: 10**9 hops). A worker is one hop past its switch, so scipy's breadth-first searches run
+    between switches only, some hundred candidates at a time."""
+    from scipy.sparse import csr_matrix  # scipy comes with scikit-learn; loaded here, as few runs need it
+    from scipy.sparse.csgraph import shortest_path
 
-    return min(candidates, key=cost)
+    switch = [n for n in graph if is_switch(graph, n)]
+    at = {n: i for i, n in enumerate(switch)}
+    pairs = [(at[u], at[v]) for u in switch for v in graph[u] if v in at]
+    edges = np.array(pairs, np.int64).reshape(-1, 2)
+    adjacency = csr_matrix((np.ones(len(edges)), (edges[:, 0], edges[:, 1])), shape=(len(switch), len(switch)))
+    hop_counts: dict[int, int] = {}  # a worker's switch -> how many workers hang off it
+    for w in workers:
+        tor = next(iter(graph[w]))
+        hop_counts[at[tor]] = hop_counts.get(at[tor], 0) + 1
+    tors = np.array(list(hop_counts), np.int64)
+    counts = np.array(list(hop_counts.values()), np.int64)
+    best: tuple[int, int, tuple[str, int, str]] | None = None
+    choice = candidates[0]
+    for start in range(0, len(candidates), 256):
+        batch = candidates[start:start + 256]
+        dist = shortest_path(adjacency, directed=False, unweighted=True, indices=[at[s] for s in batch])[:, tors]
+        hops = np.where(np.isinf(dist), 10**9, dist + 1).astype(np.int64)
+        for s, total, far in zip(batch, (hops * counts).sum(axis=1).tolist(), hops.max(axis=1).tolist(), strict=True):
+            cost = (total, far, natural_key(s))
+            if best is None or cost < best:
+                best, choice = cost, s
+    return choice
 
 
 def _choose_root(graph: nx.Graph, workers: Sequence[str]) -> str:
@@ -130,27 +161,31 @@ def plan_job(graph: nx.Graph, workers: Sequence[str], method: str = "tor", job: 
         while node != root:
             node = parents[node]
             on_tree.add(node)
-    parents = {c: p for c, p in parents.items() if c in on_tree or c in workers}
+    rank = {w: i for i, w in enumerate(workers)}
+    parents = {c: p for c, p in parents.items() if c in on_tree or c in rank}
     plan = JobPlan(job, method, workers, root, tuple(sorted(aggregators & on_tree, key=natural_key)),
                    parents, {}, first_hop, slots, pbox)
-    return replace(plan, switch_ports={s: _job_port(graph, plan, s) for s in sorted(on_tree, key=natural_key)})
+    below: dict[str, list[int]] = {}  # the ranks of the workers under each tree node
+
+    def ranks_below(node: str) -> list[int]:
+        if node not in below:
+            below[node] = [rank[node]] if node in rank else [r for c in plan.children(node) for r in ranks_below(c)]
+        return below[node]
+
+    ranks_below(root)
+    return replace(plan, switch_ports={s: _job_port(graph, plan, s, rank, below) for s in sorted(on_tree, key=natural_key)})
 
 
-def _job_port(graph: nx.Graph, plan: JobPlan, switch: str) -> JobPort:
-    rank = {w: i for i, w in enumerate(plan.workers)}
-    index = node_indices(graph)
-
-    def below(node: str) -> list[str]:
-        if node in rank:
-            return [node]
-        return [w for c in plan.children(node) for w in below(c)]
+def _job_port(graph: nx.Graph, plan: JobPlan, switch: str, rank: dict[str, int], below: dict[str, list[int]]) -> JobPort:
+    index = indexed(graph).index
+    aggregators = set(plan.aggregators)
 
     def contributors(node: str, port: int) -> dict[int, int]:
         """What reaches ``switch`` through ``node``: a worker, a partial sum, or both via a relay."""
         if node in rank:
             return {rank[node]: port}
-        if node in plan.aggregators:
-            return {min(rank[w] for w in below(node)): port}
+        if node in aggregators:
+            return {min(below[node]): port}
         return {r: p for c in plan.children(node) for r, p in contributors(c, port).items()}
 
     children = plan.children(switch)
@@ -159,14 +194,14 @@ def _job_port(graph: nx.Graph, plan: JobPlan, switch: str) -> JobPort:
     rank_ports: dict[int, int] = {}
     for c in children:
         contrib.update(contributors(c, child_ports[c]))
-        rank_ports.update({rank[w]: child_ports[c] for w in below(c)})
+        rank_ports.update(dict.fromkeys(below[c], child_ports[c]))
     parent = plan.parents.get(switch)
     return JobPort(
         job=plan.job,
         nworkers=len(plan.workers),
         children=tuple(child_ports[c] for c in children),
         parent=None if parent is None else port_to(graph, switch, parent),
-        aggregate=switch in plan.aggregators,
+        aggregate=switch in aggregators,
         contributors=contrib,
         rank=min(rank_ports),
         rank_ports=rank_ports,

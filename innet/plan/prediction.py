@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import networkx as nx
 
-from innet.graph import link_name, natural_key, routes, tier
+from innet.graph import link_name, natural_key, next_hop, tier
 from innet.hosts.ring import ACK_EVERY, ACK_SPAN, ring_geometry
 from innet.plan.planner import JobPlan
 from innet.wire.packet import PAYLOAD_OFFSET
@@ -33,7 +33,7 @@ def path_links(graph: nx.Graph, src: str, dst: str) -> list[tuple[str, str]]:
     """The routed path from ``src`` to ``dst``, as (from, to) link directions."""
     hops, node = [], src
     while node != dst:
-        nxt = next(iter(graph[node])) if graph.degree(node) == 1 else routes(graph, node)[dst]  # a host's one link
+        nxt = next(iter(graph[node])) if graph.degree(node) == 1 else next_hop(graph, node, dst)  # a host's one link
         hops.append((node, nxt))
         node = nxt
     return hops
@@ -43,9 +43,10 @@ def innet_crossings(plan: JobPlan) -> dict[str, int]:
     """In-network: per tree node below the root, how many contributions it sends up to its parent
     (one where it aggregates or is a worker, else the sum of its children's)."""
     crossing: dict[str, int] = {}
+    sends_one = set(plan.workers) | set(plan.aggregators)
 
     def up(node: str) -> int:
-        if node in plan.workers or node in plan.aggregators:
+        if node in sends_one:
             for child in plan.children(node):
                 up(child)
             n = 1

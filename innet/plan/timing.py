@@ -68,8 +68,15 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
     n = len(plan.workers)
     full = frame_bytes(min(per_packet, -(-elements // n) if mode == "ring" else elements))
 
+    per_link: dict[tuple[str, str], tuple[float, float, float]] = {}  # rate, latency, delay of each direction
+
+    def link(u: str, v: str) -> tuple[float, float, float]:
+        if (u, v) not in per_link:
+            per_link[(u, v)] = (_rate(graph, u, v), graph.edges[u, v]["latency"], delay(u, v))
+        return per_link[(u, v)]
+
     def trip(path: list[tuple[str, str]], size: int) -> float:  # one way, one frame
-        return sum(size / _rate(graph, u, v) + graph.edges[u, v]["latency"] + hop + delay(u, v) for u, v in path)
+        return sum(size / rate + latency + hop + late for rate, latency, late in (link(u, v) for u, v in path))
 
     def back(path: list[tuple[str, str]]) -> list[tuple[str, str]]:
         return [(v, u) for u, v in reversed(path)]

@@ -47,8 +47,8 @@ def check(inputs: Sequence[Sequence[np.ndarray]], results_int: Sequence[Sequence
     for it in range(len(inputs[0])):
         q = max(operator.exponent(inputs[r][it]) for r in range(nworkers))
         scale = operator.scale(q, nworkers)
-        expected = operator.reduce([operator.quantize(inputs[r][it], scale) for r in range(nworkers)])
-        exact = operator.reduce([inputs[r][it] for r in range(nworkers)])
+        expected = operator.reduce(operator.quantize(inputs[r][it], scale) for r in range(nworkers))
+        exact = operator.reduce(inputs[r][it] for r in range(nworkers))
         for r in range(nworkers):
             got = results_int[r][it] if it < len(results_int[r]) else None
             if got is None or got.shape != expected.shape or not np.array_equal(got, expected):

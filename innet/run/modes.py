@@ -29,7 +29,7 @@ from innet.hosts.ssp import SSPWorker
 from innet.hosts.training import Training
 from innet.hosts.worker import AllreduceCall, JobSpec, WorkerProcess
 from innet.plan.configs import pick_workers, switch_configs, worker_specs
-from innet.plan.planner import METHODS, JobPlan, JobRequest, plan_job, plan_jobs
+from innet.plan.planner import METHODS, JobPlan, JobRequest, Placement, plan_job, plan_jobs
 from innet.plan.spec import RunSpec
 from innet.plan.timing import planned_training, predict
 from innet.switch.program import SwitchProgram
@@ -56,19 +56,20 @@ class RunPlan:
         return [s.node for s in sorted(self.specs[job].values(), key=lambda s: s.rank)]
 
 
-def fastest_placement(graph: nx.Graph, run: RunSpec, requests: list[JobRequest], program: type[SwitchProgram]) -> str:
+def fastest_placement(graph: nx.Graph, run: RunSpec, requests: list[JobRequest], program: type[SwitchProgram]) -> Placement:
     """``--placement auto``: the switch placement (METHODS) whose plans the timing model says finish
     first: a run's iteration with a workload, else its calls. Ties go to tor, then tree, then root, so
     where they are alike the plan is the familiar rack-then-root one."""
     key = "iteration_s" if run.workload else "completion_s"
     order = ("tor", "tree", "root")
+    placed = {m: plan_jobs(graph, requests, method=m, pool_slots=program.slots) for m in order}
 
     def predicted(method: str) -> float:
-        plans = list(plan_jobs(graph, requests, method=method, pool_slots=program.slots).plans)
+        plans = list(placed[method].plans)
         return round(predict(graph, replace(run, placement=method), plans, program.elements, 0.0)[key], 12)
 
     assert set(order) == set(METHODS)
-    return min(order, key=lambda m: (predicted(m), order.index(m)))
+    return placed[min(order, key=lambda m: (predicted(m), order.index(m)))]
 
 
 def plan_run(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram]) -> RunPlan:
@@ -102,8 +103,8 @@ def plan_run(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram]) -> Run
         outcomes = {p.job: "ring" for p in plans}
     else:
         requests = [JobRequest(j + 1, g, wanted) for j, g in enumerate(groups)]
-        method = fastest_placement(graph, run, requests, program) if run.placement == "auto" else run.placement
-        placed = plan_jobs(graph, requests, method=method, pool_slots=program.slots)
+        placed = (fastest_placement(graph, run, requests, program) if run.placement == "auto"
+                  else plan_jobs(graph, requests, method=run.placement, pool_slots=program.slots))
         plans, outcomes = list(placed.plans), placed.outcomes
     index = node_indices(graph)
     specs = {}
@@ -125,13 +126,13 @@ def installed_plans(run: RunSpec, rp: RunPlan) -> list[JobPlan]:
     return [p for p in rp.plans if run.mode == "innet" and p.method != "pbox"]
 
 
-def installed_configs(graph: nx.Graph, run: RunSpec, rp: RunPlan) -> dict[str, SwitchConfig]:
+def installed_configs(graph: nx.Graph, run: RunSpec, rp: RunPlan, routed: bool = True) -> dict[str, SwitchConfig]:
     """What every switch is told before traffic starts: its installed jobs (stalled ones abort after half
-    the run's timeout), their priority bands, and its register memory."""
+    the run's timeout), their priority bands, and its register memory (``routed=False``: no route tables)."""
     plans = installed_plans(run, rp)
     groups = group_tables(graph, rp.input) if rp.input and rp.input.shared else {}
     return switch_configs(graph, plans, run.switch_memory, run.timeout / 2, {p.job: run.band(p.job) for p in plans},
-                          groups)
+                          groups, routed)
 
 
 def worker_process(mode: str, spec: JobSpec, ring: list[int], tensors: Sequence[Any],

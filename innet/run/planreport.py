@@ -35,7 +35,7 @@ def _job_lines(run: RunSpec, plan: JobPlan, outcome: str) -> list[str]:
 def plan_report(graph: nx.Graph, run: RunSpec) -> str:
     rp = plan_run(graph, run, program_of(run))
     sized = program_of(run, rp.fan_in)
-    for config in installed_configs(graph, run, rp).values():
+    for config in installed_configs(graph, run, rp, routed=False).values():
         check_fits(config, sized)  # what a run would refuse, the plan refuses too
     placement = run.placement
     if placement == "auto" and run.mode == "innet":

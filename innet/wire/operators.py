@@ -20,6 +20,7 @@ A user's operator is a line in a program file::
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,10 +95,15 @@ class Operator:
         return math.ldexp(1.0, -scale - 1) + np.abs(exact) * 2.0**-24  # one rounding, one float32 rounding
 
     # -- the references ------------------------------------------------------
-    def reduce(self, arrays: list[np.ndarray]) -> np.ndarray:
-        """The operator over ``arrays`` element-wise, in int64 (or float64 for float inputs): the reference."""
-        wide = [np.asarray(a, np.float64 if np.asarray(a).dtype.kind == "f" else np.int64) for a in arrays]
-        return self.fn.reduce(np.stack(wide), axis=0) if wide else np.zeros(0)
+    def reduce(self, arrays: Iterable[np.ndarray]) -> np.ndarray:
+        """The operator over ``arrays`` element-wise, in int64 (or float64 for float inputs): the reference.
+        Folded in one at a time, in order (what ``fn.reduce`` over a stack does, without the stack: a
+        thousand workers' gradients need not all be held at once)."""
+        out: np.ndarray | None = None
+        for a in arrays:
+            wide = np.asarray(a, np.float64 if np.asarray(a).dtype.kind == "f" else np.int64)
+            out = wide.copy() if out is None else self.fn(out, wide, out=out)
+        return np.zeros(0) if out is None else out
 
 
 SUM = Operator("sum", "add", identity=0, rule="sum")

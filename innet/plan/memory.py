@@ -1,0 +1,66 @@
+"""How much memory a run will take, from the topology and the job alone, before anything is built.
+
+A run that cannot fit in the machine's available memory is refused in one line
+rather than left to the kernel's OOM killer halfway through bring-up. The figures
+are per-part costs measured on this kind of machine (``scripts/bench_scale.py``
+prints the estimate next to the measured peak); the estimate errs high.
+
+- local: the interpreter and its libraries; per worker, its gradients and what a
+  call holds for them (the fixed-point copy, every chunk's frame, the result:
+  ``LOCAL_PER_ELEMENT`` bytes per element of every call); per switch its
+  registers and its route table (one entry per node); per link direction its
+  queues and fault injector.
+- mininet: the same, plus one Python process per switch, worker and PBox
+  (``MININET_PER_PROCESS``: an interpreter with numpy and innet loaded).
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from innet.errors import UserError
+from innet.graph import is_switch
+from innet.plan.configs import pick_workers
+from innet.plan.spec import RunSpec, program_of
+
+MIB = 1 << 20
+BASE = 150 * MIB  # python, numpy, scapy, networkx, innet loaded: 115 MiB measured (fat-tree k=4)
+LOCAL_PER_ELEMENT = 48  # bytes per gradient element per worker: measured 44-48 at fat-tree k=8 and k=16
+PER_ROUTE = 90  # one switch's route to one node (a dict entry, its int key)
+PER_LINK = 8 * 1024  # both directions' queues, counters and fault injectors, and the graph's own
+PER_NODE = 4 * 1024
+MININET_PER_PROCESS = 45 * MIB  # measured: an innet switch or worker process, resident
+
+
+def estimate_bytes(graph: nx.Graph, run: RunSpec, backend: str) -> int:
+    """The estimated peak memory of ``run`` over ``graph`` on ``backend`` (``local`` or ``mininet``)."""
+    workers = len(pick_workers(graph, run.workers))
+    switches = sum(1 for n in graph if is_switch(graph, n))
+    degree = max((d for n, d in graph.degree if is_switch(graph, n)), default=1)
+    registers = program_of(run, degree).memory_bytes()
+    per_worker = 0 if run.train else LOCAL_PER_ELEMENT * sum(run.call_sizes())  # a learner's model is small
+    total = (BASE + workers * per_worker + switches * (registers + PER_ROUTE * len(graph))
+             + PER_LINK * graph.number_of_edges() + PER_NODE * len(graph))
+    if backend == "mininet":
+        total += MININET_PER_PROCESS * (switches + workers + 1)  # and the PBox
+    return total
+
+
+def available_bytes() -> int:
+    """MemAvailable: what the kernel says can be had without swapping."""
+    with open("/proc/meminfo", encoding="utf-8") as fh:
+        return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
+
+
+def check_memory(graph: nx.Graph, run: RunSpec, backend: str, available: int | None = None) -> int:
+    """Refuse, in one line, a run whose estimate exceeds the available memory; else return the estimate."""
+    need = estimate_bytes(graph, run, backend)
+    have = available_bytes() if available is None else available
+    if need > have:
+        workers = len(pick_workers(graph, run.workers))
+        raise UserError(
+            f"this run needs about {need / 2**30:.1f} GiB ({workers} workers x {sum(run.call_sizes())} elements on "
+            f"{graph.number_of_nodes()} nodes, {backend} backend) but {have / 2**30:.1f} GiB is available; "
+            "use fewer {elements} or {workers}, a smaller topology"
+            + (", or the local backend" if backend == "mininet" else ""))
+    return need

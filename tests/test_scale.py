@@ -1,0 +1,188 @@
+"""Scale: routes and root choice as arrays, a 128-host fat-tree exact on the fabric, progress, the memory refusal."""
+
+import io
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+
+import networkx as nx
+import pytest
+
+from innet.backends import fabric
+from innet.backends.local import run_local
+from innet.errors import UserError
+from innet.graph import bfs_parents, is_switch, natural_key, node_indices, routes
+from innet.plan import planner
+from innet.plan.memory import check_memory, estimate_bytes
+from innet.plan.spec import RunSpec
+from innet.results.metrics import tier_bytes
+from innet.results.progress import Progress
+from topologies import build
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def graphs():
+    yield build("fat-tree", k=4)
+    yield build("leaf-spine", racks=3, hosts_per_rack=2)
+    yield build("star", workers=4)
+    for seed in range(8):  # irregular switch meshes, hosts hung anywhere
+        rng = random.Random(seed)
+        g = nx.relabel_nodes(nx.connected_watts_strogatz_graph(20, 4, 0.4, seed=seed), lambda i: f"s{i}")
+        nx.set_node_attributes(g, "switch", "role")
+        for i in range(8):
+            g.add_edge(f"h{i}", f"s{rng.randrange(20)}")
+            g.nodes[f"h{i}"]["role"] = "host"
+        yield g
+
+
+def reference_routes(graph, node):
+    """The definition: the first hop on bfs_parents' path (neighbours in name order, hosts never relay)."""
+    parents = bfs_parents(graph, node)
+
+    def hop(dst):
+        return dst if parents[dst] == node else hop(parents[dst])
+
+    return {dst: hop(dst) for dst in parents}
+
+
+def reference_closest(graph, candidates, workers):
+    def cost(s):
+        dist = nx.single_source_shortest_path_length(graph, s)
+        lengths = [dist.get(w, 10**9) for w in workers]
+        return (sum(lengths), max(lengths), natural_key(s))
+
+    return min(candidates, key=cost)
+
+
+def test_array_routes_and_root_choice_are_the_breadth_first_definitions():
+    for g in graphs():
+        assert node_indices(g) == {n: i for i, n in enumerate(sorted(g, key=natural_key))}
+        for n in g:
+            assert routes(g, n) == reference_routes(g, n), n
+        hosts = sorted((n for n in g if g.nodes[n]["role"] == "host"), key=natural_key)
+        switches = [n for n in g if is_switch(g, n)]
+        for workers in (hosts, hosts[::3], hosts[1:2]):
+            assert planner._closest_switch(g, switches, workers) == reference_closest(g, switches, workers)
+
+
+@pytest.mark.parametrize("mode", ["innet", "pbox", "ring"])
+def test_a_128_host_fat_tree_is_exact_and_moves_the_predicted_bytes(mode):
+    graph = build("fat-tree", k=8)
+    result = run_local(graph, RunSpec(mode=mode, elements=1000, seed=3))
+    assert result.correct, result.errors  # every worker's sum equals numpy's, integer for integer
+    assert len(result.jobs[0].workers) == 127
+    assert result["link_bytes"] == result["predicted_link_bytes"]
+
+
+def test_plan_only_predicts_what_the_run_measures():
+    graph = build("fat-tree", k=8)
+    out = subprocess.run([sys.executable, "run_topology.py", "--backend", "local", "--topo", "fat-tree", "--k", "8",
+                          "--plan-only", "--elements", "1000"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    measured = run_local(graph, RunSpec(elements=1000))["link_bytes"]
+    for tier, b in tier_bytes(graph, measured).items():
+        assert f"{tier:>12}: {b:>12}  (lower bound" in out
+    busiest = max(sorted(measured), key=lambda k: measured[k])
+    assert f"busiest link {busiest}: {measured[busiest]}" in out
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_progress_is_silent_at_first_then_a_line_every_few_seconds():
+    clock, out = Clock(), io.StringIO()
+    progress = Progress("local", out, after=3, every=5, clock=clock)
+    for t in range(0, 20):
+        clock.now = t
+        progress.update(lambda t=t: f"step {t}")
+    progress.close()
+    assert out.getvalue().splitlines() == ["local: step 3 (3s)", "local: step 8 (8s)", "local: step 13 (13s)",
+                                           "local: step 18 (18s)"]
+
+
+def test_progress_on_a_terminal_rewrites_one_line():
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    clock, out = Clock(), Tty()
+    progress = Progress("local", out, after=0, clock=clock)
+    for t in (0, 1, 2):
+        clock.now = t
+        progress.update(f"step {t}")
+    progress.close()
+    assert out.getvalue() == "\r\x1b[Klocal: step 0 (0s)\r\x1b[Klocal: step 1 (1s)\r\x1b[Klocal: step 2 (2s)\n"
+
+
+def test_a_local_run_reports_its_progress(monkeypatch, capsys):
+    monkeypatch.setattr(fabric, "Progress", lambda label: Progress(label, after=0, every=0))
+    assert run_local(build("fat-tree", k=4), RunSpec(elements=65536)).correct  # tens of thousands of events
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("local: virtual time")]
+    assert lines and lines[-1].endswith("s)") and "/15 hosts done" in lines[-1]
+
+
+def test_a_run_too_big_for_memory_is_refused_in_one_line_before_anything_is_built(tmp_path):
+    out = tmp_path / "results"
+    proc = subprocess.run([sys.executable, "run_topology.py", "--backend", "local", "--topo", "fat-tree", "--k", "64",
+                           "--elements", "1000000", "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("error: this run needs about ")
+    assert "65535 workers x 1000000 elements" in proc.stderr and "--elements" in proc.stderr
+    assert not out.exists()
+
+
+def test_the_estimate_grows_with_the_job_and_refuses_a_mininet_fat_tree_k16():
+    k8 = build("fat-tree", k=8)
+    assert estimate_bytes(k8, RunSpec(elements=65536), "local") > estimate_bytes(k8, RunSpec(elements=16384), "local")
+    # a process per switch and worker: 1344 of them for k=16 do not fit in 24 GiB
+    with pytest.raises(UserError, match="local backend"):
+        check_memory(build("fat-tree", k=16), RunSpec(elements=16384), "mininet", available=24 << 30)
+    assert check_memory(k8, RunSpec(elements=16384), "local", available=24 << 30) < 1 << 30
+
+
+def test_the_scale_bench_prints_time_memory_and_estimate_for_small_fat_trees():
+    proc = subprocess.run([sys.executable, "scripts/bench_scale.py", "--skip-mininet", "--local", "4:2048",
+                           "--modes", "innet,ring", "--plan-only-k", "4", "--runs", "1"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300, check=True)
+    table = proc.stdout.split("== local scale\n")[1].splitlines()
+    assert table[0].split() == ["fat-tree", "hosts", "mode", "elements", "wall", "s", "peak", "MiB", "estimate", "MiB"]
+    rows = [line.split() for line in table[1:]]
+    assert [r[2] for r in rows] == ["innet", "ring", "plan-only"]
+    for r in rows[:2]:
+        assert float(r[5]) < float(r[6])  # the estimate errs high
+    with open(os.path.join(ROOT, "results", "bench.jsonl"), encoding="utf-8") as fh:
+        assert "local scale" in [json.loads(line)["bench"] for line in fh.readlines()[-5:]]
+
+
+def readme_commands():
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+        text = fh.read()
+    start = text.index("## Scaling up\n")
+    block = re.findall(r"```sh\n(.*?)```", text[start:text.index("\n## ", start + 1)], re.S)[0]
+    return [line.split("#")[0].split() for line in block.strip().splitlines()]
+
+
+def test_the_readme_scaling_commands_run_as_written(tmp_path):
+    """Each command of README's "Scaling up", run; the bench at small sizes (its k=32 is the bench's, not a test's)."""
+    commands = readme_commands()
+    assert len(commands) == 4
+    for argv in commands:
+        argv = [sys.executable if a == "python" else a for a in argv]
+        if "scripts/bench_scale.py" in argv:
+            argv += ["--local", "4:2048", "--plan-only-k", "4", "--runs", "1"]
+        elif "--plan-only" not in argv:
+            argv += ["--no-plots", "--out", str(tmp_path / "out")]
+        proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        if "1000000" in argv:
+            assert proc.returncode == 2 and "needs about 2963" in proc.stderr  # the figure the README quotes
+        else:
+            assert proc.returncode == 0, proc.stderr
