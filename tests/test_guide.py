@@ -20,6 +20,7 @@ TESTED_ELSEWHERE = {
     "Reproducing the papers": "tests/test_readme_reproduce.py runs each innet reproduce command (its quick sweep)",
     "Training a real model (`--train digits`)": "tests/test_learning.py runs its command",
     "PyTorch: a DDP communication hook": "tests/test_ddp.py runs its command",
+    "Scaling up": "tests/test_scale.py::test_the_readme_scaling_commands_run_as_written (the bench at small sizes)",
     "Performance": "tests/test_bench.py runs every benchmark make bench runs, small",
 }
 
