@@ -403,16 +403,21 @@ def _main(args: argparse.Namespace) -> int:
         ends = link.split("->") if "->" in link else link.split("--")
         if not graph.has_edge(*ends):
             raise UserError(f"--fault names link {link}, which this topology does not have")
+    # gloo is the kernel's TCP on undilated links: only where TCLink can shape the hosts' links at the requested rate
+    undilated = host_link_rate(graph)
     if run.train and args.mode == "all":
         from innet.run.learn import scheme_specs
 
         specs = scheme_specs(run, args.topk or 0.01, args.staleness)
     else:
         specs = [dataclasses.replace(run, mode=mode) for mode in (MODES if args.mode == "all" else (args.mode,))]
-        if args.mode == "all" and args.backend == "mininet" and _gloo_applies(run):
+        if args.mode == "all" and args.backend == "mininet" and undilated <= TCLINK_MAX_MBPS and _gloo_applies(run):
             specs.append(dataclasses.replace(run, mode="gloo"))
     if args.mode == "gloo" and args.backend == "local":
         raise UserError("--mode gloo runs torch.distributed between Mininet hosts: it needs --backend mininet (and root)")
+    if args.mode == "gloo" and undilated > TCLINK_MAX_MBPS:
+        raise UserError(f"--mode gloo runs on undilated links, which TCLink shapes up to {TCLINK_MAX_MBPS:g} Mbit/s; "
+                        f"this topology's hosts have {undilated:g} Mbit/s links")
     from innet.plan.memory import check_memory
 
     for spec in specs:  # before anything is built: a run that cannot fit is refused, not OOM-killed halfway

@@ -96,6 +96,17 @@ def test_mode_gloo_on_the_local_backend_is_one_line():
 
 
 @pytest.mark.mininet
+def test_mode_gloo_on_links_tclink_cannot_shape_is_one_line_before_anything_is_built():
+    """gloo runs on undilated links: --bw 2000 under --dilation 2 suits innet's modes, not gloo."""
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "run_topology.py"), "--backend", "mininet", "--mode", "gloo",
+                          "--bw", "2000", "--dilation", "2"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.splitlines() == ["error: --mode gloo runs on undilated links, which TCLink shapes up to 1000 Mbit/s; "
+                                       "this topology's hosts have 2000 Mbit/s links"]
+    assert_nothing_left()
+
+
+@pytest.mark.mininet
 @needs_torch
 def test_mode_gloo_sums_like_numpy_and_its_link_bytes_cover_a_ring(tmp_path):
     elements, n = 300000, 3
