@@ -38,7 +38,7 @@ import networkx as nx
 from innet.hosts.ring import ACK_EVERY, WINDOW
 from innet.hosts.training import Training, iteration_stats, p3_order, run_schedule
 from innet.plan.planner import JobPlan
-from innet.plan.prediction import direction_bytes, frame_bytes, path_links
+from innet.plan.prediction import chunk_bytes, direction_bytes, frame_bytes, path_links
 from innet.plan.spec import RunSpec
 
 MININET_HOP = 0.0006
@@ -59,16 +59,18 @@ def _hops(graph: nx.Graph, mode: str, plan: JobPlan) -> list[list[tuple[str, str
 
 
 def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int, hop: float,
-              delay: Callable[[str, str], float] = lambda u, v: 0.0) -> float:
+              delay: Callable[[str, str], float] = lambda u, v: 0.0, density: float = 1.0) -> float:
     """Predicted seconds of one all-reduce call of ``elements`` per worker. ``delay(u, v)``: the extra
-    one-way delay of frames from u to v (``--delay``, a link's ``delay=`` fault)."""
-    loads = direction_bytes(graph, mode, plan, elements, per_packet)
+    one-way delay of frames from u to v (``--delay``, a link's ``delay=`` fault); ``density``: top-k's
+    fraction (frames and streams at their expected sparse sizes; the ring sends dense)."""
+    density = 1.0 if mode == "ring" else density
+    loads = direction_bytes(graph, mode, plan, elements, per_packet, density)
     bw = max((b / _rate(graph, u, v) for (u, v), b in loads.items()), default=0.0)
     slowest = min((_rate(graph, u, v) for u, v in loads), default=1.0)
     n = len(plan.workers)
-    full = frame_bytes(min(per_packet, -(-elements // n) if mode == "ring" else elements))
+    full = chunk_bytes(min(per_packet, -(-elements // n) if mode == "ring" else elements), density)
 
-    def trip(path: list[tuple[str, str]], size: int) -> float:  # one way, one frame
+    def trip(path: list[tuple[str, str]], size: float) -> float:  # one way, one frame
         return sum(size / _rate(graph, u, v) + graph.edges[u, v]["latency"] + hop + delay(u, v) for u, v in path)
 
     def back(path: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -113,8 +115,8 @@ def call_times(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: 
     def delay(u: str, v: str) -> float:
         return run.faults_on(u, v).delay
 
-    slowest = max(plans, key=lambda p: call_time(graph, run.mode, p, max(sizes), per_packet, hop, delay))
-    return [call_time(graph, run.mode, slowest, n, per_packet, hop, delay) for n in sizes]
+    slowest = max(plans, key=lambda p: call_time(graph, run.mode, p, max(sizes), per_packet, hop, delay, run.topk or 1.0))
+    return [call_time(graph, run.mode, slowest, n, per_packet, hop, delay, run.topk or 1.0) for n in sizes]
 
 
 def planned_training(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int) -> Training | None:

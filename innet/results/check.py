@@ -213,7 +213,8 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Any, backend: str, outcomes: S
     predicted: dict[str, int] = {}
     for plan in rp.plans:
         for size, calls in Counter(run.call_sizes()).items():
-            for name, b in predicted_link_bytes(graph, run.mode, plan, size, rp.per_packet, calls).items():
+            for name, b in predicted_link_bytes(graph, run.mode, plan, size, rp.per_packet, calls,
+                                                  run.topk if run.topk and run.mode != "ring" else 1.0).items():
                 predicted[name] = predicted.get(name, 0) + b
     busiest = max(sorted(link_bytes), key=lambda k: link_bytes[k], default="")
     methods = sorted({j.placement for j in jobs})
