@@ -37,6 +37,7 @@ import networkx as nx
 
 from innet.hosts.ring import ACK_EVERY, WINDOW
 from innet.hosts.training import Training, iteration_stats, p3_order, run_schedule
+from innet.plan.consistency import consistency_time
 from innet.plan.planner import JobPlan
 from innet.plan.prediction import chunk_bytes, direction_bytes, frame_bytes, path_links
 from innet.plan.spec import RunSpec
@@ -131,6 +132,11 @@ def planned_training(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_pa
 def predict(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int, hop: float) -> dict[str, Any]:
     """The model's figures for a run: per-call time (``completion_s``) and, with a workload,
     ``iteration_s``, ``compute_s``, ``comm_wait_s`` and ``next_forward_wait_s``. Jobs sharing links are taken one at a time."""
+    if run.consistency:  # a training loop against the PBox, not all-reduce calls
+        def delay(u: str, v: str) -> float:
+            return run.faults_on(u, v).delay
+
+        return {"completion_s": max(consistency_time(graph, run, p, per_packet, hop, delay) for p in plans)}
     durations = call_times(graph, run, plans, per_packet, hop)
     out: dict[str, Any] = {"completion_s": sorted(durations)[len(durations) // 2]}
     training = planned_training(graph, run, plans, per_packet)
