@@ -29,7 +29,8 @@ several share 2 cores (``MININET_HOP``: measured with ``run_topology.py
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -60,12 +61,17 @@ def _hops(graph: nx.Graph, mode: str, plan: JobPlan) -> list[list[tuple[str, str
 
 
 def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int, hop: float,
-              delay: Callable[[str, str], float] = lambda u, v: 0.0, density: float = 1.0) -> float:
+              delay: Callable[[str, str], float] = lambda u, v: 0.0, density: float = 1.0,
+              sharing: Sequence[JobPlan] = ()) -> float:
     """Predicted seconds of one all-reduce call of ``elements`` per worker. ``delay(u, v)``: the extra
     one-way delay of frames from u to v (``--delay``, a link's ``delay=`` fault); ``density``: top-k's
-    fraction (frames and streams at their expected sparse sizes; the ring sends dense)."""
+    fraction (frames and streams at their expected sparse sizes; the ring sends dense); ``sharing``: the
+    other jobs calling at the same time (their bytes share the links)."""
     density = 1.0 if mode == "ring" else density
-    loads = direction_bytes(graph, mode, plan, elements, per_packet, density)
+    loads = Counter(direction_bytes(graph, mode, plan, elements, per_packet, density))
+    for other in sharing:
+        if other is not plan:
+            loads.update(direction_bytes(graph, mode, other, elements, per_packet, density))
     bw = max((b / _rate(graph, u, v) for (u, v), b in loads.items()), default=0.0)
     slowest = min((_rate(graph, u, v) for u, v in loads), default=1.0)
     n = len(plan.workers)
@@ -116,8 +122,11 @@ def call_times(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: 
     def delay(u: str, v: str) -> float:
         return run.faults_on(u, v).delay
 
-    slowest = max(plans, key=lambda p: call_time(graph, run.mode, p, max(sizes), per_packet, hop, delay, run.topk or 1.0))
-    return [call_time(graph, run.mode, slowest, n, per_packet, hop, delay, run.topk or 1.0) for n in sizes]
+    def time(plan: JobPlan, n: int) -> float:
+        return call_time(graph, run.mode, plan, n, per_packet, hop, delay, run.topk or 1.0, plans)
+
+    slowest = max(plans, key=lambda p: time(p, max(sizes)))
+    return [time(slowest, n) for n in sizes]
 
 
 def planned_training(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int) -> Training | None:
@@ -131,7 +140,7 @@ def planned_training(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_pa
 
 def predict(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int, hop: float) -> dict[str, Any]:
     """The model's figures for a run: per-call time (``completion_s``) and, with a workload,
-    ``iteration_s``, ``compute_s``, ``comm_wait_s`` and ``next_forward_wait_s``. Jobs sharing links are taken one at a time."""
+    ``iteration_s``, ``compute_s``, ``comm_wait_s`` and ``next_forward_wait_s``. Jobs call at once, sharing links."""
     if run.consistency:  # a training loop against the PBox, not all-reduce calls
         def delay(u: str, v: str) -> float:
             return run.faults_on(u, v).delay
