@@ -50,6 +50,14 @@ def _rate(graph: nx.Graph, u: str, v: str) -> float:
     return float(graph.edges[u, v]["bw"]) * 1e6 / 8  # bytes per second
 
 
+def busiest_direction(graph: nx.Graph, loads: dict[tuple[str, str], float]) -> tuple[tuple[str, str], float]:
+    """The link direction whose bytes take longest at its rate, and those seconds (the model's bottleneck)."""
+    if not loads:
+        return ("", ""), 0.0
+    busiest = max(sorted(loads), key=lambda uv: loads[uv] / _rate(graph, *uv))
+    return busiest, loads[busiest] / _rate(graph, *busiest)
+
+
 def _hops(graph: nx.Graph, mode: str, plan: JobPlan) -> list[list[tuple[str, str]]]:
     """The paths a call's latency runs along: worker to aggregation point, or ring neighbour to neighbour."""
     if mode == "ring":
@@ -72,7 +80,7 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
     for other in sharing:
         if other is not plan:
             loads.update(direction_bytes(graph, mode, other, elements, per_packet, density))
-    bw = max((b / _rate(graph, u, v) for (u, v), b in loads.items()), default=0.0)
+    bw = busiest_direction(graph, loads)[1]
     slowest = min((_rate(graph, u, v) for u, v in loads), default=1.0)
     n = len(plan.workers)
     full = chunk_bytes(min(per_packet, -(-elements // n) if mode == "ring" else elements), density)

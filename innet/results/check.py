@@ -19,7 +19,7 @@ from innet.hosts.training import iteration_stats
 from innet.plan.planner import JobPlan
 from innet.plan.spec import RunSpec
 from innet.results.learning import training_figures
-from innet.results.metrics import cross_rack_bytes, tier_bytes
+from innet.results.metrics import busiest_link, cross_rack_bytes, tier_bytes
 from innet.results.record import JobRecord, RunRecord
 from innet.wire import fixedpoint
 from innet.wire.operators import SUM, Operator
@@ -216,7 +216,7 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Any, backend: str, outcomes: S
             for name, b in predicted_link_bytes(graph, run.mode, plan, size, rp.per_packet, calls,
                                                   run.topk if run.topk and run.mode != "ring" else 1.0).items():
                 predicted[name] = predicted.get(name, 0) + b
-    busiest = max(sorted(link_bytes), key=lambda k: link_bytes[k], default="")
+    busiest = busiest_link(graph, link_bytes)
     methods = sorted({j.placement for j in jobs})
     figures = lambda k: [j.figures[k] for j in jobs]  # noqa: E731
     return RunRecord(
@@ -227,7 +227,7 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Any, backend: str, outcomes: S
         max_abs_error=max(j.max_abs_error for j in jobs), completion_s=max(j.completion_s for j in jobs),
         link_bytes=dict(sorted(link_bytes.items(), key=lambda kv: natural_key(kv[0]))),
         tier_bytes=tier_bytes(graph, link_bytes), cross_rack_bytes=cross_rack_bytes(graph, link_bytes),
-        max_link_bytes=max(link_bytes.values(), default=0), busiest_link=busiest, predicted_link_bytes=predicted,
+        max_link_bytes=link_bytes.get(busiest, 0), busiest_link=busiest, predicted_link_bytes=predicted,
         retransmissions=sum(j.retransmissions for j in jobs), packets_dropped=sum(drops.values()), drops=drops,
         fallbacks=sum(1 for j in jobs if j.outcome.startswith("fallback")),
         errors=tuple(e for j in jobs for e in j.errors),
