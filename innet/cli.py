@@ -190,7 +190,8 @@ def _spec(args: argparse.Namespace) -> RunSpec:
                    pool_slots=args.pool_slots, packet_elements=args.packet_elements,
                    job_priority=job_priority, input_elements=args.input_elements, shared_input=args.shared_input,
                    link_faults=link_faults, workload=args.workload or "", workload_scale=args.workload_scale,
-                   pipeline=args.pipeline, overlap=args.overlap, compute_scale=args.compute_scale, min_rto=0.001 if args.backend == "local" else 0.02,
+                   pipeline=args.pipeline, overlap=args.overlap, compute_scale=args.compute_scale,
+                   min_rto=0.001 if args.backend == "local" else 0.02,
                    train=args.train or "", model=args.model, epochs=args.epochs, batch=args.batch, lr=args.lr,
                    hidden=args.hidden)
 

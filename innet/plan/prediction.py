@@ -9,7 +9,7 @@ bytes measured at the interfaces.
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -108,7 +108,7 @@ def pbox_direction_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_pack
     assert plan.pbox is not None
     stream = stream_bytes(elements, per_packet, density)
     result = stream_bytes(elements, per_packet, union_density(density, len(plan.workers)))
-    out: Counter[tuple[str, str]] = Counter()
+    out: defaultdict[tuple[str, str], float] = defaultdict(float)
     for w in plan.workers:
         for u, v in path_links(graph, w, plan.pbox):
             out[(u, v)] += stream
@@ -162,7 +162,7 @@ def tier_lower_bounds(graph: nx.Graph, workers: Sequence[str], elements: int, pe
         joined.add_nodes_from(holding)
         joined.add_edges_from((part[u], part[v]) for u, v in cut if part[u] in holding and part[v] in holding)
         links = 0 if len(holding) < 2 else len(holding) - 1 if nx.is_connected(joined) else len(holding)
-        bounds[t] = 2 * stream * links
+        bounds[t] = int(2 * stream * links)
     return bounds
 
 
@@ -179,7 +179,7 @@ def direction_bytes(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, pe
 def predicted_link_bytes(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int,
                          iterations: int = 1, density: float = 1.0) -> dict[str, int]:
     """Predicted bytes per link, both directions (every link named, zero where the job sends nothing)."""
-    per_call: Counter[str] = Counter()
+    per_call: defaultdict[str, float] = defaultdict(float)
     for (u, v), b in direction_bytes(graph, mode, plan, elements, per_packet, density).items():
         per_call[link_name(u, v)] += b
     names = sorted((link_name(u, v) for u, v in graph.edges), key=natural_key)

@@ -29,7 +29,6 @@ several share 2 cores (``MININET_HOP``: measured with ``run_topology.py
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
@@ -76,10 +75,11 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
     fraction (frames and streams at their expected sparse sizes; the ring sends dense); ``sharing``: the
     other jobs calling at the same time (their bytes share the links)."""
     density = 1.0 if mode == "ring" else density
-    loads = Counter(direction_bytes(graph, mode, plan, elements, per_packet, density))
+    loads = direction_bytes(graph, mode, plan, elements, per_packet, density)
     for other in sharing:
         if other is not plan:
-            loads.update(direction_bytes(graph, mode, other, elements, per_packet, density))
+            for uv, b in direction_bytes(graph, mode, other, elements, per_packet, density).items():
+                loads[uv] = loads.get(uv, 0.0) + b
     bw = busiest_direction(graph, loads)[1]
     slowest = min((_rate(graph, u, v) for u, v in loads), default=1.0)
     n = len(plan.workers)
@@ -119,7 +119,7 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
     rtt = max(trip(p, full) + trip(back(p), full) for p in paths)
     chunks = -(-elements // per_packet)
     windows, rest = divmod(max(chunks - 1, 0), max(plan.slots, 1))
-    stream = max(bw, windows * rtt + (rest + 1) * full / slowest) if windows else bw
+    stream = max(bw, windows * rtt + bw * (rest + 1) / max(chunks, 1)) if windows else bw
     incast = (n - 1) * full / slowest if plan.method == "pbox" else 0.0
     return small + stream + rtt - full / slowest + incast
 

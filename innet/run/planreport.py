@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import replace
 
 import networkx as nx
@@ -45,13 +44,14 @@ def plan_report(graph: nx.Graph, run: RunSpec) -> str:
     links: dict[str, int] = {}
     bounds: dict[str, int] = {}
     density = run.topk if run.topk and run.mode != "ring" else 1.0
-    directions: Counter[tuple[str, str]] = Counter()
+    directions: dict[tuple[str, str], float] = {}
     for plan in rp.plans:
         lines += _job_lines(run, plan, rp.outcomes[plan.job])
         for name, b in predicted_link_bytes(graph, run.mode, plan, run.elements, rp.per_packet, run.iterations,
                                             density).items():
             links[name] = links.get(name, 0) + b
-        directions.update(direction_bytes(graph, run.mode, plan, run.elements, rp.per_packet, density))
+        for uv, sent in direction_bytes(graph, run.mode, plan, run.elements, rp.per_packet, density).items():
+            directions[uv] = directions.get(uv, 0.0) + sent
         for t, b in tier_lower_bounds(graph, plan.workers, run.elements, rp.per_packet).items():
             bounds[t] = bounds.get(t, 0) + b * run.iterations
     lines.append(f"predicted bytes for {run.iterations} x {run.elements} elements per worker:")
