@@ -24,7 +24,7 @@ from collections.abc import Callable
 import networkx as nx
 
 from innet.plan.planner import JobPlan
-from innet.plan.prediction import frame_bytes, path_links
+from innet.plan.prediction import frame_bytes, link_rate, one_way, path_links
 from innet.plan.spec import RunSpec
 
 Delay = Callable[[str, str], float]
@@ -71,14 +71,6 @@ class _SharedLink:
         return done
 
 
-def _trip(graph: nx.Graph, path: list[tuple[str, str]], size: float, hop: float, delay: Delay) -> float:
-    return sum(size / _rate(graph, u, v) + graph.edges[u, v]["latency"] + hop + delay(u, v) for u, v in path)
-
-
-def _rate(graph: nx.Graph, u: str, v: str) -> float:
-    return float(graph.edges[u, v]["bw"]) * 1e6 / 8
-
-
 def consistency_time(graph: nx.Graph, run: RunSpec, plan: JobPlan, per_packet: int, hop: float,
                      delay: Delay = lambda u, v: 0.0) -> float:
     """Predicted seconds from the first compute to the last worker's final read (see module doc)."""
@@ -92,13 +84,13 @@ def consistency_time(graph: nx.Graph, run: RunSpec, plan: JobPlan, per_packet: i
     compute = [run.compute_times(w, plan.job, rank) + [0.0] for rank, w in enumerate(workers)]
     paths = [path_links(graph, w, plan.pbox) for w in workers]
     into = paths[0][-1]
-    incoming, outgoing = _SharedLink(_rate(graph, *into)), _SharedLink(_rate(graph, into[1], into[0]))
+    incoming, outgoing = _SharedLink(link_rate(graph, *into)), _SharedLink(link_rate(graph, into[1], into[0]))
     tails, caps = [], []
     for path in paths:
         back = [(v, u) for u, v in reversed(path)]
-        tail = _trip(graph, path, frame_bytes(per_packet), hop, delay) + _trip(graph, back, frame_bytes(per_packet + 1), hop, delay)
+        tail = one_way(graph, path, frame_bytes(per_packet), hop, delay) + one_way(graph, back, frame_bytes(per_packet + 1), hop, delay)
         tails.append(tail)
-        caps.append(min(min(_rate(graph, u, v) for u, v in path), plan.slots * frame_bytes(per_packet) / tail))
+        caps.append(min(min(link_rate(graph, u, v) for u, v in path), plan.slots * frame_bytes(per_packet) / tail))
 
     def waits_for(t: int) -> int:  # the iteration every worker must have pushed before (w, t) is answered
         return t if t >= iterations else t - int(min(cons.bound, t + 1))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 import networkx as nx
@@ -56,6 +56,18 @@ def stream_bytes(elements: int, per_packet: int, density: float = 1.0) -> float:
     if density >= 1.0:
         return frame_bytes(0) + full * frame_bytes(per_packet) + (frame_bytes(rest) if rest else 0)
     return frame_bytes(0) + full * chunk_bytes(per_packet, density) + (chunk_bytes(rest, density) if rest else 0)
+
+
+def link_rate(graph: nx.Graph, u: str, v: str) -> float:
+    """Link u-v's rate in bytes per second (``bw`` is Mbit/s)."""
+    return float(graph.edges[u, v]["bw"]) * 1e6 / 8
+
+
+def one_way(graph: nx.Graph, path: list[tuple[str, str]], size: float, hop: float,
+            delay: Callable[[str, str], float]) -> float:
+    """One frame of ``size`` bytes along ``path``: each hop's serialization, propagation, ``hop`` seconds
+    of processing and ``delay(u, v)`` (``--delay``, a link's ``delay=`` fault)."""
+    return sum(size / link_rate(graph, u, v) + graph.edges[u, v]["latency"] + hop + delay(u, v) for u, v in path)
 
 
 def path_links(graph: nx.Graph, src: str, dst: str) -> list[tuple[str, str]]:

@@ -39,22 +39,18 @@ from innet.hosts.ring import ACK_EVERY, WINDOW
 from innet.hosts.training import Training, iteration_stats, p3_order, run_schedule
 from innet.plan.consistency import consistency_time
 from innet.plan.planner import JobPlan
-from innet.plan.prediction import chunk_bytes, direction_bytes, frame_bytes, path_links
+from innet.plan.prediction import chunk_bytes, direction_bytes, frame_bytes, link_rate, one_way, path_links
 from innet.plan.spec import RunSpec
 
 MININET_HOP = 0.0006
-
-
-def _rate(graph: nx.Graph, u: str, v: str) -> float:
-    return float(graph.edges[u, v]["bw"]) * 1e6 / 8  # bytes per second
 
 
 def busiest_direction(graph: nx.Graph, loads: dict[tuple[str, str], float]) -> tuple[tuple[str, str], float]:
     """The link direction whose bytes take longest at its rate, and those seconds (the model's bottleneck)."""
     if not loads:
         return ("", ""), 0.0
-    busiest = max(sorted(loads), key=lambda uv: loads[uv] / _rate(graph, *uv))
-    return busiest, loads[busiest] / _rate(graph, *busiest)
+    busiest = max(sorted(loads), key=lambda uv: loads[uv] / link_rate(graph, *uv))
+    return busiest, loads[busiest] / link_rate(graph, *busiest)
 
 
 def _hops(graph: nx.Graph, mode: str, plan: JobPlan) -> list[list[tuple[str, str]]]:
@@ -81,12 +77,12 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
             for uv, b in direction_bytes(graph, mode, other, elements, per_packet, density).items():
                 loads[uv] = loads.get(uv, 0.0) + b
     bw = busiest_direction(graph, loads)[1]
-    slowest = min((_rate(graph, u, v) for u, v in loads), default=1.0)
+    slowest = min((link_rate(graph, u, v) for u, v in loads), default=1.0)
     n = len(plan.workers)
     full = chunk_bytes(min(per_packet, -(-elements // n) if mode == "ring" else elements), density)
 
     def trip(path: list[tuple[str, str]], size: float) -> float:  # one way, one frame
-        return sum(size / _rate(graph, u, v) + graph.edges[u, v]["latency"] + hop + delay(u, v) for u, v in path)
+        return one_way(graph, path, size, hop, delay)
 
     def back(path: list[tuple[str, str]]) -> list[tuple[str, str]]:
         return [(v, u) for u, v in reversed(path)]

@@ -9,6 +9,7 @@ from typing import Any
 import networkx as nx
 
 from innet.graph import is_switch, link_name, natural_key, role, tier
+from innet.plan.prediction import link_rate
 from innet.results.record import RunRecord
 
 
@@ -28,7 +29,7 @@ def cross_rack_bytes(graph: nx.Graph, link_bytes: dict[str, int]) -> int:
 
 def link_seconds(graph: nx.Graph, link_bytes: dict[str, int]) -> dict[str, float]:
     """Per link, the seconds its bytes take at its rate (``bw``, Mbit/s): what makes a link the bottleneck."""
-    rates = {link_name(u, v): float(d["bw"]) * 1e6 / 8 for u, v, d in graph.edges(data=True)}
+    rates = {link_name(u, v): link_rate(graph, u, v) for u, v in graph.edges}
     return {name: b / rates[name] for name, b in link_bytes.items() if name in rates}
 
 
