@@ -89,7 +89,7 @@ def test_pipe_sgd_width_2_reaches_its_bound_over_bsp_that_waits_for_the_backward
     """Pipe-SGD's setting: BSP all-reduces after the whole backward pass (--overlap none), compute about
     equal to communication; width 2 takes max(compute, comm) a step instead of their sum: >= 1.7x,
     measured in virtual time and predicted alike."""
-    graph = build("leaf-spine", bw=100.0)
+    graph = build("star", workers=4, bw=100.0)
     times = {}
     for width in (1, 2):
         run = RunSpec(workload="resnet50", iterations=10, compute_scale=97, overlap="none", pipeline=width)
@@ -126,3 +126,17 @@ def test_quick_validation_writes_every_point_within_the_bound(tmp_path):
     assert len(rows) >= 6 and all(r["correct"] == "True" for r in rows)
     assert all(abs(float(r["error_pct"])) < 10 for r in rows), rows
     assert "median |error|" in done.stdout
+
+
+@pytest.mark.mininet
+def test_quick_validation_on_mininet_within_the_bound_where_not_cpu_bound(tmp_path):
+    """One star-of-4 point at 10 Mbit/s on Mininet (the runner holds the Mininet lock: --no-lock)."""
+    out = tmp_path / "v.csv"
+    done = subprocess.run([sys.executable, "scripts/validate_model.py", "--quick", "--mininet", "--no-lock", "--csv",
+                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    assert done.returncode == 0, done.stderr
+    with out.open() as fh:
+        rows = [r for r in csv.DictReader(fh) if r["backend"] == "mininet"]
+    assert rows and all(r["correct"] == "True" for r in rows)
+    assert all(abs(float(r["error_pct"])) < 15 for r in rows if r["cpu_bound"] == "False"), rows
