@@ -147,6 +147,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--save-topology", default=None, metavar="FILE",
                    help="also write the topology as FILE: .json (node-link, as p4-utils writes it) or .graphml")
     p.add_argument("--cli", action="store_true", help="mininet: open the Mininet CLI after the run")
+    p.add_argument("--overlap", choices=("layers", "none"), default="layers",
+                   help="with --workload: when a layer's all-reduce may start: layers = once backpropagation computed "
+                        "it (wait-free backpropagation, the default); none = after the whole backward pass "
+                        "(Pipe-SGD's BSP baseline)")
     p.add_argument("--clean", action="store_true", help="remove what an interrupted innet run left behind, then exit")
     p.add_argument("--cluster", default=None, metavar="HOST1,HOST2,...",
                    help="mininet: spread switches and hosts over these servers (ssh as root; Mininet's cluster mode), "
@@ -224,6 +228,8 @@ def _spec(args: argparse.Namespace) -> RunSpec:
         raise UserError("--workload-scale must be in (0, 1] and --compute-scale must not be negative")
     if args.slice < 0:
         raise UserError(f"--slice must not be negative, got {args.slice}")
+    if args.overlap != "layers" and not args.workload:
+        raise UserError("--overlap says when a workload's layers are all-reduced: it needs --workload")
     if args.pipeline != 1 and not args.workload:
         raise UserError("--pipeline overlaps a workload's compute with its communication: it needs --workload")
     if (args.slice or args.priority != "fifo") and not args.workload:
@@ -250,7 +256,7 @@ def _spec(args: argparse.Namespace) -> RunSpec:
                    pool_slots=args.pool_slots, packet_elements=args.packet_elements,
                    job_priority=job_priority, input_elements=args.input_elements, shared_input=args.shared_input,
                    link_faults=link_faults, workload=args.workload or "", workload_scale=args.workload_scale,
-                   pipeline=args.pipeline, compute_scale=args.compute_scale,
+                   pipeline=args.pipeline, overlap=args.overlap, compute_scale=args.compute_scale,
                    min_rto=LOCAL_MIN_RTO if args.backend == "local" else MININET_MIN_RTO,
                    train=args.train or "", model=args.model, epochs=args.epochs, batch=args.batch, lr=args.lr,
                    hidden=args.hidden)

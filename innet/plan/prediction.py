@@ -8,8 +8,10 @@ bytes measured at the interfaces.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Sequence
+import math
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from functools import lru_cache
 
 import networkx as nx
 
@@ -23,10 +25,49 @@ def frame_bytes(count: int) -> int:
     return PAYLOAD_OFFSET + 4 * count
 
 
-def stream_bytes(elements: int, per_packet: int) -> int:
-    """One worker's stream for one call: the exponent packet, then the data chunks."""
+def union_density(density: float, contributors: int) -> float:
+    """Top-k: the density of a sum of ``contributors`` independent k-sparse vectors of ``density``
+    (an index is non-zero in the sum when it is in any of them): sums densify up the tree."""
+    return 1.0 - (1.0 - density) ** contributors
+
+
+@lru_cache(maxsize=4096)
+def chunk_bytes(count: int, density: float = 1.0) -> float:
+    """A chunk of ``count`` values' expected frame bytes when each value is non-zero with probability
+    ``density``: SPARSE ``[count, i0, v0, ...]`` with x non-zero values is 1 + 2x words, sent only when
+    shorter than the ``count`` dense ones (innet.wire.sparse.encode); x is binomial."""
+    if density >= 1.0 or count == 0:
+        return float(frame_bytes(count))
+    words = 0.0
+    for x in range(count + 1):
+        if density <= 0.0:
+            words = min(count, 1)
+            break
+        log_p = (math.lgamma(count + 1) - math.lgamma(x + 1) - math.lgamma(count - x + 1)
+                 + x * math.log(density) + (count - x) * math.log1p(-density))
+        words += math.exp(log_p) * (count if 1 + 2 * x >= count else 1 + 2 * x)
+    return PAYLOAD_OFFSET + 4 * words
+
+
+def stream_bytes(elements: int, per_packet: int, density: float = 1.0) -> float:
+    """One worker's stream for one call: the exponent packet, then the data chunks (with top-k each in
+    its shorter form, expected bytes at ``density``; exact when dense)."""
     full, rest = divmod(elements, per_packet)
-    return frame_bytes(0) + full * frame_bytes(per_packet) + (frame_bytes(rest) if rest else 0)
+    if density >= 1.0:
+        return frame_bytes(0) + full * frame_bytes(per_packet) + (frame_bytes(rest) if rest else 0)
+    return frame_bytes(0) + full * chunk_bytes(per_packet, density) + (chunk_bytes(rest, density) if rest else 0)
+
+
+def link_rate(graph: nx.Graph, u: str, v: str) -> float:
+    """Link u-v's rate in bytes per second (``bw`` is Mbit/s)."""
+    return float(graph.edges[u, v]["bw"]) * 1e6 / 8
+
+
+def one_way(graph: nx.Graph, path: list[tuple[str, str]], size: float, hop: float,
+            delay: Callable[[str, str], float]) -> float:
+    """One frame of ``size`` bytes along ``path``: each hop's serialization, propagation, ``hop`` seconds
+    of processing and ``delay(u, v)`` (``--delay``, a link's ``delay=`` fault)."""
+    return sum(size / link_rate(graph, u, v) + graph.edges[u, v]["latency"] + hop + delay(u, v) for u, v in path)
 
 
 def path_links(graph: nx.Graph, src: str, dst: str) -> list[tuple[str, str]]:
@@ -39,47 +80,52 @@ def path_links(graph: nx.Graph, src: str, dst: str) -> list[tuple[str, str]]:
     return hops
 
 
-def innet_crossings(plan: JobPlan) -> dict[str, int]:
-    """In-network: per tree node below the root, how many contributions it sends up to its parent
-    (one where it aggregates or is a worker, else the sum of its children's)."""
-    crossing: dict[str, int] = {}
-    sends_one = set(plan.workers) | set(plan.aggregators)
+def innet_contributions(plan: JobPlan) -> dict[str, list[int]]:
+    """In-network: per tree node below the root, the contributions it sends up to its parent, each as
+    the number of workers summed in it (one where it aggregates or is a worker, else its children's)."""
+    crossing: dict[str, list[int]] = {}
+    workers, aggregators = set(plan.workers), set(plan.aggregators)
 
-    def up(node: str) -> int:
-        if node in sends_one:
-            for child in plan.children(node):
-                up(child)
-            n = 1
-        else:
-            n = sum(up(child) for child in plan.children(node))
+    def up(node: str) -> list[int]:
+        below = [c for child in plan.children(node) for c in up(child)]
+        sent = [1] if node in workers else [sum(below)] if node in aggregators else below
         if node in plan.parents:
-            crossing[node] = n
-        return n
+            crossing[node] = sent
+        return sent
 
     assert plan.root is not None
     up(plan.root)
     return crossing
 
 
-def innet_direction_bytes(plan: JobPlan, elements: int, per_packet: int) -> dict[tuple[str, str], int]:
-    """In-network: per tree edge, up one stream per contribution crossing it, and one stream down."""
-    stream = stream_bytes(elements, per_packet)
-    out: dict[tuple[str, str], int] = {}
-    for child, n in innet_crossings(plan).items():
-        out[(child, plan.parents[child])] = n * stream
-        out[(plan.parents[child], child)] = stream
+def innet_crossings(plan: JobPlan) -> dict[str, int]:
+    """In-network: per tree node below the root, how many contributions it sends up to its parent."""
+    return {node: len(sent) for node, sent in innet_contributions(plan).items()}
+
+
+def innet_direction_bytes(plan: JobPlan, elements: int, per_packet: int, density: float = 1.0) -> dict[tuple[str, str], float]:
+    """In-network: per tree edge, up one stream per contribution crossing it, and one stream down (with
+    top-k, a contribution summing m workers at the density of their union; the result at all N's)."""
+    down = stream_bytes(elements, per_packet, union_density(density, len(plan.workers)))
+    out: dict[tuple[str, str], float] = {}
+    for child, sent in innet_contributions(plan).items():
+        out[(child, plan.parents[child])] = sum(stream_bytes(elements, per_packet, union_density(density, m)) for m in sent)
+        out[(plan.parents[child], child)] = down
     return out
 
 
-def pbox_direction_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_packet: int) -> dict[tuple[str, str], int]:
-    """PBox: every worker's stream to the PBox and every result back, on the routed paths."""
+def pbox_direction_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_packet: int,
+                         density: float = 1.0) -> dict[tuple[str, str], float]:
+    """PBox: every worker's stream to the PBox and every result back (with top-k, the union of all N's
+    indices), on the routed paths."""
     assert plan.pbox is not None
-    stream = stream_bytes(elements, per_packet)
-    out: Counter[tuple[str, str]] = Counter()
+    stream = stream_bytes(elements, per_packet, density)
+    result = stream_bytes(elements, per_packet, union_density(density, len(plan.workers)))
+    out: defaultdict[tuple[str, str], float] = defaultdict(float)
     for w in plan.workers:
         for u, v in path_links(graph, w, plan.pbox):
             out[(u, v)] += stream
-            out[(v, u)] += stream
+            out[(v, u)] += result
     return dict(out)
 
 
@@ -129,24 +175,25 @@ def tier_lower_bounds(graph: nx.Graph, workers: Sequence[str], elements: int, pe
         joined.add_nodes_from(holding)
         joined.add_edges_from((part[u], part[v]) for u, v in cut if part[u] in holding and part[v] in holding)
         links = 0 if len(holding) < 2 else len(holding) - 1 if nx.is_connected(joined) else len(holding)
-        bounds[t] = 2 * stream * links
+        bounds[t] = int(2 * stream * links)
     return bounds
 
 
-def direction_bytes(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int) -> dict[tuple[str, str], int]:
-    """Bytes one call of ``mode`` puts on each link direction."""
+def direction_bytes(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int,
+                    density: float = 1.0) -> dict[tuple[str, str], float]:
+    """Bytes one call of ``mode`` puts on each link direction (``density``: top-k's fraction; the ring sends dense)."""
     if mode == "ring":
-        return ring_direction_bytes(graph, plan.workers, elements, per_packet)
+        return dict(ring_direction_bytes(graph, plan.workers, elements, per_packet))
     if plan.method == "pbox":
-        return pbox_direction_bytes(graph, plan, elements, per_packet)
-    return innet_direction_bytes(plan, elements, per_packet)
+        return pbox_direction_bytes(graph, plan, elements, per_packet, density)
+    return innet_direction_bytes(plan, elements, per_packet, density)
 
 
 def predicted_link_bytes(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int,
-                         iterations: int = 1) -> dict[str, int]:
+                         iterations: int = 1, density: float = 1.0) -> dict[str, int]:
     """Predicted bytes per link, both directions (every link named, zero where the job sends nothing)."""
-    per_call: Counter[str] = Counter()
-    for (u, v), b in direction_bytes(graph, mode, plan, elements, per_packet).items():
+    per_call: defaultdict[str, float] = defaultdict(float)
+    for (u, v), b in direction_bytes(graph, mode, plan, elements, per_packet, density).items():
         per_call[link_name(u, v)] += b
     names = sorted((link_name(u, v) for u, v in graph.edges), key=natural_key)
-    return {name: per_call.get(name, 0) * iterations for name in names}
+    return {name: round(per_call.get(name, 0) * iterations) for name in names}

@@ -49,6 +49,8 @@ class RunSpec:
     workload: str = ""  # a model (innet.hosts.workloads): iterations over its layers instead of one flat tensor
     workload_scale: float = 0.01  # the model's layers (and compute) shrunk to this fraction
     pipeline: int = 1  # with a workload: 1 = BSP, 2 = Pipe-SGD width-2 pipelining
+    overlap: str = "layers"  # with a workload: a layer's all-reduce starts once backpropagation computed it
+    # ("layers", wait-free backpropagation) or once the whole backward pass is done ("none", Pipe-SGD's BSP)
     compute_scale: float = 1.0  # with a workload: multiplies every layer's compute time (a faster or slower GPU)
     topk: float = 0.0  # > 0: workers send only this fraction of each gradient, top-k with error feedback (innet.wire.sparse)
     consistency: str = ""  # pbox training (innet.hosts.ssp): "bsp", "ssp" or "asp"; "": all-reduce calls
@@ -122,7 +124,10 @@ class RunSpec:
         c, backward = self.compute_scale, w.backward_times()
         slices = self._slices()  # a layer's backward time passes before its first slice
         forward = tuple(c * f for f in w.forward_times())
-        return Training(sum(forward), tuple(c * backward[i] if first else 0.0 for i, _, first in slices),
+        before = [c * backward[i] if first else 0.0 for i, _, first in slices]  # backward seconds before each call
+        if self.overlap == "none":  # every call waits for the whole backward pass
+            before = [sum(before)] + [0.0] * (len(before) - 1)
+        return Training(sum(forward), tuple(before),
                         self.pipeline, tuple(i for i, _, _ in slices), forward_layers=forward,
                         layerwise=self.priority == "p3")
 

@@ -29,7 +29,7 @@ several share 2 cores (``MININET_HOP``: measured with ``run_topology.py
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -37,15 +37,20 @@ import networkx as nx
 
 from innet.hosts.ring import ACK_EVERY, WINDOW
 from innet.hosts.training import Training, iteration_stats, p3_order, run_schedule
+from innet.plan.consistency import consistency_time
 from innet.plan.planner import JobPlan
-from innet.plan.prediction import direction_bytes, frame_bytes, path_links
+from innet.plan.prediction import chunk_bytes, direction_bytes, frame_bytes, link_rate, one_way, path_links
 from innet.plan.spec import RunSpec
 
 MININET_HOP = 0.0006
 
 
-def _rate(graph: nx.Graph, u: str, v: str) -> float:
-    return float(graph.edges[u, v]["bw"]) * 1e6 / 8  # bytes per second
+def busiest_direction(graph: nx.Graph, loads: dict[tuple[str, str], float]) -> tuple[tuple[str, str], float]:
+    """The link direction whose bytes take longest at its rate, and those seconds (the model's bottleneck)."""
+    if not loads:
+        return ("", ""), 0.0
+    busiest = max(sorted(loads), key=lambda uv: loads[uv] / link_rate(graph, *uv))
+    return busiest, loads[busiest] / link_rate(graph, *busiest)
 
 
 def _hops(graph: nx.Graph, mode: str, plan: JobPlan) -> list[list[tuple[str, str]]]:
@@ -59,24 +64,25 @@ def _hops(graph: nx.Graph, mode: str, plan: JobPlan) -> list[list[tuple[str, str
 
 
 def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int, hop: float,
-              delay: Callable[[str, str], float] = lambda u, v: 0.0) -> float:
+              delay: Callable[[str, str], float] = lambda u, v: 0.0, density: float = 1.0,
+              sharing: Sequence[JobPlan] = ()) -> float:
     """Predicted seconds of one all-reduce call of ``elements`` per worker. ``delay(u, v)``: the extra
-    one-way delay of frames from u to v (``--delay``, a link's ``delay=`` fault)."""
-    loads = direction_bytes(graph, mode, plan, elements, per_packet)
-    bw = max((b / _rate(graph, u, v) for (u, v), b in loads.items()), default=0.0)
-    slowest = min((_rate(graph, u, v) for u, v in loads), default=1.0)
+    one-way delay of frames from u to v (``--delay``, a link's ``delay=`` fault); ``density``: top-k's
+    fraction (frames and streams at their expected sparse sizes; the ring sends dense); ``sharing``: the
+    other jobs calling at the same time (their bytes share the links)."""
+    density = 1.0 if mode == "ring" else density
+    loads = direction_bytes(graph, mode, plan, elements, per_packet, density)
+    for other in sharing:
+        if other is not plan:
+            for uv, b in direction_bytes(graph, mode, other, elements, per_packet, density).items():
+                loads[uv] = loads.get(uv, 0.0) + b
+    bw = busiest_direction(graph, loads)[1]
+    slowest = min((link_rate(graph, u, v) for u, v in loads), default=1.0)
     n = len(plan.workers)
-    full = frame_bytes(min(per_packet, -(-elements // n) if mode == "ring" else elements))
+    full = chunk_bytes(min(per_packet, -(-elements // n) if mode == "ring" else elements), density)
 
-    per_link: dict[tuple[str, str], tuple[float, float, float]] = {}  # rate, latency, delay of each direction
-
-    def link(u: str, v: str) -> tuple[float, float, float]:
-        if (u, v) not in per_link:
-            per_link[(u, v)] = (_rate(graph, u, v), graph.edges[u, v]["latency"], delay(u, v))
-        return per_link[(u, v)]
-
-    def trip(path: list[tuple[str, str]], size: int) -> float:  # one way, one frame
-        return sum(size / rate + latency + hop + late for rate, latency, late in (link(u, v) for u, v in path))
+    def trip(path: list[tuple[str, str]], size: float) -> float:  # one way, one frame
+        return one_way(graph, path, size, hop, delay)
 
     def back(path: list[tuple[str, str]]) -> list[tuple[str, str]]:
         return [(v, u) for u, v in reversed(path)]
@@ -109,7 +115,7 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
     rtt = max(trip(p, full) + trip(back(p), full) for p in paths)
     chunks = -(-elements // per_packet)
     windows, rest = divmod(max(chunks - 1, 0), max(plan.slots, 1))
-    stream = max(bw, windows * rtt + (rest + 1) * full / slowest) if windows else bw
+    stream = max(bw, windows * rtt + bw * (rest + 1) / max(chunks, 1)) if windows else bw
     incast = (n - 1) * full / slowest if plan.method == "pbox" else 0.0
     return small + stream + rtt - full / slowest + incast
 
@@ -120,8 +126,11 @@ def call_times(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: 
     def delay(u: str, v: str) -> float:
         return run.faults_on(u, v).delay
 
-    slowest = max(plans, key=lambda p: call_time(graph, run.mode, p, max(sizes), per_packet, hop, delay))
-    return [call_time(graph, run.mode, slowest, n, per_packet, hop, delay) for n in sizes]
+    def time(plan: JobPlan, n: int) -> float:
+        return call_time(graph, run.mode, plan, n, per_packet, hop, delay, run.topk or 1.0, plans)
+
+    slowest = max(plans, key=lambda p: time(p, max(sizes)))
+    return [time(slowest, n) for n in sizes]
 
 
 def planned_training(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int) -> Training | None:
@@ -135,7 +144,12 @@ def planned_training(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_pa
 
 def predict(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int, hop: float) -> dict[str, Any]:
     """The model's figures for a run: per-call time (``completion_s``) and, with a workload,
-    ``iteration_s``, ``compute_s``, ``comm_wait_s`` and ``next_forward_wait_s``. Jobs sharing links are taken one at a time."""
+    ``iteration_s``, ``compute_s``, ``comm_wait_s`` and ``next_forward_wait_s``. Jobs call at once, sharing links."""
+    if run.consistency:  # a training loop against the PBox, not all-reduce calls
+        def delay(u: str, v: str) -> float:
+            return run.faults_on(u, v).delay
+
+        return {"completion_s": max(consistency_time(graph, run, p, per_packet, hop, delay) for p in plans)}
     durations = call_times(graph, run, plans, per_packet, hop)
     out: dict[str, Any] = {"completion_s": sorted(durations)[len(durations) // 2]}
     training = planned_training(graph, run, plans, per_packet)

@@ -19,7 +19,7 @@ from innet.hosts.training import iteration_stats
 from innet.plan.planner import JobPlan
 from innet.plan.spec import RunSpec
 from innet.results.learning import training_figures
-from innet.results.metrics import cross_rack_bytes, tier_bytes
+from innet.results.metrics import busiest_link, cross_rack_bytes, tier_bytes
 from innet.results.record import JobRecord, RunRecord
 from innet.wire import fixedpoint
 from innet.wire.operators import SUM, Operator
@@ -210,12 +210,17 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Any, backend: str, outcomes: S
         job = job_summary(run, plan, rp.outcomes[plan.job], [o for o in outcomes if o.job == plan.job])
         jobs.append(replace(job, errors=tuple(re.sub(r"node (\d+)", lambda m: names.get(int(m.group(1)), m.group(0)), e)
                                               for e in job.errors)))  # name the nodes an error mentions
-    predicted: dict[str, int] = {}
-    for plan in rp.plans:
-        for size, calls in Counter(run.call_sizes()).items():
-            for name, b in predicted_link_bytes(graph, run.mode, plan, size, rp.per_packet, calls).items():
-                predicted[name] = predicted.get(name, 0) + b
-    busiest = max(sorted(link_bytes), key=lambda k: link_bytes[k], default="")
+    def predict(density: float) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for plan in rp.plans:
+            for size, calls in Counter(run.call_sizes()).items():
+                for name, b in predicted_link_bytes(graph, run.mode, plan, size, rp.per_packet, calls, density).items():
+                    out[name] = out.get(name, 0) + b
+        return out
+
+    predicted = predict(run.topk if run.topk and run.mode != "ring" else 1.0)  # top-k: expected bytes
+    dense = predict(1.0) if run.topk else predicted
+    busiest = busiest_link(graph, link_bytes)
     methods = sorted({j.placement for j in jobs})
     figures = lambda k: [j.figures[k] for j in jobs]  # noqa: E731
     return RunRecord(
@@ -226,7 +231,7 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Any, backend: str, outcomes: S
         max_abs_error=max(j.max_abs_error for j in jobs), completion_s=max(j.completion_s for j in jobs),
         link_bytes=dict(sorted(link_bytes.items(), key=lambda kv: natural_key(kv[0]))),
         tier_bytes=tier_bytes(graph, link_bytes), cross_rack_bytes=cross_rack_bytes(graph, link_bytes),
-        max_link_bytes=max(link_bytes.values(), default=0), busiest_link=busiest, predicted_link_bytes=predicted,
+        max_link_bytes=link_bytes.get(busiest, 0), busiest_link=busiest, predicted_link_bytes=predicted,
         retransmissions=sum(j.retransmissions for j in jobs), packets_dropped=sum(drops.values()), drops=drops,
         fallbacks=sum(1 for j in jobs if j.outcome.startswith("fallback")),
         errors=tuple(e for j in jobs for e in j.errors),
@@ -238,7 +243,7 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Any, backend: str, outcomes: S
                 **{k: max(figures(k)) for k in ("max_staleness", "mean_staleness", "iterations_per_s")},
                 "slowest_worker_iterations_per_s": min(figures("slowest_worker_iterations_per_s"))}
                if run.consistency else {}),
-            **({"topk": run.topk, "bytes_vs_dense": round(sum(link_bytes.values()) / max(1, sum(predicted.values())), 4)}
+            **({"topk": run.topk, "bytes_vs_dense": round(sum(link_bytes.values()) / max(1, sum(dense.values())), 4)}
                if run.topk else {}),
             **({"workload": run.workload, "workload_scale": run.workload_scale, "pipeline": run.pipeline,
                 "slice_elements": run.slice_elements, "priority": run.priority,

@@ -9,6 +9,7 @@ from typing import Any
 import networkx as nx
 
 from innet.graph import is_switch, link_name, natural_key, role, tier
+from innet.plan.prediction import link_rate
 from innet.results.record import RunRecord
 
 
@@ -24,6 +25,19 @@ def cross_rack_bytes(graph: nx.Graph, link_bytes: dict[str, int]) -> int:
     """Bytes on links between switches: what leaves or enters a rack."""
     return sum(link_bytes.get(link_name(u, v), 0) for u, v in graph.edges
                if is_switch(graph, u) and is_switch(graph, v))
+
+
+def link_seconds(graph: nx.Graph, link_bytes: dict[str, int]) -> dict[str, float]:
+    """Per link, the seconds its bytes take at its rate (``bw``, Mbit/s): what makes a link the bottleneck."""
+    rates = {link_name(u, v): link_rate(graph, u, v) for u, v in graph.edges}
+    return {name: b / rates[name] for name, b in link_bytes.items() if name in rates}
+
+
+def busiest_link(graph: nx.Graph, link_bytes: dict[str, int]) -> str:
+    """The link whose bytes take longest at its rate (not the one with most bytes: on an oversubscribed
+    uplink fewer bytes can take longer); ties to the most bytes, then the name."""
+    seconds = link_seconds(graph, link_bytes)
+    return max(sorted(link_bytes, key=natural_key), key=lambda k: (seconds.get(k, 0.0), link_bytes[k]), default="")
 
 
 def topology_summary(graph: nx.Graph) -> dict[str, Any]:

@@ -66,8 +66,8 @@ class RunRecord(_JsonView):
     link_bytes: Mapping[str, int]
     tier_bytes: Mapping[str, int]
     cross_rack_bytes: int
-    max_link_bytes: int
-    busiest_link: str
+    max_link_bytes: int  # the busiest link's bytes
+    busiest_link: str  # the link whose bytes take longest at its rate (innet.results.metrics.busiest_link)
     predicted_link_bytes: Mapping[str, int]
     retransmissions: int
     packets_dropped: int

@@ -6,11 +6,11 @@ from dataclasses import replace
 
 import networkx as nx
 
-from innet.graph import natural_key
+from innet.graph import link_name, natural_key
 from innet.plan.planner import JobPlan
-from innet.plan.prediction import predicted_link_bytes, tier_lower_bounds
+from innet.plan.prediction import direction_bytes, predicted_link_bytes, tier_lower_bounds
 from innet.plan.spec import RunSpec, program_of
-from innet.plan.timing import MININET_HOP, predict
+from innet.plan.timing import MININET_HOP, busiest_direction, predict
 from innet.results.metrics import cross_rack_bytes, tier_bytes
 from innet.results.record import RunRecord
 from innet.run.modes import installed_configs, plan_run
@@ -43,18 +43,25 @@ def plan_report(graph: nx.Graph, run: RunSpec) -> str:
     lines = [f"topology {graph.graph.get('name', '?')}: mode {run.mode}, placement {placement}, {len(rp.plans)} job(s)"]
     links: dict[str, int] = {}
     bounds: dict[str, int] = {}
+    density = run.topk if run.topk and run.mode != "ring" else 1.0
+    directions: dict[tuple[str, str], float] = {}
     for plan in rp.plans:
         lines += _job_lines(run, plan, rp.outcomes[plan.job])
-        for name, b in predicted_link_bytes(graph, run.mode, plan, run.elements, rp.per_packet, run.iterations).items():
+        for name, b in predicted_link_bytes(graph, run.mode, plan, run.elements, rp.per_packet, run.iterations,
+                                            density).items():
             links[name] = links.get(name, 0) + b
+        for uv, sent in direction_bytes(graph, run.mode, plan, run.elements, rp.per_packet, density).items():
+            directions[uv] = directions.get(uv, 0.0) + sent
         for t, b in tier_lower_bounds(graph, plan.workers, run.elements, rp.per_packet).items():
             bounds[t] = bounds.get(t, 0) + b * run.iterations
     lines.append(f"predicted bytes for {run.iterations} x {run.elements} elements per worker:")
     for t, b in tier_bytes(graph, links).items():
         lines.append(f"  {t:>12}: {b:>12}  (lower bound {bounds.get(t, 0)})")
     lines.append(f"  {'cross-rack':>12}: {cross_rack_bytes(graph, links):>12}")
-    busiest = max(sorted(links), key=lambda k: links[k])
-    lines.append(f"  busiest link {busiest}: {links[busiest]}")
+    (u, v), seconds = busiest_direction(graph, directions)
+    busiest = link_name(u, v)
+    lines.append(f"  busiest link {busiest}: {links[busiest]} B, {u}->{v} busy {seconds * run.iterations:.6f} s "
+                 f"at {graph.edges[u, v]['bw']:g} Mbit/s (most bytes: {max(sorted(links), key=lambda k: links[k])})")
     return "\n".join(lines)
 
 

@@ -1,0 +1,142 @@
+"""The timing model against the fabric for top-k, SSP/ASP, several jobs and Pipe-SGD's baseline; the busiest
+link by time; and scripts/validate_model.py's quick grid."""
+
+import csv
+import os
+import subprocess
+import sys
+
+import pytest
+
+from innet.backends.local import LocalRun
+from innet.plan.prediction import chunk_bytes, frame_bytes, stream_bytes, union_density
+from innet.plan.spec import RunSpec
+from innet.plan.timing import predict
+from innet.results.metrics import busiest_link
+from innet.run.planreport import plan_report
+from topologies import build
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _measured_and_model(graph, run):
+    lr = LocalRun(graph, run)
+    got = lr.finish()
+    model = predict(graph, run, list(lr.rp.plans), lr.rp.per_packet, 0.0)
+    key = "iteration_s" if run.workload else "completion_s"
+    assert got["correct"], got["errors"]
+    return got, got[key], model[key]
+
+
+def test_sparse_chunk_bytes_by_hand():
+    """A chunk of 4 values at density 1/2: x ~ Binomial(4, 1/2) non-zero; SPARSE (1 + 2x words) only for
+    x = 0 (1 word; 1 + 2 = 3 < 4 for x = 1 too), else 4 dense words."""
+    words = 1 / 16 * 1 + 4 / 16 * 3 + 11 / 16 * 4
+    assert chunk_bytes(4, 0.5) == pytest.approx(frame_bytes(0) + 4 * words)
+    assert chunk_bytes(4, 1.0) == frame_bytes(4) and stream_bytes(1000, 256, 1.0) == stream_bytes(1000, 256)
+    assert union_density(0.1, 1) == pytest.approx(0.1) and union_density(0.5, 4) == pytest.approx(15 / 16)
+
+
+@pytest.mark.parametrize("mode", ["innet", "pbox"])
+@pytest.mark.parametrize("density", [0.001, 0.01, 0.1, 0.5])
+def test_model_prices_top_k_with_its_indices_and_densification(mode, density):
+    """Top-k: frames at their expected sparse size, sums denser up the tree. Was +641% at 0.01 on the star."""
+    graph = build("star", workers=4)
+    got, measured, model = _measured_and_model(graph, RunSpec(mode=mode, program="topk_sparse" if mode == "innet"
+                                                              else "sum_allreduce", topk=density))
+    assert model == pytest.approx(measured, rel=0.10)
+    predicted = sum(got["predicted_link_bytes"].values())
+    assert predicted == pytest.approx(sum(got["link_bytes"].values()), rel=0.02)
+
+
+def test_top_k_on_a_tree_densifies_at_each_aggregating_switch():
+    graph = build("leaf-spine")
+    got, measured, model = _measured_and_model(graph, RunSpec(program="topk_sparse", topk=0.1, placement="tor"))
+    assert model == pytest.approx(measured, rel=0.10)
+    up, racks = got["link_bytes"]["s1--t1"], got["link_bytes"]["h1--t1"]
+    assert up > racks  # the ToR's sum of 2 workers is denser than one worker's top-k
+
+
+@pytest.mark.parametrize("consistency,staleness", [("bsp", 0), ("ssp", 3), ("asp", 0)])
+@pytest.mark.parametrize("stragglers", [(), (("h1", 3.0, 1.0),), (("h2", 4.0, 0.3),)])
+def test_model_follows_training_against_the_pbox(consistency, staleness, stragglers):
+    """BSP/SSP/ASP with and without stragglers: within 10% (was 0.0002 s against 0.0306 s)."""
+    run = RunSpec(mode="pbox", consistency=consistency, staleness=staleness, iterations=10, compute_time=0.01,
+                  stragglers=stragglers)
+    _, measured, model = _measured_and_model(build("star", workers=4), run)
+    assert model == pytest.approx(measured, rel=0.10)
+
+
+def test_ssp_is_predicted_faster_than_bsp_with_a_straggler():
+    graph = build("star", workers=4)
+    times = {}
+    for c, s in (("bsp", 0), ("ssp", 3)):
+        run = RunSpec(mode="pbox", consistency=c, staleness=s, iterations=10, compute_time=0.01,
+                      stragglers=(("h1", 3.0, 0.5),))
+        _, measured, model = _measured_and_model(graph, run)
+        times[c] = measured, model
+    assert times["ssp"][0] < 0.95 * times["bsp"][0] and times["ssp"][1] < 0.95 * times["bsp"][1]
+
+
+@pytest.mark.parametrize("mode", ["innet", "pbox", "ring"])
+def test_jobs_at_once_share_the_links_in_the_model(mode):
+    """Two jobs on one PBox link take twice as long; taken one at a time the model was -50%."""
+    _, measured, model = _measured_and_model(build("leaf-spine", racks=3), RunSpec(mode=mode, jobs=2))
+    assert model == pytest.approx(measured, rel=0.05)
+
+
+def test_pipe_sgd_width_2_reaches_its_bound_over_bsp_that_waits_for_the_backward_pass():
+    """Pipe-SGD's setting: BSP all-reduces after the whole backward pass (--overlap none), compute about
+    equal to communication; width 2 takes max(compute, comm) a step instead of their sum: >= 1.7x,
+    measured in virtual time and predicted alike."""
+    graph = build("star", workers=4, bw=100.0)
+    times = {}
+    for width in (1, 2):
+        run = RunSpec(workload="resnet50", iterations=10, compute_scale=97, overlap="none", pipeline=width)
+        _, measured, model = _measured_and_model(graph, run)
+        assert model == pytest.approx(measured, rel=0.02)
+        times[width] = measured, model
+    assert times[1][0] / times[2][0] >= 1.7 and times[1][1] / times[2][1] >= 1.7
+    overlapped = RunSpec(workload="resnet50", iterations=10, compute_scale=97)  # wait-free backpropagation
+    assert _measured_and_model(graph, overlapped)[1] < 0.8 * times[1][0]
+
+
+def test_busiest_link_is_the_one_that_takes_longest():
+    """Oversubscribed leaf-spine (uplinks at 250 Mbit/s), PBox: p1--s1 carries the most bytes (4 streams each
+    way) but a ToR uplink (2 each way at a quarter of the rate) takes twice as long, and sets the run's time."""
+    graph = build("leaf-spine", oversubscription=8)
+    run = RunSpec(mode="pbox")
+    got, measured, model = _measured_and_model(graph, run)
+    links = got["link_bytes"]
+    assert max(links, key=links.get) == "p1--s1" and got["busiest_link"] in ("s1--t1", "s1--t2")
+    assert busiest_link(graph, links) == got["busiest_link"] and got["max_link_bytes"] == links[got["busiest_link"]]
+    seconds = links[got["busiest_link"]] / 2 / (250e6 / 8)  # one direction's share
+    assert measured == pytest.approx(seconds, rel=0.02) and model == pytest.approx(measured, rel=0.02)
+    report = plan_report(graph, run)
+    assert "busiest link s1--t1" in report and "(most bytes: p1--s1)" in report
+
+
+def test_quick_validation_writes_every_point_within_the_bound(tmp_path):
+    out = tmp_path / "v.csv"
+    done = subprocess.run([sys.executable, "scripts/validate_model.py", "--quick", "--csv", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    with out.open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) >= 6 and all(r["correct"] == "True" for r in rows)
+    assert all(abs(float(r["error_pct"])) < 10 for r in rows), rows
+    assert "median |error|" in done.stdout
+
+
+@pytest.mark.mininet
+def test_quick_validation_on_mininet_within_the_bound_where_not_cpu_bound(tmp_path):
+    """One star-of-4 point at 10 Mbit/s on Mininet (the runner holds the Mininet lock: --no-lock)."""
+    out = tmp_path / "v.csv"
+    done = subprocess.run([sys.executable, "scripts/validate_model.py", "--quick", "--mininet", "--no-lock", "--csv",
+                           str(out)], cwd=ROOT, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    assert done.returncode == 0, done.stderr
+    with out.open() as fh:
+        rows = [r for r in csv.DictReader(fh) if r["backend"] == "mininet"]
+    assert rows and all(r["correct"] == "True" for r in rows)
+    assert all(abs(float(r["error_pct"])) < 15 for r in rows if r["cpu_bound"] == "False"), rows
