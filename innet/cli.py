@@ -174,7 +174,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "topology": ("topo", "racks", "hosts_per_rack", "spines", "oversubscription", "k", "bw", "save_topology"),
     "job": ("mode", "program", "placement", "workers", "elements", "iterations", "seed", "topk", "jobs", "job_slots",
             "job_priority", "pool_slots", "packet_elements", "switch_memory", "pbox_cores", "timeout"),
-    "workload": ("workload", "workload_scale", "compute_scale", "pipeline", "slice", "priority", "predict", "hop_latency"),
+    "workload": ("workload", "overlap", "workload_scale", "compute_scale", "pipeline", "slice", "priority", "predict", "hop_latency"),
     "shared input": ("input_elements", "shared_input"),
     "consistency": ("consistency", "staleness", "compute_time", "straggler"),
     "training": ("train", "model", "epochs", "batch", "lr", "hidden"),
