@@ -184,6 +184,10 @@ def down() -> str:
                 killed += 1
             except ProcessLookupError:
                 pass
+        # the server's end of its veth goes with the namespace, but the kernel removes the pair later
+        # (in a work queue): delete our end by name, so that nothing of the server is left when down returns
+        if os.path.exists(f"/sys/class/net/innet-csv{i}"):
+            subprocess.run(["ip", "link", "del", f"innet-csv{i}"], capture_output=True, check=False)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
     if os.path.exists(f"/sys/class/net/{BRIDGE}"):
         subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)

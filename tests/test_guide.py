@@ -17,7 +17,7 @@ TESTED_ELSEWHERE = {
     "Reading captures in Wireshark": "tests/test_readme.py::test_the_wireshark_commands_run_as_written",
     "Past one machine: a cluster": "tests/test_readme.py::test_the_cluster_commands_run_as_written",
     "Writing a switch program": "tests/test_readme.py::test_each_command_runs_as_written",
-    "Reproducing the papers": "tests/test_readme_reproduce.py runs each innet reproduce command (its quick sweep)",
+    "Reproducing the papers": "tests/test_experiments.py runs each innet reproduce command (its quick sweep)",
     "Training a real model (`--train digits`)": "tests/test_learning.py runs its command",
     "PyTorch: a DDP communication hook": "tests/test_ddp.py runs its command",
     "Scaling up": "tests/test_scale.py::test_the_readme_scaling_commands_run_as_written (the bench at small sizes)",

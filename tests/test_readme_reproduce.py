@@ -6,8 +6,6 @@ import re
 import subprocess
 import sys
 
-import pytest
-
 from innet.experiments.file import shipped
 from tests.test_readme import blocks, section
 
@@ -26,6 +24,8 @@ def innet(command: str, cwd) -> subprocess.CompletedProcess:
 
 
 def test_every_shipped_experiment_has_its_command_and_its_figure():
+    """Each command is ``innet reproduce NAME`` for a shipped NAME: tests/test_experiments.py runs every one of
+    them (with ``--quick``: the full sweeps take minutes each; their figures are the ones committed)."""
     assert COMMANDS == [f"innet reproduce {name}" for name in ("phub", "topk", "ensemble", "pipesgd", "p3", "ssp")]
     assert sorted(c.split()[-1] for c in COMMANDS) == sorted(shipped())
     figures = re.findall(r"!\[[^]]*\]\((docs/figures/(\w+)\.png)\)", REPRODUCE)
@@ -33,18 +33,6 @@ def test_every_shipped_experiment_has_its_command_and_its_figure():
     for path, _ in figures:
         with open(os.path.join(ROOT, path), "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("command", COMMANDS)
-def test_each_reproduce_command_runs_as_written_with_its_quick_sweep(command, tmp_path):
-    """As written, with ``--quick`` (the full sweeps take minutes each; their figures are the ones committed)."""
-    name = command.split()[-1]
-    out = innet(f"{command} --quick", tmp_path)
-    assert out.returncode == 0, out.stderr
-    [made] = os.listdir(tmp_path / "results")
-    assert made.startswith(f"{name}-")
-    assert sorted(os.listdir(tmp_path / "results" / made)) == sorted(["points.csv", "points.json", f"{name}.png", "runs"])
 
 
 def test_the_documented_experiment_file_runs_as_written(tmp_path):

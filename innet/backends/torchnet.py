@@ -28,6 +28,7 @@ from innet.graph import link_name, port_to
 from innet.hosts.worker import JobSpec
 from innet.plan.spec import RunSpec, program_of
 from innet.results.check import WorkerOutcome, run_record
+from innet.results.fidelity import kernel_fidelity
 from innet.results.record import RunRecord
 from innet.run.modes import installed_configs, plan_run
 from innet.wire.faults import FaultSpec
@@ -175,7 +176,8 @@ def gloo_record(graph: Any, ring: RunSpec, rp: Any, outcomes: list[WorkerOutcome
             max_err = max(max_err, float(err.max(initial=0.0)))
     errors = () if correct else ("gloo's result differs from the float sum by more than float32 rounding",)
     jobs = tuple(replace(j, placement="gloo", correct=correct, max_abs_error=max_err, errors=errors) for j in record.jobs)
-    return replace(record, mode="gloo", placement="gloo", correct=correct, max_abs_error=max_err, errors=errors, jobs=jobs)
+    record = replace(record, mode="gloo", placement="gloo", correct=correct, max_abs_error=max_err, errors=errors, jobs=jobs)
+    return record.with_figures(fidelity=kernel_fidelity())
 
 
 def ddp_mininet(graph: Any, run: RunSpec, train: dict[str, Any], hooks: tuple[str, ...] = ("innet", "plain")) -> dict[str, Any]:

@@ -75,6 +75,13 @@ def virtual_fidelity(dilation: float = 1.0) -> dict[str, Any]:
             "reasons": ["virtual time: the fabric's clock waits for the CPU"], "cpu": {}, "wait": {}, "drops": {}}
 
 
+def kernel_fidelity() -> dict[str, Any]:
+    """gloo's (``--mode gloo``): the kernel's TCP on undilated links; none of innet's processes is in it."""
+    return {"dilation": 1.0, "verdict": "not judged",
+            "reasons": ["torch's gloo: the kernel's TCP on undilated links, not innet's processes"],
+            "cpu": {}, "wait": {}, "drops": {}}
+
+
 def fidelity_line(record: Any) -> str:
     """One line for the summary: the verdict, the dilation, and why (``record``: a RunRecord or its JSON)."""
     fid = record["fidelity"]
