@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import io
 import os
+import tomllib
 from contextlib import redirect_stderr
 from dataclasses import dataclass
 from typing import Any
-
-import tomllib
 
 from innet import cli
 from innet.errors import UserError
