@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from innet.backends.rawport import RawPort
-from innet.backends.shedding import admitted, chunk_filter
-from innet.wire.packet import ABORT, FALLBACK, RESULT, RETX, ROUTE, VER, make_packet
+from innet.wire.packet import make_packet
 from scripts.blast import CLONE_NEWNET
 
 pytestmark = pytest.mark.mininet
@@ -90,49 +89,6 @@ def test_a_full_socket_buffer_drops_and_counts_every_lost_frame(veth):
         assert got == sent[:len(got)]  # the buffer kept the first frames; the kernel dropped the rest
         sender.send(sent[0])
         assert receive_all(receiver, 1) == [sent[0]]
-    finally:
-        sender.close()
-        receiver.close()
-
-
-def test_the_chunk_filter_sheds_exactly_the_plain_contributions_whose_chunk_hashes_high(veth):
-    """Shedding's BPF filter, run by the kernel, passes what ``admitted`` computes, and every other frame."""
-    sender, receiver = open_in(veth, "pa"), open_in(veth, "pb")
-    try:
-        threshold = 100
-        receiver.attach_filter(chunk_filter(threshold))
-        plain = [make_packet(np.arange(8), job=1, rank=r, nworkers=4, slot=c % 128, chunk=c).to_frame(1 + r, 9)
-                 for c in range(600) for r in range(2)]
-        kept = set(admitted(range(600), threshold))
-        assert 0.3 < len(kept) / 600 < 0.48  # about threshold / 256 of the chunks
-        always = [make_packet(np.arange(8), job=1, rank=0, slot=c % 128, chunk=c, flags=flag).to_frame(1, 9)
-                  for c in range(0, 600, 7) for flag in (RESULT, RETX, ROUTE | VER, ABORT, FALLBACK)]
-        foreign = frames(0, seed=5)  # random bytes: not innet, never shed
-        sent = plain + always + foreign
-        for frame in sent:
-            sender.send(frame)
-        got = receive_all(receiver, len(sent))
-        expected = [f for k, f in enumerate(plain) if k // 2 in kept] + always + foreign
-        assert got == expected
-        receiver.detach_filter()
-        for frame in plain[:50]:
-            sender.send(frame)
-        assert receive_all(receiver, 50) == plain[:50]
-    finally:
-        sender.close()
-        receiver.close()
-
-
-def test_backlog_counts_the_bytes_queued_until_they_are_read(veth):
-    sender, receiver = open_in(veth, "pa"), open_in(veth, "pb")
-    try:
-        assert receiver.backlog() == 0
-        for frame in frames(100, seed=1)[:100]:
-            sender.send(frame)
-        time.sleep(0.05)
-        assert receiver.backlog() > sum(len(f) for f in frames(100, seed=1)[:100])  # each frame's buffer is larger
-        assert len(receive_all(receiver, 100)) == 100
-        assert receiver.backlog() == 0
     finally:
         sender.close()
         receiver.close()

@@ -29,7 +29,6 @@ from innet.backends.client import AllreduceClient
 from innet.backends.egress import Egress, serve_once, wait_ms
 from innet.backends.rawport import RawPort
 from innet.backends.serialize import config_from_json, spec_from_json
-from innet.backends.shedding import Shedder
 from innet.errors import UserError
 from innet.hosts.ensemble import InputReceiver, InputServer, Receiver, plan_from_json
 from innet.hosts.learner import Learner, bind_learner
@@ -51,7 +50,6 @@ def serve_switch(conf: dict[str, Any]) -> int:
                            conf.get("fan_in", 0))
     ports = {int(p): RawPort(name) for p, name in conf["ports"].items()}
     egress = Egress(ports, conf["faults"])
-    shedder = Shedder(ports.values())
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(conf["control"])
     listener.listen(1)
@@ -76,7 +74,7 @@ def serve_switch(conf: dict[str, Any]) -> int:
                 buffer += data
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
-                    reply, runtime, stop = _control(json.loads(line), runtime, program, ports, egress, shedder)
+                    reply, runtime, stop = _control(json.loads(line), runtime, program, ports, egress)
                     control.sendall(json.dumps(reply).encode() + b"\n")
                     if stop:
                         return 0
@@ -93,11 +91,10 @@ def serve_switch(conf: dict[str, Any]) -> int:
             for out_port, out in runtime.run_timers(now):
                 egress.send(out_port, out, now)
         egress.flush(now)
-        shedder.tick(now)
 
 
 def _control(msg: dict[str, Any], runtime: SwitchRuntime | None, program: Any, ports: dict[int, RawPort],
-             egress: Egress, shedder: Shedder) -> tuple[dict[str, Any], SwitchRuntime | None, bool]:
+             egress: Egress) -> tuple[dict[str, Any], SwitchRuntime | None, bool]:
     op = msg.get("op")
     if op == "install":
         try:
@@ -112,7 +109,7 @@ def _control(msg: dict[str, Any], runtime: SwitchRuntime | None, program: Any, p
         report.update(
             ok=True, cpu_s=_cpu_s(), lost=egress.lost(),
             socket_drops={ports[p].name: ports[p].drops() for p in ports},
-            qdisc_waits={ports[p].name: ports[p].qdisc_waits for p in ports}, shedding=shedder.report(),
+            qdisc_waits={ports[p].name: ports[p].qdisc_waits for p in ports},
         )
         return report, runtime, False
     if op == "stop":

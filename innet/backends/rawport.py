@@ -26,8 +26,6 @@ PACKET_IGNORE_OUTGOING = 23
 SO_RCVBUFFORCE = 33
 SO_SNDBUFFORCE = 32
 SO_ATTACH_FILTER = 26
-SO_DETACH_FILTER = 27
-SO_MEMINFO = 55  # sk_meminfo: [0] is the receive queue's bytes
 BUFFER_BYTES = 16 << 20
 SIOCGIFMTU = 0x8921
 # The socket priority that pfifo_fast (the strict-priority qdisc under each link's shaper) puts in band
@@ -57,28 +55,17 @@ class RawPort:
         This is how the PBox's shards each get their own keys from one interface.
         """
         slot_offset = HEADER_OFFSET + HEADER_DTYPE.fields["slot"][1]  # type: ignore[index]
-        self.attach_filter([
+        program = [
             (0x28, 0, 0, slot_offset),  # ldh [slot]
             (0x94, 0, 0, cores),        # A %= cores
             (0x15, 0, 1, core),         # if A == core
             (0x06, 0, 0, 0xFFFF),       #   accept
             (0x06, 0, 0, 0),            # else drop
-        ])
-
-    def attach_filter(self, program: list[tuple[int, int, int, int]]) -> None:
-        """Run this classic BPF program (code, jt, jf, k per instruction) on every frame before the socket
-        queues it; it replaces any earlier one."""
+        ]
         code = b"".join(struct.pack("HBBI", *insn) for insn in program)
         buf = ctypes.create_string_buffer(code)
         fprog = struct.pack("HL", len(program), ctypes.addressof(buf))
         self.sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, fprog)
-
-    def detach_filter(self) -> None:
-        self.sock.setsockopt(socket.SOL_SOCKET, SO_DETACH_FILTER, 0)
-
-    def backlog(self) -> int:
-        """Bytes queued at this socket, not read yet."""
-        return struct.unpack("I", self.sock.getsockopt(socket.SOL_SOCKET, SO_MEMINFO, 4))[0]
 
     def fileno(self) -> int:
         return self.sock.fileno()
