@@ -252,6 +252,15 @@ def _emulation(graph: nx.Graph, run_id: str, mtu: int, cluster: Cluster | None =
                     os.rmdir(run_dir)
 
 
+def link_bytes_between(graph: nx.Graph, before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict[str, int]:
+    """Bytes each link carried between two readings of every node's interface counters (both directions)."""
+    out = {}
+    for u, v in graph.edges:
+        out[link_name(u, v)] = sum(after[a].get(f"{a}-eth{port_to(graph, a, b)}", 0)
+                                   - before[a].get(f"{a}-eth{port_to(graph, a, b)}", 0) for a, b in ((u, v), (v, u)))
+    return out
+
+
 class Emulation:
     def __init__(self, graph: nx.Graph, state: RunState, run_dir: str, mtu: int, cluster: Cluster | None = None) -> None:
         self.graph = graph
@@ -569,13 +578,7 @@ class Emulation:
                 stats: dict[str, dict[str, Any]], wall: float, machine_busy: float, fid: dict[str, Any],
                 modelled: bool = True) -> RunRecord:
         graph = self.graph
-        link_bytes = {}
-        for u, v in graph.edges:
-            total = 0
-            for a, b in ((u, v), (v, u)):
-                intf = f"{a}-eth{port_to(graph, a, b)}"
-                total += after[a].get(intf, 0) - before[a].get(intf, 0)
-            link_bytes[link_name(u, v)] = total
+        link_bytes = link_bytes_between(graph, before, after)
         outcomes, host_cpu = [], 0.0
         for plan in rp.plans:
             for w, spec in rp.specs[plan.job].items():

@@ -21,10 +21,9 @@ from typing import Any
 import numpy as np
 
 from innet.backends.iplane import host_address
-from innet.backends.mininet import Emulation, _faults, interface_bytes, log, network
+from innet.backends.mininet import Emulation, _faults, interface_bytes, link_bytes_between, log, network
 from innet.backends.serialize import spec_to_json
 from innet.errors import UserError
-from innet.graph import link_name, port_to
 from innet.hosts.worker import JobSpec
 from innet.plan.spec import RunSpec, program_of
 from innet.results.check import WorkerOutcome, run_record
@@ -111,17 +110,6 @@ def _last_words(emu: Emulation, host: str, tag: str) -> str:
     return lines[-1] if lines else "no message"
 
 
-def _link_bytes(emu: Emulation, before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> dict[str, int]:
-    graph, out = emu.graph, {}
-    for u, v in graph.edges:
-        total = 0
-        for a, b in ((u, v), (v, u)):
-            intf = f"{a}-eth{port_to(graph, a, b)}"
-            total += after[a].get(intf, 0) - before[a].get(intf, 0)
-        out[link_name(u, v)] = total
-    return out
-
-
 def run_gloo(graph: Any, run: RunSpec) -> RunRecord:
     """``--mode gloo``: torch.distributed's gloo all-reduce of the run's tensors between the job's worker hosts, over
     the same links; its record beside innet's modes (predicted bytes: the ring's; correct: every rank's result is
@@ -152,7 +140,7 @@ def run_gloo(graph: Any, run: RunSpec) -> RunRecord:
             floats = np.split(data["floats"], np.cumsum(data["sizes"])[:-1])
             outcomes.append(WorkerOutcome(spec.job, spec.rank, [], floats, list(data["started"]), list(data["finished"]), 0))
             host_cpu += float(data["cpu_s"])
-        link_bytes = _link_bytes(emu, before, after)
+        link_bytes = link_bytes_between(emu.graph, before, after)
     return gloo_record(graph, ring, rp, outcomes, link_bytes, host_cpu_s=round(host_cpu, 3), wall_s=round(wall, 3))
 
 
@@ -208,5 +196,5 @@ def ddp_mininet(graph: Any, run: RunSpec, train: dict[str, Any], hooks: tuple[st
             for host, _ in ranks:
                 with open(os.path.join(emu.run_dir, f"{host}-{hook}.out"), encoding="utf-8") as fh:
                     ranks_out.append(json.load(fh))
-            out[hook] = {"ranks": ranks_out, "link_bytes": _link_bytes(emu, before, after)}
+            out[hook] = {"ranks": ranks_out, "link_bytes": link_bytes_between(emu.graph, before, after)}
     return out
