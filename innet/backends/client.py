@@ -66,11 +66,12 @@ class AllreduceClient:
         return serve_once(self.poller, self.port, self.proc, self.egress, wake)
 
     def linger(self, quiet: float, limit: float) -> None:
-        """Keep answering peers (a ring neighbour may have missed our last ACK) until none has sent anything
-        for ``quiet`` seconds, at most ``limit`` seconds: under heavy loss a neighbour may retransmit for long."""
+        """Keep answering peers (a ring neighbour may have missed our last ACK) until the predecessor said it
+        is done (innet.hosts.ring's DONE), or none has sent anything for ``quiet`` seconds, at most ``limit``
+        seconds: under heavy loss a neighbour may retransmit for long, and its DONE may be lost."""
         now = time.monotonic()
         until, end = now + quiet, now + limit
-        while now < min(until, end):
+        while now < min(until, end) and not getattr(self.proc.current, "predecessor_done", False):
             if self.serve_once(min(until, end)):
                 until = time.monotonic() + quiet
             now = time.monotonic()

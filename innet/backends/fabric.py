@@ -204,7 +204,20 @@ class Fabric:
                 progress.update(lambda: f"virtual time {self.now:.6f}s, {self.events_run} events, "
                                         f"{sum(e.done for e in finite)}/{len(finite)} hosts done")
         progress.close()
-        return self.now
+        ended = self.now
+        if finite and not left:
+            self._drain()
+        return ended
+
+    def _drain(self) -> None:
+        """Every endpoint is done: deliver the frames still on their way (a ring rank's DONE to its
+        successor), as the wires of a real network would, and fire no timer: the run is over."""
+        wire = (self._deliver, self._link_free)
+        while self._events:
+            time, _, fn, args = heapq.heappop(self._events)
+            if fn in wire:
+                self.now = time
+                fn(*args)
 
     def link_bytes(self) -> dict[str, int]:
         """Bytes put on each link, both directions together, by link name."""

@@ -44,6 +44,7 @@ from innet.wire.faults import fault_seed
 from innet.wire.packet import ETH_MTU, link_mtu
 
 TCLINK_MAX_MBPS = 1000.0
+GO_LEAD, GO_LEAD_PER_HOST = 0.03, 0.002  # seconds from "go" to the common start: time to wake every host
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -452,9 +453,11 @@ class Emulation:
         drops_before = self._drop_counts()
         log(f"all-reduce: {len(workers)} workers x {run.elements} elements x {run.iterations} iteration(s)")
         started, ticks = time.monotonic(), machine_ticks()
+        # one start instant for all hosts, on the clock they share (servers of a cluster do not share it)
+        go = b"go\n" if self.cluster else f"go {started + GO_LEAD + GO_LEAD_PER_HOST * len(starters):.6f}\n".encode()
         for proc in starters.values():
             assert proc.stdin is not None
-            proc.stdin.write(b"go\n")
+            proc.stdin.write(go)
             proc.stdin.flush()
         others = {f"{name}!{i}": self._popen(name, argv, stdout=subprocess.DEVNULL) for i, (name, argv) in enumerate(intruders)}
         self._wait_workers({**workers, **readers}, run, started, crash)

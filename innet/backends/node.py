@@ -135,7 +135,7 @@ def serve_worker(conf: dict[str, Any]) -> int:
         bind_learner(endpoint, learner)
     client = AllreduceClient(spec, conf["port"], conf["mode"], conf["ring"], conf["faults"], training, endpoint=endpoint)
     print("ready", flush=True)
-    if sys.stdin.readline().strip() != "go":  # the controller went away before the start
+    if not wait_for_go():  # the controller went away before the start
         return 4
     cpu_at_go = _cpu_s()
     user_error = ""
@@ -168,6 +168,18 @@ def serve_worker(conf: dict[str, Any]) -> int:
         user_error=np.array(user_error),
     )
     return 0 if client.proc.error is None and not user_error else 3
+
+
+def wait_for_go() -> bool:
+    """Wait for the controller's "go AT" (AT: a time.monotonic() instant, the one clock every namespace
+    shares), then until AT: every host starts at the same instant however late the scheduler woke it to
+    read its line, so no start is skewed by how busy the machine is. False: the controller went away."""
+    words = sys.stdin.readline().split()
+    if not words or words[0] != "go":
+        return False
+    if len(words) > 1:
+        time.sleep(max(0.0, float(words[1]) - time.monotonic()))
+    return True
 
 
 def _cpu_s() -> float:
@@ -203,7 +215,7 @@ def serve_input(conf: dict[str, Any]) -> int:
     receiver = InputReceiver(plan_from_json(conf["plan"]), Receiver(**conf["reader"]))
     port, egress, poller = _host_port(conf)
     print("ready", flush=True)
-    if sys.stdin.readline().strip() != "go":
+    if not wait_for_go():
         return 4
     egress.send_all(0, receiver.start(time.monotonic()), time.monotonic())
     while not receiver.done:
@@ -219,7 +231,7 @@ def serve_input_server(conf: dict[str, Any]) -> int:
     server = InputServer(plan_from_json(conf["plan"]))
     port, egress, poller = _host_port(conf)
     print("ready", flush=True)
-    if sys.stdin.readline().strip() != "go":
+    if not wait_for_go():
         return 4
     egress.send_all(0, server.start(time.monotonic()), time.monotonic())
     sent = -1

@@ -130,8 +130,8 @@ def pbox_direction_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_pack
 
 
 def ring_direction_bytes(graph: nx.Graph, workers: Sequence[str], elements: int, per_packet: int) -> dict[tuple[str, str], int]:
-    """Ring, per link direction: each rank sends N-1 exponent packets and 2(N-1) segments to the next,
-    and the next sends bitmap ACKs back."""
+    """Ring, per link direction: each rank sends N-1 exponent packets, 2(N-1) segments and a DONE to the
+    next, and the next sends bitmap ACKs back."""
     n = len(workers)
     if n < 2:
         return {}
@@ -140,7 +140,7 @@ def ring_direction_bytes(graph: nx.Graph, workers: Sequence[str], elements: int,
     out: Counter[tuple[str, str]] = Counter()
     for r in range(n):
         src, dst = workers[r], workers[(r + 1) % n]
-        sent = (n - 1) * frame_bytes(0)
+        sent = n * frame_bytes(0)  # the exponent packets and the DONE
         for k in range(2 * (n - 1)):
             seg = (r - k) % n if k < n - 1 else (r + 1 - (k - (n - 1))) % n
             size = segments[seg][1] - segments[seg][0]
