@@ -22,12 +22,13 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def measure(mode: str, bw: float, elements: int, workers: int, packet_elements: int = 0) -> float:
-    """One run's completion time (seconds), from its results JSON."""
+def measure(mode: str, bw: float, elements: int, workers: int, packet_elements: int = 0, dilation: str = "auto") -> float:
+    """One run's completion time (seconds, on the requested timeline), from its results JSON."""
     with tempfile.TemporaryDirectory() as out:
         argv = [sys.executable, os.path.join(ROOT, "run_topology.py"), "--backend", "mininet", "--topo", "star",
                 "--workers", str(workers), "--elements", str(elements), "--mode", mode, "--bw", f"{bw:g}",
-                "--out", out, "--no-plots", *(["--packet-elements", str(packet_elements)] if packet_elements else [])]
+                "--out", out, "--no-plots", "--dilation", dilation,
+                *(["--packet-elements", str(packet_elements)] if packet_elements else [])]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
         if done.returncode != 0:
             raise SystemExit(f"error: {' '.join(argv[1:])} failed: {done.stderr.strip().splitlines()[-1:]}")
@@ -45,15 +46,17 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--modes", nargs="+", default=["ring", "gloo", "innet"])
     p.add_argument("--packet-elements", type=int, default=0, help="innet's packet size (gloo's TCP ignores it; default: innet's)")
+    p.add_argument("--dilation", default="auto", help="innet's modes' --dilation (auto, off or a factor; gloo's TCP "
+                   "always runs on undilated links, where the kernel keeps up)")
     args = p.parse_args()
     size = f", {args.packet_elements}-element packets" if args.packet_elements else ""
-    print(f"star of {args.workers}, {args.elements} float32, medians of {args.repeats}{size}")
+    print(f"star of {args.workers}, {args.elements} float32, medians of {args.repeats}{size}, innet's --dilation {args.dilation}")
     print("bw_mbps  " + "  ".join(f"{m + '_s':>8}" for m in args.modes) + "  ring_theory_s  ring/gloo  runs")
     for bw in args.bw:
         times: dict[str, list[float]] = {m: [] for m in args.modes}
         for _ in range(args.repeats):
             for mode in args.modes:
-                times[mode].append(measure(mode, bw, args.elements, args.workers, args.packet_elements))
+                times[mode].append(measure(mode, bw, args.elements, args.workers, args.packet_elements, args.dilation))
         med = {m: statistics.median(t) for m, t in times.items()}
         theory = 2 * (args.workers - 1) / args.workers * 4 * args.elements * 8 / (bw * 1e6)
         ratio = med["ring"] / med["gloo"] if "ring" in med and "gloo" in med else float("nan")  # nan: not both measured
