@@ -56,11 +56,17 @@ class LinkDirection:
     bps: float
     latency: float
     injector: FaultInjector
+    peer: str = ""
+    peer_port: int = -1  # the port the frames arrive on at ``peer``
     free_at: float = 0.0
     packets: int = 0
     bytes: int = 0
     queues: list[deque[Frame]] = field(default_factory=lambda: [deque() for _ in range(BANDS)])
     waking: bool = False  # a wake-up is scheduled for when the link is free
+    clean: bool = field(init=False)  # no faults: every frame arrives once, after the latency
+
+    def __post_init__(self) -> None:
+        self.clean = not self.injector.spec.active
 
     def queued(self) -> bool:
         return any(self.queues)
@@ -80,9 +86,13 @@ class Fabric:
             for a, b in ((u, v), (v, u)):
                 spec = faults(a, b) if callable(faults) else (faults or FaultSpec())
                 self.links[(a, b)] = LinkDirection(data["bw"] * 1e6, data["latency"],
-                                                   FaultInjector(spec, fault_seed(seed, a, b)))
+                                                   FaultInjector(spec, fault_seed(seed, a, b)), b)
         self.port_peer = {n: ports(graph, n) for n in graph}
         self.port_of = {(n, peer): p for n, by_port in self.port_peer.items() for p, peer in by_port.items()}
+        self.out_links: dict[str, dict[int, LinkDirection]] = {n: {} for n in graph}  # a node's links by port
+        for (a, b), link in self.links.items():
+            link.peer_port = self.port_of[(b, a)]
+            self.out_links[a][self.port_of[(a, b)]] = link
         self.switches: dict[str, SwitchRuntime] = {}
         self.endpoints: dict[str, list[Endpoint]] = {}
         self._timer_at: dict[int, float] = {}
@@ -101,14 +111,14 @@ class Fabric:
         heapq.heappush(self._events, (max(time, self.now), self._seq, fn, args))
 
     def transmit(self, node: str, port: int, frame: bytes) -> None:
-        peer = self.port_peer[node][port]
-        link = self.links[(node, peer)]
+        link = self.out_links[node][port]
         link.packets += 1
         link.bytes += len(frame)
         band = band_of(frame[TOS_OFFSET]) if len(frame) > TOS_OFFSET else 0
         if band == 0 or (link.free_at <= self.now and not link.queued()):
-            self._put_on_wire(node, peer, link, frame)
+            self._put_on_wire(link, frame)
             return
+        peer = link.peer
         link.queues[band].append(frame)
         if not link.waking:
             link.waking = True
@@ -119,15 +129,18 @@ class Fabric:
         link = self.links[(node, peer)]
         if link.free_at <= self.now:
             frame = next(q for q in link.queues if q).popleft()
-            self._put_on_wire(node, peer, link, frame)
+            self._put_on_wire(link, frame)
         link.waking = link.queued()
         if link.waking:
             self._at(link.free_at, self._link_free, node, peer)
 
-    def _put_on_wire(self, node: str, peer: str, link: LinkDirection, frame: bytes) -> None:
+    def _put_on_wire(self, link: LinkDirection, frame: bytes) -> None:
         link.free_at = max(self.now, link.free_at) + len(frame) * 8 / link.bps
+        if link.clean:  # what apply gives, without its list
+            self._at(link.free_at + link.latency, self._deliver, link.peer, link.peer_port, frame)
+            return
         for extra, copy in link.injector.apply(frame):
-            self._at(link.free_at + link.latency + extra, self._deliver, peer, self.port_of[(peer, node)], copy)
+            self._at(link.free_at + link.latency + extra, self._deliver, link.peer, link.peer_port, copy)
 
     def _deliver(self, node: str, port: int, frame: bytes) -> None:
         runtime = self.switches.get(node)
