@@ -157,23 +157,24 @@ class Fabric:
         for _, frame in flatten([(0, f) for f in frames]):
             self.transmit(host, 0, frame)
 
-    def _schedule(self, owner: object, due: float | None, fire: Callable[[], None]) -> None:
-        """Arm ``owner``'s one timer for ``due`` (never in the past) unless it is armed earlier already."""
+    def _schedule(self, owner: object, due: float | None, fire: Callable[..., None], *args: Any) -> None:
+        """Arm ``owner``'s one timer for ``due`` (never in the past) to call ``fire(*args)``, unless it is
+        armed earlier already."""
         if due is None:
             return
         due = max(due, self.now)
         if due < self._timer_at.get(id(owner), float("inf")):
             self._timer_at[id(owner)] = due
-            self._at(due, self._timer, owner, fire)
+            self._at(due, self._timer, owner, fire, args)
 
-    def _timer(self, owner: object, fire: Callable[[], None]) -> None:
+    def _timer(self, owner: object, fire: Callable[..., None], args: tuple[Any, ...]) -> None:
         if self._timer_at.get(id(owner)) != self.now:  # superseded by an earlier arming
             return
         del self._timer_at[id(owner)]
-        fire()
+        fire(*args)
 
     def _schedule_endpoint(self, host: str, endpoint: Endpoint) -> None:
-        self._schedule(endpoint, endpoint.next_deadline(), lambda: self._endpoint_due(host, endpoint))
+        self._schedule(endpoint, endpoint.next_deadline(), self._endpoint_due, host, endpoint)
 
     def _endpoint_due(self, host: str, endpoint: Endpoint) -> None:
         deadline = endpoint.next_deadline()
@@ -182,7 +183,7 @@ class Fabric:
         self._schedule_endpoint(host, endpoint)
 
     def _schedule_switch(self, name: str, runtime: SwitchRuntime) -> None:
-        self._schedule(runtime, runtime.next_timer(), lambda: self._switch_due(name, runtime))
+        self._schedule(runtime, runtime.next_timer(), self._switch_due, name, runtime)
 
     def _switch_due(self, name: str, runtime: SwitchRuntime) -> None:
         for port, frame in runtime.run_timers(self.now):

@@ -130,7 +130,7 @@ class AllreduceCall:
         self.local_exp = spec.operator.exponent(self.tensor)
         self.scale: int | None = None
         self._q = 0
-        self._padded = np.zeros((self.end - first_chunk - 1) * spec.elements, np.int64)
+        self._padded = np.zeros((self.end - first_chunk - 1) * spec.elements, np.int32)  # the wire's int32 sums
         self.result_int = self._padded[: len(self.tensor)]
         self.in_flight = np.full(spec.slots, -1, np.int64)  # the chunk each slot carries, -1: free
         self.sent_at = np.full(spec.slots, np.inf)
@@ -271,7 +271,8 @@ class AllreduceCall:
         self.last_progress = now
         self._padded[offset : offset + count] = np.frombuffer(frame, VALUE_DTYPE, count, PAYLOAD_OFFSET)
         out = self._send_one(chunk + spec.slots, now)
-        out += self._resend(self._lost(now), now)
+        if float(self.sent_at.min()) + self.rto <= now:  # else no chunk is old enough for _lost
+            out += self._resend(self._lost(now), now)
         if self.sent_all and (self.in_flight < 0).all():
             self.finished_at = now
         return out
