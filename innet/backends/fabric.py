@@ -79,8 +79,10 @@ class Fabric:
         self.graph = graph
         self.now = 0.0
         self.switch_delay = switch_delay
-        self._events: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
-        self._seq = 0
+        # the event calendar: each instant's events in the order they were scheduled, and a heap of the
+        # instants (a synchronised fat-tree has thousands of events per instant: one heap entry for them all)
+        self._due: dict[float, list[tuple[Callable[..., None], tuple[Any, ...]]]] = {}
+        self._times: list[float] = []
         self.links: dict[tuple[str, str], LinkDirection] = {}
         for u, v, data in sorted(graph.edges(data=True), key=lambda e: link_name(e[0], e[1])):
             for a, b in ((u, v), (v, u)):
@@ -107,8 +109,13 @@ class Fabric:
 
     # -- event loop -------------------------------------------------------
     def _at(self, time: float, fn: Callable[..., None], *args: Any) -> None:
-        self._seq += 1
-        heapq.heappush(self._events, (max(time, self.now), self._seq, fn, args))
+        """Run ``fn(*args)`` at ``time`` (never in the past), after every event already due then."""
+        time = max(time, self.now)
+        events = self._due.get(time)
+        if events is None:
+            events = self._due[time] = []
+            heapq.heappush(self._times, time)
+        events.append((fn, args))
 
     def transmit(self, node: str, port: int, frame: bytes) -> None:
         link = self.out_links[node][port]
@@ -203,20 +210,33 @@ class Fabric:
         finite = [e for es in self.endpoints.values() for e in es if not getattr(e, "daemon", False)]
         left = list(finite)  # endpoints not yet done, pruned now and then (a 1000-host run checks few per event)
         progress = Progress("local")
-        while self._events and self.events_run < max_events:
-            if left and left[-1].done:
-                left = [e for e in left if not e.done]
-            if finite and not left:
-                break
-            time, _, fn, args = heapq.heappop(self._events)
+        stop = False
+        while self._times and not stop:
+            time = self._times[0]
             if time > until:
                 break
-            self.now = time
-            self.events_run += 1
-            fn(*args)
-            if not self.events_run & 4095:
-                progress.update(lambda: f"virtual time {self.now:.6f}s, {self.events_run} events, "
-                                        f"{sum(e.done for e in finite)}/{len(finite)} hosts done")
+            events, k = self._due[time], 0
+            while k < len(events):  # events scheduled for ``time`` meanwhile join the end
+                if self.events_run >= max_events:
+                    stop = True
+                    break
+                if left and left[-1].done:
+                    left = [e for e in left if not e.done]
+                if finite and not left:
+                    stop = True
+                    break
+                fn, args = events[k]
+                k += 1
+                self.now = time
+                self.events_run += 1
+                fn(*args)
+                if not self.events_run & 4095:
+                    progress.update(lambda: f"virtual time {self.now:.6f}s, {self.events_run} events, "
+                                            f"{sum(e.done for e in finite)}/{len(finite)} hosts done")
+            del events[:k]
+            if not events:
+                heapq.heappop(self._times)
+                del self._due[time]
         progress.close()
         return self.now
 
