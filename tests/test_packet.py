@@ -11,6 +11,7 @@ from innet.wire.packet import (
     RETX,
     VER,
     InnetAgg,
+    frame_fields,
     make_packet,
     node_ip,
     parse_frame,
@@ -71,6 +72,28 @@ def test_malformed_frames_are_refused(mutate):
     frame = make_packet(np.arange(8), job=1).to_frame(0, 1)
     assert parse_frame(frame) is not None
     assert parse_frame(mutate(frame)) is None
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda f: f,
+    lambda f: f[:PAYLOAD_OFFSET - 1],
+    lambda f: f[:-1],
+    lambda f: f[:12] + b"\x86\xdd" + f[14:],
+    lambda f: f[:14] + b"\x46" + f[15:],      # IPv4 options
+    lambda f: f[:23] + b"\x06" + f[24:],      # TCP
+    lambda f: f[:36] + b"\x00\x35" + f[38:],
+    lambda f: f[:38] + b"\x00\x09" + f[40:],
+    lambda f: f + b"\x00\x00",               # padding past the payload is allowed
+])
+def test_frame_fields_is_parse_frame_without_numpy(mutate):
+    frame = mutate(make_packet(np.arange(-3, 5), job=7, rank=2, nworkers=9, slot=5, chunk=70000, flags=RESULT | VER,
+                               exp=-4).to_frame(12, 300, band=2))
+    pkt, fields = parse_frame(frame), frame_fields(frame)
+    assert (pkt is None) == (fields is None)
+    if pkt is not None:
+        header = tuple(int(pkt.hdr[name]) for name in HEADER_DTYPE.names)
+        assert fields == (pkt.src, pkt.dst, pkt.band, *header) == (12, 300, 2, 7, 2, 9, 5, 70000, 8, RESULT | VER, -4)
+        assert tuple(getattr(pkt, name) for name in HEADER_DTYPE.names) == header  # the ints parse_frame sets
 
 
 def test_replace_keeps_the_original_and_sets_count():

@@ -56,11 +56,17 @@ class LinkDirection:
     bps: float
     latency: float
     injector: FaultInjector
+    peer: str = ""
+    peer_port: int = -1  # the port the frames arrive on at ``peer``
     free_at: float = 0.0
     packets: int = 0
     bytes: int = 0
     queues: list[deque[Frame]] = field(default_factory=lambda: [deque() for _ in range(BANDS)])
     waking: bool = False  # a wake-up is scheduled for when the link is free
+    clean: bool = field(init=False)  # no faults: every frame arrives once, after the latency
+
+    def __post_init__(self) -> None:
+        self.clean = not self.injector.spec.active
 
     def queued(self) -> bool:
         return any(self.queues)
@@ -73,16 +79,22 @@ class Fabric:
         self.graph = graph
         self.now = 0.0
         self.switch_delay = switch_delay
-        self._events: list[tuple[float, int, Callable[..., None], tuple[Any, ...]]] = []
-        self._seq = 0
+        # the event calendar: each instant's events in the order they were scheduled, and a heap of the
+        # instants (a synchronised fat-tree has thousands of events per instant: one heap entry for them all)
+        self._due: dict[float, list[tuple[Callable[..., None], tuple[Any, ...]]]] = {}
+        self._times: list[float] = []
         self.links: dict[tuple[str, str], LinkDirection] = {}
         for u, v, data in sorted(graph.edges(data=True), key=lambda e: link_name(e[0], e[1])):
             for a, b in ((u, v), (v, u)):
                 spec = faults(a, b) if callable(faults) else (faults or FaultSpec())
                 self.links[(a, b)] = LinkDirection(data["bw"] * 1e6, data["latency"],
-                                                   FaultInjector(spec, fault_seed(seed, a, b)))
+                                                   FaultInjector(spec, fault_seed(seed, a, b)), b)
         self.port_peer = {n: ports(graph, n) for n in graph}
         self.port_of = {(n, peer): p for n, by_port in self.port_peer.items() for p, peer in by_port.items()}
+        self.out_links: dict[str, dict[int, LinkDirection]] = {n: {} for n in graph}  # a node's links by port
+        for (a, b), link in self.links.items():
+            link.peer_port = self.port_of[(b, a)]
+            self.out_links[a][self.port_of[(a, b)]] = link
         self.switches: dict[str, SwitchRuntime] = {}
         self.endpoints: dict[str, list[Endpoint]] = {}
         self._timer_at: dict[int, float] = {}
@@ -97,18 +109,23 @@ class Fabric:
 
     # -- event loop -------------------------------------------------------
     def _at(self, time: float, fn: Callable[..., None], *args: Any) -> None:
-        self._seq += 1
-        heapq.heappush(self._events, (max(time, self.now), self._seq, fn, args))
+        """Run ``fn(*args)`` at ``time`` (never in the past), after every event already due then."""
+        time = max(time, self.now)
+        events = self._due.get(time)
+        if events is None:
+            events = self._due[time] = []
+            heapq.heappush(self._times, time)
+        events.append((fn, args))
 
     def transmit(self, node: str, port: int, frame: bytes) -> None:
-        peer = self.port_peer[node][port]
-        link = self.links[(node, peer)]
+        link = self.out_links[node][port]
         link.packets += 1
         link.bytes += len(frame)
         band = band_of(frame[TOS_OFFSET]) if len(frame) > TOS_OFFSET else 0
         if band == 0 or (link.free_at <= self.now and not link.queued()):
-            self._put_on_wire(node, peer, link, frame)
+            self._put_on_wire(link, frame)
             return
+        peer = link.peer
         link.queues[band].append(frame)
         if not link.waking:
             link.waking = True
@@ -119,15 +136,18 @@ class Fabric:
         link = self.links[(node, peer)]
         if link.free_at <= self.now:
             frame = next(q for q in link.queues if q).popleft()
-            self._put_on_wire(node, peer, link, frame)
+            self._put_on_wire(link, frame)
         link.waking = link.queued()
         if link.waking:
             self._at(link.free_at, self._link_free, node, peer)
 
-    def _put_on_wire(self, node: str, peer: str, link: LinkDirection, frame: bytes) -> None:
+    def _put_on_wire(self, link: LinkDirection, frame: bytes) -> None:
         link.free_at = max(self.now, link.free_at) + len(frame) * 8 / link.bps
+        if link.clean:  # what apply gives, without its list
+            self._at(link.free_at + link.latency, self._deliver, link.peer, link.peer_port, frame)
+            return
         for extra, copy in link.injector.apply(frame):
-            self._at(link.free_at + link.latency + extra, self._deliver, peer, self.port_of[(peer, node)], copy)
+            self._at(link.free_at + link.latency + extra, self._deliver, link.peer, link.peer_port, copy)
 
     def _deliver(self, node: str, port: int, frame: bytes) -> None:
         runtime = self.switches.get(node)
@@ -144,23 +164,24 @@ class Fabric:
         for _, frame in flatten([(0, f) for f in frames]):
             self.transmit(host, 0, frame)
 
-    def _schedule(self, owner: object, due: float | None, fire: Callable[[], None]) -> None:
-        """Arm ``owner``'s one timer for ``due`` (never in the past) unless it is armed earlier already."""
+    def _schedule(self, owner: object, due: float | None, fire: Callable[..., None], *args: Any) -> None:
+        """Arm ``owner``'s one timer for ``due`` (never in the past) to call ``fire(*args)``, unless it is
+        armed earlier already."""
         if due is None:
             return
         due = max(due, self.now)
         if due < self._timer_at.get(id(owner), float("inf")):
             self._timer_at[id(owner)] = due
-            self._at(due, self._timer, owner, fire)
+            self._at(due, self._timer, owner, fire, args)
 
-    def _timer(self, owner: object, fire: Callable[[], None]) -> None:
+    def _timer(self, owner: object, fire: Callable[..., None], args: tuple[Any, ...]) -> None:
         if self._timer_at.get(id(owner)) != self.now:  # superseded by an earlier arming
             return
         del self._timer_at[id(owner)]
-        fire()
+        fire(*args)
 
     def _schedule_endpoint(self, host: str, endpoint: Endpoint) -> None:
-        self._schedule(endpoint, endpoint.next_deadline(), lambda: self._endpoint_due(host, endpoint))
+        self._schedule(endpoint, endpoint.next_deadline(), self._endpoint_due, host, endpoint)
 
     def _endpoint_due(self, host: str, endpoint: Endpoint) -> None:
         deadline = endpoint.next_deadline()
@@ -169,7 +190,7 @@ class Fabric:
         self._schedule_endpoint(host, endpoint)
 
     def _schedule_switch(self, name: str, runtime: SwitchRuntime) -> None:
-        self._schedule(runtime, runtime.next_timer(), lambda: self._switch_due(name, runtime))
+        self._schedule(runtime, runtime.next_timer(), self._switch_due, name, runtime)
 
     def _switch_due(self, name: str, runtime: SwitchRuntime) -> None:
         for port, frame in runtime.run_timers(self.now):
@@ -189,20 +210,33 @@ class Fabric:
         finite = [e for es in self.endpoints.values() for e in es if not getattr(e, "daemon", False)]
         left = list(finite)  # endpoints not yet done, pruned now and then (a 1000-host run checks few per event)
         progress = Progress("local")
-        while self._events and self.events_run < max_events:
-            if left and left[-1].done:
-                left = [e for e in left if not e.done]
-            if finite and not left:
-                break
-            time, _, fn, args = heapq.heappop(self._events)
+        stop = False
+        while self._times and not stop:
+            time = self._times[0]
             if time > until:
                 break
-            self.now = time
-            self.events_run += 1
-            fn(*args)
-            if not self.events_run & 4095:
-                progress.update(lambda: f"virtual time {self.now:.6f}s, {self.events_run} events, "
-                                        f"{sum(e.done for e in finite)}/{len(finite)} hosts done")
+            events, k = self._due[time], 0
+            while k < len(events):  # events scheduled for ``time`` meanwhile join the end
+                if self.events_run >= max_events:
+                    stop = True
+                    break
+                if left and left[-1].done:
+                    left = [e for e in left if not e.done]
+                if finite and not left:
+                    stop = True
+                    break
+                fn, args = events[k]
+                k += 1
+                self.now = time
+                self.events_run += 1
+                fn(*args)
+                if not self.events_run & 4095:
+                    progress.update(lambda: f"virtual time {self.now:.6f}s, {self.events_run} events, "
+                                            f"{sum(e.done for e in finite)}/{len(finite)} hosts done")
+            del events[:k]
+            if not events:
+                heapq.heappop(self._times)
+                del self._due[time]
         progress.close()
         ended = self.now
         if finite and not left:

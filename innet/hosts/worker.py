@@ -33,13 +33,16 @@ from innet.wire.packet import (
     FLAGS_OFFSET,
     HEADER_DTYPE,
     OVERFLOW,
+    PAYLOAD_OFFSET,
     RESULT,
     RETX,
     ROUTE,
     SPARSE,
+    VALUE_DTYPE,
     VER,
     FrameBlock,
     build_frames,
+    frame_fields,
     frame_prefix,
     pack_frames,
     parse_block,
@@ -127,7 +130,7 @@ class AllreduceCall:
         self.local_exp = spec.operator.exponent(self.tensor)
         self.scale: int | None = None
         self._q = 0
-        self._padded = np.zeros((self.end - first_chunk - 1) * spec.elements, np.int64)
+        self._padded = np.zeros((self.end - first_chunk - 1) * spec.elements, np.int32)  # the wire's int32 sums
         self.result_int = self._padded[: len(self.tensor)]
         self.in_flight = np.full(spec.slots, -1, np.int64)  # the chunk each slot carries, -1: free
         self.sent_at = np.full(spec.slots, np.inf)
@@ -243,7 +246,48 @@ class AllreduceCall:
         self.sparse = []
 
     def receive(self, frame: bytes, now: float) -> Frames:
-        return self.receive_block(parse_block(*pack_frames([frame])), now)
+        """``receive_block`` for one frame. The common case, a fresh dense result of a data chunk, is taken
+        with plain ints (a large local run hands each worker one result per event); anything else, and any
+        frame the fast path cannot rule out, goes through the block path, which ends in the same state."""
+        fields = None if self.done else frame_fields(frame)
+        if fields is None:
+            return []  # what the block path does with it: nothing
+        src, _, _, job, _, _, _, chunk, count, flags, _ = fields
+        spec = self.spec
+        if job != spec.job or src != self._peer or not flags & (RESULT | ABORT):
+            return []
+        if flags & (ABORT | SPARSE | OVERFLOW) or chunk == self.first:
+            return self.receive_block(parse_block(*pack_frames([frame])), now)
+        slot = chunk % spec.slots
+        offset = (chunk - self.first - 1) * spec.elements
+        if self.in_flight[slot] != chunk or count != min(spec.elements, len(self.tensor) - offset):
+            return []  # stale, a duplicate, or a bad length
+        self.in_flight[slot] = -1
+        sent = float(self.sent_at[slot])
+        if not self.resent[slot]:
+            self.timer.sample(now - sent)
+        self.newest_result = max(self.newest_result, sent)
+        self.sent_at[slot] = np.inf
+        self.last_progress = now
+        self._padded[offset : offset + count] = np.frombuffer(frame, VALUE_DTYPE, count, PAYLOAD_OFFSET)
+        out = self._send_one(chunk + spec.slots, now)
+        if float(self.sent_at.min()) + self.rto <= now:  # else no chunk is old enough for _lost
+            out += self._resend(self._lost(now), now)
+        if self.sent_all and (self.in_flight < 0).all():
+            self.finished_at = now
+        return out
+
+    def _send_one(self, chunk: int, now: float) -> Frames:
+        """``_send`` for one data chunk, its frame as bytes."""
+        if chunk >= self.end:
+            return []
+        slot = chunk % self.spec.slots
+        self.in_flight[slot], self.sent_at[slot], self.resent[slot] = chunk, now, False
+        self.sent_all = self.sent_all or chunk == self.end - 1
+        i = chunk - self.first - 1
+        if self.sparse:
+            return [self.sparse[i]]
+        return [(self.frames[i] if i < len(self.frames) else self.tail[0]).tobytes()]
 
     def receive_block(self, block: FrameBlock, now: float) -> Frames:
         """Take every result for this call in ``block``; the frames to send in return."""

@@ -25,7 +25,7 @@ from innet.plan.spec import RunSpec, program_of
 
 MIB = 1 << 20
 BASE = 150 * MIB  # python, numpy, scapy, networkx, innet loaded: 115 MiB measured (fat-tree k=4)
-LOCAL_PER_ELEMENT = 48  # bytes per gradient element per worker: measured 44-48 at fat-tree k=8 and k=16
+LOCAL_PER_ELEMENT = 24  # bytes per gradient element per worker: measured 16 at fat-tree k=16 (65536), 20 at k=32 (16384)
 PER_ROUTE = 90  # one switch's route to one node (a dict entry, its int key)
 PER_LINK = 8 * 1024  # both directions' queues, counters and fault injectors, and the graph's own
 PER_NODE = 4 * 1024

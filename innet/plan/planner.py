@@ -24,7 +24,7 @@ import numpy as np
 from networkx.algorithms.approximation import steiner_tree
 
 from innet.errors import UserError
-from innet.graph import bfs_parents, indexed, is_switch, natural_key, pboxes, port_to
+from innet.graph import bfs_parents, indexed, is_switch, natural_key, pboxes, ports
 from innet.switch.program import JobPort
 
 
@@ -189,7 +189,8 @@ def _job_port(graph: nx.Graph, plan: JobPlan, switch: str, rank: dict[str, int],
         return {r: p for c in plan.children(node) for r, p in contributors(c, port).items()}
 
     children = plan.children(switch)
-    child_ports = {c: port_to(graph, switch, c) for c in children}
+    port_of = {n: p for p, n in ports(graph, switch).items()}  # port_to's numbering, sorted once per switch
+    child_ports = {c: port_of[c] for c in children}
     contrib: dict[int, int] = {}
     rank_ports: dict[int, int] = {}
     for c in children:
@@ -200,7 +201,7 @@ def _job_port(graph: nx.Graph, plan: JobPlan, switch: str, rank: dict[str, int],
         job=plan.job,
         nworkers=len(plan.workers),
         children=tuple(child_ports[c] for c in children),
-        parent=None if parent is None else port_to(graph, switch, parent),
+        parent=None if parent is None else port_of[parent],
         aggregate=switch in aggregators,
         contributors=contrib,
         rank=min(rank_ports),

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from functools import lru_cache
 
 import networkx as nx
+import numpy as np
 
 from innet.graph import link_name, natural_key, next_hop, tier
 from innet.hosts.ring import ACK_EVERY, ACK_SPAN, ring_geometry
@@ -64,10 +65,19 @@ def link_rate(graph: nx.Graph, u: str, v: str) -> float:
 
 
 def one_way(graph: nx.Graph, path: list[tuple[str, str]], size: float, hop: float,
-            delay: Callable[[str, str], float]) -> float:
+            delay: Callable[[str, str], float], links: dict[tuple[str, str], tuple[float, float, float]] | None = None,
+            ) -> float:
     """One frame of ``size`` bytes along ``path``: each hop's serialization, propagation, ``hop`` seconds
-    of processing and ``delay(u, v)`` (``--delay``, a link's ``delay=`` fault)."""
-    return sum(size / link_rate(graph, u, v) + graph.edges[u, v]["latency"] + hop + delay(u, v) for u, v in path)
+    of processing and ``delay(u, v)`` (``--delay``, a link's ``delay=`` fault). ``links``: where to keep
+    each link's (rate, latency, delay) between calls (the timing model walks a path per worker, 8191 at k=32)."""
+    links = {} if links is None else links
+    total = 0.0
+    for uv in path:
+        cost = links.get(uv)
+        if cost is None:
+            cost = links[uv] = (link_rate(graph, *uv), graph.edges[uv]["latency"], delay(*uv))
+        total += size / cost[0] + cost[1] + hop + cost[2]
+    return total
 
 
 def path_links(graph: nx.Graph, src: str, dst: str) -> list[tuple[str, str]]:
@@ -161,16 +171,20 @@ def tier_lower_bounds(graph: nx.Graph, workers: Sequence[str], elements: int, pe
     when no tier link joins two of those parts directly (it must pass a part without workers: a
     spine, a core). Exact on every built-in topology.
     """
+    from scipy.sparse import csr_matrix  # the parts of an 8,000-host graph without copying it per tier
+    from scipy.sparse.csgraph import connected_components
+
     stream = stream_bytes(elements, per_packet)
-    wset = set(workers)
+    index = {n: i for i, n in enumerate(graph)}
+    edges = [(index[u], index[v], tier(graph, u, v)) for u, v in graph.edges]
     bounds: dict[str, int] = {}
-    tiers = sorted({tier(graph, u, v) for u, v in graph.edges})
-    for t in tiers:
+    for t in sorted({e[2] for e in edges}):
+        kept = np.array([(a, b) for a, b, tt in edges if tt != t], np.int64).reshape(-1, 2)
+        adjacency = csr_matrix((np.ones(len(kept)), (kept[:, 0], kept[:, 1])), shape=(len(index), len(index)))
+        labels = connected_components(adjacency, directed=False)[1]
+        part = {n: int(labels[i]) for n, i in index.items()}
         cut = [(u, v) for u, v in graph.edges if tier(graph, u, v) == t]
-        g = nx.Graph(graph)
-        g.remove_edges_from(cut)
-        part = {n: i for i, comp in enumerate(nx.connected_components(g)) for n in comp}
-        holding = {part[w] for w in wset}
+        holding = {part[w] for w in workers}
         joined = nx.Graph()
         joined.add_nodes_from(holding)
         joined.add_edges_from((part[u], part[v]) for u, v in cut if part[u] in holding and part[v] in holding)

@@ -149,6 +149,8 @@ class RunSpec:
     def faults_on(self, sender: str, receiver: str) -> FaultSpec:
         """The faults of frames ``sender`` puts on its link to ``receiver``: the direction's,
         else the link's, else the run's."""
+        if not self.link_faults:  # asked per link of every path the timing model walks
+            return self.faults
         given = dict(self.link_faults)
         return given.get(f"{sender}->{receiver}", given.get(link_name(sender, receiver), self.faults))
 

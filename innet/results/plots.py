@@ -9,6 +9,8 @@ import networkx as nx
 from innet.graph import TIER_ORDER, link_name, natural_key, role
 from innet.results.record import RunRecord
 
+LABELLED = 200  # nodes up to which the topology plot names them
+
 
 def _layout(graph: nx.Graph) -> dict[str, tuple[float, float]]:
     """Tiers as rows (hosts at the bottom), nodes spread evenly in name order."""
@@ -40,8 +42,10 @@ def plot_links(graph: nx.Graph, runs: list[RunRecord], path: str) -> None:
                                edge_color=[cmap(x) for x in load], ax=ax)
         colours = ["#d62728" if role(graph, n) == "pbox" else "#1f77b4" if role(graph, n) == "host" else "#7f7f7f"
                    for n in graph]
-        nx.draw_networkx_nodes(graph, pos, node_size=260, node_color=colours, ax=ax)
-        nx.draw_networkx_labels(graph, pos, font_size=7, font_color="white", ax=ax)
+        large = len(graph) > LABELLED  # a thousand names would be one black smear, and take seconds to draw
+        nx.draw_networkx_nodes(graph, pos, node_size=20 if large else 260, node_color=colours, ax=ax)
+        if not large:
+            nx.draw_networkx_labels(graph, pos, font_size=7, font_color="white", ax=ax)
         ax.set_title(f"{run.mode} ({run.placement}): cross-rack {run.cross_rack_bytes / 1e6:.2f} MB", fontsize=9)
         ax.axis("off")
     sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, peak / 1e6))

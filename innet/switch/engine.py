@@ -100,13 +100,16 @@ class Engine:
         else:
             acc = r.pool[key, : len(values)]
             total = self.fn(acc, values)
-            if self.op.can_overflow and np.any((acc ^ total) & (values ^ total) < 0):  # int32 wrapped
-                r.overflow[key] = True
+            if self.op.can_overflow:
+                wrapped = (acc ^ total) & (values ^ total)  # negative where int32 wrapped
+                if wrapped.size and wrapped.min() < 0:
+                    r.overflow[key] = True
             acc[:] = total
             r.exp[key] = max(int(r.exp[key]), exp)
         r.seen[key, word] |= bit
-        r.have[key] += 1
-        return COMPLETE if r.have[key] >= need else ADDED
+        have = int(r.have[key]) + 1
+        r.have[key] = have
+        return COMPLETE if have >= need else ADDED
 
     def finish(self, keys: Any, down: bool) -> None:
         """Mark complete slots: DONE when their result goes down, WAITING for the parent's otherwise."""

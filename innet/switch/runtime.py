@@ -80,7 +80,7 @@ class SwitchConfig:
 
 
 def kind_of(pkt: Packet) -> str:
-    flags = int(pkt.hdr["flags"])
+    flags = pkt.flags
     if flags & ROUTE:
         return "routed"
     if flags & ABORT:
@@ -261,7 +261,7 @@ class SwitchRuntime:
     def _spoofed(self, port: int, pkt: Packet) -> bool:
         """Reverse-path check: a routed packet must arrive where its source's route leads,
         a hop-by-hop one from the neighbour on that port; so no host can pose as another."""
-        if int(pkt.hdr["flags"]) & ROUTE:
+        if pkt.flags & ROUTE:
             return self.ctx.routes.get(pkt.src) != port
         return self.config.neighbors.get(port) != pkt.src
 

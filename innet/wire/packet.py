@@ -78,6 +78,7 @@ def _numpy_code(field: Any) -> str:
 HEADER_DTYPE = np.dtype(
     [(f.name, _numpy_code(f)) for f in InnetAgg.fields_desc if not isinstance(f, FieldListField)]
 )
+HEADER_NAMES: tuple[str, ...] = HEADER_DTYPE.names  # type: ignore[assignment]
 HEADER_LEN = HEADER_DTYPE.itemsize
 VALUE_DTYPE = np.dtype("<i4")
 ETH_LEN, IP_LEN, UDP_LEN = 14, 20, 8
@@ -177,12 +178,12 @@ class Packet:
     band: int = 0
 
     def __getattr__(self, name: str) -> int:
-        if name in HEADER_DTYPE.names:  # type: ignore[operator]
+        if name in HEADER_NAMES:
             return int(self.hdr[name])
         raise AttributeError(name)
 
     def has(self, flag: int) -> bool:
-        return bool(int(self.hdr["flags"]) & flag)
+        return bool(self.flags & flag)
 
     @property
     def version(self) -> int:
@@ -217,25 +218,41 @@ def ip_to_node(addr: int) -> int:
     return (addr & 0xFFFF) - 1 if (addr >> 16) == (10 << 8 | 77) else -1
 
 
-def parse_frame(frame: bytes, port: int = -1) -> Packet | None:
-    """Parse a frame into a Packet, or None when it is not a well-formed innet frame."""
+_STRUCT_CODES = {"u1": "B", "i1": "b", "u2": "H", "i2": "h", "u4": "I", "i4": "i"}
+# The prefix fields parse_frame tests (ethertype, ver_ihl, tos, proto, ip_src, ip_dst, dport, udp_len) at
+# PREFIX_DTYPE's offsets, then the header's fields in HEADER_DTYPE's order: a frame's first PAYLOAD_OFFSET bytes.
+FRAME_STRUCT = struct.Struct("!12xHBB7xB2xII2xHH2x" + "".join(
+    _STRUCT_CODES[HEADER_DTYPE.fields[name][0].str[1:]] for name in HEADER_NAMES))  # type: ignore[index]
+assert FRAME_STRUCT.size == PAYLOAD_OFFSET
+_COUNT = 8 + HEADER_NAMES.index("count")
+
+
+def frame_fields(frame: bytes) -> tuple[int, ...] | None:
+    """``parse_frame``'s test and fields as plain ints, without numpy (one frame's fast path):
+    (src, dst, band, *the header's fields in HEADER_DTYPE's order), or None when it is not an innet frame."""
     if len(frame) < PAYLOAD_OFFSET:
         return None
-    pre = np.frombuffer(frame, PREFIX_DTYPE, 1)[0]
-    if (
-        pre["ethertype"] != ETHERTYPE_IPV4
-        or pre["ver_ihl"] != 0x45
-        or pre["proto"] != 17
-        or pre["dport"] != AGG_PORT
-    ):
+    fields = FRAME_STRUCT.unpack_from(frame)
+    payload = 4 * fields[_COUNT]
+    if (fields[0] != ETHERTYPE_IPV4 or fields[1] != 0x45 or fields[3] != 17 or fields[6] != AGG_PORT
+            or len(frame) < PAYLOAD_OFFSET + payload or fields[7] != UDP_LEN + HEADER_LEN + payload):
         return None
+    return (ip_to_node(fields[4]), ip_to_node(fields[5]), min(fields[2] >> 2, BANDS - 1), *fields[8:])
+
+
+def parse_frame(frame: bytes, port: int = -1) -> Packet | None:
+    """Parse a frame into a Packet, or None when it is not a well-formed innet frame.
+
+    The header's fields are also set on the packet as plain ints (``pkt.chunk`` then reads no numpy):
+    a received packet's ``hdr`` is a read-only view of the frame, so they cannot go stale."""
+    fields = frame_fields(frame)
+    if fields is None:
+        return None
+    src, dst, band, *header = fields
     hdr = np.frombuffer(frame, HEADER_DTYPE, 1, HEADER_OFFSET)[0]
-    count = int(hdr["count"])
-    need = PAYLOAD_OFFSET + 4 * count
-    if len(frame) < need or int(pre["udp_len"]) != UDP_LEN + HEADER_LEN + 4 * count:
-        return None
-    values = np.frombuffer(frame, VALUE_DTYPE, count, PAYLOAD_OFFSET)
-    return Packet(hdr, values, port, ip_to_node(int(pre["ip_src"])), ip_to_node(int(pre["ip_dst"])), band_of(int(pre["tos"])))
+    pkt = Packet(hdr, np.frombuffer(frame, VALUE_DTYPE, header[_COUNT - 8], PAYLOAD_OFFSET), port, src, dst, band)
+    pkt.__dict__.update(zip(HEADER_NAMES, header, strict=True))
+    return pkt
 
 
 @dataclass
