@@ -247,11 +247,17 @@ class Fabric:
         """Every endpoint is done: deliver the frames still on their way (a ring rank's DONE to its
         successor), as the wires of a real network would, and fire no timer: the run is over."""
         wire = (self._deliver, self._link_free)
-        while self._events:
-            time, _, fn, args = heapq.heappop(self._events)
-            if fn in wire:
-                self.now = time
-                fn(*args)
+        while self._times:
+            time = self._times[0]
+            events, k = self._due[time], 0
+            while k < len(events):  # events scheduled for ``time`` meanwhile join the end
+                fn, args = events[k]
+                k += 1
+                if fn in wire:
+                    self.now = time
+                    fn(*args)
+            heapq.heappop(self._times)
+            del self._due[time]
 
     def link_bytes(self) -> dict[str, int]:
         """Bytes put on each link, both directions together, by link name."""
