@@ -9,10 +9,9 @@ import sys
 import time
 from typing import Any, NoReturn
 
-from innet.backends.mininet import TCLINK_MAX_MBPS
 from innet.errors import UserError
 from innet.hosts.workloads import WORKLOADS
-from innet.plan.dilation import LOCAL_MIN_RTO, MININET_MIN_RTO, auto_factor, host_link_rate
+from innet.plan.dilation import LOCAL_MIN_RTO, MININET_MIN_RTO, TCLINK_MAX_MBPS, auto_factor, host_link_rate
 from innet.plan.planner import METHODS
 from innet.plan.spec import RunSpec
 from innet.results.fidelity import fidelity_line

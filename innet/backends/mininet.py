@@ -33,7 +33,7 @@ from innet.backends.usage import drops_between, has_exited, interface_drops, pro
 from innet.errors import UserError
 from innet.graph import is_switch, link_name, natural_key, port_to, ports
 from innet.hosts.ensemble import InputPlan, input_summary
-from innet.plan.dilation import dilate_graph, dilate_spec, dilate_times, virtual
+from innet.plan.dilation import TCLINK_MAX_MBPS, dilate_graph, dilate_spec, dilate_times, virtual
 from innet.plan.spec import RunSpec, program_of
 from innet.results.check import WorkerOutcome, run_record, tally_drops
 from innet.results.fidelity import CPU_BOUND, fidelity, with_model, with_retransmissions
@@ -43,7 +43,6 @@ from innet.run.modes import RunPlan, installed_configs, pbox_servers, plan_run
 from innet.wire.faults import fault_seed
 from innet.wire.packet import ETH_MTU, link_mtu
 
-TCLINK_MAX_MBPS = 1000.0
 GO_LEAD, GO_LEAD_PER_HOST = 0.03, 0.002  # seconds from "go" to the common start: time to wake every host
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -18,6 +18,7 @@ import networkx as nx
 from innet.plan.spec import RunSpec
 from innet.wire.faults import FaultSpec
 
+TCLINK_MAX_MBPS = 1000.0  # the fastest rate Mininet's TCLink (tc htb) shapes: a dilation must bring links below it
 LOCAL_MIN_RTO = 0.001  # the fabric's RTO floor: virtual time has no scheduling jitter
 MININET_MIN_RTO = 0.02  # real seconds: a loaded 2-core machine delays an ACK this long now and then
 

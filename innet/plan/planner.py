@@ -15,6 +15,7 @@ Methods (``METHODS``):
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -90,8 +91,20 @@ def _closest_switch(graph: nx.Graph, candidates: Sequence[str], workers: Sequenc
     return choice
 
 
+_last_root: list[tuple[weakref.ref[nx.Graph], tuple[object, ...], str]] = []
+
+
 def _choose_root(graph: nx.Graph, workers: Sequence[str]) -> str:
-    return _closest_switch(graph, [n for n in graph if is_switch(graph, n)], workers)
+    """The switch closest to ``workers``. The last answer is kept (the ``root`` and ``tor`` placements, and so
+    ``--placement auto``, ask it of the same graph and workers; a k=32 fat-tree's search takes a second); a
+    subgraph view is known by the graph it views, and its workers, which decide which nodes it keeps."""
+    base = getattr(graph, "_graph", graph)
+    key = (graph.number_of_nodes(), graph.number_of_edges(), *workers)
+    if _last_root and _last_root[0][0]() is base and _last_root[0][1] == key:
+        return _last_root[0][2]
+    root = _closest_switch(graph, [n for n in graph if is_switch(graph, n)], workers)
+    _last_root[:] = [(weakref.ref(base), key, root)]
+    return root
 
 
 def _method_root(graph: nx.Graph, workers: Sequence[str]) -> tuple[str, set[str], nx.Graph]:
