@@ -210,8 +210,10 @@ def meaningless(args: argparse.Namespace, given: set[str]) -> str | None:
             return f"{flag(name)} means nothing without {text}"
     if "staleness" in given and args.consistency != "ssp" and not (args.train and args.mode == "all"):
         return "--staleness is SSP's bound: it needs --consistency ssp"
-    if given & {"pcap", "cli", "node_group"} and args.backend == "local":
-        return "--pcap, --cli and --node-group are Mininet's: they mean nothing with --backend local"
+    if given & {"pcap", "cli"} and args.backend == "local":
+        return "--pcap and --cli are Mininet's: they mean nothing with --backend local"
+    if "node_group" in given and args.backend == "local":
+        return "--node-group says how many Mininet nodes a process serves: it means nothing with --backend local"
     return None
 
 
