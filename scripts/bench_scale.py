@@ -129,19 +129,33 @@ def left_behind(state, intfs):
     return alive + links + files
 
 
+def rss_mib(pids):
+    """Resident MiB of the live processes ``pids`` (VmRSS: shared pages counted in each)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+                total += next((int(line.split()[1]) for line in fh if line.startswith("VmRSS:")), 0)
+        except OSError:
+            pass
+    return total / 1024
+
+
 def cli_run(k, mode, node_group, elements):
     """One ``run_topology.py --topo fat-tree --k K --mode MODE`` in a fresh process: (bring-up s: until its
-    all-reduce starts, whole run s, all-reduce s, what it left behind, its state file's processes)."""
+    all-reduce starts, whole run s, all-reduce s, what it left behind, its state file's processes, their and
+    the runner's resident MiB then)."""
     argv = [sys.executable, "run_topology.py", "--topo", "fat-tree", "--k", str(k), "--mode", mode, "--no-plots"]
     argv += (["--node-group", node_group] if node_group else []) + (["--elements", str(elements)] if elements else [])
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
         proc = subprocess.Popen([*argv, "--out", out], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        up, state, lines = None, None, []
+        up, state, lines, rss = None, None, [], 0.0
         for line in proc.stderr:
             lines.append(line)
             if line.startswith("innet: all-reduce:") and up is None:
                 up, state = time.perf_counter() - start, _state_of(proc.pid)
+                rss = rss_mib([proc.pid, *(pid for pid, _ in (state or {"pids": {}})["pids"].values())])
         proc.wait()
         wall = time.perf_counter() - start
         if proc.returncode != 0:
@@ -151,7 +165,7 @@ def cli_run(k, mode, node_group, elements):
     assert all(r["correct"] for r in runs), [r["errors"] for r in runs]
     graph = build("fat-tree", k=k)
     intfs = [f"{n}-eth{p}" for n in graph for p in range(graph.degree(n))]
-    return up, wall, runs[0]["completion_s"], left_behind(state, intfs), len(state["pids"]) if state else 0
+    return up, wall, runs[0]["completion_s"], left_behind(state, intfs), len(state["pids"]) if state else 0, rss
 
 
 def mininet(args):
@@ -178,12 +192,13 @@ def mininet(args):
             got = [_sampled(lambda m=mode, g=group: cli_run(args.k, m, g, args.elements)) for _ in range(args.runs)]
             med = [statistics.median(g[0][i] for g in got) for i in range(3)]
             rows.append([graph.name, mode, group or "auto", *med, statistics.median(m for _, m in got),
-                         max(g[0][3] for g in got), statistics.median(g[0][4] for g in got)])
+                         max(g[0][3] for g in got), statistics.median(g[0][4] for g in got),
+                         statistics.median(g[0][5] for g in got)])
             print(f"python3 run_topology.py --topo fat-tree --k {args.k} --mode {mode}"
                   + (f" --node-group {group}" if group else "") + (f" --elements {args.elements}" if args.elements else ""),
                   flush=True)
     report("emulation scale", ["topology", "mode", "node group", "bring-up s", "full run s", "all-reduce s",
-                               "peak MiB", "left behind", "processes"], rows,
+                               "peak MiB", "left behind", "processes", "their RSS MiB"], rows,
            {"runs": args.runs, "load": os.getloadavg()[0]})
 
 

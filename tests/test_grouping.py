@@ -1,6 +1,11 @@
 """Node groups (innet.plan.grouping): several switches or workers in one Mininet process, every node still in
 its own namespace with its own links; when a run groups its nodes, and that a grouped run is the same run."""
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 from innet.cli import parse_node_group
@@ -9,6 +14,8 @@ from innet.plan.grouping import group_label, group_size, node_groups, process_co
 from innet.plan.memory import MININET_PER_PROCESS, estimate_bytes
 from innet.plan.spec import RunSpec
 from topologies import build
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_small_runs_keep_a_process_per_node_and_a_fat_tree_k8_is_grouped():
@@ -62,4 +69,20 @@ def test_a_grouped_fat_tree_k4_is_the_same_run_and_leaves_nothing():
     assert result["link_bytes"] == result["predicted_link_bytes"]
     assert len(result["switch_cpu_share"]) == 20 and all(s > 0 for s in result["switch_cpu_share"].values())
     assert {"a1..a4", "t1..t4", "c1..c4", "h1..h4"} <= set(result["fidelity"]["cpu"])
+    assert_nothing_left()
+
+
+@pytest.mark.mininet
+def test_the_readme_grouped_command_runs_as_written(tmp_path):
+    """README's "Scaling up" Mininet command: correct, its switches and workers grouped, nothing left behind."""
+    from tests.test_emulation import assert_nothing_left
+    from tests.test_scale import readme_commands
+
+    argv = next(c for c in readme_commands() if c[0] == "sudo")[1:]
+    argv = [sys.executable if a == "python" else a for a in argv] + ["--no-plots", "--out", str(tmp_path)]
+    proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "20 switches up in 5 processes" in proc.stderr
+    with open(tmp_path / "results.json", encoding="utf-8") as fh:
+        assert all(run["correct"] for run in json.load(fh)["runs"])
     assert_nothing_left()
