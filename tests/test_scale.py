@@ -143,9 +143,9 @@ def test_a_run_too_big_for_memory_is_refused_in_one_line_before_anything_is_buil
 def test_the_estimate_grows_with_the_job_and_refuses_a_mininet_fat_tree_k16():
     k8 = build("fat-tree", k=8)
     assert estimate_bytes(k8, RunSpec(elements=65536), "local") > estimate_bytes(k8, RunSpec(elements=16384), "local")
-    # a process per switch and worker: 1344 of them for k=16 do not fit in 24 GiB
+    # a process per switch and worker (--node-group off): 1344 of them for k=16 do not fit in 24 GiB
     with pytest.raises(UserError, match="local backend"):
-        check_memory(build("fat-tree", k=16), RunSpec(elements=16384), "mininet", available=24 << 30)
+        check_memory(build("fat-tree", k=16), RunSpec(elements=16384), "mininet", available=24 << 30, node_group=1)
     assert check_memory(k8, RunSpec(elements=16384), "local", available=24 << 30) < 1 << 30
 
 

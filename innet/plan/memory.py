@@ -11,7 +11,8 @@ prints the estimate next to the measured peak); the estimate errs high.
   registers and its route table (one entry per node); per link direction its
   queues and fault injector.
 - mininet: the same, plus one Python process per switch, worker and PBox, or per node group of them
-  (innet.plan.grouping; ``MININET_PER_PROCESS``: an interpreter with numpy and innet loaded).
+  (innet.plan.grouping; ``MININET_PER_PROCESS``: an interpreter with numpy and innet loaded), every
+  node's namespace with its links, and every raw port's buffers.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ PER_ROUTE = 90  # one switch's route to one node (a dict entry, its int key)
 PER_LINK = 8 * 1024  # both directions' queues, counters and fault injectors, and the graph's own
 PER_NODE = 4 * 1024
 MININET_PER_PROCESS = 45 * MIB  # measured: an innet switch or worker process, resident
+MININET_PER_NODE = 3 * MIB // 2  # a node's namespace, shell and links: a bare fat-tree k=8 took 235 MiB for 208 nodes
+MININET_PER_PORT = 3 * MIB // 4  # a raw port's receive and send buffers (256 frames each of innet.backends.rawport)
 
 
 def estimate_bytes(graph: nx.Graph, run: RunSpec, backend: str, node_group: int | None = None,
@@ -49,7 +52,8 @@ def estimate_bytes(graph: nx.Graph, run: RunSpec, backend: str, node_group: int 
     if backend == "mininet":
         cores = cores or os.cpu_count() or 1
         processes = process_count(switches, cores, node_group) + process_count(workers, cores, node_group)
-        total += MININET_PER_PROCESS * (processes + 1)  # and the PBox
+        ports = sum(d for n, d in graph.degree if is_switch(graph, n)) + workers + 1
+        total += MININET_PER_PROCESS * (processes + 1) + MININET_PER_NODE * len(graph) + MININET_PER_PORT * ports
     return total
 
 
