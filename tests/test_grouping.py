@@ -1,7 +1,6 @@
 """Node groups (innet.plan.grouping): several switches or workers in one Mininet process, every node still in
 its own namespace with its own links; when a run groups its nodes, and that a grouped run is the same run."""
 
-import json
 import os
 import subprocess
 import sys
@@ -73,16 +72,18 @@ def test_a_grouped_fat_tree_k4_is_the_same_run_and_leaves_nothing():
 
 
 @pytest.mark.mininet
-def test_the_readme_grouped_command_runs_as_written(tmp_path):
-    """README's "Scaling up" Mininet command: correct, its switches and workers grouped, nothing left behind."""
+def test_the_readme_mininet_scale_bench_runs_as_written():
+    """README's "Scaling up" Mininet bench, at k=4 with its switches and workers forced 4 to a process: every run
+    correct (the bench checks), grouped (the processes its state file recorded), nothing left behind."""
     from tests.test_emulation import assert_nothing_left
     from tests.test_scale import readme_commands
 
     argv = next(c for c in readme_commands() if c[0] == "sudo")[1:]
-    argv = [sys.executable if a == "python" else a for a in argv] + ["--no-plots", "--out", str(tmp_path)]
+    argv = [sys.executable if a == "python" else a for a in argv] + ["--k", "4", "--node-group", "4", "--runs", "1"]
     proc = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert "20 switches up in 5 processes" in proc.stderr
-    with open(tmp_path / "results.json", encoding="utf-8") as fh:
-        assert all(run["correct"] for run in json.load(fh)["runs"])
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    row = proc.stdout.split("== emulation scale\n")[1].splitlines()[1].split()
+    assert row[:3] == ["fat-tree-k4", "innet", "4"], proc.stdout
+    left, processes = int(row[-3]), int(row[-2])
+    assert left == 0 and processes == 36 + 5 + 4, proc.stdout  # 36 node shells, 5 switch and 4 worker groups
     assert_nothing_left()

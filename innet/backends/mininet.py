@@ -495,7 +495,8 @@ class Emulation:
             proc.stdin.write(b"go\n")
             proc.stdin.flush()
         others = {f"{name}!{i}": self._popen(name, argv, stdout=subprocess.DEVNULL) for i, (name, argv) in enumerate(intruders)}
-        self._wait_workers({**workers, **readers}, run, started, crash)
+        results = [os.path.join(self.run_dir, f"{w}.npz") for w in confs] if linger > 0 else []
+        self._wait_workers({**workers, **readers}, run, started, crash, (results, list(workers.values())))
         self._wait_workers(others, run, started, {})
         wall, ticks_after = time.monotonic() - started, machine_ticks()
         after = {n.name: interface_bytes(n) for n in net.hosts}
@@ -589,11 +590,21 @@ class Emulation:
         time.sleep(0.2)
 
     def _wait_workers(self, procs: dict[str, subprocess.Popen[bytes]], run: RunSpec, started: float,
-                      crash: dict[str, float]) -> None:
+                      crash: dict[str, float],
+                      lingering: tuple[list[str], list[subprocess.Popen[bytes]]] = ([], [])) -> None:
+        """Wait for ``procs`` to end, crashing the workers ``crash`` names on time. ``lingering``: result files,
+        and the worker processes that linger after writing theirs (the ring's): once every file is there, no
+        rank needs a neighbour's answers any more, and they are stopped rather than left to linger out."""
         limit = started + 30 + run.timeout * (len(run.call_sizes()) + 1)
         progress = Progress("innet")
         crash = dict(crash)
+        results, lingerers = lingering
         while not all(self._ended(p) for p in procs.values()):
+            if results and all(os.path.exists(r) for r in results):
+                for proc in lingerers:
+                    if proc.poll() is None:
+                        proc.terminate()
+                results = []
             now = time.monotonic()
             for host, at in list(crash.items()):
                 if now - started >= at:

@@ -9,6 +9,7 @@ opened inside its host's namespace (innet.backends.netns). Either way the proces
 from __future__ import annotations
 
 import json
+import os
 import select
 import sys
 import time
@@ -60,6 +61,7 @@ class WorkerNode:
         self.cpu_s = 0.0
         self.state = "running"
         self.until = self.end = 0.0
+        self.status: int | None = None  # once its result is saved
 
     @property
     def ok(self) -> bool:
@@ -68,6 +70,7 @@ class WorkerNode:
     def fail(self, exc: UserError) -> None:
         self.user_error = str(exc.args[0]) if exc.args else ""
         self.state = "finished"
+        self.status = self.save()
 
     def next_wake(self) -> float | None:
         due = [t for t in (self.client.proc.next_deadline(), self.client.egress.next_due()) if t is not None]
@@ -86,6 +89,7 @@ class WorkerNode:
         client = self.client
         expire(client.proc, client.egress, now)
         if self.state == "running" and client.proc.done:
+            self.status = self.save()
             if self.ok and self.conf["linger"] > 0:
                 self.state, self.until, self.end = "lingering", now + self.conf["linger"], now + self.conf["linger_limit"]
             else:
@@ -94,30 +98,34 @@ class WorkerNode:
             self.state = "finished"
 
     def save(self) -> int:
-        """Write what came back to the worker's result file; its exit status (0, or 3 when it failed)."""
+        """Write what came back to the worker's result file, whole or not at all (the controller stops lingering
+        workers once every result file is there); the worker's exit status (0, or 3 when it failed)."""
         spec, proc = self.client.proc.spec, self.client.proc
         if self.user_error:
             outcome = WorkerOutcome(spec.job, spec.rank, [], [], [], [], 0, self.user_error)
         else:
             outcome = training_outcome(proc) if isinstance(proc, SSPWorker) else outcome_of(proc)
-        np.savez(
-            self.conf["result"],
-            ints=np.concatenate([np.zeros(0, np.int64), *outcome.ints]),  # calls differ in size
-            floats=np.concatenate([np.zeros(0, np.float32), *outcome.floats]),
-            sizes=np.array([len(x) for x in outcome.ints], dtype=np.int64),
-            started=np.array(outcome.started, dtype=float),
-            finished=np.array(outcome.finished, dtype=float),
-            retransmissions=np.array(outcome.retransmissions),
-            error=np.array(outcome.error),
-            spec=np.array(json.dumps(asdict(spec))),
-            cpu_s=np.array(self.cpu_s),
-            compute_starts=np.array(outcome.compute_starts, dtype=float),
-            staleness=np.array(outcome.staleness, dtype=np.int64),
-            scale=np.array(outcome.scale),
-            inputs=np.array(outcome.inputs) if outcome.inputs else np.zeros((0, 0), np.float32),
-            history=np.array(outcome.history, dtype=float).reshape(-1, 2),
-            user_error=np.array(self.user_error),
-        )
+        partial = self.conf["result"] + ".part"
+        with open(partial, "wb") as fh:
+            np.savez(
+                fh,
+                ints=np.concatenate([np.zeros(0, np.int64), *outcome.ints]),  # calls differ in size
+                floats=np.concatenate([np.zeros(0, np.float32), *outcome.floats]),
+                sizes=np.array([len(x) for x in outcome.ints], dtype=np.int64),
+                started=np.array(outcome.started, dtype=float),
+                finished=np.array(outcome.finished, dtype=float),
+                retransmissions=np.array(outcome.retransmissions),
+                error=np.array(outcome.error),
+                spec=np.array(json.dumps(asdict(spec))),
+                cpu_s=np.array(self.cpu_s),
+                compute_starts=np.array(outcome.compute_starts, dtype=float),
+                staleness=np.array(outcome.staleness, dtype=np.int64),
+                scale=np.array(outcome.scale),
+                inputs=np.array(outcome.inputs) if outcome.inputs else np.zeros((0, 0), np.float32),
+                history=np.array(outcome.history, dtype=float).reshape(-1, 2),
+                user_error=np.array(self.user_error),
+            )
+        os.replace(partial, self.conf["result"])
         return 0 if self.ok else 3
 
 
@@ -137,10 +145,11 @@ def serve_worker(conf: dict[str, Any]) -> int:
         node.client.run_endpoint()
     except UserError as exc:
         node.fail(exc)
+    node.cpu_s = own_cpu_s() - cpu_at_go
+    status = node.save()
     if node.ok:
         node.client.linger(conf["linger"], conf["linger_limit"])
-    node.cpu_s = own_cpu_s() - cpu_at_go
-    return node.save()
+    return status
 
 
 def serve_workers(conf: dict[str, Any]) -> int:
@@ -176,5 +185,5 @@ def serve_workers(conf: dict[str, Any]) -> int:
             if node.state == "finished":
                 live.discard(node)
                 poller.unregister(node.client.port.fileno())
-                status = max(status, node.save())
+                status = max(status, node.status if node.status is not None else node.save())
     return status
