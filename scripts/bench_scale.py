@@ -151,9 +151,11 @@ def cli_run(k, mode, node_group, elements):
         start = time.perf_counter()
         proc = subprocess.Popen([*argv, "--out", out], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         up, state, lines, rss = None, None, [], 0.0
+        building = False  # a calibration run (innet.backends.calibration) may come first: its lines are not this run's
         for line in proc.stderr:
             lines.append(line)
-            if line.startswith("innet: all-reduce:") and up is None:
+            building = building or line.startswith(f"innet: building fat-tree-k{k}:")
+            if building and line.startswith("innet: all-reduce:") and up is None:
                 up, state = time.perf_counter() - start, _state_of(proc.pid)
                 rss = rss_mib([proc.pid, *(pid for pid, _ in (state or {"pids": {}})["pids"].values())])
         proc.wait()

@@ -66,7 +66,8 @@ def test_a_grouped_fat_tree_k4_is_the_same_run_and_leaves_nothing():
                          node_group=4)
     assert result["correct"] and result["retransmissions"] == 0, result["errors"]
     assert result["link_bytes"] == result["predicted_link_bytes"]
-    assert len(result["switch_cpu_share"]) == 20 and all(s > 0 for s in result["switch_cpu_share"].values())
+    shares = result["switch_cpu_share"]  # each switch's own: more different figures than there are groups
+    assert len(shares) == 20 and sum(shares.values()) > 0 and len(set(shares.values())) > 5, shares
     assert {"a1..a4", "t1..t4", "c1..c4", "h1..h4"} <= set(result["fidelity"]["cpu"])
     assert_nothing_left()
 
