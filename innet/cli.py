@@ -163,13 +163,17 @@ def parser() -> argparse.ArgumentParser:
                         "and timeout F times longer, every reported time divided by F. auto (the default): F = the host "
                         "link's rate over the rate this machine carries faithfully (calibrated once, cached); off: F = 1. "
                         "The local backend runs in virtual time and takes auto or off only")
+    p.add_argument("--node-group", default="auto", metavar="auto|off|G",
+                   help="mininet: switches (and workers) served per Python process, each node still in its own "
+                        "namespace with its own links. auto (the default): a process per node up to 12 per core, else "
+                        "4 processes per core per kind (a fat-tree k=8 in 16); off: a process per node")
     return p
 
 
 # The flag table's sections. Each subcommand of ``innet`` (innet.commands) shows the sections it takes, each
 # flag under its section's title; a flag in no section shows under "other" in ``innet run``.
 GROUPS: dict[str, tuple[str, ...]] = {
-    "backend": ("backend", "pcap", "cli", "dilation", "cluster", "cluster_key", "cluster_known_hosts"),
+    "backend": ("backend", "pcap", "cli", "dilation", "node_group", "cluster", "cluster_key", "cluster_known_hosts"),
     "topology": ("topo", "racks", "hosts_per_rack", "spines", "oversubscription", "k", "bw", "save_topology"),
     "job": ("mode", "program", "placement", "workers", "elements", "iterations", "seed", "topk", "jobs", "job_slots",
             "job_priority", "pool_slots", "packet_elements", "switch_memory", "pbox_cores", "timeout"),
@@ -207,6 +211,8 @@ def meaningless(args: argparse.Namespace, given: set[str]) -> str | None:
         return "--staleness is SSP's bound: it needs --consistency ssp"
     if given & {"pcap", "cli"} and args.backend == "local":
         return "--pcap and --cli are Mininet's: they mean nothing with --backend local"
+    if "node_group" in given and args.backend == "local":
+        return "--node-group says how many Mininet nodes a process serves: it means nothing with --backend local"
     return None
 
 
@@ -272,6 +278,15 @@ def parse_dilation(text: str) -> float | str:
     if not factor >= 1:
         raise UserError(f"--dilation wants auto, off or a factor of at least 1, got {text!r}")
     return factor
+
+
+def parse_node_group(text: str) -> int | None:
+    """``--node-group``: "auto" (None: innet.plan.grouping decides), "off" (1: a process per node) or G >= 1."""
+    if text in ("auto", "off"):
+        return None if text == "auto" else 1
+    if not text.isdigit() or int(text) < 1:
+        raise UserError(f"--node-group wants auto, off or a number of nodes per process (at least 1), got {text!r}")
+    return int(text)
 
 
 def _dilation(args: argparse.Namespace, graph: Any) -> float:
@@ -404,6 +419,7 @@ def _main(args: argparse.Namespace) -> int:
         raise UserError(f"--pbox-cores must be at least 1, got {args.pbox_cores}")
     crash = _crashes(args.crash, graph)
     dilation = _dilation(args, graph)
+    node_group = parse_node_group(args.node_group)
     for link, _ in run.link_faults:
         ends = link.split("->") if "->" in link else link.split("--")
         if not graph.has_edge(*ends):
@@ -426,7 +442,7 @@ def _main(args: argparse.Namespace) -> int:
     from innet.plan.memory import check_memory
 
     for spec in specs:  # before anything is built: a run that cannot fit is refused, not OOM-killed halfway
-        check_memory(graph, spec, args.backend)
+        check_memory(graph, spec, args.backend, node_group=node_group)
     runs = []
     for spec in specs:
         if spec.mode == "gloo":
@@ -441,7 +457,7 @@ def _main(args: argparse.Namespace) -> int:
             from innet.backends.mininet import run_mininet
 
             runs.append(run_mininet(graph, spec, pcap_dir=args.pcap, cli=args.cli, pbox_cores=args.pbox_cores, crash=crash,
-                                    cluster=cluster, dilation=dilation))
+                                    cluster=cluster, dilation=dilation, node_group=node_group))
     exact: dict[str, Any] = {}
     if run.train:
         from innet.run.learn import exact_history

@@ -7,13 +7,17 @@ RSS (wait4's ru_maxrss) are the medians of --runs, next to the memory the run es
 before it started (innet.plan.memory). With ``--baseline DIR`` the same commands also run
 from another checkout (e.g. main before a change), alternating, and the ratios are printed.
 
-Mininet (needs root; skipped with --skip-mininet): bring-up and teardown timed on the bare
-network (``network``); the run is a full ``run_mininet`` (build, a process per switch and
-worker, the all-reduce, checks, teardown), its memory the peak drop in MemAvailable while it
-runs (sampled every 20 ms).
+Mininet (needs root; skipped with --skip-mininet): each ``run_topology.py --topo fat-tree --k K
+--mode M [--node-group G]`` in a fresh process (every mode of --mininet-modes, every value of
+--node-group): its bring-up (until its all-reduce starts), whole run, all-reduce time, its memory
+(the peak drop in MemAvailable while it runs, sampled every 20 ms) and what it left behind (its
+recorded processes still alive, its interfaces, state file and run directory: 0 when clean);
+with --bare also the bare network's bring-up, teardown and memory (``network``, nothing started).
 """
 
 import argparse
+import glob
+import json
 import os
 import statistics
 import subprocess
@@ -25,6 +29,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from innet.backends.cleanup import STATE_DIR, start_time  # noqa: E402
 from innet.plan.memory import estimate_bytes  # noqa: E402
 from innet.plan.spec import RunSpec  # noqa: E402
 from scripts.report import report  # noqa: E402
@@ -83,40 +88,120 @@ def local(args):
            {"runs": args.runs, "baseline": args.baseline})
 
 
-def mininet(args):
-    from innet.backends.mininet import network, run_mininet
+def _sampled(run):
+    """(what ``run()`` returned, the peak drop in MemAvailable in MiB while it ran: sampled every 20 ms)."""
+    before = available_kib()
+    lowest, running = [before], [True]
 
-    graph = build("fat-tree", k=args.k)
-    up, down, mem, total, completion = [], [], [], [], []
-    for seed in range(args.runs):
-        before = available_kib()
-        start = time.perf_counter()
-        with network(graph):
-            up.append(time.perf_counter() - start)
-            start = time.perf_counter()
-        down.append(time.perf_counter() - start)
-        lowest, running = [available_kib()], [True]
+    def sample():
+        while running[0]:
+            lowest[0] = min(lowest[0], available_kib())
+            time.sleep(0.02)
 
-        def sample(lowest=lowest, running=running):
-            while running[0]:
-                lowest[0] = min(lowest[0], available_kib())
-                time.sleep(0.02)
-
-        sampler = threading.Thread(target=sample)
-        sampler.start()
-        start = time.perf_counter()
-        result = run_mininet(graph, RunSpec(elements=100_000, seed=seed))
-        total.append(time.perf_counter() - start)
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        result = run()
+    finally:
         running[0] = False
         sampler.join()
-        mem.append((before - lowest[0]) / 1024)
-        assert result["correct"], result["errors"]
-        completion.append(result["completion_s"])
+    return result, (before - lowest[0]) / 1024
+
+
+def _state_of(pid):
+    """The state file (innet.backends.cleanup) of the run whose runner is ``pid``, or None."""
+    for path in glob.glob(os.path.join(STATE_DIR, "*.json")):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if data["runner"][0] == pid:
+            return data
+    return None
+
+
+def left_behind(state, intfs):
+    """What a finished run left: its recorded processes still alive, its interfaces, its state file and run dir."""
+    alive = sum(start_time(pid) == started for pid, started in state["pids"].values()) if state else 0
+    links = sum(os.path.exists(f"/sys/class/net/{name}") for name in intfs)
+    files = int(bool(state) and (os.path.exists(state["dir"]) or _state_of(state["runner"][0]) is not None))
+    return alive + links + files
+
+
+def rss_mib(pids):
+    """Resident MiB of the live processes ``pids`` (VmRSS: shared pages counted in each)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+                total += next((int(line.split()[1]) for line in fh if line.startswith("VmRSS:")), 0)
+        except OSError:
+            pass
+    return total / 1024
+
+
+def cli_run(k, mode, node_group, elements):
+    """One ``run_topology.py --topo fat-tree --k K --mode MODE`` in a fresh process: (bring-up s: until its
+    all-reduce starts, whole run s, all-reduce s, what it left behind, its state file's processes, their and
+    the runner's resident MiB then)."""
+    argv = [sys.executable, "run_topology.py", "--topo", "fat-tree", "--k", str(k), "--mode", mode, "--no-plots"]
+    argv += (["--node-group", node_group] if node_group else []) + (["--elements", str(elements)] if elements else [])
+    with tempfile.TemporaryDirectory() as out:
+        start = time.perf_counter()
+        proc = subprocess.Popen([*argv, "--out", out], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        up, state, lines, rss = None, None, [], 0.0
+        building = False  # a calibration run (innet.backends.calibration) may come first: its lines are not this run's
+        for line in proc.stderr:
+            lines.append(line)
+            building = building or line.startswith(f"innet: building fat-tree-k{k}:")
+            if building and line.startswith("innet: all-reduce:") and up is None:
+                up, state = time.perf_counter() - start, _state_of(proc.pid)
+                rss = rss_mib([proc.pid, *(pid for pid, _ in (state or {"pids": {}})["pids"].values())])
+        proc.wait()
+        wall = time.perf_counter() - start
+        if proc.returncode != 0:
+            raise SystemExit(f"{' '.join(argv[1:])} failed: {''.join(lines[-3:]).strip()}")
+        with open(os.path.join(out, "results.json"), encoding="utf-8") as fh:
+            runs = json.load(fh)["runs"]
+    assert all(r["correct"] for r in runs), [r["errors"] for r in runs]
+    graph = build("fat-tree", k=k)
+    intfs = [f"{n}-eth{p}" for n in graph for p in range(graph.degree(n))]
+    return up, wall, runs[0]["completion_s"], left_behind(state, intfs), len(state["pids"]) if state else 0, rss
+
+
+def mininet(args):
+    from innet.backends.mininet import network
+
+    graph = build("fat-tree", k=args.k)
     hosts = sum(1 for n in graph if graph.nodes[n].get("role") == "host")
-    rows = [[graph.name, graph.number_of_nodes(), hosts, statistics.median(up), statistics.median(down),
-             statistics.median(mem), statistics.median(total), statistics.median(completion)]]
-    report("emulation scale", ["topology", "nodes", "hosts", "bring-up s", "teardown s", "peak MiB",
-                               "full run s", "all-reduce s"], rows)
+    up, down, bare = [], [], []
+    for _ in range(args.runs if args.bare else 0):
+        def bring_up():
+            start = time.perf_counter()
+            with network(graph):
+                up.append(time.perf_counter() - start)
+                start = time.perf_counter()
+            down.append(time.perf_counter() - start)
+        bare.append(_sampled(bring_up)[1])
+    if bare:
+        report("bare network", ["topology", "nodes", "hosts", "bring-up s", "teardown s", "peak MiB"],
+               [[graph.name, graph.number_of_nodes(), hosts, statistics.median(up), statistics.median(down),
+                 statistics.median(bare)]], {"runs": args.runs, "load": os.getloadavg()[0]})
+    rows = []
+    for mode in args.mininet_modes.split(","):
+        for group in args.node_group.split(","):
+            got = [_sampled(lambda m=mode, g=group: cli_run(args.k, m, g, args.elements)) for _ in range(args.runs)]
+            med = [statistics.median(g[0][i] for g in got) for i in range(3)]
+            rows.append([graph.name, mode, group or "auto", *med, statistics.median(m for _, m in got),
+                         max(g[0][3] for g in got), statistics.median(g[0][4] for g in got),
+                         statistics.median(g[0][5] for g in got)])
+            print(f"python3 run_topology.py --topo fat-tree --k {args.k} --mode {mode}"
+                  + (f" --node-group {group}" if group else "") + (f" --elements {args.elements}" if args.elements else ""),
+                  flush=True)
+    report("emulation scale", ["topology", "mode", "node group", "bring-up s", "full run s", "all-reduce s",
+                               "peak MiB", "left behind", "processes", "their RSS MiB"], rows,
+           {"runs": args.runs, "load": os.getloadavg()[0]})
 
 
 def main():
@@ -128,8 +213,15 @@ def main():
     p.add_argument("--plan-only-k", type=int, default=32, help="time --plan-only at this k (0: skip; default 32)")
     p.add_argument("--baseline", help="another checkout to run the same local commands from, for ratios")
     p.add_argument("--skip-mininet", action="store_true")
+    p.add_argument("--skip-local", action="store_true")
+    p.add_argument("--mininet-modes", default="innet", help="modes of the Mininet runs, comma-separated (default innet)")
+    p.add_argument("--node-group", default="", help="--node-group values to run Mininet with, comma-separated "
+                   "(default: none given, i.e. auto)")
+    p.add_argument("--elements", type=int, default=0, help="--elements of the Mininet runs (default: run_topology's)")
+    p.add_argument("--bare", action="store_true", help="also time the bare Mininet network's bring-up and teardown")
     args = p.parse_args()
-    local(args)
+    if not args.skip_local:
+        local(args)
     if not args.skip_mininet:
         mininet(args)
 

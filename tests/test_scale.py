@@ -189,9 +189,9 @@ def test_a_run_too_big_for_memory_is_refused_in_one_line_before_anything_is_buil
 def test_the_estimate_grows_with_the_job_and_refuses_a_mininet_fat_tree_k16():
     k8 = build("fat-tree", k=8)
     assert estimate_bytes(k8, RunSpec(elements=65536), "local") > estimate_bytes(k8, RunSpec(elements=16384), "local")
-    # a process per switch and worker: 1344 of them for k=16 do not fit in 24 GiB
+    # a process per switch and worker (--node-group off): 1344 of them for k=16 do not fit in 24 GiB
     with pytest.raises(UserError, match="local backend"):
-        check_memory(build("fat-tree", k=16), RunSpec(elements=16384), "mininet", available=24 << 30)
+        check_memory(build("fat-tree", k=16), RunSpec(elements=16384), "mininet", available=24 << 30, node_group=1)
     assert check_memory(k8, RunSpec(elements=16384), "local", available=24 << 30) < 1 << 30
 
 
@@ -218,10 +218,11 @@ def readme_commands():
 
 
 def test_the_readme_scaling_commands_run_as_written(tmp_path):
-    """Each command of README's "Scaling up", run; the bench at small sizes (its k=32 is the bench's, not a test's)."""
+    """Each command of README's "Scaling up", run; the bench at small sizes (its k=32 is the bench's, not a test's).
+    The Mininet (sudo) command is run by tests/test_grouping.py."""
     commands = readme_commands()
-    assert len(commands) == 4
-    for argv in commands:
+    assert len(commands) == 5 and sum(argv[0] == "sudo" for argv in commands) == 1
+    for argv in (c for c in commands if c[0] != "sudo"):
         argv = [sys.executable if a == "python" else a for a in argv]
         if "scripts/bench_scale.py" in argv:
             argv += ["--local", "4:2048", "--plan-only-k", "4", "--runs", "1"]

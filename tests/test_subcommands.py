@@ -82,6 +82,7 @@ def test_a_flag_of_another_subcommand_is_refused_in_one_line():
     (["--mode", "pbox", "--consistency", "bsp", "--staleness", "2"], "--staleness is SSP's bound: it needs --consistency ssp"),
     (["--pcap", "caps"], "--pcap and --cli are Mininet's: they mean nothing with --backend local"),
     (["--cli"], "--pcap and --cli are Mininet's: they mean nothing with --backend local"),
+    (["--node-group", "4"], "--node-group says how many Mininet nodes a process serves: it means nothing with --backend local"),
     (["--hop-latency", "0.001"], "--hop-latency means nothing without --predict"),
     (["--epochs", "3"], "--epochs means nothing without --train"),
     (["--seed", "-1"], "--seed must be a non-negative integer, got -1"),

@@ -70,6 +70,25 @@ def wait_ms(*deadlines: float | None) -> int:
     return max(0, min(1000, int((min(due) - time.monotonic()) * 1000) + 1))
 
 
+def feed(port: RawPort, endpoint: Any, egress: Egress, now: float) -> None:
+    """Hand a host endpoint what its port has received, and send what it says."""
+    if hasattr(endpoint, "receive_block"):
+        block = port.recv_block()
+        if block is not None:
+            egress.send_all(0, endpoint.receive_block(block, now), now)
+    else:
+        for frame in port.recv_batch():
+            egress.send_all(0, endpoint.receive(frame, now), now)
+
+
+def expire(endpoint: Any, egress: Egress, now: float) -> None:
+    """A host endpoint's deadline, if it has passed; then the frames whose delay is over."""
+    deadline = endpoint.next_deadline()
+    if deadline is not None and deadline <= now:
+        egress.send_all(0, endpoint.on_timeout(now), now)
+    egress.flush(now)
+
+
 def serve_once(poller: select.poll, port: RawPort, endpoint: Any, egress: Egress, wake: float | None = None) -> bool:
     """One wake-up of a host endpoint: wait for frames or its deadline, feed it, send what it says.
     Whether frames came."""
@@ -81,17 +100,6 @@ def serve_once(poller: select.poll, port: RawPort, endpoint: Any, egress: Egress
             hold = min(hold, due - time.monotonic())
         if hold > 0:
             time.sleep(hold)
-        now = time.monotonic()
-        if hasattr(endpoint, "receive_block"):
-            block = port.recv_block()
-            if block is not None:
-                egress.send_all(0, endpoint.receive_block(block, now), now)
-        else:
-            for frame in port.recv_batch():
-                egress.send_all(0, endpoint.receive(frame, now), now)
-    now = time.monotonic()
-    deadline = endpoint.next_deadline()
-    if deadline is not None and deadline <= now:
-        egress.send_all(0, endpoint.on_timeout(now), now)
-    egress.flush(now)
+        feed(port, endpoint, egress, time.monotonic())
+    expire(endpoint, egress, time.monotonic())
     return woken

@@ -34,6 +34,7 @@ from innet.errors import UserError
 from innet.graph import is_switch, link_name, natural_key, port_to, ports
 from innet.hosts.ensemble import InputPlan, input_summary
 from innet.plan.dilation import TCLINK_MAX_MBPS, dilate_graph, dilate_spec, dilate_times, virtual
+from innet.plan.grouping import group_label, group_size, node_groups, start_timeout
 from innet.plan.spec import RunSpec, program_of
 from innet.results.check import WorkerOutcome, run_record, tally_drops
 from innet.results.fidelity import CPU_BOUND, fidelity, with_model, with_retransmissions
@@ -94,11 +95,15 @@ def _modelled(run: RunSpec) -> bool:
 
 
 class Control:
-    """The controller's end of one switch's control channel (JSON lines on a Unix socket)."""
+    """The controller's end of one switch's control channel (JSON lines on a Unix socket). ``proc``, the
+    process serving the switch, is watched while the socket comes up: if it dies, that is said at once,
+    with the last line of its ``log``."""
 
-    def __init__(self, path: str, timeout: float = 20.0) -> None:
+    def __init__(self, path: str, timeout: float = 20.0, proc: subprocess.Popen[bytes] | None = None,
+                 log: str | None = None) -> None:
         self.path = path
         self.name = os.path.basename(path).removesuffix(".sock")
+        self.log = log or path.removesuffix(".sock") + ".log"
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -107,8 +112,11 @@ class Control:
                 break
             except (FileNotFoundError, ConnectionRefusedError):
                 self.sock.close()
+                if proc is not None and proc.poll() is not None:
+                    raise UserError(f"switch process {self.name} exited before its control socket came up: "
+                                    f"{self._last_words()}") from None
                 if time.monotonic() > deadline:
-                    raise UserError(f"switch control socket {path} did not come up in {timeout:g}s") from None
+                    raise UserError(f"switch control socket {path} did not come up in {timeout:.0f}s") from None
                 time.sleep(0.05)
         self.file = self.sock.makefile("rb")
 
@@ -130,7 +138,7 @@ class Control:
     def _last_words(self) -> str:
         """The last line the switch process wrote to its log (its error, when it crashed)."""
         try:
-            with open(self.path.removesuffix(".sock") + ".log", encoding="utf-8", errors="replace") as fh:
+            with open(self.log, encoding="utf-8", errors="replace") as fh:
                 lines = [ln.strip() for ln in fh if ln.strip()]
         except OSError:
             lines = []
@@ -187,7 +195,7 @@ def _signals_deferred() -> Iterator[None]:
 def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli: bool = False,
                 pbox_cores: int = 1, crash: dict[str, float] | None = None,
                 intruders: list[tuple[str, list[str]]] | None = None, cluster: Cluster | None = None,
-                dilation: float = 1.0) -> RunRecord:
+                dilation: float = 1.0, node_group: int | None = None) -> RunRecord:
     """Run ``run`` on a Mininet network built from ``graph``; remove everything afterwards.
 
     ``crash`` kills the named worker hosts' processes (SIGKILL) that many seconds
@@ -196,7 +204,8 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     servers (innet.backends.cluster), every one of them checked before anything starts.
     ``dilation``: the time dilation factor
     (innet.plan.dilation): the network is built and the run given its times ``dilation``
-    times slower, and the record's times are the requested (virtual) ones.
+    times slower, and the record's times are the requested (virtual) ones. ``node_group``: switches
+    (and workers) per process, None for innet.plan.grouping's choice.
     """
     from mininet.log import setLogLevel
 
@@ -211,6 +220,7 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
         cluster.check()
     with _emulation(wire_graph, run_id, link_mtu(answer), cluster) as emu:
         emu.dilate(dilation, graph, run)
+        emu.node_group = node_group
         emu.start_switches(wire_run, program, configs, pcap_dir)
         return emu.execute(wire_run, rp, pbox_cores, dilate_times(crash or {}, dilation), intruders or [], cli)
 
@@ -278,6 +288,7 @@ class Emulation:
         self.times_at_exit: dict[int, tuple[float, float] | None] = {}
         self.dilation = 1.0
         self.requested: tuple[nx.Graph, RunSpec] | None = None
+        self.node_group: int | None = None  # nodes per process (innet.plan.grouping); None: its choice
 
     def dilate(self, factor: float, graph: nx.Graph, run: RunSpec) -> None:
         """This network is ``graph`` dilated by ``factor``, running ``run`` dilated: ports add each link's
@@ -373,24 +384,42 @@ class Emulation:
 
     spawn = _popen
 
+    def _groups(self, names: list[str], wanted: int | None) -> list[list[str]]:
+        """``names`` in the node groups their processes serve (innet.plan.grouping): one each on small runs."""
+        return node_groups(names, group_size(len(names), os.cpu_count() or 1, wanted), self.placement)
+
+    def _netns(self, name: str) -> str:
+        return f"/proc/{self.net.get(name).pid}/ns/net"
+
     def start_switches(self, run: RunSpec, program: Any, configs: dict[str, Any], pcap_dir: str | None) -> None:
         graph = self.graph
         switches = [n for n in sorted(graph, key=natural_key) if is_switch(graph, n)]
         if pcap_dir:
             self._start_pcaps(pcap_dir, switches)
-        for sw in switches:
-            conf = {"program": run.program, "pool_slots": run.pool_slots, "packet_elements": run.packet_elements,
-                    "fan_in": getattr(program, "fan_in", 0),
-                    "ports": {p: f"{sw}-eth{p}" for p in configs[sw].ports}, "faults": self._port_faults(run, sw),
-                    "control": os.path.join(self.run_dir, f"{sw}.sock")}
-            self._write(f"{sw}.json", conf)
-            with open(os.path.join(self.run_dir, f"{sw}.log"), "wb") as log_file:
-                self.switch_procs[sw] = self._popen(
-                    sw, [sys.executable, "-m", "innet.backends.node", "switch", os.path.join(self.run_dir, f"{sw}.json")],
+        confs = {sw: {"program": run.program, "pool_slots": run.pool_slots, "packet_elements": run.packet_elements,
+                      "fan_in": getattr(program, "fan_in", 0),
+                      "ports": {p: f"{sw}-eth{p}" for p in configs[sw].ports}, "faults": self._port_faults(run, sw),
+                      "control": os.path.join(self.run_dir, f"{sw}.sock")} for sw in switches}
+        served_by: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
+        for group in self._groups(switches, self.node_group):
+            label = group_label(group)
+            if len(group) == 1:
+                role, conf = "switch", confs[label]
+            else:
+                role, conf = "switches", {"switches": [{**confs[sw], "netns": self._netns(sw)} for sw in group]}
+            self._write(f"{label}.json", conf)
+            log_path = os.path.join(self.run_dir, f"{label}.log")
+            with open(log_path, "wb") as log_file:
+                proc = self.switch_procs[label] = self._popen(
+                    group[0], [sys.executable, "-m", "innet.backends.node", role, os.path.join(self.run_dir, f"{label}.json")],
                     stdout=subprocess.DEVNULL, stderr=log_file)
+            served_by.update({sw: (proc, log_path) for sw in group})
         progress = Progress("innet")
+        deadline = time.monotonic() + start_timeout(len(self.switch_procs))
         for sw in switches:
-            self.switch_controls[sw] = Control(os.path.join(self.run_dir, f"{sw}.sock"))
+            proc, log_path = served_by[sw]
+            self.switch_controls[sw] = Control(os.path.join(self.run_dir, f"{sw}.sock"),
+                                               max(0.0, deadline - time.monotonic()), proc, log_path)
             progress.update(lambda: f"{len(self.switch_controls)}/{len(switches)} switches up")
         progress.close()
         self.controls.extend(self.switch_controls.values())
@@ -398,7 +427,8 @@ class Emulation:
             reply = ctl.call("install", config=config_to_json(configs[sw]))
             if not reply.get("ok"):
                 raise UserError(reply.get("error", f"switch {sw} refused its configuration"))
-        log(f"{len(switches)} switches up running {program.name}")
+        grouped = f" in {len(self.switch_procs)} processes" if len(self.switch_procs) < len(switches) else ""
+        log(f"{len(switches)} switches up{grouped} running {program.name}")
 
     def execute(self, run: RunSpec, rp: RunPlan, pbox_cores: int, crash: dict[str, float],
                 intruders: list[tuple[str, list[str]]], cli: bool) -> RunRecord:
@@ -415,7 +445,7 @@ class Emulation:
             procs[f"{host}#{core}"] = self._popen(str(host), [sys.executable, "-m", "innet.backends.node", "pbox",
                                                               os.path.join(self.run_dir, f"pbox{core}.json")],
                                                   stdout=subprocess.PIPE)
-        workers = {}
+        workers, confs = {}, {}
         # a ring neighbour may have missed this rank's last ACKs: answer its probes until it has been quiet
         # for 4 of the longest RTOs (timeout / 32), at most the timeout, before leaving; on lossy links for
         # 16 of them (at 20% loss 4 tries in a row across 4 lossy links all fail 12% of the time, 16 0.02%)
@@ -432,10 +462,18 @@ class Emulation:
                         "port": f"{w}-eth0", "faults": self._port_faults(run, w), "result": os.path.join(self.run_dir, f"{w}.npz"),
                         "mode": run.mode, "ring": rp.ring(plan.job), "linger": linger,
                         "linger_limit": run.timeout if run.mode == "ring" else 0.0}
-                self._write(f"{w}.json", conf)
-                workers[w] = procs[w] = self._popen(
-                    w, [sys.executable, "-m", "innet.backends.node", "worker", os.path.join(self.run_dir, f"{w}.json")],
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                confs[w] = conf
+        # a worker to crash is alone in its process: the crash kills its process
+        for group in self._groups(sorted(confs, key=natural_key), 1 if crash else self.node_group):
+            label = group_label(group)
+            if len(group) == 1:
+                role, conf = "worker", confs[label]
+            else:
+                role, conf = "workers", {"workers": [{**confs[w], "netns": self._netns(w)} for w in group]}
+            self._write(f"{label}.json", conf)
+            workers[label] = procs[label] = self._popen(
+                group[0], [sys.executable, "-m", "innet.backends.node", role, os.path.join(self.run_dir, f"{label}.json")],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         starters = dict(workers)
         if rp.input is not None:
             starters.update(self._start_input(run, rp.input, procs))
@@ -450,7 +488,7 @@ class Emulation:
         times_before = {name: process_times(p.pid) for name, p in tracked.items()}
         before = {n.name: interface_bytes(n) for n in net.hosts}
         drops_before = self._drop_counts()
-        log(f"all-reduce: {len(workers)} workers x {run.elements} elements x {run.iterations} iteration(s)")
+        log(f"all-reduce: {len(confs)} workers x {run.elements} elements x {run.iterations} iteration(s)")
         started, ticks = time.monotonic(), machine_ticks()
         # one start instant for all hosts, on the clock they share (servers of a cluster do not share it)
         go = b"go\n" if self.cluster else f"go {started + GO_LEAD + GO_LEAD_PER_HOST * len(starters):.6f}\n".encode()
@@ -459,7 +497,8 @@ class Emulation:
             proc.stdin.write(go)
             proc.stdin.flush()
         others = {f"{name}!{i}": self._popen(name, argv, stdout=subprocess.DEVNULL) for i, (name, argv) in enumerate(intruders)}
-        self._wait_workers({**workers, **readers}, run, started, crash)
+        results = [os.path.join(self.run_dir, f"{w}.npz") for w in confs] if linger > 0 else []
+        self._wait_workers({**workers, **readers}, run, started, crash, (results, list(workers.values())))
         self._wait_workers(others, run, started, {})
         wall, ticks_after = time.monotonic() - started, machine_ticks()
         after = {n.name: interface_bytes(n) for n in net.hosts}
@@ -553,11 +592,21 @@ class Emulation:
         time.sleep(0.2)
 
     def _wait_workers(self, procs: dict[str, subprocess.Popen[bytes]], run: RunSpec, started: float,
-                      crash: dict[str, float]) -> None:
+                      crash: dict[str, float],
+                      lingering: tuple[list[str], list[subprocess.Popen[bytes]]] = ([], [])) -> None:
+        """Wait for ``procs`` to end, crashing the workers ``crash`` names on time. ``lingering``: result files,
+        and the worker processes that linger after writing theirs (the ring's): once every file is there, no
+        rank needs a neighbour's answers any more, and they are stopped rather than left to linger out."""
         limit = started + 30 + run.timeout * (len(run.call_sizes()) + 1)
         progress = Progress("innet")
         crash = dict(crash)
+        results, lingerers = lingering
         while not all(self._ended(p) for p in procs.values()):
+            if results and all(os.path.exists(r) for r in results):
+                for proc in lingerers:
+                    if proc.poll() is None:
+                        proc.terminate()
+                results = []
             now = time.monotonic()
             for host, at in list(crash.items()):
                 if now - started >= at:
@@ -566,7 +615,7 @@ class Emulation:
                     del crash[host]
             if now > limit:
                 raise UserError(f"workers did not finish within {limit - started:.0f}s; see {{timeout}}")
-            progress.update(lambda: f"{sum(p.poll() is not None for p in procs.values())}/{len(procs)} workers finished")
+            progress.update(lambda: f"{sum(p.poll() is not None for p in procs.values())}/{len(procs)} worker processes finished")
             time.sleep(0.01)
         progress.close()
 

@@ -9,6 +9,7 @@ itself are not looped back (PACKET_IGNORE_OUTGOING).
 from __future__ import annotations
 
 import ctypes
+import errno
 import fcntl
 import socket
 import struct
@@ -101,6 +102,10 @@ class RawPort:
                 self.sock.send(frame)
                 return
             except BlockingIOError:  # the qdisc is full: wait for room, never drop silently
+                self._wait_for_room()
+            except OSError as exc:  # ENOBUFS: the queue refused the frame (as sendmmsg's path, innet.backends.mmsg)
+                if exc.errno != errno.ENOBUFS:
+                    raise
                 self._wait_for_room()
 
     def send_block(self, block: np.ndarray) -> None:

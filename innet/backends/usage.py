@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 from typing import Any
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -21,6 +22,12 @@ def process_cpu_s(pid: int) -> float | None:
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime: fields 14 and 15 of stat(5)
+
+
+def own_cpu_s() -> float:
+    """This process's user plus system CPU seconds so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def process_wait_s(pid: int) -> float | None:

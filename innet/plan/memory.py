@@ -10,17 +10,21 @@ prints the estimate next to the measured peak); the estimate errs high.
   ``LOCAL_PER_ELEMENT`` bytes per element of every call); per switch its
   registers and its route table (one entry per node); per link direction its
   queues and fault injector.
-- mininet: the same, plus one Python process per switch, worker and PBox
-  (``MININET_PER_PROCESS``: an interpreter with numpy and innet loaded).
+- mininet: the same, plus one Python process per switch, worker and PBox, or per node group of them
+  (innet.plan.grouping; ``MININET_PER_PROCESS``: an interpreter with numpy and innet loaded), every
+  node's namespace with its links, and every raw port's buffers.
 """
 
 from __future__ import annotations
+
+import os
 
 import networkx as nx
 
 from innet.errors import UserError
 from innet.graph import is_switch
 from innet.plan.configs import pick_workers
+from innet.plan.grouping import process_count
 from innet.plan.spec import RunSpec, program_of
 
 MIB = 1 << 20
@@ -30,10 +34,14 @@ PER_ROUTE = 90  # one switch's route to one node (a dict entry, its int key)
 PER_LINK = 8 * 1024  # both directions' queues, counters and fault injectors, and the graph's own
 PER_NODE = 4 * 1024
 MININET_PER_PROCESS = 45 * MIB  # measured: an innet switch or worker process, resident
+MININET_PER_NODE = 3 * MIB // 2  # a node's namespace, shell and links: a bare fat-tree k=8 took 235 MiB for 208 nodes
+MININET_PER_PORT = 3 * MIB // 4  # a raw port's receive and send buffers (256 frames each of innet.backends.rawport)
 
 
-def estimate_bytes(graph: nx.Graph, run: RunSpec, backend: str) -> int:
-    """The estimated peak memory of ``run`` over ``graph`` on ``backend`` (``local`` or ``mininet``)."""
+def estimate_bytes(graph: nx.Graph, run: RunSpec, backend: str, node_group: int | None = None,
+                   cores: int | None = None) -> int:
+    """The estimated peak memory of ``run`` over ``graph`` on ``backend`` (``local`` or ``mininet``), its
+    nodes ``node_group`` to a process there (None: innet.plan.grouping's choice for ``cores``)."""
     workers = len(pick_workers(graph, run.workers))
     switches = sum(1 for n in graph if is_switch(graph, n))
     degree = max((d for n, d in graph.degree if is_switch(graph, n)), default=1)
@@ -42,7 +50,10 @@ def estimate_bytes(graph: nx.Graph, run: RunSpec, backend: str) -> int:
     total = (BASE + workers * per_worker + switches * (registers + PER_ROUTE * len(graph))
              + PER_LINK * graph.number_of_edges() + PER_NODE * len(graph))
     if backend == "mininet":
-        total += MININET_PER_PROCESS * (switches + workers + 1)  # and the PBox
+        cores = cores or os.cpu_count() or 1
+        processes = process_count(switches, cores, node_group) + process_count(workers, cores, node_group)
+        ports = sum(d for n, d in graph.degree if is_switch(graph, n)) + workers + 1
+        total += MININET_PER_PROCESS * (processes + 1) + MININET_PER_NODE * len(graph) + MININET_PER_PORT * ports
     return total
 
 
@@ -52,9 +63,10 @@ def available_bytes() -> int:
         return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("MemAvailable:"))
 
 
-def check_memory(graph: nx.Graph, run: RunSpec, backend: str, available: int | None = None) -> int:
+def check_memory(graph: nx.Graph, run: RunSpec, backend: str, available: int | None = None,
+                 node_group: int | None = None) -> int:
     """Refuse, in one line, a run whose estimate exceeds the available memory; else return the estimate."""
-    need = estimate_bytes(graph, run, backend)
+    need = estimate_bytes(graph, run, backend, node_group)
     have = available_bytes() if available is None else available
     if need > have:
         workers = len(pick_workers(graph, run.workers))

@@ -1,0 +1,156 @@
+"""The switch process: one switch, or a node group of them (innet.plan.grouping), served by one poll loop.
+
+``python -m innet.backends.node switch CONFIG`` serves one switch in the namespace it was started in;
+``python -m innet.backends.node switches CONFIG`` serves every switch its config lists, each switch's raw
+ports opened inside that switch's namespace (innet.backends.netns). Either way each switch has its own
+control socket (a Unix socket in the run directory) answering ``install``, ``stats`` and ``stop``, runs
+the switch runtime on every frame, and injects its links' faults on the frames it sends; the process
+blocks in poll() while every switch is idle.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import time
+from typing import Any
+
+from innet.backends.egress import Egress, wait_ms
+from innet.backends.netns import opened_in
+from innet.backends.rawport import RawPort
+from innet.backends.serialize import config_from_json
+from innet.backends.usage import own_cpu_s
+from innet.switch.loader import load_program
+from innet.switch.runtime import SwitchRuntime
+
+
+class SwitchNode:
+    """One switch of a process: its raw ports, its control socket, its runtime once installed."""
+
+    def __init__(self, conf: dict[str, Any], alone: bool = True) -> None:
+        self.program = load_program(conf["program"], conf.get("pool_slots", 0), conf.get("packet_elements", 0),
+                                    conf.get("fan_in", 0))
+        self.ports = {int(p): RawPort(name) for p, name in conf["ports"].items()}
+        self.egress = Egress(self.ports, conf["faults"])
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(conf["control"])
+        self.listener.listen(1)
+        self.by_fd = {port.fileno(): p for p, port in self.ports.items()}
+        self.runtime: SwitchRuntime | None = None
+        self.control: socket.socket | None = None
+        self.buffer = b""
+        self.alone = alone  # its CPU is the process's; in a group, the seconds the process spent on it
+        self.cpu_s = 0.0
+
+    def fds(self) -> list[int]:
+        return [*self.by_fd, self.listener.fileno()]
+
+    def next_wake(self) -> float | None:
+        due = [t for t in (self.runtime.next_timer() if self.runtime else None, self.egress.next_due()) if t is not None]
+        return min(due) if due else None
+
+    def on_ready(self, fd: int) -> tuple[bool, int | None]:
+        """Serve what woke ``fd``: (whether the switch is to stop, a newly accepted control socket's fd)."""
+        if fd == self.listener.fileno():
+            self.control, _ = self.listener.accept()
+            return False, self.control.fileno()
+        if self.control is not None and fd == self.control.fileno():
+            data = self.control.recv(1 << 20)
+            if not data:  # the controller went away
+                return True, None
+            self.buffer += data
+            while b"\n" in self.buffer:
+                line, self.buffer = self.buffer.split(b"\n", 1)
+                reply, stop = self._control(json.loads(line))
+                self.control.sendall(json.dumps(reply).encode() + b"\n")
+                if stop:
+                    return True, None
+            return False, None
+        port = self.by_fd[fd]
+        frames, lengths = self.ports[port].recv_rows()
+        if self.runtime is not None and len(lengths):
+            now = time.monotonic()
+            for out_port, out in self.runtime.receive_rows(port, frames, lengths, now):
+                self.egress.send_all(out_port, [out], now)
+        return False, None
+
+    def tick(self, now: float) -> None:
+        """Fire the runtime's due timers and send the frames whose delay is over."""
+        if self.runtime is not None and (self.runtime.next_timer() or float("inf")) <= now:
+            for out_port, out in self.runtime.run_timers(now):
+                self.egress.send(out_port, out, now)
+        self.egress.flush(now)
+
+    def _control(self, msg: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        op = msg.get("op")
+        if op == "install":
+            try:
+                self.runtime = SwitchRuntime(config_from_json(msg["config"]), self.program)
+            except Exception as exc:  # noqa: BLE001 - reported to the controller as one line
+                return {"ok": False, "error": str(exc)}, False
+            for port, frame in self.runtime.start(time.monotonic()):
+                self.egress.send(port, frame, time.monotonic())
+            return {"ok": True, "memory_bytes": self.runtime.memory_bytes}, False
+        if op == "stats":
+            report: dict[str, Any] = self.runtime.report() if self.runtime else {}
+            report.update(
+                ok=True, cpu_s=own_cpu_s() if self.alone else self.cpu_s, lost=self.egress.lost(),
+                socket_drops={port.name: port.drops() for port in self.ports.values()},
+                qdisc_waits={port.name: port.qdisc_waits for port in self.ports.values()},
+            )
+            return report, False
+        if op == "stop":
+            return {"ok": True}, True
+        return {"ok": False, "error": f"unknown op {op!r}"}, False
+
+    def close(self) -> None:
+        for sock in (self.control, self.listener, *(port.sock for port in self.ports.values())):
+            if sock is not None:
+                sock.close()
+
+
+def serve_switch(conf: dict[str, Any]) -> int:
+    """One switch, in this process's namespace."""
+    return serve_switches({"switches": [conf]})
+
+
+def serve_switches(conf: dict[str, Any]) -> int:
+    """Every switch of ``conf["switches"]`` in this process, until each has been told to stop (or lost its
+    controller). In a group, a switch's ``cpu_s`` is the thread CPU time spent serving it."""
+    confs = conf["switches"]
+    alone = len(confs) == 1
+    nodes = opened_in(confs, lambda c: SwitchNode(c, alone))
+    poller = select.poll()
+    owner: dict[int, SwitchNode] = {}
+    for node in nodes:
+        for fd in node.fds():
+            poller.register(fd, select.POLLIN)
+            owner[fd] = node
+    live = set(nodes)
+    clock = time.thread_time
+    while live:
+        for fd, _ in poller.poll(wait_ms(*(node.next_wake() for node in live))):
+            node = owner[fd]
+            began = 0.0 if alone else clock()
+            stop, accepted = node.on_ready(fd)
+            if not alone:
+                node.cpu_s += clock() - began
+            if accepted is not None:
+                poller.register(accepted, select.POLLIN)
+                owner[accepted] = node
+            if stop:
+                live.discard(node)
+                for gone in [f for f, n in owner.items() if n is node]:
+                    poller.unregister(gone)
+                    del owner[gone]
+                node.close()
+        now = time.monotonic()
+        for node in live:
+            due = node.next_wake()
+            if due is not None and due <= now:
+                began = 0.0 if alone else clock()
+                node.tick(now)
+                if not alone:
+                    node.cpu_s += clock() - began
+    return 0

@@ -1,0 +1,201 @@
+"""The worker process: one worker host, or a node group of them (innet.plan.grouping), served by one poll loop.
+
+``python -m innet.backends.node worker CONFIG`` runs one worker's all-reduce calls on its host's interface;
+``python -m innet.backends.node workers CONFIG`` runs every worker its config lists, each worker's raw port
+opened inside its host's namespace (innet.backends.netns). Either way the process says "ready", waits for
+"go", and writes what every worker got back to its .npz file, with the CPU seconds spent on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+import numpy as np
+
+from innet.backends.client import AllreduceClient
+from innet.backends.egress import expire, feed, wait_ms
+from innet.backends.netns import opened_in
+from innet.backends.serialize import spec_from_json
+from innet.backends.usage import own_cpu_s
+from innet.errors import UserError
+from innet.hosts.learner import Learner, bind_learner
+from innet.hosts.model import Task
+from innet.hosts.ssp import Consistency, SSPWorker
+from innet.hosts.training import Training
+from innet.hosts.worker import WorkerProcess
+from innet.plan.spec import worker_tensors
+from innet.results.check import WorkerOutcome, outcome_of, training_outcome
+from innet.run.modes import worker_process
+
+
+class WorkerNode:
+    """One worker host's endpoint (its all-reduce calls following the training schedule, if any, or its training
+    loop against the PBox), its port, and where it is: running, lingering (answering a ring neighbour's probes
+    until they have been quiet ``linger`` seconds, at most ``linger_limit``), or finished."""
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self.conf = conf
+        spec = spec_from_json(conf["spec"])
+        t = conf["training"]
+        training = Training(**{**t, **{k: tuple(t[k]) for k in ("backward", "layer", "order", "forward_layers")}}) if t else None
+        learner = Learner(Task(**conf["task"]), spec.rank, conf["topk"]) if conf.get("task") else None
+        tensors: Sequence[np.ndarray] = learner if learner is not None else worker_tensors(
+            conf["seed"], spec.job, spec.rank, conf["sizes"], conf["topk"], conf["layers"], spec.operator.rule == "bits")
+        endpoint: WorkerProcess | SSPWorker
+        if conf["ssp"]:
+            endpoint = SSPWorker(spec, tensors, conf["compute"], Consistency(**conf["ssp"]))
+        else:
+            endpoint = worker_process(conf["mode"], spec, conf["ring"], tensors, training)
+        if learner is not None:
+            bind_learner(endpoint, learner)
+        self.client = AllreduceClient(spec, conf["port"], conf["mode"], conf["ring"], conf["faults"], training,
+                                      endpoint=endpoint)
+        self.user_error = ""  # a learner's (training diverged): the controller says it as one line, naming the flag
+        self.cpu_s = 0.0
+        self.state = "running"
+        self.until = self.end = 0.0
+        self.status: int | None = None  # once its result is saved
+
+    @property
+    def ok(self) -> bool:
+        return self.client.proc.error is None and not self.user_error
+
+    def fail(self, exc: UserError) -> None:
+        self.user_error = str(exc.args[0]) if exc.args else ""
+        self.state = "finished"
+        self.status = self.save()
+
+    def next_wake(self) -> float | None:
+        due = [t for t in (self.client.proc.next_deadline(), self.client.egress.next_due()) if t is not None]
+        if self.state == "lingering":
+            due.append(min(self.until, self.end))
+        return min(due) if due else None
+
+    def feed(self, now: float) -> None:
+        client = self.client
+        feed(client.port, client.proc, client.egress, now)
+        if self.state == "lingering":
+            self.until = time.monotonic() + self.conf["linger"]
+
+    def step(self, now: float) -> None:
+        """Timers that are due, frames whose delay is over; then on to lingering, or finished."""
+        client = self.client
+        expire(client.proc, client.egress, now)
+        if self.state == "running" and client.proc.done:
+            self.status = self.save()
+            if self.ok and self.conf["linger"] > 0:
+                self.state, self.until, self.end = "lingering", now + self.conf["linger"], now + self.conf["linger_limit"]
+            else:
+                self.state = "finished"
+        elif self.state == "lingering" and now >= min(self.until, self.end):
+            self.state = "finished"
+
+    def save(self) -> int:
+        """Write what came back to the worker's result file, whole or not at all (the controller stops lingering
+        workers once every result file is there); the worker's exit status (0, or 3 when it failed)."""
+        spec, proc = self.client.proc.spec, self.client.proc
+        if self.user_error:
+            outcome = WorkerOutcome(spec.job, spec.rank, [], [], [], [], 0, self.user_error)
+        else:
+            outcome = training_outcome(proc) if isinstance(proc, SSPWorker) else outcome_of(proc)
+        partial = self.conf["result"] + ".part"
+        with open(partial, "wb") as fh:
+            np.savez(
+                fh,
+                ints=np.concatenate([np.zeros(0, np.int64), *outcome.ints]),  # calls differ in size
+                floats=np.concatenate([np.zeros(0, np.float32), *outcome.floats]),
+                sizes=np.array([len(x) for x in outcome.ints], dtype=np.int64),
+                started=np.array(outcome.started, dtype=float),
+                finished=np.array(outcome.finished, dtype=float),
+                retransmissions=np.array(outcome.retransmissions),
+                error=np.array(outcome.error),
+                spec=np.array(json.dumps(asdict(spec))),
+                cpu_s=np.array(self.cpu_s),
+                compute_starts=np.array(outcome.compute_starts, dtype=float),
+                staleness=np.array(outcome.staleness, dtype=np.int64),
+                scale=np.array(outcome.scale),
+                inputs=np.array(outcome.inputs) if outcome.inputs else np.zeros((0, 0), np.float32),
+                history=np.array(outcome.history, dtype=float).reshape(-1, 2),
+                user_error=np.array(self.user_error),
+            )
+        os.replace(partial, self.conf["result"])
+        return 0 if self.ok else 3
+
+
+def wait_for_go() -> bool:
+    """Wait for the controller's "go AT" (AT: a time.monotonic() instant, the one clock every namespace
+    shares), then until AT: every host starts at the same instant however late the scheduler woke it to
+    read its line, so no start is skewed by how busy the machine is. False: the controller went away."""
+    words = sys.stdin.readline().split()
+    if not words or words[0] != "go":
+        return False
+    if len(words) > 1:
+        time.sleep(max(0.0, float(words[1]) - time.monotonic()))
+    return True
+
+
+def _wait_for_go() -> bool:
+    print("ready", flush=True)
+    return wait_for_go()
+
+
+def serve_worker(conf: dict[str, Any]) -> int:
+    """One worker host, in this process's namespace: on "go", its calls (a failed call ends them; its error is
+    recorded in the result file), then its linger; its CPU is the process's from "go"."""
+    node = WorkerNode(conf)
+    if not _wait_for_go():
+        return 4
+    cpu_at_go = own_cpu_s()
+    try:
+        node.client.run_endpoint()
+    except UserError as exc:
+        node.fail(exc)
+    node.cpu_s = own_cpu_s() - cpu_at_go
+    status = node.save()
+    if node.ok:
+        node.client.linger(conf["linger"], conf["linger_limit"])
+    return status
+
+
+def serve_workers(conf: dict[str, Any]) -> int:
+    """Every worker of ``conf["workers"]`` in this process, one poll() over their ports; each one's CPU is the
+    thread CPU time spent on it. Exit status: the worst of theirs."""
+    nodes = opened_in(conf["workers"], WorkerNode)
+    if not _wait_for_go():
+        return 4
+    poller = select.poll()
+    owner = {node.client.port.fileno(): node for node in nodes}
+    for fd in owner:
+        poller.register(fd, select.POLLIN)
+    clock, status = time.thread_time, 0
+
+    def served(node: WorkerNode, work: Any) -> None:
+        began = clock()
+        try:
+            work(time.monotonic())
+        except UserError as exc:
+            node.fail(exc)
+        node.cpu_s += clock() - began
+
+    for node in nodes:
+        served(node, lambda now, node=node: node.client.egress.send_all(0, node.client.proc.start(now), now))
+    live = set(nodes)
+    while live:
+        for fd, _ in poller.poll(wait_ms(*(node.next_wake() for node in live))):
+            if owner[fd] in live:
+                served(owner[fd], owner[fd].feed)
+        for node in list(live):
+            if node.state != "finished":
+                served(node, node.step)
+            if node.state == "finished":
+                live.discard(node)
+                poller.unregister(node.client.port.fileno())
+                status = max(status, node.status if node.status is not None else node.save())
+    return status
