@@ -402,12 +402,7 @@ class Emulation:
                       "control": os.path.join(self.run_dir, f"{sw}.sock")} for sw in switches}
         served_by: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
         for group in self._groups(switches, self.node_group):
-            label = group_label(group)
-            if len(group) == 1:
-                role, conf = "switch", confs[label]
-            else:
-                role, conf = "switches", {"switches": [{**confs[sw], "netns": self._netns(sw)} for sw in group]}
-            self._write(f"{label}.json", conf)
+            label, role = self._write_group(group, confs, "switch", "switches")
             log_path = os.path.join(self.run_dir, f"{label}.log")
             with open(log_path, "wb") as log_file:
                 proc = self.switch_procs[label] = self._popen(
@@ -465,12 +460,7 @@ class Emulation:
                 confs[w] = conf
         # a worker to crash is alone in its process: the crash kills its process
         for group in self._groups(sorted(confs, key=natural_key), 1 if crash else self.node_group):
-            label = group_label(group)
-            if len(group) == 1:
-                role, conf = "worker", confs[label]
-            else:
-                role, conf = "workers", {"workers": [{**confs[w], "netns": self._netns(w)} for w in group]}
-            self._write(f"{label}.json", conf)
+            label, role = self._write_group(group, confs, "worker", "workers")
             workers[label] = procs[label] = self._popen(
                 group[0], [sys.executable, "-m", "innet.backends.node", role, os.path.join(self.run_dir, f"{label}.json")],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -570,6 +560,16 @@ class Emulation:
             sent = json.load(fh)["sent_bytes"]
         switch_bytes = sum(st.get("counters", {}).get("input_bytes", 0) for st in stats.values())
         return input_summary(self.graph, plan, readers, sent + switch_bytes)
+
+    def _write_group(self, group: list[str], confs: dict[str, dict[str, Any]], one: str, many: str) -> tuple[str, str]:
+        """Write the config of a lone node (role ``one``) or of a group (role ``many``: each node's config with its
+        namespace); its label and role."""
+        label = group_label(group)
+        if len(group) == 1:
+            self._write(f"{label}.json", confs[label])
+            return label, one
+        self._write(f"{label}.json", {many: [{**confs[n], "netns": self._netns(n)} for n in group]})
+        return label, many
 
     def _write(self, name: str, conf: dict[str, Any]) -> None:
         with open(os.path.join(self.run_dir, name), "w", encoding="utf-8") as fh:
