@@ -55,11 +55,6 @@ class JobPlan:
         return {p: sorted(cs, key=natural_key) for p, cs in out.items()}
 
 
-def _switch_graph(graph: nx.Graph, workers: Sequence[str]) -> nx.Graph:
-    keep = [n for n in graph if is_switch(graph, n)] + list(workers)
-    return graph.subgraph(keep)
-
-
 def _closest_switch(graph: nx.Graph, candidates: Sequence[str], workers: Sequence[str]) -> str:
     """The candidate with the least total hop count to the workers, then the least farthest, then by name
     (unreachable: 10**9 hops). A worker is one hop past its switch, so scipy's breadth-first searches run
@@ -118,15 +113,21 @@ def _method_tor(graph: nx.Graph, workers: Sequence[str]) -> tuple[str, set[str],
 
 
 def _method_tree(graph: nx.Graph, workers: Sequence[str]) -> tuple[str, set[str], nx.Graph]:
-    if len(workers) == 1:
-        tree_nodes = {workers[0], next(iter(graph[workers[0]]))}
+    """A worker is a leaf on its one link, so every tree spanning the workers is their links plus a tree
+    spanning their switches: the Steiner search runs between those switches, over switches only (at k=32,
+    512 terminals on 1280 nodes instead of 8191 on 9471)."""
+    tors = sorted({next(iter(graph[w])) for w in workers}, key=natural_key)
+    if len(tors) == 1:
+        tree_nodes = set(tors)
     else:  # links weighted by time per byte: a slow link costs what several fast ones do
-        fastest = max(float(d.get("bw", 1.0)) for _, _, d in graph.edges(data=True))
-        weighted = nx.Graph(graph)
-        for _, _, d in weighted.edges(data=True):
-            d["cost"] = fastest / float(d.get("bw", fastest))
-        tree_nodes = set(steiner_tree(weighted, list(workers), weight="cost", method="mehlhorn").nodes)
-    sub = graph.subgraph(tree_nodes)
+        switch = nx.Graph()
+        switch.add_edges_from((u, v, {"bw": float(d.get("bw", 1.0))}) for u, v, d in graph.edges(data=True)
+                              if is_switch(graph, u) and is_switch(graph, v))
+        fastest = max((d["bw"] for _, _, d in switch.edges(data=True)), default=1.0)
+        for _, _, d in switch.edges(data=True):
+            d["cost"] = fastest / d["bw"]
+        tree_nodes = set(steiner_tree(switch, tors, weight="cost", method="mehlhorn").nodes)
+    sub = graph.subgraph(tree_nodes | set(workers))
     sw = [n for n in sub if is_switch(graph, n)]
     root = _closest_switch(sub, sw, workers)
     return root, set(sw), sub
@@ -162,8 +163,8 @@ def plan_job(graph: nx.Graph, workers: Sequence[str], method: str = "tor", job: 
         return JobPlan(job, method, workers, None, (), {}, {}, first_hop, slots, pbox)
     if method not in METHODS:
         raise ValueError(f"unknown placement method {method!r}; expected one of {', '.join([*METHODS, 'pbox'])}")
-    sub = _switch_graph(graph, workers)
-    root, aggregators, tree_graph = METHODS[method](sub, workers)
+    # hosts that are not workers are leaves (validate: one link each) that never relay: they can stay
+    root, aggregators, tree_graph = METHODS[method](graph, workers)
     parents = bfs_parents(tree_graph, root)
     missing = [w for w in workers if w not in parents]
     if missing:

@@ -9,6 +9,7 @@ bytes measured at the interfaces.
 from __future__ import annotations
 
 import math
+import weakref
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from functools import lru_cache
@@ -81,13 +82,31 @@ def one_way(graph: nx.Graph, path: list[tuple[str, str]], size: float, hop: floa
 
 
 def path_links(graph: nx.Graph, src: str, dst: str) -> list[tuple[str, str]]:
-    """The routed path from ``src`` to ``dst``, as (from, to) link directions."""
-    hops, node = [], src
-    while node != dst:
-        nxt = next(iter(graph[node])) if graph.degree(node) == 1 else next_hop(graph, node, dst)  # a host's one link
-        hops.append((node, nxt))
-        node = nxt
-    return hops
+    """The routed path from ``src`` to ``dst``, as (from, to) link directions. A host's path is its one
+    link, then its switch's path, which is kept per graph (the model walks one path per worker, 8191 at k=32)."""
+    if src != dst and graph.degree(src) == 1:
+        first = next(iter(graph[src]))
+        return [(src, first), *_switch_path(graph, first, dst)]
+    return list(_switch_path(graph, src, dst))
+
+
+_PATHS: weakref.WeakKeyDictionary[nx.Graph, tuple[int, dict[tuple[str, str], tuple[tuple[str, str], ...]]]] = (
+    weakref.WeakKeyDictionary())
+
+
+def _switch_path(graph: nx.Graph, src: str, dst: str) -> tuple[tuple[str, str], ...]:
+    cached = _PATHS.get(graph)
+    if cached is None or cached[0] != len(graph):  # like innet.graph.indexed: the graph keeps its nodes
+        cached = _PATHS[graph] = (len(graph), {})
+    known = cached[1]
+    if (src, dst) not in known:
+        hops, node = [], src
+        while node != dst:
+            nxt = next(iter(graph[node])) if graph.degree(node) == 1 else next_hop(graph, node, dst)
+            hops.append((node, nxt))
+            node = nxt
+        known[src, dst] = tuple(hops)
+    return known[src, dst]
 
 
 def innet_contributions(plan: JobPlan) -> dict[str, list[int]]:
@@ -176,14 +195,15 @@ def tier_lower_bounds(graph: nx.Graph, workers: Sequence[str], elements: int, pe
 
     stream = stream_bytes(elements, per_packet)
     index = {n: i for i, n in enumerate(graph)}
-    edges = [(index[u], index[v], tier(graph, u, v)) for u, v in graph.edges]
+    tiers = {(u, v): tier(graph, u, v) for u, v in graph.edges}
+    edges = [(index[u], index[v], t) for (u, v), t in tiers.items()]
     bounds: dict[str, int] = {}
     for t in sorted({e[2] for e in edges}):
         kept = np.array([(a, b) for a, b, tt in edges if tt != t], np.int64).reshape(-1, 2)
         adjacency = csr_matrix((np.ones(len(kept)), (kept[:, 0], kept[:, 1])), shape=(len(index), len(index)))
         labels = connected_components(adjacency, directed=False)[1]
         part = {n: int(labels[i]) for n, i in index.items()}
-        cut = [(u, v) for u, v in graph.edges if tier(graph, u, v) == t]
+        cut = [uv for uv, tt in tiers.items() if tt == t]
         holding = {part[w] for w in workers}
         joined = nx.Graph()
         joined.add_nodes_from(holding)
