@@ -47,6 +47,7 @@ bench: deps
 	$(SUDO) $(PYTHON) scripts/bench_dilation.py
 	$(SUDO) $(PYTHON) scripts/bench_fabric.py
 	$(PYTHON) scripts/bench_blocks.py
+	$(PYTHON) scripts/plot_performance.py
 
 clean:
 	$(SUDO) $(PYTHON) run_topology.py --clean
