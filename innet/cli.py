@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 
 from innet.errors import UserError
 from innet.hosts.workloads import WORKLOADS
-from innet.plan.dilation import LOCAL_MIN_RTO, MININET_MIN_RTO, TCLINK_MAX_MBPS, auto_factor, host_link_rate
+from innet.plan.dilation import LOCAL_MIN_RTO, MININET_MIN_RTO, TCLINK_MAX_MBPS, auto_factor, host_link_rate, load_rate
 from innet.plan.planner import METHODS
 from innet.plan.spec import RunSpec
 from innet.results.fidelity import fidelity_line
@@ -302,7 +302,7 @@ def _dilation(args: argparse.Namespace, graph: Any) -> float:
     if wanted == "auto":
         from innet.backends.calibration import faithful_rate
 
-        wanted = auto_factor(host_link_rate(graph), faithful_rate())
+        wanted = auto_factor(load_rate(graph), faithful_rate())
     factor = float(wanted)
     if args.bw is not None and args.bw / factor > TCLINK_MAX_MBPS:
         raise UserError(f"--bw {args.bw:g} is {args.bw / factor:g} Mbit/s on the dilated links (--dilation {args.dilation}: "

@@ -10,7 +10,10 @@ import sys
 
 import pytest
 
+from innet.backends.calibration import faithful_rate
 from innet.cli import main
+from innet.plan.dilation import auto_factor, host_link_rate, load_rate
+from topologies import build
 
 pytestmark = pytest.mark.mininet
 
@@ -22,20 +25,36 @@ def run(tmp_path, name, *flags):
     return record
 
 
-def test_a_star_at_100_gbits_dilated_takes_the_local_backends_time(tmp_path):
-    """Medians of 3: Mininet (--dilation auto) within 10% of the local backend's virtual time, or, on a
-    machine other programs keep busy, every run further off than that judged not faithful by its report."""
-    local = run(tmp_path, "local", "--backend", "local", "--bw", "100000")
-    real = [run(tmp_path, f"mn{k}", "--bw", "100000", "--dilation", "auto", "--timeout", "0.002") for k in range(3)]
-    fid = real[0]["fidelity"]
-    assert fid["dilation"] > 100 and all(r["fidelity"]["dilation"] == fid["dilation"] for r in real)
-    assert isinstance(fid["cpu"]["s1"], float) and all(isinstance(n, int) for n in fid["drops"].values())
+def assert_takes_the_local_time(local, real):
+    """Medians of 3: Mininet within 10% of the local backend's virtual time, or, on a machine other programs
+    keep busy, every run further off than that judged not faithful by its report."""
     assert local["fidelity"]["dilation"] == 1.0
     ratio = statistics.median(r["completion_s"] for r in real) / local["completion_s"]
     if ratio > 1.1:  # a machine other programs keep busy (1.02 in one hour here, 1.11 in the next): then say so
         slow = [r for r in real if r["completion_s"] > 1.1 * local["completion_s"]]
         assert all(r["fidelity"]["verdict"] == "not faithful" for r in slow), [r["fidelity"] for r in slow]
     assert 0.9 <= ratio <= 1.25, (ratio, [r["fidelity"] for r in real])
+
+
+def test_a_star_at_100_gbits_dilated_takes_the_local_backends_time(tmp_path):
+    local = run(tmp_path, "local", "--backend", "local", "--bw", "100000")
+    real = [run(tmp_path, f"mn{k}", "--bw", "100000", "--dilation", "auto", "--timeout", "0.002") for k in range(3)]
+    fid = real[0]["fidelity"]
+    assert fid["dilation"] > 100 and all(r["fidelity"]["dilation"] == fid["dilation"] for r in real)
+    assert isinstance(fid["cpu"]["s1"], float) and all(isinstance(n, int) for n in fid["drops"].values())
+    assert_takes_the_local_time(local, real)
+
+
+def test_the_default_run_is_dilated_by_its_links_total_rate_and_takes_the_local_backends_time(tmp_path):
+    """The default run (leaf-spine 2x2, 1000 Mbit/s hosts, 2000 Mbit/s uplinks). Dilated by its host links
+    alone (F = 100 on a 10 Mbit/s calibration) its three switches and four workers kept 1.6 of the 2 cores
+    busy and it took 1.19-1.38x the local time; by its links' total rate (F = 180) 1.03-1.05x."""
+    local = run(tmp_path, "local", "--topo", "leaf-spine", "--backend", "local")
+    real = [run(tmp_path, f"mn{k}", "--topo", "leaf-spine", "--dilation", "auto") for k in range(3)]
+    factor = auto_factor(load_rate(build("leaf-spine")), faithful_rate())
+    assert factor > auto_factor(host_link_rate(build("leaf-spine")), faithful_rate())
+    assert all(r["fidelity"]["dilation"] == factor for r in real), [r["fidelity"]["dilation"] for r in real]
+    assert_takes_the_local_time(local, real)
 
 
 def test_a_slow_run_is_faithful(tmp_path):

@@ -6,7 +6,7 @@ same run on the local backend (virtual time, no CPU in it). The faithful rate is
 doubling from ``RATES[0]``, at which Mininet's completion time is within ``TOLERANCE`` of the local one;
 the first candidate that misses ends the search. A dilated run at real rate r does what an undilated
 run at r does, so the figure holds for any requested rate; a run's factor is then
-``innet.plan.dilation.auto_factor``.
+``innet.plan.dilation.auto_factor`` of its graph's ``load_rate`` (larger graphs load the CPU more).
 
 The result is cached in ``cache_dir()/calibration.json``, keyed by the CPU model, the core count and
 the data plane's version (a digest of the code every frame passes through, so a change there
@@ -28,7 +28,7 @@ from innet.errors import UserError
 RATES = (2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)  # Mbit/s, real, tried in order
 TARGET_MBPS = 100000.0  # the virtual rate calibrated at: the seeds' 100 Gbit/s
 TOLERANCE = 1.05  # Mininet's completion time over the local backend's: half the 10% a run should meet, since
-# the other modes and larger topologies load the CPU more than this one star does
+# the other modes load the CPU more than this one star does (larger topologies are dilated more: load_rate)
 CALIBRATION_TIMEOUT_S = 20.0  # real seconds without progress before a calibration run gives up
 CALIBRATION_VERSION = 1  # bump when the procedure above changes
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -129,12 +129,12 @@ def measured_ratio(rate: float) -> float:
     real Mbit/s (``TARGET_MBPS`` virtual)."""
     from innet.backends.local import run_local
     from innet.backends.mininet import run_mininet
-    from innet.plan.dilation import MININET_MIN_RTO
+    from innet.plan.dilation import CALIBRATION_WORKERS, MININET_MIN_RTO
     from innet.plan.spec import RunSpec
     from topologies import build
 
     factor = TARGET_MBPS / rate
-    graph = build("star", workers=4, bw=TARGET_MBPS)
+    graph = build("star", workers=CALIBRATION_WORKERS, bw=TARGET_MBPS)
     local = run_local(graph, RunSpec(mode="innet", seed=1)).completion_s
     stuck = CALIBRATION_TIMEOUT_S / factor  # virtual: a wedged calibration run gives up after this many real seconds
     real = run_mininet(graph, RunSpec(mode="innet", seed=1, min_rto=MININET_MIN_RTO, timeout=stuck), dilation=factor)
