@@ -23,10 +23,25 @@ LOCAL_MIN_RTO = 0.001  # the fabric's RTO floor: virtual time has no scheduling 
 MININET_MIN_RTO = 0.02  # real seconds: a loaded 2-core machine delays an ACK this long now and then
 
 
-def auto_factor(requested_mbps: float, faithful_mbps: float) -> float:
+CALIBRATION_DIRECTIONS = 8  # link directions the calibration's star of 4 keeps busy at once: each host link, both ways
+
+
+def auto_factor(requested_mbps: float, faithful_mbps: float, carried_mbps: float = 0.0) -> float:
     """The factor ``--dilation auto`` takes: the requested rate over the rate this machine carries
-    faithfully, never below 1 (a run the machine keeps up with is not slowed down)."""
-    return max(1.0, requested_mbps / faithful_mbps)
+    faithfully, never below 1 (a run the machine keeps up with is not slowed down); and where the run
+    keeps more link directions busy at once than the calibration's star did, as much more
+    (``carried_mbps``, see ``carried_rate``): every frame on a link is sent by one Python process and
+    read by another, so the CPU's work per second grows with all the links' traffic, not one link's rate."""
+    return max(1.0, requested_mbps / faithful_mbps, carried_mbps / (CALIBRATION_DIRECTIONS * faithful_mbps))
+
+
+def carried_rate(graph: nx.Graph, loads: dict[tuple[str, str], float]) -> float:
+    """Mbit/s summed over the link directions of ``loads`` (bytes each) while the busiest of them is busy:
+    the traffic a run asks the machine to move at once. A star of 4 at rate r carries 8 r."""
+    if not loads:
+        return 0.0
+    busy = max(b * 8 / (float(graph.edges[u, v]["bw"]) * 1e6) for (u, v), b in loads.items())
+    return sum(loads.values()) * 8 / 1e6 / busy if busy > 0 else 0.0
 
 
 def host_link_rate(graph: nx.Graph) -> float:
