@@ -11,9 +11,9 @@ from typing import Any, NoReturn
 
 from innet.errors import UserError
 from innet.hosts.workloads import WORKLOADS
-from innet.plan.dilation import LOCAL_MIN_RTO, MININET_MIN_RTO, TCLINK_MAX_MBPS, auto_factor, host_link_rate, load_rate
+from innet.plan.dilation import LOCAL_MIN_RTO, MININET_MIN_RTO, TCLINK_MAX_MBPS, auto_factor, host_link_rate
 from innet.plan.planner import METHODS
-from innet.plan.spec import RunSpec
+from innet.plan.spec import RunSpec, program_of
 from innet.results.fidelity import fidelity_line
 from innet.results.learning import learning_lines
 from innet.results.metrics import (
@@ -289,26 +289,29 @@ def parse_node_group(text: str) -> int | None:
     return int(text)
 
 
-def _dilation(args: argparse.Namespace, graph: Any) -> float:
-    """The run's time dilation factor (innet.plan.dilation): 1 on the local backend, which runs in virtual
-    time; on Mininet --dilation's, auto from the machine's calibration. The dilated links must be ones
-    TCLink can shape."""
+def _dilation(args: argparse.Namespace, graph: Any) -> tuple[float, float | None]:
+    """The run's time dilation factor (innet.plan.dilation) as far as the links decide it, and with
+    --dilation auto the machine's faithful rate, from which each mode's own factor follows
+    (innet.run.modes.auto_dilation): 1 on the local backend, which runs in virtual time; on Mininet
+    --dilation's, or auto's from the calibration. The dilated links must be ones TCLink can shape."""
     wanted = parse_dilation(args.dilation)
     if args.backend == "local":
         if wanted not in ("auto", 1.0):
             raise UserError(f"--dilation {args.dilation} slows Mininet's clock; the local backend runs in virtual "
                             "time and needs none: use --dilation auto or off there")
-        return 1.0
+        return 1.0, None
+    faithful = None
     if wanted == "auto":
         from innet.backends.calibration import faithful_rate
 
-        wanted = auto_factor(load_rate(graph), faithful_rate())
+        faithful = faithful_rate()
+        wanted = auto_factor(host_link_rate(graph), faithful)
     factor = float(wanted)
     if args.bw is not None and args.bw / factor > TCLINK_MAX_MBPS:
         raise UserError(f"--bw {args.bw:g} is {args.bw / factor:g} Mbit/s on the dilated links (--dilation {args.dilation}: "
                         f"factor {factor:g}), above the {TCLINK_MAX_MBPS:g} TCLink can shape: dilate by at least "
                         f"{args.bw / TCLINK_MAX_MBPS:g}, or use the local backend")
-    return factor
+    return factor, faithful
 
 
 def _straggler(text: str) -> tuple[str, float, float]:
@@ -418,7 +421,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.pbox_cores < 1:
         raise UserError(f"--pbox-cores must be at least 1, got {args.pbox_cores}")
     crash = _crashes(args.crash, graph)
-    dilation = _dilation(args, graph)
+    dilation, faithful = _dilation(args, graph)
     node_group = parse_node_group(args.node_group)
     for link, _ in run.link_faults:
         ends = link.split("->") if "->" in link else link.split("--")
@@ -455,9 +458,11 @@ def _main(args: argparse.Namespace) -> int:
             runs.append(run_local(graph, spec, pbox_cores=args.pbox_cores, crash=crash))
         else:
             from innet.backends.mininet import run_mininet
+            from innet.run.modes import auto_dilation
 
+            factor = dilation if faithful is None else auto_dilation(graph, spec, program_of(spec), faithful)
             runs.append(run_mininet(graph, spec, pcap_dir=args.pcap, cli=args.cli, pbox_cores=args.pbox_cores, crash=crash,
-                                    cluster=cluster, dilation=dilation, node_group=node_group))
+                                    cluster=cluster, dilation=factor, node_group=node_group))
     exact: dict[str, Any] = {}
     if run.train:
         from innet.run.learn import exact_history

@@ -21,8 +21,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from innet.backends.calibration import faithful_rate  # noqa: E402
 from innet.backends.local import run_local  # noqa: E402
 from innet.backends.mininet import run_mininet  # noqa: E402
-from innet.plan.dilation import LOCAL_MIN_RTO, MININET_MIN_RTO, auto_factor, load_rate  # noqa: E402
-from innet.plan.spec import RunSpec  # noqa: E402
+from innet.plan.dilation import LOCAL_MIN_RTO, MININET_MIN_RTO  # noqa: E402
+from innet.plan.spec import RunSpec, program_of  # noqa: E402
+from innet.run.modes import auto_dilation  # noqa: E402
 from scripts.report import report  # noqa: E402
 from topologies import build  # noqa: E402
 
@@ -41,8 +42,9 @@ def main() -> None:
     for case in args.cases.split(","):
         topo, _, bw = case.partition(":")
         graph = build(topo, workers=4, bw=float(bw))
-        factor = args.dilation or auto_factor(load_rate(graph), faithful)
         for mode in args.modes.split(","):
+            spec = RunSpec(mode=mode)
+            factor = args.dilation or auto_dilation(graph, spec, program_of(spec), faithful)
             local = [run_local(graph, RunSpec(mode=mode, seed=k, min_rto=LOCAL_MIN_RTO)) for k in range(args.runs)]
             real = [run_mininet(graph, RunSpec(mode=mode, seed=k, min_rto=MININET_MIN_RTO, timeout=STUCK_S / factor),
                                 dilation=factor) for k in range(args.runs)]

@@ -12,11 +12,11 @@ from innet.plan.dilation import (
     LOCAL_MIN_RTO,
     MININET_MIN_RTO,
     auto_factor,
+    carried_rate,
     dilate_graph,
     dilate_spec,
     dilate_times,
     host_link_rate,
-    load_rate,
     virtual,
 )
 from innet.plan.spec import RunSpec
@@ -34,22 +34,31 @@ def test_the_flag_takes_auto_off_or_a_factor_of_at_least_one():
 
 
 def test_auto_divides_the_host_link_rate_by_the_faithful_rate_and_never_speeds_up():
-    star = build("star", workers=4, bw=100000)  # the calibration's own graph: its host-link rate
-    assert host_link_rate(star) == load_rate(star) == 100000
-    assert auto_factor(load_rate(star), 5.0) == 20000
-    assert auto_factor(load_rate(build("star", workers=2, bw=100000)), 5.0) == 20000  # fewer links: never less
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2, bw=100000)
+    assert host_link_rate(graph) == 100000
+    assert auto_factor(host_link_rate(graph), 5.0) == 20000  # not the 200000 of its uplinks
     assert auto_factor(3.0, 5.0) == 1.0  # a run the machine keeps up with runs at its own speed
 
 
-def test_auto_dilates_a_multi_switch_topology_by_its_links_total_rate_not_its_host_links_alone():
-    """The default run (leaf-spine 2x2, 1000 Mbit/s hosts, 2000 Mbit/s uplinks, a PBox: 9000 Mbit/s of links)
-    asks 1.8x what the calibration's star of 4 at 1000 does: dilated by the host links alone (F = 100 on a
-    10 Mbit/s calibration) its 3 switch and 4 worker processes kept 1.6 of 2 cores busy and it took 1.2-1.4x
-    the local backend's time; at F = 180 it matches within 5% (docs/performance-dilation.md)."""
-    graph = build("leaf-spine", racks=2, hosts_per_rack=2, bw=1000)
-    assert host_link_rate(graph) == 1000 and load_rate(graph) == 1800
-    assert auto_factor(load_rate(graph), 10.0) == 180
-    assert load_rate(build("star", workers=8, bw=1000)) == 1800  # twice the workers on one switch: more too
+def test_auto_dilates_as_much_more_as_the_run_keeps_more_links_busy_than_the_calibrations_star():
+    """The star of 4 keeps 8 link directions busy, as the calibration's did: the host links' factor. The
+    default leaf-spine adds its 4 uplink directions: 1.5 times that. A fat-tree k=8's in-network tree
+    keeps hundreds busy; its PBox mode, held up by the PBox's one link, few at a time."""
+    from innet.plan.spec import program_of
+    from innet.run.modes import auto_dilation
+
+    def factor(graph, mode):
+        run = RunSpec(mode=mode)
+        return auto_dilation(graph, run, program_of(run), 10.0)
+
+    star = build("star", workers=4, bw=1000)
+    assert [factor(star, m) for m in ("innet", "pbox", "ring")] == pytest.approx([100.0, 100.0, 100.0])
+    leaf = build("leaf-spine", racks=2, hosts_per_rack=2, bw=1000)
+    assert factor(leaf, "innet") == pytest.approx(150.0)
+    assert carried_rate(leaf, {("h1", "t1"): 1000.0, ("t1", "s1"): 1000.0}) == pytest.approx(2000.0)  # both busy as long
+    k8 = build("fat-tree", k=8)
+    assert factor(k8, "innet") > 20 * factor(k8, "pbox") > 20 * 100
+    assert auto_factor(1000.0, 10.0, carried_mbps=8000.0) == 100.0 and auto_factor(1000.0, 10.0, 16000.0) == 200.0
 
 
 def test_a_dilated_graph_has_rates_divided_and_latencies_multiplied():
@@ -86,7 +95,7 @@ def _args(**kw):
 
 def test_dilated_links_must_be_ones_tclink_can_shape():
     graph = build("star", workers=4, bw=100000)
-    assert _dilation(_args(bw=100000.0, dilation="200"), graph) == 200.0
+    assert _dilation(_args(bw=100000.0, dilation="200"), graph) == (200.0, None)
     with pytest.raises(UserError, match=r"--bw 100000 is 1000\.5 Mbit/s on the dilated links .* dilate by at least 100,"):
         _dilation(_args(bw=100000.0, dilation="99.95"), graph)
     with pytest.raises(UserError, match=r"--bw 2000 is 2000 Mbit/s on the dilated links \(--dilation off: factor 1\)"):
@@ -95,8 +104,8 @@ def test_dilated_links_must_be_ones_tclink_can_shape():
 
 def test_the_local_backend_runs_in_virtual_time_and_refuses_a_factor(capsys):
     graph = build("star", workers=4, bw=100000)
-    assert _dilation(_args(backend="local", dilation="auto"), graph) == 1.0
-    assert _dilation(_args(backend="local", dilation="off"), graph) == 1.0
+    assert _dilation(_args(backend="local", dilation="auto"), graph) == (1.0, None)
+    assert _dilation(_args(backend="local", dilation="off"), graph) == (1.0, None)
     assert main(["--backend", "local", "--topo", "star", "--dilation", "5", "--plan-only"]) == 0  # plans need no clock
     assert main(["--backend", "local", "--topo", "star", "--dilation", "5", "--no-plots", "--out", os.devnull]) == 2
     err = capsys.readouterr().err.strip().splitlines()

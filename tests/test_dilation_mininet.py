@@ -12,7 +12,9 @@ import pytest
 
 from innet.backends.calibration import faithful_rate
 from innet.cli import main
-from innet.plan.dilation import auto_factor, host_link_rate, load_rate
+from innet.plan.dilation import auto_factor, host_link_rate
+from innet.plan.spec import RunSpec, program_of
+from innet.run.modes import auto_dilation
 from topologies import build
 
 pytestmark = pytest.mark.mininet
@@ -45,13 +47,14 @@ def test_a_star_at_100_gbits_dilated_takes_the_local_backends_time(tmp_path):
     assert_takes_the_local_time(local, real)
 
 
-def test_the_default_run_is_dilated_by_its_links_total_rate_and_takes_the_local_backends_time(tmp_path):
+def test_the_default_run_is_dilated_by_the_traffic_on_all_its_links_and_takes_the_local_backends_time(tmp_path):
     """The default run (leaf-spine 2x2, 1000 Mbit/s hosts, 2000 Mbit/s uplinks). Dilated by its host links
     alone (F = 100 on a 10 Mbit/s calibration) its three switches and four workers kept 1.6 of the 2 cores
-    busy and it took 1.19-1.38x the local time; by its links' total rate (F = 180) 1.03-1.05x."""
+    busy and it took 1.19-1.38x the local time; by the traffic its plan keeps on all its links at once
+    (the uplinks too: F = 150) it is dilated more."""
     local = run(tmp_path, "local", "--topo", "leaf-spine", "--backend", "local")
     real = [run(tmp_path, f"mn{k}", "--topo", "leaf-spine", "--dilation", "auto") for k in range(3)]
-    factor = auto_factor(load_rate(build("leaf-spine")), faithful_rate())
+    factor = auto_dilation(build("leaf-spine"), RunSpec(), program_of(RunSpec()), faithful_rate())
     assert factor > auto_factor(host_link_rate(build("leaf-spine")), faithful_rate())
     assert all(r["fidelity"]["dilation"] == factor for r in real), [r["fidelity"]["dilation"] for r in real]
     assert_takes_the_local_time(local, real)

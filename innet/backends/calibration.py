@@ -6,7 +6,7 @@ same run on the local backend (virtual time, no CPU in it). The faithful rate is
 doubling from ``RATES[0]``, at which Mininet's completion time is within ``TOLERANCE`` of the local one;
 the first candidate that misses ends the search. A dilated run at real rate r does what an undilated
 run at r does, so the figure holds for any requested rate; a run's factor is then
-``innet.plan.dilation.auto_factor`` of its graph's ``load_rate`` (larger graphs load the CPU more).
+``innet.run.modes.auto_dilation``: more where a run keeps more links busy at once than this star.
 
 The result is cached in ``cache_dir()/calibration.json``, keyed by the CPU model, the core count and
 the data plane's version (a digest of the code every frame passes through, so a change there
@@ -28,7 +28,7 @@ from innet.errors import UserError
 RATES = (2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)  # Mbit/s, real, tried in order
 TARGET_MBPS = 100000.0  # the virtual rate calibrated at: the seeds' 100 Gbit/s
 TOLERANCE = 1.05  # Mininet's completion time over the local backend's: half the 10% a run should meet, since
-# the other modes load the CPU more than this one star does (larger topologies are dilated more: load_rate)
+# the other modes load the CPU more than this one star does (runs that keep more links busy are dilated more: auto_dilation)
 CALIBRATION_TIMEOUT_S = 20.0  # real seconds without progress before a calibration run gives up
 CALIBRATION_VERSION = 1  # bump when the procedure above changes
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -21,34 +21,35 @@ from innet.wire.faults import FaultSpec
 TCLINK_MAX_MBPS = 1000.0  # the fastest rate Mininet's TCLink (tc htb) shapes: a dilation must bring links below it
 LOCAL_MIN_RTO = 0.001  # the fabric's RTO floor: virtual time has no scheduling jitter
 MININET_MIN_RTO = 0.02  # real seconds: a loaded 2-core machine delays an ACK this long now and then
+
+
 CALIBRATION_WORKERS = 4  # hosts on the calibration's star (innet.backends.calibration), beside its PBox
+CALIBRATION_DIRECTIONS = 2 * CALIBRATION_WORKERS  # link directions its run keeps busy at once: each host link, both ways
 
 
-def auto_factor(requested_mbps: float, faithful_mbps: float) -> float:
-    """The factor ``--dilation auto`` takes: the requested rate (a graph's ``load_rate``) over the rate this
-    machine carries faithfully, never below 1 (a run the machine keeps up with is not slowed down)."""
-    return max(1.0, requested_mbps / faithful_mbps)
+def auto_factor(requested_mbps: float, faithful_mbps: float, carried_mbps: float = 0.0) -> float:
+    """The factor ``--dilation auto`` takes: the requested rate over the rate this machine carries
+    faithfully, never below 1 (a run the machine keeps up with is not slowed down); and where the run
+    keeps more link directions busy at once than the calibration's star did, as much more
+    (``carried_mbps``, see ``carried_rate``): every frame on a link is sent by one Python process and
+    read by another, so the CPU's work per second grows with all the links' traffic, not one link's rate."""
+    return max(1.0, requested_mbps / faithful_mbps, carried_mbps / (CALIBRATION_DIRECTIONS * faithful_mbps))
+
+
+def carried_rate(graph: nx.Graph, loads: dict[tuple[str, str], float]) -> float:
+    """Mbit/s summed over the link directions of ``loads`` (bytes each) while the busiest of them is busy:
+    the traffic a run asks the machine to move at once. A star of 4 at rate r carries 8 r."""
+    if not loads:
+        return 0.0
+    busy = max(b * 8 / (float(graph.edges[u, v]["bw"]) * 1e6) for (u, v), b in loads.items())
+    return sum(loads.values()) * 8 / 1e6 / busy if busy > 0 else 0.0
 
 
 def host_link_rate(graph: nx.Graph) -> float:
-    """The highest rate of a link to a host, Mbit/s."""
+    """The highest rate of a link to a host, Mbit/s: the rate the dilation must bring within reach (the
+    calibration's star has only host links; its switch carries every one of them)."""
     return max((float(d["bw"]) for u, v, d in graph.edges(data=True)
                 if "host" in (graph.nodes[u].get("role"), graph.nodes[v].get("role"))), default=0.0)
-
-
-def load_rate(graph: nx.Graph) -> float:
-    """The rate, Mbit/s, the dilation must bring within what the calibration found faithful: the calibration's
-    star (``CALIBRATION_WORKERS`` hosts and a PBox, each on a link at one rate) at the rate that makes its
-    links add up to ``graph``'s, or ``graph``'s fastest host link if that is higher.
-
-    Every link's frames cost the CPU of the process that sends them and of the one that reads them, so what
-    a dilated run asks of the machine grows with its links' total rate, not with the host links' alone: the
-    default leaf-spine (4 hosts at 1000 Mbit/s, 2000 Mbit/s uplinks, a PBox: 9000 in all) carries 1.8 times
-    what a star of 4 at 1000 does, with three switch processes instead of one. Dilated by the host-link rate
-    alone (F = 100 here), its processes kept 1.6 of the 2 cores busy and it took 1.2-1.4x its virtual
-    time; at F = 180-200 it is within 5% (docs/performance-dilation.md)."""
-    total = sum(float(d["bw"]) for _, _, d in graph.edges(data=True))
-    return max(host_link_rate(graph), total / (CALIBRATION_WORKERS + 1))
 
 
 def dilate_graph(graph: nx.Graph, f: float) -> nx.Graph:

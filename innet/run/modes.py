@@ -29,7 +29,9 @@ from innet.hosts.ssp import SSPWorker
 from innet.hosts.training import Training
 from innet.hosts.worker import AllreduceCall, JobSpec, WorkerProcess
 from innet.plan.configs import pick_workers, switch_configs, worker_specs
+from innet.plan.dilation import auto_factor, carried_rate, host_link_rate
 from innet.plan.planner import METHODS, JobPlan, JobRequest, Placement, plan_job, plan_jobs
+from innet.plan.prediction import direction_bytes
 from innet.plan.spec import RunSpec
 from innet.plan.timing import planned_training, predict
 from innet.switch.program import SwitchProgram
@@ -70,6 +72,17 @@ def fastest_placement(graph: nx.Graph, run: RunSpec, requests: list[JobRequest],
 
     assert set(order) == set(METHODS)
     return placed[min(order, key=lambda m: (predicted(m), order.index(m)))]
+
+
+def auto_dilation(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram], faithful_mbps: float) -> float:
+    """``--dilation auto``'s factor for ``run`` (innet.plan.dilation.auto_factor): from its host links' rate
+    and from the traffic its plan puts on every link at once (all jobs together)."""
+    rp = plan_run(graph, run, program)
+    loads: dict[tuple[str, str], float] = {}
+    for plan in rp.plans:
+        for uv, b in direction_bytes(graph, run.mode, plan, max(run.call_sizes()), rp.per_packet, run.topk or 1.0).items():
+            loads[uv] = loads.get(uv, 0.0) + b
+    return auto_factor(host_link_rate(graph), faithful_mbps, carried_rate(graph, loads))
 
 
 def plan_run(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram]) -> RunPlan:
