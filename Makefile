@@ -42,7 +42,7 @@ test-slow: lint
 bench: deps
 	$(SUDO) $(PYTHON) scripts/bench_switch.py
 	$(SUDO) $(PYTHON) scripts/bench_allreduce.py
-	$(SUDO) $(PYTHON) scripts/bench_allreduce.py --rates 100,200,500 --packet-elements 1024
+	$(SUDO) $(PYTHON) scripts/bench_allreduce.py --rates 50,200 --packet-elements 256
 	$(SUDO) $(PYTHON) scripts/bench_scale.py
 	$(SUDO) $(PYTHON) scripts/bench_dilation.py
 	$(SUDO) $(PYTHON) scripts/bench_fabric.py

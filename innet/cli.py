@@ -136,8 +136,8 @@ def parser() -> argparse.ArgumentParser:
                    help="slots in every switch's aggregation pool (per version), e.g. to cover a link's "
                         "bandwidth-delay product (default: the program's own, 128 for sum_allreduce)")
     p.add_argument("--packet-elements", type=int, default=0, metavar="N",
-                   help="gradient values per packet (default: the program's own, 256 for sum_allreduce); frames "
-                        "longer than Ethernet's 1500 bytes get jumbo MTUs on every link, up to 2239 values")
+                   help="gradient values per packet (default: the program's own, 2048 for sum_allreduce: 8250-byte "
+                        "frames); frames longer than Ethernet's 1500 bytes get jumbo MTUs on every link, up to 2239 values")
     p.add_argument("--switch-memory", type=int, default=4 << 20, help="register memory per switch, bytes (default 4 MiB)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds without progress before an all-reduce fails (default 10)")
     p.add_argument("--json", default=None, help="also write the results JSON to this path")

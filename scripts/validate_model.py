@@ -119,7 +119,7 @@ def claims() -> list[str]:
     for mode in ("pbox", "innet"):
         spec = replace(run, mode=mode)
         plan = plan_run(graph, spec, program_of(spec)).plans[0]
-        busy[mode] = busiest_direction(graph, direction_bytes(graph, mode, plan, spec.elements, 256))[1]
+        busy[mode] = busiest_direction(graph, direction_bytes(graph, mode, plan, spec.elements, program_of(spec).elements))[1]
     lines.append(f"| PBox (PHub): N x the busiest link's time of in-network, N = 4 | `{STAR} --mode pbox` vs innet | "
                  f"{got:.2f}x completion | {busy['pbox'] / busy['innet']:.2f}x link time, {model:.2f}x completion |")
     got_d, model_d = breakeven()

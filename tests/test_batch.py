@@ -19,13 +19,14 @@ from innet.wire.sparse import encode
 from topologies import build
 
 SLOTS = 4
+ELEMENTS = 256  # values per packet in these streams (not the program's default: blocks of many small packets)
 
 
 def runtimes(switch, program="sum_allreduce"):
     """Two identical runtimes for ``switch`` of a leaf-spine job (s1 is the root, t1 a ToR below it)."""
     graph = build("leaf-spine", racks=2, hosts_per_rack=3)
     plan = plan_job(graph, [f"h{i}" for i in range(1, 7)], method="tor", slots=SLOTS)
-    prog = load_program(program)
+    prog = load_program(program, 0, ELEMENTS)
     cfg = switch_configs(graph, [plan] if prog.slots else [])[switch]
     return cfg, SwitchRuntime(cfg, prog), SwitchRuntime(cfg, prog)
 
@@ -107,7 +108,7 @@ def runs_of(arrivals, rng):
 def test_blocks_give_the_same_registers_counters_and_frames_as_single_packets(program, switch, seed):
     cfg, single, batched = runtimes(switch, program)
     rng = np.random.default_rng(seed)
-    arrivals = stream(cfg, rng, 600, elements=int(rng.choice([0, 1, 7, 256])), sparse=program == "topk_sparse")
+    arrivals = stream(cfg, rng, 600, elements=int(rng.choice([0, 1, 7, ELEMENTS])), sparse=program == "topk_sparse")
     calls = count_calls(batched.program, "contribution")
     want, got = [], []
     for port, frame in arrivals:
@@ -132,7 +133,7 @@ def test_routed_blocks_are_forwarded_exactly_like_single_packets(program, switch
     for _ in range(400):
         src, dst = int(rng.choice(nodes)), int(rng.choice(nodes))
         port = cfg.routes.get(src, 0) if rng.random() < 0.9 else int(rng.choice(list(cfg.ports)))  # some spoofed
-        count = int(rng.choice([0, 5, 256]))
+        count = int(rng.choice([0, 5, ELEMENTS]))
         sparse = SPARSE if rng.random() < 0.3 else 0  # SPARSE packets batch whatever their lengths: routed, each keeps its own
         length = count + (int(rng.integers(1, 9)) if sparse else 0)
         pkt = make_packet(rng.integers(-9, 9, length), job=2, rank=1, slot=3, chunk=int(rng.integers(0, 99)), flags=ROUTE | sparse)
@@ -170,7 +171,7 @@ def test_result_blocks_at_a_tor_give_the_same_registers_counters_and_frames_as_s
         for _ in range(30):
             v, slot = int(rng.integers(0, 2)), int(rng.integers(0, SLOTS + (1 if rng.random() < 0.05 else 0)))
             c = max(0, int(chunk[v * slots + min(slot, slots - 1)]) + (0 if rng.random() < 0.8 else int(rng.integers(-2, 3))))
-            count = 256 if rng.random() < 0.95 else int(rng.choice([7, 257]))
+            count = ELEMENTS if rng.random() < 0.95 else int(rng.choice([7, ELEMENTS + 1]))
             flags = RESULT | (VER if v else 0) | (OVERFLOW if rng.random() < 0.1 else 0) | (RETX if rng.random() < 0.1 else 0)
             values = rng.integers(-9999, 9999, count).astype(np.int32)
             if program == "topk_sparse":
@@ -197,7 +198,7 @@ def test_a_full_block_is_summed_exactly_and_multicast_as_blocks():
     cfg, rt, _ = runtimes("s1")
     job = cfg.jobs[1]
     rng = np.random.default_rng(7)
-    values = {r: rng.integers(-1000, 1000, (SLOTS, 256)).astype(np.int32) for r in job.contributors}
+    values = {r: rng.integers(-1000, 1000, (SLOTS, ELEMENTS)).astype(np.int32) for r in job.contributors}
     out = []
     for rank, port in job.contributors.items():
         frames = [make_packet(values[rank][s], job=1, rank=rank, nworkers=6, slot=s, chunk=s).to_frame(
@@ -206,7 +207,7 @@ def test_a_full_block_is_summed_exactly_and_multicast_as_blocks():
         out += rt.receive_block(port, parse_block(buf, lengths), 0.0)
     assert sorted(p for p, _ in out) == sorted(job.children)  # one block per child port, not a frame per slot
     for port, block in out:
-        assert block.shape == (SLOTS, 58 + 4 * 256)
+        assert block.shape == (SLOTS, 58 + 4 * ELEMENTS)
         for s, row in enumerate(block):
             pkt = parse_frame(row.tobytes())
             assert pkt.has(RESULT) and pkt.rank == ALL_RANKS and pkt.slot == s and pkt.dst == cfg.neighbors[port]
@@ -233,7 +234,7 @@ def test_a_read_of_fewer_than_small_block_frames_goes_frame_by_frame(size):
     """receive_rows (what a switch node calls with each read of a port): a short read takes the per-packet
     handler for every frame, a longer one the batch handler; either way the same frames, registers and counters."""
     cfg, single, rows = runtimes("t1")
-    arrivals = stream(cfg, np.random.default_rng(size), 400, elements=256)
+    arrivals = stream(cfg, np.random.default_rng(size), 400, elements=ELEMENTS)
     calls, every = count_calls(rows.program, "contribution"), count_calls(single.program, "contribution")
     want, got, blocks = [], [], 0
     for port, frame in arrivals:

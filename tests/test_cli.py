@@ -153,4 +153,4 @@ def test_predict_prints_the_error_of_a_plain_call_with_latency(tmp_path):
                   "--predict", "--out", str(tmp_path), "--no-plots")
     assert out.returncode == 0, out.stderr
     head, row = [line.split() for line in out.stdout.splitlines() if "completion_s" in line or line.startswith("innet ")][-2:]
-    assert head[-1] == "error" and row[2] == "0.0071" and row[3] == "0.0071" and abs(float(row[4].rstrip("%"))) < 1
+    assert head[-1] == "error" and row[2] == "0.0062" and row[3] == "0.0062" and abs(float(row[4].rstrip("%"))) < 1

@@ -150,7 +150,8 @@ def test_a_jobs_band_puts_it_first_in_the_real_queues(tmp_path):
     from innet.wire.packet import node_mac
 
     graph = build("leaf-spine", racks=2, hosts_per_rack=4, oversubscription=4, bw=5)
-    record = run_mininet(graph, RunSpec(jobs=2, elements=60_000, job_priority=(2, 0), min_rto=0.2), pcap_dir=str(tmp_path))
+    run = RunSpec(jobs=2, elements=60_000, job_priority=(2, 0), min_rto=0.2, packet_elements=256)  # frames to count
+    record = run_mininet(graph, run, pcap_dir=str(tmp_path))
     assert record["correct"], record["errors"]
     uplink = next(p for p, peer in ports(graph, "t1").items() if peer.startswith("s"))
     bands = uplink_bands(str(tmp_path / f"t1-eth{uplink}.pcap"), node_mac(node_indices(graph)["t1"]))
@@ -277,12 +278,12 @@ def test_pcap_per_interface_is_readable(tmp_path):
     from innet.wire.packet import InnetAgg
 
     graph = build("star", workers=2)
-    result = run_mininet(graph, RunSpec(elements=600, min_rto=0.02), pcap_dir=str(tmp_path))
+    result = run_mininet(graph, RunSpec(elements=2 * 2048 + 88, min_rto=0.02), pcap_dir=str(tmp_path))
     assert result["correct"]
     frames = rdpcap(str(tmp_path / "s1-eth0.pcap"))
     aggs = [f[InnetAgg] for f in frames if InnetAgg in f]
-    # h1 sent the exponent chunk and three data chunks; it got four results back
-    assert len(aggs) == 8 and {a.count for a in aggs} == {0, 256, 88}
+    # h1 sent the exponent chunk and three data chunks (jumbo frames of the default 2048 values); it got four results back
+    assert len(aggs) == 6 + 2 and {a.count for a in aggs} == {0, 2048, 88}
     assert_nothing_left()
 
 
@@ -323,7 +324,7 @@ def test_ring_is_exact_on_mininet_and_close_to_its_prediction():
 def test_pool_slots_reach_the_switch_processes_and_the_record_says_how_busy_the_cores_were():
     from innet.switch.loader import load_program
 
-    real = run_mininet(build("star", workers=3), RunSpec(elements=40000, pool_slots=300))
+    real = run_mininet(build("star", workers=3), RunSpec(elements=40000, pool_slots=300, switch_memory=8 << 20))
     assert real["correct"], real["errors"]
     assert real["switch_memory_bytes"] == {"s1": load_program("sum_allreduce", 300).memory_bytes()}
     assert 0 < real["busy_cores"] <= os.cpu_count() + 0.5  # the switch's and the hosts' CPU over the all-reduce's time

@@ -54,7 +54,7 @@ def test_a_straggler_slows_the_job_but_never_corrupts_it():
 @pytest.mark.parametrize("mode", ["innet", "pbox"])
 def test_a_crashed_worker_is_named_the_slots_are_freed_and_the_next_job_succeeds(mode):
     graph = small()
-    run = RunSpec(mode=mode, elements=50000, timeout=2.0)
+    run = RunSpec(mode=mode, elements=400000, timeout=2.0)  # 196 chunks: more than a window, so h3 crashes mid-stream
     first = LocalRun(graph, run, crash={"h3": 0.0005})
     result = first.finish()
     assert not result["correct"]
@@ -179,7 +179,9 @@ def test_overflow_is_never_silent():
 
         def _build(self, exp):
             super()._build(exp)
-            self.frames[:, PAYLOAD_OFFSET:].view("<i4")[:] = 2**31 - 1
+            self._ensure(len(self.frames))  # every frame built now, then spoiled
+            for frames in (self.frames, self.tail):
+                frames[:, PAYLOAD_OFFSET:].view("<i4")[:] = 2**31 - 1
 
     graph = build("star", workers=3)
     lr = LocalRun(graph, RunSpec(elements=1000))

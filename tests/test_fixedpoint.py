@@ -51,3 +51,25 @@ def test_error_bound_formula():
     bound = fixedpoint.error_bound(np.array([0.0, 1.0]), 20, 4)
     assert bound[0] == 4 * 2.0**-21
     assert math.isclose(bound[1], 4 * 2.0**-21 + 2.0**-24)
+
+
+@settings(max_examples=60, deadline=None)
+@given(arrays(np.float32, st.integers(1, 300), elements=st.floats(width=32, allow_nan=False, allow_infinity=False)),
+       st.integers(-160, 160), st.integers(-2**31, 2**31 - 1))
+def test_float32_arithmetic_gives_what_float64_gives(values, scale, peak):
+    """quantize and dequantize work in float32 where that is exact: the very ints and floats of float64's."""
+    try:
+        want = np.rint(values.astype(np.float64) * math.ldexp(1.0, scale))
+        refused = float(np.max(np.abs(want))) > fixedpoint.INT32_MAX
+    except FloatingPointError:
+        refused = True
+    if refused:
+        with pytest.raises(OverflowError):
+            fixedpoint.quantize(values, scale)
+    else:
+        assert np.array_equal(fixedpoint.quantize(values, scale), want.astype(np.int32))
+    ints = np.append(values.view(np.int32), np.int32(peak))
+    with np.errstate(over="ignore"):
+        want_floats = (ints.astype(np.float64) * math.ldexp(1.0, -scale)).astype(np.float32)
+        got = fixedpoint.dequantize(ints, scale)
+    assert np.array_equal(got, want_floats)

@@ -62,7 +62,7 @@ def test_top_k_on_a_tree_densifies_at_each_aggregating_switch():
 def test_model_follows_training_against_the_pbox(consistency, staleness, stragglers):
     """BSP/SSP/ASP with and without stragglers: within 10% (was 0.0002 s against 0.0306 s)."""
     run = RunSpec(mode="pbox", consistency=consistency, staleness=staleness, iterations=10, compute_time=0.01,
-                  stragglers=stragglers)
+                  stragglers=stragglers, elements=524288)  # 256 packets of the default 2048 values
     _, measured, model = _measured_and_model(build("star", workers=4), run)
     assert model == pytest.approx(measured, rel=0.10)
 
@@ -105,7 +105,7 @@ def test_busiest_link_is_the_one_that_takes_longest():
     """Oversubscribed leaf-spine (uplinks at 250 Mbit/s), PBox: p1--s1 carries the most bytes (4 streams each
     way) but a ToR uplink (2 each way at a quarter of the rate) takes twice as long, and sets the run's time."""
     graph = build("leaf-spine", oversubscription=8)
-    run = RunSpec(mode="pbox")
+    run = RunSpec(mode="pbox", elements=524288)  # 256 packets of the default 2048 values
     got, measured, model = _measured_and_model(graph, run)
     links = got["link_bytes"]
     assert max(links, key=links.get) == "p1--s1" and got["busiest_link"] in ("s1--t1", "s1--t2")

@@ -114,7 +114,7 @@ def test_measured_bytes_equal_the_prediction(topo, params, mode, placement):
     r = run_local(g, RunSpec(mode=mode, placement=placement, elements=5003, iterations=2))
     assert r["correct"]
     assert r["link_bytes"] == r["predicted_link_bytes"]
-    bounds = tier_lower_bounds(g, hosts(g), 5003, 256)
+    bounds = tier_lower_bounds(g, hosts(g), 5003, program_of(RunSpec()).elements)
     for t, b in r["tier_bytes"].items():
         assert b >= 2 * bounds[t]  # two iterations; no mode beats the bound
 
@@ -122,7 +122,7 @@ def test_measured_bytes_equal_the_prediction(topo, params, mode, placement):
 def test_in_network_hierarchy_meets_the_lower_bound_on_every_tier():
     g = build("leaf-spine", racks=3, hosts_per_rack=3)
     r = run_local(g, RunSpec(elements=4000))
-    assert r["tier_bytes"] == {t: b for t, b in tier_lower_bounds(g, hosts(g), 4000, 256).items()}
+    assert r["tier_bytes"] == {t: b for t, b in tier_lower_bounds(g, hosts(g), 4000, program_of(RunSpec()).elements).items()}
 
 
 @pytest.mark.parametrize("topo,params", [

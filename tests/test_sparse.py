@@ -105,7 +105,8 @@ def test_uplink_bytes_are_what_the_chunks_encode_to():
         for it in range(2):
             q = max(fixedpoint.magnitude_exponent(tensors[r][it]) for r in range(3))
             ints = fixedpoint.quantize(tensors[rank][it], fixedpoint.scale_for(q, 3))
-            chunks = [ints[i:i + 256] for i in range(0, len(ints), 256)]
+            per = lr.program.elements
+            chunks = [ints[i:i + per] for i in range(0, len(ints), per)]
             expected += PAYLOAD_OFFSET + sum(PAYLOAD_OFFSET + sparse_bytes(c) for c in chunks)
         assert lr.fabric.links[(host, "s1")].bytes == expected
 

@@ -5,6 +5,7 @@ import pytest
 
 from innet.backends.local import run_local
 from innet.plan.spec import RunSpec
+from innet.switch.loader import load_program
 from innet.wire.packet import (
     ALL_RANKS,
     MAX_PACKET_ELEMENTS,
@@ -38,9 +39,9 @@ def test_exact_on_hierarchies(topo, params, placement):
 @pytest.mark.parametrize("pool", [1, 8, 512])
 def test_pool_slots_sizes_every_switchs_pool_and_the_workers_window(pool):
     from innet.run.modes import plan_run
-    from innet.switch.loader import load_program
 
-    graph, run = build("leaf-spine", racks=2, hosts_per_rack=2), RunSpec(elements=20000, pool_slots=pool, iterations=2)
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2)
+    run = RunSpec(elements=20000, pool_slots=pool, iterations=2, switch_memory=16 << 20)  # 512 slots of 2048 values: 8 MiB
     result = run_local(graph, run)
     assert result["correct"], result["errors"]
     program = load_program("sum_allreduce", pool)
@@ -62,18 +63,18 @@ def test_packet_elements_sizes_every_frame_and_the_bytes_follow(mode, per_packet
     assert result["link_bytes"] == result["predicted_link_bytes"]
     if mode != "ring":  # a worker's link carries its chunks up and the results down: one header per chunk frame
         default = run_local(graph, RunSpec(mode=mode, elements=5001, iterations=2))
-        more_frames = -(-5001 // per_packet) - -(-5001 // 256)
+        more_frames = -(-5001 // per_packet) - -(-5001 // load_program("sum_allreduce").elements)
         assert result["link_bytes"]["h1--t1"] - default["link_bytes"]["h1--t1"] == 2 * 2 * PAYLOAD_OFFSET * more_frames
 
 
 def test_packet_elements_sizes_the_pool_and_is_bounded_by_a_jumbo_frame():
     from innet.errors import UserError
-    from innet.switch.loader import load_program
 
     base = load_program("sum_allreduce")
     wide = load_program("sum_allreduce", 0, 1024)
     assert wide.elements == 1024 and wide.slots == base.slots == 128
-    assert wide.memory_bytes() - base.memory_bytes() == 2 * 128 * (1024 - 256) * 4  # two versions of int32 slots
+    assert wide.memory_bytes() - base.memory_bytes() == 2 * 128 * (1024 - base.elements) * 4  # two versions of int32 slots
+    assert base.elements == 2048 and base.memory_bytes() <= 4 << 20  # the default: a jumbo frame; fits the default memory
     assert load_program("sum_allreduce", 300, 1024).slots == 300
     assert link_mtu(MAX_PACKET_ELEMENTS) == 9000 and link_mtu(MAX_PACKET_ELEMENTS + 1) > 9000
     assert link_mtu(256) == 1500 and link_mtu(364) == 1500 and link_mtu(365) == 1504

@@ -84,7 +84,10 @@ def test_call_time_by_hand():
 def test_model_matches_the_fabric(topo, params, mode):
     """The fabric models links exactly and CPUs not at all: the model (hop time 0) is within 2%."""
     graph = build(topo, bw=25.0, **params)
-    for run in (RunSpec(mode=mode, elements=100_000), RunSpec(mode=mode, workload="resnet50", iterations=2)):
+    # the workload's small layers in 256-value packets: at the default 2048 the model is +2..7% on them (one packet
+    # a layer; not modelled: a short last chunk's time), within 2% on long tensors
+    for run in (RunSpec(mode=mode, elements=100_000),
+                RunSpec(mode=mode, workload="resnet50", iterations=2, packet_elements=256)):
         lr = LocalRun(graph, run)
         got = lr.finish()
         model = predict(graph, run, list(lr.rp.plans), lr.rp.per_packet, 0.0)
@@ -99,7 +102,8 @@ def test_model_takes_link_latency_and_the_window_into_account(topo, params, mode
     """--delay on every link: the round trips grow, and a window of slots (in-network, PBox) or of
     unacknowledged packets (ring) paces a long call at one window a round trip. Within 5% of the fabric."""
     graph = build(topo, **params)  # 1000 Mbit/s: with these round trips the window, not the links, sets the pace
-    run = RunSpec(mode=mode, elements=300_000, faults=FaultSpec(delay=delay))
+    # 256-value packets: a window of 128 slots of the default 2048 values covers 1 Gbit/s x 8 ms, so it would not pace
+    run = RunSpec(mode=mode, elements=300_000, faults=FaultSpec(delay=delay), packet_elements=256)
     lr = LocalRun(graph, run)
     got = lr.finish()
     model = predict(graph, run, list(lr.rp.plans), lr.rp.per_packet, 0.0)
@@ -145,7 +149,8 @@ def test_p3_sends_layer_0_first_on_every_worker_and_the_next_forward_waits_far_l
     graph = build("star", workers=4, bw=100.0)
     got = {}
     for priority in ("fifo", "p3"):
-        run = RunSpec(workload="vgg19", compute_scale=20, iterations=2, slice_elements=5000, priority=priority)
+        run = RunSpec(workload="vgg19", compute_scale=20, iterations=2, slice_elements=5000, priority=priority,
+                      packet_elements=256)  # slices of 20 packets, not 3
         lr = LocalRun(graph, run)
         result = lr.finish()
         assert result["correct"], result["errors"]

@@ -136,6 +136,7 @@ class AllreduceCall:
         self.sent_at = np.full(spec.slots, np.inf)
         self.resent = np.zeros(spec.slots, np.bool_)
         self.frames = np.zeros((0, 0), np.uint8)  # row i: data chunk first + 1 + i (full chunks only)
+        self.built = 0  # rows of ``frames`` built so far (innet.hosts.worker.AllreduceCall._ensure)
         self.tail = np.zeros((0, 0), np.uint8)  # the last data chunk's frame when it is shorter than the others
         self.sparse: list[bytes] = []  # with spec.sparse: every data chunk's frame, each in its shorter form
         self.timer = RetransmitTimer(spec)
@@ -174,22 +175,33 @@ class AllreduceCall:
         return hdr
 
     def _build(self, exp: int) -> None:
-        """Quantize with the agreed exponent and build every data chunk's frame."""
+        """Take the agreed exponent: the scale, and the data chunks' frames (full chunks a window at a time,
+        as sending reaches them: ``_ensure``)."""
         spec, n = self.spec, len(self.tensor)
         self._q = exp
         self.scale = spec.operator.scale(exp, spec.nworkers)
-        quantized = spec.operator.quantize(self.tensor, self.scale)
         if spec.sparse:
-            self._build_sparse(quantized, exp)
+            self._build_sparse(spec.operator.quantize(self.tensor, self.scale), exp)
             return
         full = n // spec.elements
-        chunks = np.arange(self.first + 1, self.first + 1 + full)
-        values = quantized[: full * spec.elements].reshape(full, spec.elements)
-        self.frames = build_frames(spec.node, self._peer, self._header(chunks, spec.elements, exp), values, spec.band)
+        self.frames = np.empty((full, PAYLOAD_OFFSET + 4 * spec.elements), np.uint8)
         if n % spec.elements:
             last = np.array([self.end - 1])
             hdr = self._header(last, n % spec.elements, exp)
-            self.tail = build_frames(spec.node, self._peer, hdr, quantized[full * spec.elements :][None], spec.band)
+            tail = spec.operator.quantize(self.tensor[full * spec.elements :], self.scale)
+            self.tail = build_frames(spec.node, self._peer, hdr, tail[None], spec.band)
+
+    def _ensure(self, upto: int) -> None:
+        """Build full chunks' frames up to row ``upto`` (exclusive), a window or more at a time: a worker's
+        start-up is then one window's quantizing, not its whole tensor's, and the rest is spread over the call."""
+        spec = self.spec
+        a, b = self.built, min(len(self.frames), max(upto, self.built + spec.slots))
+        if upto <= a or b <= a or self.scale is None or spec.sparse:
+            return
+        values = spec.operator.quantize(self.tensor[a * spec.elements : b * spec.elements], self.scale)
+        hdr = self._header(np.arange(self.first + 1 + a, self.first + 1 + b), spec.elements, self._q)
+        build_frames(spec.node, self._peer, hdr, values.reshape(b - a, spec.elements), spec.band, out=self.frames[a:b])
+        self.built = b
 
     def _build_sparse(self, quantized: np.ndarray, exp: int) -> None:
         """Every data chunk's frame, SPARSE where its (index, value) pairs are shorter than its values."""
@@ -214,6 +226,7 @@ class AllreduceCall:
         i = chunk - self.first - 1
         if self.sparse:
             return np.frombuffer(self.sparse[i], np.uint8)
+        self._ensure(i + 1)
         return self.frames[i] if i < len(self.frames) else self.tail[0]
 
     def _send(self, chunks: np.ndarray, now: float) -> Frames:
@@ -230,6 +243,7 @@ class AllreduceCall:
         if self.sparse:
             return [self.sparse[i] for i in index.tolist()]
         full = index < len(self.frames)
+        self._ensure(int(index[full].max()) + 1 if full.any() else 0)
         out: Frames = [self.frames[index[full]]] if full.any() else []
         if not full.all():
             out.append(self.tail)
@@ -243,6 +257,7 @@ class AllreduceCall:
         """Free every chunk's frame once nothing more will be sent (the network has stopped): only the
         result is read afterwards (a thousand workers' frames are a quarter of a large local run's memory)."""
         self.frames = self.tail = np.zeros((0, 0), np.uint8)
+        self.built = 0
         self.sparse = []
 
     def receive(self, frame: bytes, now: float) -> Frames:
@@ -287,6 +302,7 @@ class AllreduceCall:
         i = chunk - self.first - 1
         if self.sparse:
             return [self.sparse[i]]
+        self._ensure(i + 1)
         return [(self.frames[i] if i < len(self.frames) else self.tail[0]).tobytes()]
 
     def receive_block(self, block: FrameBlock, now: float) -> Frames:

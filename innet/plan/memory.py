@@ -26,6 +26,7 @@ from innet.graph import is_switch
 from innet.plan.configs import pick_workers
 from innet.plan.grouping import process_count
 from innet.plan.spec import RunSpec, program_of
+from innet.wire.packet import ETH_LEN, link_mtu
 
 MIB = 1 << 20
 BASE = 150 * MIB  # python, numpy, scapy, networkx, innet loaded: 115 MiB measured (fat-tree k=4)
@@ -35,7 +36,7 @@ PER_LINK = 8 * 1024  # both directions' queues, counters and fault injectors, an
 PER_NODE = 4 * 1024
 MININET_PER_PROCESS = 45 * MIB  # measured: an innet switch or worker process, resident
 MININET_PER_NODE = 3 * MIB // 2  # a node's namespace, shell and links: a bare fat-tree k=8 took 235 MiB for 208 nodes
-MININET_PER_PORT = 3 * MIB // 4  # a raw port's receive and send buffers (256 frames each of innet.backends.rawport)
+MININET_PORT_FRAMES = 2 * 256  # a raw port's receive and send buffers: 256 frames each (innet.backends.rawport)
 
 
 def estimate_bytes(graph: nx.Graph, run: RunSpec, backend: str, node_group: int | None = None,
@@ -45,7 +46,8 @@ def estimate_bytes(graph: nx.Graph, run: RunSpec, backend: str, node_group: int 
     workers = len(pick_workers(graph, run.workers))
     switches = sum(1 for n in graph if is_switch(graph, n))
     degree = max((d for n, d in graph.degree if is_switch(graph, n)), default=1)
-    registers = program_of(run, degree).memory_bytes()
+    program = program_of(run, degree)
+    registers = program.memory_bytes()
     per_worker = 0 if run.train else LOCAL_PER_ELEMENT * sum(run.call_sizes())  # a learner's model is small
     total = (BASE + workers * per_worker + switches * (registers + PER_ROUTE * len(graph))
              + PER_LINK * graph.number_of_edges() + PER_NODE * len(graph))
@@ -53,7 +55,8 @@ def estimate_bytes(graph: nx.Graph, run: RunSpec, backend: str, node_group: int 
         cores = cores or os.cpu_count() or 1
         processes = process_count(switches, cores, node_group) + process_count(workers, cores, node_group)
         ports = sum(d for n, d in graph.degree if is_switch(graph, n)) + workers + 1
-        total += MININET_PER_PROCESS * (processes + 1) + MININET_PER_NODE * len(graph) + MININET_PER_PORT * ports
+        per_port = MININET_PORT_FRAMES * (ETH_LEN + link_mtu(program.elements) + 64)  # a row: a frame, aligned
+        total += MININET_PER_PROCESS * (processes + 1) + MININET_PER_NODE * len(graph) + per_port * ports
     return total
 
 

@@ -49,7 +49,7 @@ class Reduction(SwitchProgram):
     name = "reduction"
     operator: ClassVar[Operator] = SUM
     slots = 128
-    elements = 256
+    elements = 2048  # values per packet: 8250-byte frames on jumbo links (README: "Packets")
     fan_in: ClassVar[int] = 64  # contributors one slot can track (the bitmap's width)
     sparse: ClassVar[bool] = False
     registers = pool_registers(lambda p: 2 * p.slots, "elements", lambda p: words(p.fan_in))

@@ -312,11 +312,12 @@ def parse_block(frames: np.ndarray, lengths: np.ndarray) -> FrameBlock:
 
 
 def build_frames(src: int | np.ndarray, dst: int | np.ndarray, hdr: np.ndarray, values: np.ndarray,
-                 band: int = 0) -> np.ndarray:
+                 band: int = 0, out: np.ndarray | None = None) -> np.ndarray:
     """``len(hdr)`` frames from node ``src`` to ``dst`` (or ``src[k]`` to ``dst[k]``), in priority
-    ``band``, as one (n, frame length) uint8 array."""
+    ``band``, as one (n, frame length) uint8 array (``out``, if given)."""
     n, count = values.shape
-    out = np.empty((n, PAYLOAD_OFFSET + 4 * count), np.uint8)
+    if out is None:
+        out = np.empty((n, PAYLOAD_OFFSET + 4 * count), np.uint8)
     src, dst = np.broadcast_to(src, (n,)), np.broadcast_to(dst, (n,))
     if n and ((src != src[0]) | (dst != dst[0])).any():  # a prefix per (src, dst) pair
         pair = src.astype(np.int64) << 32 | dst.astype(np.int64) & 0xFFFFFFFF  # one integer per pair
