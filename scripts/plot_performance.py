@@ -26,8 +26,8 @@ SWITCH = "switch vs Linux bridge"
 
 
 def latest(path: str) -> dict[str, list[dict[str, Any]]]:
-    """Per benchmark name, its tables (rows as dicts by header), the last ones first; of the all-reduce
-    benchmark, the last table of each packet size."""
+    """Per benchmark name, its tables, the last ones first; of the all-reduce benchmark, one table per
+    packet size holding each link rate's latest rows (its rates are often measured in separate runs)."""
     tables: dict[str, list[dict[str, Any]]] = {}
     with open(path, encoding="utf-8") as fh:
         for line in fh:
@@ -36,8 +36,13 @@ def latest(path: str) -> dict[str, list[dict[str, Any]]]:
                 tables.setdefault(entry["bench"], []).insert(0, entry)
     if ALLREDUCE in tables:
         by_size: dict[Any, dict[str, Any]] = {}
-        for entry in tables[ALLREDUCE]:
-            by_size.setdefault(entry.get("packet_elements") or 0, entry)
+        for entry in tables[ALLREDUCE]:  # latest first: a rate already taken keeps its later rows
+            size = entry.get("packet_elements") or 0
+            merged = by_size.setdefault(size, {**entry, "rows": []})
+            have = {row[0] for row in merged["rows"]}
+            merged["rows"] += [row for row in entry["rows"] if row[0] not in have]
+        for merged in by_size.values():
+            merged["rows"].sort(key=lambda row: row[0])
         tables[ALLREDUCE] = list(by_size.values())
     return tables
 

@@ -83,7 +83,7 @@ def test_bench_allreduce_gives_every_modes_ratio_to_theory(tmp_path):
 
 
 def test_the_performance_figure_takes_each_benchmarks_latest_table(tmp_path):
-    """scripts/plot_performance.py: the last all-reduce table of each packet size, the last of the others."""
+    """scripts/plot_performance.py: each packet size's latest all-reduce rows per link rate, the last table of the others."""
     import json
 
     from scripts import plot_performance as pp
@@ -94,7 +94,8 @@ def test_the_performance_figure_takes_each_benchmarks_latest_table(tmp_path):
     head = ["Mbit/s", "mode", "elements", "time s", "goodput", "x innet", "theory", "off by"]
     old = [[50, "innet", 1, 1.0, 0.5, 1, 1, "+0%"], [50, "pbox", 1, 4.0, 0.1, 4.0, 4, "+0%"], [50, "ring", 1, 1.5, 0.3, 1.5, 1.5, "+0%"]]
     new = [[r[0], r[1], r[2], r[3], 0.93 if r[1] == "innet" else r[4], *r[5:]] for r in old]
-    lines = [entry(pp.ALLREDUCE, head, old, packet_elements=0), entry(pp.ALLREDUCE, head, new, packet_elements=0),
+    faster = [[200, *r[1:]] for r in old]
+    lines = [entry(pp.ALLREDUCE, head, old + faster, packet_elements=0), entry(pp.ALLREDUCE, head, new, packet_elements=0),
              entry(pp.ALLREDUCE, head, old, packet_elements=2048),
              entry(pp.DILATION, ["topology", "host Mbit/s", "mode", "dilation", "local s", "mininet s", "mininet/local",
                                  "faithful"], [["star", 100000, "innet", 20000, 0.1, 0.102, 1.02, "3/3"]]),
@@ -106,7 +107,7 @@ def test_the_performance_figure_takes_each_benchmarks_latest_table(tmp_path):
     tables = pp.latest(str(bench))
     assert sorted(e["packet_elements"] for e in tables[pp.ALLREDUCE]) == [0, 2048]
     default = next(e for e in tables[pp.ALLREDUCE] if e["packet_elements"] == 0)
-    assert [r["goodput"] for r in pp.rows(default) if r["mode"] == "innet"] == [0.93]
+    assert [(r["Mbit/s"], r["goodput"]) for r in pp.rows(default) if r["mode"] == "innet"] == [(50, 0.93), (200, 0.5)]
     out = tmp_path / "fig.png"
     assert pp.main(["--bench", str(bench), "--out", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
