@@ -95,11 +95,12 @@ class RetransmitTimer:
         self.srtt: float | None = None
         self.rttvar = 0.0
         self.backoff = 1
+        self._update()
 
-    @property
-    def rto(self) -> float:
+    def _update(self) -> None:
+        """Recompute ``rto`` (read a few times per result; it changes only with a sample or an expiry)."""
         base = self.spec.initial_rto if self.srtt is None else 2 * self.srtt + 4 * self.rttvar
-        return min(max(self.spec.min_rto, base) * self.backoff, max(self.spec.min_rto, self.spec.timeout / 32))
+        self.rto = min(max(self.spec.min_rto, base) * self.backoff, max(self.spec.min_rto, self.spec.timeout / 32))
 
     def sample(self, rtt: float) -> None:
         self.backoff = 1
@@ -108,9 +109,11 @@ class RetransmitTimer:
         else:
             self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
             self.srtt = 0.875 * self.srtt + 0.125 * rtt
+        self._update()
 
     def expired(self) -> None:
         self.backoff = min(self.backoff * 2, 64)
+        self._update()
 
 
 class AllreduceCall:
@@ -392,7 +395,7 @@ class AllreduceCall:
         return np.flatnonzero((self.sent_at < self.newest_result - reorder) & (self.sent_at + self.rto <= now))
 
     def next_deadline(self) -> float | None:
-        if self.done:
+        if self.finished_at is not None or self.error is not None:  # done (asked after every result)
             return None
         # the backstop timer restarts whenever a result makes progress (RFC 6298 5.3): a queue that
         # grows behind a slow link is not a loss
@@ -539,11 +542,12 @@ class WorkerProcess:
         return self._advance(out, now)
 
     def next_deadline(self) -> float | None:
-        call = self.current
-        if self.done:
-            return None
-        if call is not None and not call.done:
-            return call.next_deadline()
+        if self.calls:  # ``done``'s test, spelt out: the fabric asks after every frame
+            call = self.calls[-1]
+            if call.error is not None:
+                return None
+            if not call.done:
+                return call.next_deadline()
         if len(self.calls) == len(self.tensors):
             return None
         k, when = self._next(float("-inf"))  # when the next tensor's gradient exists, if that is known
