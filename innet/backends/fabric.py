@@ -225,13 +225,14 @@ class Fabric:
         left = list(finite)  # endpoints not yet done, pruned now and then (a 1000-host run checks few per event)
         progress = Progress("local")
         stop = False
+        ran = self.events_run
         while self._times and not stop:
             time = self._times[0]
             if time > until:
                 break
             events, k = self._due[time], 0
             while k < len(events):  # events scheduled for ``time`` meanwhile join the end
-                if self.events_run >= max_events:
+                if ran >= max_events:
                     stop = True
                     break
                 if self.hosts_moved:  # only an endpoint's event can end one (and so the run)
@@ -243,16 +244,18 @@ class Fabric:
                         break
                 fn, args = events[k]
                 k += 1
+                ran += 1
                 self.now = time
-                self.events_run += 1
                 fn(*args)
-                if not self.events_run & 4095:
+                if not ran & 4095:
+                    self.events_run = ran
                     progress.update(lambda: f"virtual time {self.now:.6f}s, {self.events_run} events, "
                                             f"{sum(e.done for e in finite)}/{len(finite)} hosts done")
             del events[:k]
             if not events:
                 heapq.heappop(self._times)
                 del self._due[time]
+        self.events_run = ran
         progress.close()
         ended = self.now
         if finite and not left:

@@ -137,6 +137,7 @@ class AllreduceCall:
         self.result_int = self._padded[: len(self.tensor)]
         self.in_flight = np.full(spec.slots, -1, np.int64)  # the chunk each slot carries, -1: free
         self.sent_at = np.full(spec.slots, np.inf)
+        self._oldest: float | None = None  # sent_at.min(), when the one-frame path just found it (else None)
         self.resent = np.zeros(spec.slots, np.bool_)
         self.frames = np.zeros((0, 0), np.uint8)  # row i: data chunk first + 1 + i (full chunks only)
         self.tail = np.zeros((0, 0), np.uint8)  # the last data chunk's frame when it is shorter than the others
@@ -226,6 +227,7 @@ class AllreduceCall:
             return []
         slots = chunks % self.spec.slots
         self.in_flight[slots], self.sent_at[slots], self.resent[slots] = chunks, now, False
+        self._oldest = None
         self.sent_all = self.sent_all or int(chunks[-1]) == self.end - 1  # chunks come sorted
         if chunks[0] == self.first:
             return [self._frame(self.first).tobytes()]
@@ -274,8 +276,11 @@ class AllreduceCall:
         self.last_progress = now
         self._padded[offset : offset + count] = np.frombuffer(frame, VALUE_DTYPE, count, PAYLOAD_OFFSET)
         out = self._send_one(chunk + spec.slots, now)
-        if float(self.sent_at.min()) + self.rto <= now:  # else no chunk is old enough for _lost
+        oldest = float(self.sent_at.min())
+        if oldest + self.rto <= now:  # else no chunk is old enough for _lost
             out += self._resend(self._lost(now), now)
+        else:
+            self._oldest = oldest  # for next_deadline, which the fabric asks next
         if self.sent_all and (self.in_flight < 0).all():
             self.finished_at = now
         return out
@@ -286,6 +291,7 @@ class AllreduceCall:
             return []
         slot = chunk % self.spec.slots
         self.in_flight[slot], self.sent_at[slot], self.resent[slot] = chunk, now, False
+        self._oldest = None
         self.sent_all = self.sent_all or chunk == self.end - 1
         i = chunk - self.first - 1
         if self.sparse:
@@ -319,6 +325,7 @@ class AllreduceCall:
             self.timer.sample(float(np.max(now - self.sent_at[slots][clean])))
         self.newest_result = max(self.newest_result, float(self.sent_at[slots].max()))
         self.sent_at[slots] = np.inf
+        self._oldest = None
         self.last_progress = now
         flags = hdr["flags"][rows]
         if (flags & OVERFLOW).any():
@@ -399,7 +406,7 @@ class AllreduceCall:
             return None
         # the backstop timer restarts whenever a result makes progress (RFC 6298 5.3): a queue that
         # grows behind a slow link is not a loss
-        oldest = max(float(self.sent_at.min()), self.last_progress)
+        oldest = max(float(self.sent_at.min()) if self._oldest is None else self._oldest, self.last_progress)
         give_up = self.last_progress + self.spec.timeout
         return min(oldest + self.rto, give_up)
 
@@ -428,6 +435,7 @@ class AllreduceCall:
             frame[FLAGS_OFFSET] |= RETX
             out.append(frame.tobytes())
         self.sent_at[slots], self.resent[slots] = now, True
+        self._oldest = None
         self.retransmissions += len(slots)
         return out
 
