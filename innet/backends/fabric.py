@@ -20,9 +20,9 @@ import numpy as np
 
 from innet.graph import link_name, ports
 from innet.results.progress import Progress
-from innet.switch.runtime import SwitchRuntime, flatten
+from innet.switch.runtime import SwitchRuntime
 from innet.wire.faults import FaultInjector, FaultSpec, fault_seed
-from innet.wire.packet import BANDS, TOS_OFFSET, band_of
+from innet.wire.packet import BANDS, TOS_OFFSET
 
 
 class Endpoint(Protocol):
@@ -99,6 +99,7 @@ class Fabric:
         self.endpoints: dict[str, list[Endpoint]] = {}
         self._timer_at: dict[int, float] = {}
         self.events_run = 0
+        self.hosts_moved = True  # an endpoint has run since the run loop last asked which are done
 
     # -- wiring -----------------------------------------------------------
     def add_switch(self, name: str, runtime: SwitchRuntime) -> None:
@@ -121,10 +122,11 @@ class Fabric:
         link = self.out_links[node][port]
         link.packets += 1
         link.bytes += len(frame)
-        band = band_of(frame[TOS_OFFSET]) if len(frame) > TOS_OFFSET else 0
+        band = frame[TOS_OFFSET] >> 2 if len(frame) > TOS_OFFSET else 0  # band_of, inline: once per frame and hop
         if band == 0 or (link.free_at <= self.now and not link.queued()):
             self._put_on_wire(link, frame)
             return
+        band = min(band, BANDS - 1)
         peer = link.peer
         link.queues[band].append(frame)
         if not link.waking:
@@ -142,27 +144,37 @@ class Fabric:
             self._at(link.free_at, self._link_free, node, peer)
 
     def _put_on_wire(self, link: LinkDirection, frame: bytes) -> None:
-        link.free_at = max(self.now, link.free_at) + len(frame) * 8 / link.bps
-        if link.clean:  # what apply gives, without its list
-            self._at(link.free_at + link.latency, self._deliver, link.peer, link.peer_port, frame)
+        now = self.now
+        free = link.free_at = (now if now > link.free_at else link.free_at) + len(frame) * 8 / link.bps
+        if link.clean:  # what apply gives, without its list; _at inline (the arrival is never in the past)
+            time = free + link.latency
+            events = self._due.get(time)
+            if events is None:
+                events = self._due[time] = []
+                heapq.heappush(self._times, time)
+            events.append((self._deliver, (link.peer, link.peer_port, frame)))
             return
         for extra, copy in link.injector.apply(frame):
             self._at(link.free_at + link.latency + extra, self._deliver, link.peer, link.peer_port, copy)
 
     def _deliver(self, node: str, port: int, frame: bytes) -> None:
         runtime = self.switches.get(node)
-        if runtime is not None:
+        if runtime is not None:  # a frame never moves a switch's timers (only start and run_timers do)
             for out_port, out in runtime.receive(port, frame, self.now):
                 self.transmit(node, out_port, out)
-            self._schedule_switch(node, runtime)
             return
+        self.hosts_moved = True
         for endpoint in self.endpoints.get(node, ()):
             self._host_send(node, endpoint.receive(frame, self.now))
             self._schedule_endpoint(node, endpoint)
 
     def _host_send(self, host: str, frames: Sequence[bytes | np.ndarray]) -> None:
-        for _, frame in flatten([(0, f) for f in frames]):
-            self.transmit(host, 0, frame)
+        for frame in frames:
+            if isinstance(frame, bytes):
+                self.transmit(host, 0, frame)
+            else:  # a block of equal-length frames, one per row
+                for row in frame:
+                    self.transmit(host, 0, row.tobytes())
 
     def _schedule(self, owner: object, due: float | None, fire: Callable[..., None], *args: Any) -> None:
         """Arm ``owner``'s one timer for ``due`` (never in the past) to call ``fire(*args)``, unless it is
@@ -184,6 +196,7 @@ class Fabric:
         self._schedule(endpoint, endpoint.next_deadline(), self._endpoint_due, host, endpoint)
 
     def _endpoint_due(self, host: str, endpoint: Endpoint) -> None:
+        self.hosts_moved = True
         deadline = endpoint.next_deadline()
         if deadline is not None and deadline <= self.now:
             self._host_send(host, endpoint.on_timeout(self.now))
@@ -207,36 +220,42 @@ class Fabric:
             for endpoint in endpoints:
                 self._host_send(host, endpoint.start(self.now))
                 self._schedule_endpoint(host, endpoint)
+        self.hosts_moved = True
         finite = [e for es in self.endpoints.values() for e in es if not getattr(e, "daemon", False)]
         left = list(finite)  # endpoints not yet done, pruned now and then (a 1000-host run checks few per event)
         progress = Progress("local")
         stop = False
+        ran = self.events_run
         while self._times and not stop:
             time = self._times[0]
             if time > until:
                 break
             events, k = self._due[time], 0
             while k < len(events):  # events scheduled for ``time`` meanwhile join the end
-                if self.events_run >= max_events:
+                if ran >= max_events:
                     stop = True
                     break
-                if left and left[-1].done:
-                    left = [e for e in left if not e.done]
-                if finite and not left:
-                    stop = True
-                    break
+                if self.hosts_moved:  # only an endpoint's event can end one (and so the run)
+                    self.hosts_moved = False
+                    if left and left[-1].done:
+                        left = [e for e in left if not e.done]
+                    if finite and not left:
+                        stop = True
+                        break
                 fn, args = events[k]
                 k += 1
+                ran += 1
                 self.now = time
-                self.events_run += 1
                 fn(*args)
-                if not self.events_run & 4095:
+                if not ran & 4095:
+                    self.events_run = ran
                     progress.update(lambda: f"virtual time {self.now:.6f}s, {self.events_run} events, "
                                             f"{sum(e.done for e in finite)}/{len(finite)} hosts done")
             del events[:k]
             if not events:
                 heapq.heappop(self._times)
                 del self._due[time]
+        self.events_run = ran
         progress.close()
         ended = self.now
         if finite and not left:

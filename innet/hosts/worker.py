@@ -95,11 +95,12 @@ class RetransmitTimer:
         self.srtt: float | None = None
         self.rttvar = 0.0
         self.backoff = 1
+        self._update()
 
-    @property
-    def rto(self) -> float:
+    def _update(self) -> None:
+        """Recompute ``rto`` (read a few times per result; it changes only with a sample or an expiry)."""
         base = self.spec.initial_rto if self.srtt is None else 2 * self.srtt + 4 * self.rttvar
-        return min(max(self.spec.min_rto, base) * self.backoff, max(self.spec.min_rto, self.spec.timeout / 32))
+        self.rto = min(max(self.spec.min_rto, base) * self.backoff, max(self.spec.min_rto, self.spec.timeout / 32))
 
     def sample(self, rtt: float) -> None:
         self.backoff = 1
@@ -108,9 +109,11 @@ class RetransmitTimer:
         else:
             self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
             self.srtt = 0.875 * self.srtt + 0.125 * rtt
+        self._update()
 
     def expired(self) -> None:
         self.backoff = min(self.backoff * 2, 64)
+        self._update()
 
 
 class AllreduceCall:
@@ -134,6 +137,7 @@ class AllreduceCall:
         self.result_int = self._padded[: len(self.tensor)]
         self.in_flight = np.full(spec.slots, -1, np.int64)  # the chunk each slot carries, -1: free
         self.sent_at = np.full(spec.slots, np.inf)
+        self._oldest: float | None = None  # sent_at.min(), when the one-frame path just found it (else None)
         self.resent = np.zeros(spec.slots, np.bool_)
         self.frames = np.zeros((0, 0), np.uint8)  # row i: data chunk first + 1 + i (full chunks only)
         self.built = 0  # rows of ``frames`` built so far (innet.hosts.worker.AllreduceCall._ensure)
@@ -236,6 +240,7 @@ class AllreduceCall:
             return []
         slots = chunks % self.spec.slots
         self.in_flight[slots], self.sent_at[slots], self.resent[slots] = chunks, now, False
+        self._oldest = None
         self.sent_all = self.sent_all or int(chunks[-1]) == self.end - 1  # chunks come sorted
         if chunks[0] == self.first:
             return [self._frame(self.first).tobytes()]
@@ -286,8 +291,11 @@ class AllreduceCall:
         self.last_progress = now
         self._padded[offset : offset + count] = np.frombuffer(frame, VALUE_DTYPE, count, PAYLOAD_OFFSET)
         out = self._send_one(chunk + spec.slots, now)
-        if float(self.sent_at.min()) + self.rto <= now:  # else no chunk is old enough for _lost
+        oldest = float(self.sent_at.min())
+        if oldest + self.rto <= now:  # else no chunk is old enough for _lost
             out += self._resend(self._lost(now), now)
+        else:
+            self._oldest = oldest  # for next_deadline, which the fabric asks next
         if self.sent_all and (self.in_flight < 0).all():
             self.finished_at = now
         return out
@@ -298,6 +306,7 @@ class AllreduceCall:
             return []
         slot = chunk % self.spec.slots
         self.in_flight[slot], self.sent_at[slot], self.resent[slot] = chunk, now, False
+        self._oldest = None
         self.sent_all = self.sent_all or chunk == self.end - 1
         i = chunk - self.first - 1
         if self.sparse:
@@ -332,6 +341,7 @@ class AllreduceCall:
             self.timer.sample(float(np.max(now - self.sent_at[slots][clean])))
         self.newest_result = max(self.newest_result, float(self.sent_at[slots].max()))
         self.sent_at[slots] = np.inf
+        self._oldest = None
         self.last_progress = now
         flags = hdr["flags"][rows]
         if (flags & OVERFLOW).any():
@@ -408,11 +418,11 @@ class AllreduceCall:
         return np.flatnonzero((self.sent_at < self.newest_result - reorder) & (self.sent_at + self.rto <= now))
 
     def next_deadline(self) -> float | None:
-        if self.done:
+        if self.finished_at is not None or self.error is not None:  # done (asked after every result)
             return None
         # the backstop timer restarts whenever a result makes progress (RFC 6298 5.3): a queue that
         # grows behind a slow link is not a loss
-        oldest = max(float(self.sent_at.min()), self.last_progress)
+        oldest = max(float(self.sent_at.min()) if self._oldest is None else self._oldest, self.last_progress)
         give_up = self.last_progress + self.spec.timeout
         return min(oldest + self.rto, give_up)
 
@@ -441,6 +451,7 @@ class AllreduceCall:
             frame[FLAGS_OFFSET] |= RETX
             out.append(frame.tobytes())
         self.sent_at[slots], self.resent[slots] = now, True
+        self._oldest = None
         self.retransmissions += len(slots)
         return out
 
@@ -555,11 +566,12 @@ class WorkerProcess:
         return self._advance(out, now)
 
     def next_deadline(self) -> float | None:
-        call = self.current
-        if self.done:
-            return None
-        if call is not None and not call.done:
-            return call.next_deadline()
+        if self.calls:  # ``done``'s test, spelt out: the fabric asks after every frame
+            call = self.calls[-1]
+            if call.error is not None:
+                return None
+            if not call.done:
+                return call.next_deadline()
         if len(self.calls) == len(self.tensors):
             return None
         k, when = self._next(float("-inf"))  # when the next tensor's gradient exists, if that is known

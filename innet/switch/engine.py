@@ -83,31 +83,35 @@ class Engine:
         ``need`` contributors. Returns what happened: ADDED, COMPLETE, STALE (an older chunk), ANSWER
         (a repeat of a finished slot: answer it with the result), RESEND_UP (a repeat of a slot waiting
         for its parent: send the partial up again), DUPLICATE, BAD_COUNT (another length than the round's)."""
-        r = self.r
-        held = int(r.chunk[key])
+        r = self.r  # registers read with .item(): one packet's scalars as ints, without numpy scalars
+        held = r.chunk.item(key)
         if chunk < held:
             return STALE
-        word, bit = who // WORD, np.uint64(1 << (who % WORD))
+        word, bit = who // WORD, 1 << (who % WORD)
+        n = len(values)
         if chunk > held:  # the first packet of a new round in this slot
             r.chunk[key], r.state[key], r.have[key], r.seen[key] = chunk, COLLECTING, 0, 0
-            r.exp[key], r.overflow[key], r.since[key], r.count[key] = exp, False, now, len(values)
-            r.pool[key, : len(values)] = values
-        elif r.seen[key, word] & bit:
-            state = int(r.state[key])
-            return ANSWER if state == DONE else RESEND_UP if state == WAITING else DUPLICATE
-        elif len(values) != r.count[key]:
-            return BAD_COUNT
+            r.exp[key], r.overflow[key], r.since[key], r.count[key] = exp, False, now, n
+            r.pool[key, :n] = values
+            seen = 0
         else:
-            acc = r.pool[key, : len(values)]
+            seen = r.seen.item(key, word)
+            if seen & bit:
+                state = r.state.item(key)
+                return ANSWER if state == DONE else RESEND_UP if state == WAITING else DUPLICATE
+            if n != r.count.item(key):
+                return BAD_COUNT
+            acc = r.pool[key, :n]
             total = self.fn(acc, values)
             if self.op.can_overflow:
                 wrapped = (acc ^ total) & (values ^ total)  # negative where int32 wrapped
-                if wrapped.size and wrapped.min() < 0:
+                if n and wrapped.min() < 0:
                     r.overflow[key] = True
             acc[:] = total
-            r.exp[key] = max(int(r.exp[key]), exp)
-        r.seen[key, word] |= bit
-        have = int(r.have[key]) + 1
+            if exp > r.exp.item(key):
+                r.exp[key] = exp
+        r.seen[key, word] = seen | bit
+        have = r.have.item(key) + 1
         r.have[key] = have
         return COMPLETE if have >= need else ADDED
 

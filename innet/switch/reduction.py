@@ -62,22 +62,24 @@ class Reduction(SwitchProgram):
             return Drop("unknown_job")
         if not job.aggregate:
             return Emit(job.parent, pkt, job.priority)  # type: ignore[arg-type]
-        who = self._members(job)[0]
-        if pkt.rank >= len(who) or who[pkt.rank] < 0 or job.contributors[pkt.rank] != pkt.port:
+        who = self._members(job)[2]
+        rank = pkt.rank
+        if rank >= len(who) or who[rank] < 0 or job.contributors[rank] != pkt.port:
             return Drop("not_member")
         dense = densify(pkt, self.elements) if self.sparse else pkt
         if dense is None:
             return Drop("bad_sparse")
         if dense.slot >= job.slots or dense.count > self.elements:
             return Drop("bad_slot")
-        self._heard(job)[who[dense.rank]] = ctx.now
+        index = who[rank]  # densify keeps the rank
+        self._heard(job)[index] = ctx.now
         key = self._key(job, dense)
-        what = self._engine(ctx).contribute(key, int(who[dense.rank]), len(job.contributors), dense.chunk, dense.exp,
-                                            dense.values, ctx.now)
+        engine = self._engine(ctx)
+        what = engine.contribute(key, index, len(job.contributors), dense.chunk, dense.exp, dense.values, ctx.now)
         if what == ADDED:
             return None
         if what == COMPLETE:
-            self._engine(ctx).finish(key, job.is_root)
+            engine.finish(key, job.is_root)
             if job.is_root:
                 return self._out(Multicast(job.children, self._packet(ctx, job, dense, key, RESULT, ALL_RANKS), job.priority))
             return self._out(Emit(job.parent, self._packet(ctx, job, dense, key, 0, job.rank), job.priority))  # type: ignore[arg-type]
@@ -101,7 +103,7 @@ class Reduction(SwitchProgram):
             if job is None or not job.aggregate or batch.values.shape[1] > self.elements:
                 rest.append(batch.rows[rows])
                 continue
-            who, port_of = self._members(job)
+            who, port_of, _ = self._members(job)
             rank = hdr["rank"][rows].astype(np.int64)
             known = rank < len(who)
             rank = np.where(known, rank, 0)
@@ -209,8 +211,9 @@ class Reduction(SwitchProgram):
             cached = self.__dict__["_engine_of"] = (ctx.regs, Engine(ctx.regs, self.operator))
         return cached[1]
 
-    def _members(self, job: JobPort) -> tuple[np.ndarray, np.ndarray]:
-        """Lookup tables rank -> contributor index (-1: not a contributor) and rank -> its ingress port."""
+    def _members(self, job: JobPort) -> tuple[np.ndarray, np.ndarray, list[int]]:
+        """Lookup tables rank -> contributor index (-1: not a contributor) and rank -> its ingress port, and
+        the first as a list (one packet's lookup, without numpy)."""
         cache = self.__dict__.setdefault("_member_tables", {})
         hit = cache.get(job.job)
         if hit is None or hit[0] is not job:
@@ -221,8 +224,8 @@ class Reduction(SwitchProgram):
             if len(job.contributors) > self.fan_in:
                 raise ValueError(f"{self.name}: job {job.job} has {len(job.contributors)} contributors at one switch, "
                                  f"more than the program's fan_in ({self.fan_in})")
-            hit = cache[job.job] = (job, who, ports)
-        return hit[1], hit[2]
+            hit = cache[job.job] = (job, who, ports, who.tolist())
+        return hit[1], hit[2], hit[3]
 
     def _heard(self, job: JobPort) -> np.ndarray:
         """When each contributor of ``job`` last sent anything here (-inf: never)."""
@@ -232,7 +235,7 @@ class Reduction(SwitchProgram):
         return cache[job.job]
 
     def _key(self, job: JobPort, pkt: Packet) -> int:
-        return pkt.version * self.slots + job.slot_base + pkt.slot
+        return (self.slots if pkt.flags & VER else 0) + job.slot_base + pkt.slot
 
     def _part(self, job: JobPort) -> np.ndarray:
         """The keys of ``job``'s slots, both versions."""

@@ -40,6 +40,7 @@ from innet.wire.packet import (
     FrameBlock,
     Packet,
     build_frames,
+    frame_prefix,
     pack_frames,
     parse_block,
     parse_frame,
@@ -273,8 +274,7 @@ class SwitchRuntime:
             if isinstance(action, Emit):
                 self._send(action.port, action.packet, out, action.priority)
             elif isinstance(action, Multicast):
-                for port in action.ports:
-                    self._send(port, action.packet, out, action.priority)
+                self._send_to(action.ports, action.packet, out, action.priority)
             elif isinstance(action, Drop):
                 self.ctx.count("drop:" + action.reason)
             elif isinstance(action, ToPBox):
@@ -321,20 +321,29 @@ class SwitchRuntime:
         return min(max(int(priority), 0), BANDS - 1)
 
     def _send(self, port: int, pkt: Packet, out: Out, priority: int = 0) -> None:
-        if port not in self.stats:
-            self.ctx.count("drop:bad_port")
-            return
+        self._send_to((port,), pkt, out, priority)
+
+    def _send_to(self, ports: Iterable[int], pkt: Packet, out: Out, priority: int = 0) -> None:
+        """``pkt`` out of each of ``ports`` in turn (a Multicast's), its payload serialised once."""
         band = self._band(priority)
-        if int(pkt.hdr["flags"]) & ROUTE:
-            frame = pkt.to_frame(pkt.src, pkt.dst, band)
-        else:
-            frame = pkt.to_frame(self.config.node, self.config.neighbors[port], band)
-        stats = self.stats[port]
-        stats.tx_packets += 1
-        stats.tx_bytes += len(frame)
-        if pkt.hdr["job"] == INPUT_JOB:
-            self._count_input(len(frame))
-        out.append((port, frame))
+        routed = pkt.flags & ROUTE
+        input_job = pkt.job == INPUT_JOB
+        payload = pkt.payload()
+        node, neighbors, all_stats = self.config.node, self.config.neighbors, self.stats
+        for port in ports:
+            stats = all_stats.get(port)
+            if stats is None:
+                self.ctx.count("drop:bad_port")
+                continue
+            if routed:
+                frame = frame_prefix(pkt.src, pkt.dst, len(payload), band) + payload
+            else:
+                frame = frame_prefix(node, neighbors[port], len(payload), band) + payload
+            stats.tx_packets += 1
+            stats.tx_bytes += len(frame)
+            if input_job:
+                self._count_input(len(frame))
+            out.append((port, frame))
 
     def _count_input(self, nbytes: int) -> None:
         """Bytes of the ensemble's input stream sent (innet.hosts.ensemble), apart from the rest."""

@@ -177,9 +177,12 @@ class Packet:
     dst: int = -1
     band: int = 0
 
-    def __getattr__(self, name: str) -> int:
+    def __getattr__(self, name: str) -> Any:
         if name in HEADER_NAMES:
             return int(self.hdr[name])
+        if name == "hdr" and "_frame" in self.__dict__:  # a received packet's header, made when first asked for
+            hdr = self.hdr = np.frombuffer(self.__dict__["_frame"], HEADER_DTYPE, 1, HEADER_OFFSET)[0]
+            return hdr
         raise AttributeError(name)
 
     def has(self, flag: int) -> bool:
@@ -198,9 +201,13 @@ class Packet:
         hdr["count"] = len(vals)
         return Packet(hdr, vals, self.port, self.src, self.dst, self.band)
 
+    def payload(self) -> bytes:
+        """The header and values as the wire carries them (what follows the UDP header)."""
+        return self.hdr.tobytes() + np.ascontiguousarray(self.values, VALUE_DTYPE).tobytes()
+
     def to_frame(self, src: int, dst: int, band: int = 0) -> bytes:
         """Serialise as a full Ethernet frame from node ``src`` to node ``dst``, in priority ``band``."""
-        payload = self.hdr.tobytes() + np.ascontiguousarray(self.values, VALUE_DTYPE).tobytes()
+        payload = self.payload()
         return frame_prefix(src, dst, len(payload), band) + payload
 
 
@@ -244,14 +251,17 @@ def parse_frame(frame: bytes, port: int = -1) -> Packet | None:
     """Parse a frame into a Packet, or None when it is not a well-formed innet frame.
 
     The header's fields are also set on the packet as plain ints (``pkt.chunk`` then reads no numpy):
-    a received packet's ``hdr`` is a read-only view of the frame, so they cannot go stale."""
+    a received packet's ``hdr`` is a read-only view of the frame, so they cannot go stale. That view is
+    made only when something asks for it (a switch folds most contributions without it)."""
     fields = frame_fields(frame)
     if fields is None:
         return None
     src, dst, band, *header = fields
-    hdr = np.frombuffer(frame, HEADER_DTYPE, 1, HEADER_OFFSET)[0]
-    pkt = Packet(hdr, np.frombuffer(frame, VALUE_DTYPE, header[_COUNT - 8], PAYLOAD_OFFSET), port, src, dst, band)
-    pkt.__dict__.update(zip(HEADER_NAMES, header, strict=True))
+    pkt = Packet.__new__(Packet)  # Packet(hdr, ...) with hdr left to __getattr__
+    attrs = pkt.__dict__
+    attrs.update(zip(HEADER_NAMES, header, strict=True))
+    attrs["values"] = np.frombuffer(frame, VALUE_DTYPE, header[_COUNT - 8], PAYLOAD_OFFSET)
+    attrs["port"], attrs["src"], attrs["dst"], attrs["band"], attrs["_frame"] = port, src, dst, band, frame
     return pkt
 
 
