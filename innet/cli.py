@@ -314,6 +314,17 @@ def _dilation(args: argparse.Namespace, graph: Any) -> tuple[float, float | None
     return factor, faithful
 
 
+def mode_dilation(graph: Any, spec: RunSpec, dilation: tuple[float, float | None]) -> float:
+    """The factor a Mininet run of ``spec`` takes, from ``_dilation``'s answer: --dilation's, or auto's
+    for this mode (innet.run.modes.auto_dilation)."""
+    factor, faithful = dilation
+    if faithful is None:
+        return factor
+    from innet.run.modes import auto_dilation
+
+    return auto_dilation(graph, spec, program_of(spec), faithful)
+
+
 def _straggler(text: str) -> tuple[str, float, float]:
     host, _, rest = text.partition(":")
     try:
@@ -421,7 +432,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.pbox_cores < 1:
         raise UserError(f"--pbox-cores must be at least 1, got {args.pbox_cores}")
     crash = _crashes(args.crash, graph)
-    dilation, faithful = _dilation(args, graph)
+    dilation = _dilation(args, graph)
     node_group = parse_node_group(args.node_group)
     for link, _ in run.link_faults:
         ends = link.split("->") if "->" in link else link.split("--")
@@ -458,11 +469,9 @@ def _main(args: argparse.Namespace) -> int:
             runs.append(run_local(graph, spec, pbox_cores=args.pbox_cores, crash=crash))
         else:
             from innet.backends.mininet import run_mininet
-            from innet.run.modes import auto_dilation
 
-            factor = dilation if faithful is None else auto_dilation(graph, spec, program_of(spec), faithful)
             runs.append(run_mininet(graph, spec, pcap_dir=args.pcap, cli=args.cli, pbox_cores=args.pbox_cores, crash=crash,
-                                    cluster=cluster, dilation=factor, node_group=node_group))
+                                    cluster=cluster, dilation=mode_dilation(graph, spec, dilation), node_group=node_group))
     exact: dict[str, Any] = {}
     if run.train:
         from innet.run.learn import exact_history

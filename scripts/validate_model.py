@@ -23,7 +23,7 @@ from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from innet.cli import _dilation, _graph, _spec, parser  # noqa: E402
+from innet.cli import _dilation, _graph, _spec, mode_dilation, parser  # noqa: E402
 from innet.plan.prediction import direction_bytes  # noqa: E402
 from innet.plan.spec import program_of  # noqa: E402
 from innet.plan.timing import busiest_direction  # noqa: E402
@@ -77,7 +77,7 @@ def measure(flags: str, backend: str) -> dict[str, object]:
     else:
         from innet.backends.mininet import run_mininet
 
-        record = run_mininet(graph, run, dilation=_dilation(args, graph))  # --dilation auto, as the run's command has it
+        record = run_mininet(graph, run, dilation=mode_dilation(graph, run, _dilation(args, graph)))  # as its command line has it
     _, (record,) = prediction_table(graph, run, [record])
     print(f"  {backend}: {flags}", file=sys.stderr, flush=True)
     key = "iteration_s" if run.workload else "completion_s"
