@@ -56,8 +56,7 @@ def pool_registers(keys: Any, elements: Any, bitmap_words: Any) -> tuple[Registe
 
 def new_pool(keys: int, elements: int, fan_in: int) -> SimpleNamespace:
     """A slot pool's registers outside a switch program (the PBox's)."""
-    return SimpleNamespace(**{r.name: np.full(r.resolve(None), r.fill, r.dtype)  # type: ignore[arg-type]
-                              for r in pool_registers(keys, elements, words(fan_in))})
+    return SimpleNamespace(**{r.name: r.array(None) for r in pool_registers(keys, elements, words(fan_in))})
 
 
 @dataclass
