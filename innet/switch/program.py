@@ -133,7 +133,8 @@ class Register:
     dtype: Any = np.int32
     fill: int = 0
 
-    def resolve(self, program: type[SwitchProgram]) -> tuple[int, ...]:
+    def resolve(self, program: type[SwitchProgram] | None) -> tuple[int, ...]:
+        """The shape; ``program`` may be None where every entry is an int (the PBox's pool)."""
         return tuple(int(getattr(program, d)) if isinstance(d, str) else int(d(program)) if callable(d) else int(d)
                      for d in self.shape)
 
@@ -144,7 +145,7 @@ class Register:
         """The register's storage. Zero-filled ones come from the kernel's zero pages, which take memory
         only once written: a pool sized for 128 slots of 2048 values costs what a job's chunks touch
         (a local fat-tree k=16's 320 switches, 65536 values per worker: 1.87 GiB with every page filled)."""
-        shape = self.resolve(program)  # type: ignore[arg-type]
+        shape = self.resolve(program)
         return np.zeros(shape, self.dtype) if self.fill == 0 else np.full(shape, self.fill, self.dtype)
 
 
