@@ -17,6 +17,10 @@ up by the CPUs: processes that become runnable together wait for each other
 on 2 cores; README's Performance section shows this for the ring.) It also
 names the highest link rate at which in-network goodput was >= 90%, and the
 highest at which every mode was within 10% of theory.
+
+``--default-run`` measures instead what ``sudo python run_topology.py --mode all`` runs: the default
+leaf-spine at the default 1000 Mbit/s, each mode at the factor ``--dilation auto`` gives it
+(``innet.cli.mode_dilation``), and its modes' time ratios against the same theory.
 """
 
 import argparse
@@ -41,7 +45,11 @@ def main():
     p.add_argument("--pool-slots", type=int, default=0, help="slots in the switch's pool (default: the program's, 128)")
     p.add_argument("--packet-elements", type=int, default=0,
                    help="gradient values per packet (default: the program's, 2048; over 364 the links get jumbo MTUs)")
+    p.add_argument("--default-run", action="store_true",
+                   help="the default run's topology, rate and dilation (run_topology.py --mode all) instead of stars")
     args = p.parse_args()
+    if args.default_run:
+        return default_run(args.runs)
     n = args.workers
     theory = {"innet": 1.0, "pbox": float(n), "ring": 2 * (n - 1) / n}
     rows, best, all_within = [], 0, 0
@@ -72,6 +80,31 @@ def main():
                   "highest_rate_with_every_mode_within_10pct": all_within})
     print(f"highest link rate with in-network goodput >= 90%: {best or 'none'} Mbit/s")
     print(f"highest link rate with every mode within 10% of theory: {all_within or 'none'} Mbit/s")
+
+
+def default_run(runs: int) -> None:
+    """``run_topology.py --mode all`` at its defaults, ``runs`` times per mode: the time ratios to in-network's."""
+    from innet.cli import _dilation, _graph, _spec, mode_dilation, parser
+    from innet.plan.configs import pick_workers
+
+    rows, times = [], {}
+    for mode in ("innet", "pbox", "ring"):
+        args = parser().parse_args(["--mode", mode])
+        spec, graph = _spec(args), _graph(args)
+        factor = mode_dilation(graph, spec, _dilation(args, graph))
+        records = [run_mininet(graph, dataclasses.replace(spec, seed=k), dilation=factor) for k in range(runs)]
+        assert all(r["correct"] for r in records), [r["errors"] for r in records]
+        times[mode] = statistics.median(r["completion_s"] for r in records)
+        faithful = sum(r["fidelity"]["verdict"] == "faithful" for r in records)
+        rows.append([mode, round(factor), times[mode],
+                     ",".join(f"{r['completion_s']:.6f}" for r in records), f"{faithful}/{runs}"])
+    n = len(pick_workers(graph, spec.workers))
+    theory = {"innet": 1.0, "pbox": float(n), "ring": 2 * (n - 1) / n}
+    for row in rows:
+        mode = row[0]
+        row += [round(times[mode] / times["innet"], 3), theory[mode], f"{100 * (times[mode] / times['innet'] / theory[mode] - 1):+.1f}%"]
+    report("the default run's modes against theory", ["mode", "dilation", "time s", "runs s", "faithful",
+                                                        "x innet", "theory", "off by"], rows, extra={"workers": n})
 
 
 if __name__ == "__main__":

@@ -82,6 +82,16 @@ def test_bench_allreduce_gives_every_modes_ratio_to_theory(tmp_path):
     assert any(line[0] == "highest" for line in rows)
 
 
+@pytest.mark.mininet
+def test_bench_allreduce_default_run_gives_the_default_runs_mode_ratios(tmp_path):
+    rows = _bench(tmp_path, "bench_allreduce.py", "--default-run", "--runs", "1")
+    assert rows[0] == ["mode", "dilation", "time", "s", "runs", "s", "faithful", "x", "innet", "theory", "off", "by"]
+    assert [row[0] for row in rows[1:]] == ["innet", "pbox", "ring"]
+    assert [float(row[-2]) for row in rows[1:]] == [1.0, 4.0, 1.5]  # the default leaf-spine's 4 workers
+    assert all(float(row[1]) > 1 for row in rows[1:])  # 1000 Mbit/s links: dilated on any machine of this kind
+    assert float(rows[2][-3]) > 2  # the PBox's one link carries every worker's copy
+
+
 def test_the_performance_figure_takes_each_benchmarks_latest_table(tmp_path):
     """scripts/plot_performance.py: each packet size's latest all-reduce rows per link rate, the last table of the others."""
     import json
