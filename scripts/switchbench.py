@@ -96,6 +96,7 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
             stats = control.call("stats")
             result["counters"] = stats.get("counters", {})
             result["socket_drops"] = sum(stats.get("socket_drops", {}).values())
+            result["admission"] = stats.get("admission")
         lo, hi = 0.0, result["sender_pps"]
         for step in range(search):
             rate = (lo + hi) / 2
