@@ -71,6 +71,7 @@ def test_bench_switch_quick_gives_both_programs_against_the_bridge(tmp_path):
     body = rows[1:]
     assert [row[0] for row in body] == ["forward", "sum"]
     assert all(float(row[3]) > 0 and float(row[4]) > 0 for row in body)  # bridge pps, innet pps
+    assert rows[0][8] == "at 2x / lossless" and all(0 < float(row[8]) <= 1.05 for row in body)
 
 
 @pytest.mark.mininet

@@ -16,7 +16,7 @@ import socket
 import time
 from typing import Any
 
-from innet.backends.admission import Admission
+from innet.backends.admission import Admission, read_limit
 from innet.backends.egress import Egress, wait_ms
 from innet.backends.netns import opened_in
 from innet.backends.rawport import RawPort
@@ -74,7 +74,7 @@ class SwitchNode:
         frames, lengths = self.ports[port].recv_rows()
         if self.runtime is not None and len(lengths):
             now = time.monotonic()
-            self.admission.note(now)
+            self.admission.note(now, int(lengths[-1]))
             for out_port, out in self.runtime.receive_rows(port, frames, lengths, now):
                 self.egress.send_all(out_port, [out], now)
         return False, None
@@ -95,9 +95,11 @@ class SwitchNode:
                 self.runtime = SwitchRuntime(config, self.program)
             except Exception as exc:  # noqa: BLE001 - reported to the controller as one line
                 return {"ok": False, "error": str(exc)}, False
-            self.admission.slots = max((job.slots for job in config.jobs.values()), default=1)
-            for port in self.ports.values():  # a read takes at most one pass over the pool from a port
-                port.rx_rows = min(port.rx.rows, self.admission.slots)
+            pools = [job.slots for job in config.jobs.values() if job.aggregate]
+            self.admission.slots = max(pools, default=0)
+            if pools:  # see innet.backends.admission
+                for raw in self.ports.values():
+                    raw.rx_rows = min(raw.rx.rows, read_limit(min(pools)))
             for port, frame in self.runtime.start(time.monotonic()):
                 self.egress.send(port, frame, time.monotonic())
             return {"ok": True, "memory_bytes": self.runtime.memory_bytes}, False
