@@ -15,7 +15,7 @@ a unit is admitted when its number modulo ``SPAN`` is below the limit: admitted 
 versions of every slot in turn, so a slot's next admitted round still comes a whole pool after its last.
 
 The limit follows the switch's backlog every ``PERIOD``: frames waiting in a port's socket (read from
-PACKET_STATISTICS against what the switch has read) above a quarter of what the socket holds, or any
+PACKET_STATISTICS against what the switch has read) above half of what the socket holds, or any
 socket overflow, cut it to one unit in ``SPAN``; below half a pass over the pool (the ports' queues
 then line up again, whatever a change split) it admits everything again; in between it stays. A change applies at
 once to every port, a few microseconds apart: it can split only the unit the sender is putting on the
@@ -43,7 +43,7 @@ SO_DETACH_FILTER = 27
 SPAN = 16
 UNIT_PASSES = 2
 PERIOD = 0.002
-HIGH_SHARE = 4  # the high mark: a quarter of what a port's socket can hold
+HIGH_SHARE = 2  # the high mark: half of what a port's socket can hold
 SENDER_BURST = 64  # frames a sender may put on one port before the next (blast's and the workers' batch)
 CHUNK_OFFSET = HEADER_OFFSET + HEADER_DTYPE.fields["chunk"][1]  # type: ignore[index]
 UDP_DPORT_OFFSET = HEADER_OFFSET - 6
