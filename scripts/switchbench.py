@@ -49,9 +49,10 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
     contributions folded into finished aggregations). With ``search`` > 0 (innet
     only), that many paced runs bisect for ``lossless_pps``: the highest offered
     rate at which at least 99% of what was sent was completed (RFC 2544's
-    throughput, with a 1% allowance), and ``cpu_pps``: at that rate, the packets the
-    switch took in per second of its own CPU time (getrusage: its system calls and
-    the kernel's delivery of what it sends included), i.e. its rate were it never idle.
+    throughput, with a 1% allowance); ``overload2_pps``: what it completed offered twice that, open loop;
+    and ``cpu_pps``: at the lossless rate, the packets the switch took in per second of its own CPU time
+    (getrusage: its system calls and the kernel's delivery of what it sends included), i.e. its rate
+    were it never idle.
     """
     hosts = workers + (1 if kind == "forward" else 0)
     graph = star(hosts, bw=100_000.0, pbox=False)  # above TCLink's range: left unshaped, veth speed
@@ -96,6 +97,7 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
             stats = control.call("stats")
             result["counters"] = stats.get("counters", {})
             result["socket_drops"] = sum(stats.get("socket_drops", {}).values())
+            result["admission"] = stats.get("admission")
         lo, hi = 0.0, result["sender_pps"]
         for step in range(search):
             rate = (lo + hi) / 2
@@ -107,6 +109,8 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
                 hi = rate
         if search:
             result["lossless_pps"] = lo
+            r = run(2 * lo, (search + 1) << 24)  # twice the lossless rate, open loop
+            result["overload2_pps"] = r["done"] / r["elapsed"]
         return result
 
 

@@ -68,9 +68,11 @@ def test_bench_fabric_quick_measures_every_case(tmp_path):
 def test_bench_switch_quick_gives_both_programs_against_the_bridge(tmp_path):
     rows = _bench(tmp_path, "bench_switch.py", "--quick", "--runs", "1", "--seconds", "0.3", "--search", "2")
     assert rows[0][:2] == ["program", "elements/pkt"]
-    body = rows[1:]
-    assert [row[0] for row in body] == ["forward", "sum"]
+    body = [row if row[0] == "forward" else [" ".join(row[:2]), *row[2:]] for row in rows[1:]]  # "sum x4": one cell
+    assert [row[0] for row in body] == ["forward", "sum x4"]
     assert all(float(row[3]) > 0 and float(row[4]) > 0 for row in body)  # bridge pps, innet pps
+    assert " ".join(rows[0]).count("at 2x / lossless") == 1  # what it completed offered twice its lossless rate:
+    assert all(0 < float(row[8]) <= 2.5 for row in body), body  # never much more than it was offered
 
 
 @pytest.mark.mininet

@@ -92,3 +92,66 @@ def test_a_full_socket_buffer_drops_and_counts_every_lost_frame(veth):
     finally:
         sender.close()
         receiver.close()
+
+
+def test_backlog_counts_what_is_queued_and_not_read(veth):
+    sender, receiver = open_in(veth, "pa"), open_in(veth, "pb", max_batch=64)
+    try:
+        for frame in frames(300, seed=5)[:300]:
+            sender.send(frame)
+        receiver.statistics()
+        assert receiver.backlog() == 300
+        receiver.recv_rows()
+        receiver.statistics()
+        assert receiver.backlog() == 300 - 64
+    finally:
+        sender.close()
+        receiver.close()
+
+
+@pytest.mark.parametrize("limit,slots", [(1, 1), (5, 3), (15, 1), (2, 128)])
+def test_the_admission_filter_turns_away_whole_units_and_nothing_else(veth, limit, slots):
+    """innet.backends.admission: contributions whose chunk // (2 x slots) % SPAN is ``limit`` or more are
+    dropped by the kernel; results, routed and retransmitted frames and frames that are not innet's all
+    pass, byte for byte."""
+    from innet.backends.admission import SPAN, UNIT_PASSES, admit_program, attach
+    from innet.wire.packet import RESULT, RETX, ROUTE
+
+    sender, receiver = open_in(veth, "pa"), open_in(veth, "pb")
+    try:
+        attach(receiver, admit_program(limit, slots))
+        values = np.arange(8, dtype=np.int32)
+        chunks = [k + (1 << 30) * (k % 7 == 6) for k in range(600)]
+        sent = [(make_packet(values, job=1, rank=k % 4, nworkers=4, slot=k % 128, chunk=c,
+                             flags=[0, 0, RESULT, ROUTE, RETX][k % 5]).to_frame(1, 9), k, c) for k, c in enumerate(chunks)]
+        other = frames(0, seed=1)  # not innet's
+        for frame, _, _ in sent:
+            sender.send(frame)
+        for frame in other:
+            sender.send(frame)
+        got = receive_all(receiver, len(sent) + len(other))
+        expect = [f for f, k, c in sent if k % 5 > 1 or c // (UNIT_PASSES * slots) % SPAN < limit] + other
+        assert got == expect
+        assert 0 < len(expect) - len(other) < len(sent) and receiver.drops() == 0
+    finally:
+        sender.close()
+        receiver.close()
+
+
+def test_a_sockets_room_in_frames_is_what_the_kernel_holds(veth):
+    """The admission marks are counted in the frames a port's socket holds unread (socket_frames): measured,
+    at the 256-value packet, by sending more than that and counting what was queued before the drops."""
+    from innet.backends.admission import socket_frames
+
+    sender, receiver = open_in(veth, "pa"), open_in(veth, "pb")
+    try:
+        frame = make_packet(np.arange(256, dtype=np.int32), job=1, rank=0, nworkers=4, slot=0, chunk=1).to_frame(1, 9)
+        room = socket_frames(len(frame))
+        for _ in range(room * 5 // 4):
+            sender.send(frame)
+        receiver.statistics()
+        assert receiver.socket_drops > 0
+        assert 0.85 * room <= receiver.backlog() <= 1.15 * room
+    finally:
+        sender.close()
+        receiver.close()

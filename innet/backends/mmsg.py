@@ -47,10 +47,10 @@ class FrameBuffer:
     def rows(self) -> int:
         return len(self.buf)
 
-    def recv(self, fd: int) -> int:
-        """Receive up to ``rows`` queued frames without blocking; return how many."""
+    def recv(self, fd: int, most: int = 0) -> int:
+        """Receive up to ``most`` (all ``rows`` when 0) queued frames without blocking; return how many."""
         self.iov["len"] = self.buf.shape[1] - ALIGN
-        n = _libc.recvmmsg(fd, self.msgs.ctypes.data, self.rows, MSG_DONTWAIT, None)
+        n = _libc.recvmmsg(fd, self.msgs.ctypes.data, min(most or self.rows, self.rows), MSG_DONTWAIT, None)
         if n < 0:
             err = ctypes.get_errno()
             if err in (errno.EAGAIN, errno.EINTR):

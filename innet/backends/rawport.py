@@ -44,10 +44,13 @@ class RawPort:
         self.sock.bind((ifname, 0))
         self.sock.setblocking(False)
         self.socket_drops = 0
+        self.queued = 0  # frames the kernel queued at this socket (PACKET_STATISTICS), and those read
+        self.read = 0
         self.qdisc_waits = 0  # times a send found the link's queue full
         self.band = -1  # none set yet (the socket's priority 0 is pfifo_fast's band 1)
         mtu = struct.unpack("16si", fcntl.ioctl(self.sock, SIOCGIFMTU, struct.pack("16si", ifname.encode(), 0)))[1]
         self.rx = FrameBuffer(max_batch, ETH_LEN + mtu)
+        self.rx_rows = max_batch  # frames a read takes at most
         self.tx = FrameBuffer(max_batch, ETH_LEN + mtu)
 
     def keep_slots(self, cores: int, core: int) -> None:
@@ -80,11 +83,13 @@ class RawPort:
     def recv_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """Every frame queued now (up to max_batch), unparsed: ``frames[k, :lengths[k]]`` is frame k
         (views of the receive buffer, valid until the next call; none when nothing was queued)."""
-        n = self.rx.recv(self.sock.fileno())
+        n = self.rx.recv(self.sock.fileno(), self.rx_rows)
+        self.read += n
         return self.rx.frames[:n], self.rx.lengths[:n]
 
     def recv_batch(self) -> list[bytes]:
         n = self.rx.recv(self.sock.fileno())
+        self.read += n
         return [self.rx.frames[k, : self.rx.lengths[k]].tobytes() for k in range(n)]
 
     def _set_band(self, tos: int) -> None:
@@ -130,11 +135,21 @@ class RawPort:
         self.qdisc_waits += 1
         time.sleep(self.QDISC_WAIT)
 
+    def statistics(self) -> None:
+        """Add the kernel's counts since the last call (it resets them): frames queued at this socket,
+        and dropped because its buffer was full (PACKET_STATISTICS counts those among its packets)."""
+        packets, drops = struct.unpack("II", self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))
+        self.queued += packets - drops
+        self.socket_drops += drops
+
     def drops(self) -> int:
         """Frames the kernel dropped because this socket's buffer was full (cumulative)."""
-        raw = self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
-        self.socket_drops += struct.unpack("II", raw)[1]
+        self.statistics()
         return self.socket_drops
+
+    def backlog(self) -> int:
+        """Frames queued at this socket and not read yet, as of the last ``statistics()``."""
+        return self.queued - self.read
 
     def close(self) -> None:
         self.sock.close()

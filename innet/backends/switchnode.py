@@ -16,6 +16,7 @@ import socket
 import time
 from typing import Any
 
+from innet.backends.admission import Admission, read_limit
 from innet.backends.egress import Egress, wait_ms
 from innet.backends.netns import opened_in
 from innet.backends.rawport import RawPort
@@ -33,6 +34,7 @@ class SwitchNode:
                                     conf.get("fan_in", 0))
         self.ports = {int(p): RawPort(name) for p, name in conf["ports"].items()}
         self.egress = Egress(self.ports, conf["faults"])
+        self.admission = Admission(list(self.ports.values()))
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(conf["control"])
         self.listener.listen(1)
@@ -47,7 +49,8 @@ class SwitchNode:
         return [*self.by_fd, self.listener.fileno()]
 
     def next_wake(self) -> float | None:
-        due = [t for t in (self.runtime.next_timer() if self.runtime else None, self.egress.next_due()) if t is not None]
+        due = [t for t in (self.runtime.next_timer() if self.runtime else None, self.egress.next_due(),
+                           self.admission.next_wake()) if t is not None]
         return min(due) if due else None
 
     def on_ready(self, fd: int) -> tuple[bool, int | None]:
@@ -71,6 +74,7 @@ class SwitchNode:
         frames, lengths = self.ports[port].recv_rows()
         if self.runtime is not None and len(lengths):
             now = time.monotonic()
+            self.admission.note(now, int(lengths[-1]))
             for out_port, out in self.runtime.receive_rows(port, frames, lengths, now):
                 self.egress.send_all(out_port, [out], now)
         return False, None
@@ -81,14 +85,21 @@ class SwitchNode:
             for out_port, out in self.runtime.run_timers(now):
                 self.egress.send(out_port, out, now)
         self.egress.flush(now)
+        self.admission.tick(now)
 
     def _control(self, msg: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         op = msg.get("op")
         if op == "install":
             try:
-                self.runtime = SwitchRuntime(config_from_json(msg["config"]), self.program)
+                config = config_from_json(msg["config"])
+                self.runtime = SwitchRuntime(config, self.program)
             except Exception as exc:  # noqa: BLE001 - reported to the controller as one line
                 return {"ok": False, "error": str(exc)}, False
+            pools = [job.slots for job in config.jobs.values() if job.aggregate]
+            self.admission.slots = max(pools, default=0)
+            if pools:  # see innet.backends.admission
+                for raw in self.ports.values():
+                    raw.rx_rows = min(raw.rx.rows, read_limit(min(pools)))
             for port, frame in self.runtime.start(time.monotonic()):
                 self.egress.send(port, frame, time.monotonic())
             return {"ok": True, "memory_bytes": self.runtime.memory_bytes}, False
@@ -98,6 +109,7 @@ class SwitchNode:
                 ok=True, cpu_s=own_cpu_s() if self.alone else self.cpu_s, lost=self.egress.lost(),
                 socket_drops={port.name: port.drops() for port in self.ports.values()},
                 qdisc_waits={port.name: port.qdisc_waits for port in self.ports.values()},
+                admission=self.admission.report(),
             )
             return report, False
         if op == "stop":
