@@ -50,7 +50,6 @@ class RawPort:
         self.band = -1  # none set yet (the socket's priority 0 is pfifo_fast's band 1)
         mtu = struct.unpack("16si", fcntl.ioctl(self.sock, SIOCGIFMTU, struct.pack("16si", ifname.encode(), 0)))[1]
         self.rx = FrameBuffer(max_batch, ETH_LEN + mtu)
-        self.rx_rows = max_batch  # frames a read takes at most
         self.tx = FrameBuffer(max_batch, ETH_LEN + mtu)
 
     def keep_slots(self, cores: int, core: int) -> None:
@@ -83,7 +82,7 @@ class RawPort:
     def recv_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """Every frame queued now (up to max_batch), unparsed: ``frames[k, :lengths[k]]`` is frame k
         (views of the receive buffer, valid until the next call; none when nothing was queued)."""
-        n = self.rx.recv(self.sock.fileno(), self.rx_rows)
+        n = self.rx.recv(self.sock.fileno())
         self.read += n
         return self.rx.frames[:n], self.rx.lengths[:n]
 

@@ -236,6 +236,9 @@ class Engine:
         if new.all():
             r.pool[keys, :count], r.exp[keys] = values, exps
             r.seen[keys], r.have[keys], r.overflow[keys], r.since[keys] = 0, 0, False, now
+        elif not new.any():  # every packet joins its slot's round
+            r.pool[keys, :count] = self.fn(r.pool[keys, :count], values)
+            r.exp[keys] = np.maximum(r.exp[keys], exps)
         else:
             fresh, joins = keys[new], keys[~new]
             r.pool[fresh, :count], r.exp[fresh] = values[new], exps[new]

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from innet.wire.packet import GROUP_BASE, Packet
+from innet.wire.packet import GROUP_BASE, PAYLOAD_OFFSET, Packet
 
 PACKET_KINDS = ("contribution", "result", "routed", "abort")
 
@@ -72,6 +72,7 @@ class EmitMany:
     priority: int = 0
     src: np.ndarray | None = None  # with ``dst``: routed packets, addressed from src[k] to dst[k]
     dst: np.ndarray | None = None
+    frames: np.ndarray | None = None  # the packets' frames as they arrived, sent as they are (routing)
 
 
 @dataclass
@@ -93,6 +94,7 @@ class Batch:
     dst: np.ndarray
     band: np.ndarray
     rows: np.ndarray = None  # type: ignore[assignment]  # each row's index in the block it came from (default: 0..n-1)
+    frames: np.ndarray | None = None  # the rows' frames as received (none for a batch made from others)
 
     def __post_init__(self) -> None:
         if self.rows is None:
@@ -255,8 +257,9 @@ class Context:
         for k in np.unique(key).tolist():
             out, count, band = k >> 32, k >> 8 & 0xFFFFFF, k & 0xFF
             pick = rows[(port == out) & (counts == count) & (bands == band)]
+            frames = None if batch.frames is None else batch.frames[pick, :PAYLOAD_OFFSET + 4 * count]
             actions.append(EmitMany(out, batch.hdr[pick], batch.values[pick, :count], band, src=batch.src[pick],
-                                    dst=batch.dst[pick]))
+                                    dst=batch.dst[pick], frames=frames))
         return actions
 
 
