@@ -339,7 +339,7 @@ class Emulation:
             node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1")
             for intf in node.intfNames():
                 if intf != "lo":
-                    node.cmd(f"ethtool -K {intf} {__import__('os').environ.get('XSG', 'tx off rx off sg off')} tso off gso off gro off >/dev/null 2>&1")
+                    node.cmd(f"ethtool -K {intf} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1")
                     if self.mtu != ETH_MTU:  # frames longer than Ethernet's (--packet-elements): jumbo links
                         node.cmd(f"ip link set {intf} mtu {self.mtu}")
         for name, intf in shaped:  # strict-priority queues under the shaper (innet.rawport.SOCKET_PRIORITY)
