@@ -59,6 +59,22 @@ class FrameBuffer:
         self.lengths[:n] = self.msgs["len"][:n]
         return n
 
+    def send_block(self, fd: int, block: np.ndarray, start: int, count: int) -> int:
+        """sendmmsg rows ``start .. start+count-1`` of ``block`` (equal-length frames, one per row, rows
+        contiguous but at any stride: e.g. a view of a receive buffer) from where they are, without a copy;
+        how many the kernel took (0 when its queue is full). Uses this buffer's headers, not its rows."""
+        count = min(count, self.rows)
+        data, stride = block.ctypes.data, block.strides[0]
+        self.iov["base"][:count] = data + stride * np.arange(start, start + count, dtype=np.uint64)
+        self.iov["len"][:count] = block.shape[1]
+        n = _libc.sendmmsg(fd, self.msgs.ctypes.data, count, MSG_DONTWAIT)
+        if n < 0:
+            err = ctypes.get_errno()
+            if err in (errno.EAGAIN, errno.ENOBUFS, errno.EINTR):
+                return 0
+            raise OSError(err, os.strerror(err))
+        return n
+
     def load(self, block: np.ndarray, at: int = 0) -> None:
         """Copy the equal-length frames of ``block`` (one per row) into rows ``at``... for sending."""
         n, length = block.shape

@@ -50,8 +50,7 @@ class RawPort:
         self.band = -1  # none set yet (the socket's priority 0 is pfifo_fast's band 1)
         mtu = struct.unpack("16si", fcntl.ioctl(self.sock, SIOCGIFMTU, struct.pack("16si", ifname.encode(), 0)))[1]
         self.rx = FrameBuffer(max_batch, ETH_LEN + mtu)
-        self.rx_rows = max_batch  # frames a read takes at most
-        self.tx = FrameBuffer(max_batch, ETH_LEN + mtu)
+        self.tx = FrameBuffer(max_batch, 0)  # send headers only: frames go from where they are
 
     def keep_slots(self, cores: int, core: int) -> None:
         """Attach a classic BPF filter: deliver only frames whose header slot % cores == core.
@@ -83,7 +82,7 @@ class RawPort:
     def recv_rows(self) -> tuple[np.ndarray, np.ndarray]:
         """Every frame queued now (up to max_batch), unparsed: ``frames[k, :lengths[k]]`` is frame k
         (views of the receive buffer, valid until the next call; none when nothing was queued)."""
-        n = self.rx.recv(self.sock.fileno(), self.rx_rows)
+        n = self.rx.recv(self.sock.fileno())
         self.read += n
         return self.rx.frames[:n], self.rx.lengths[:n]
 
@@ -117,15 +116,14 @@ class RawPort:
         """Send the equal-length frames of ``block`` (one per row, all of one band), max_batch per sendmmsg."""
         if block.shape[1] > TOS_OFFSET:
             self._set_band(int(block[0, TOS_OFFSET]))
-        for at in range(0, len(block), self.tx.rows):
-            part = block[at:at + self.tx.rows]
-            self.tx.load(part)
-            done = 0
-            while done < len(part):
-                sent = self.tx.send(self.sock.fileno(), done, len(part) - done)
-                if sent == 0:  # the qdisc is full: wait for room, never drop silently
-                    self._wait_for_room()
-                done += sent
+        if block.strides[1] != 1:
+            block = np.ascontiguousarray(block)
+        done = 0
+        while done < len(block):  # from the block's own memory (the kernel copies each frame once)
+            sent = self.tx.send_block(self.sock.fileno(), block, done, len(block) - done)
+            if sent == 0:  # the qdisc is full: wait for room, never drop silently
+                self._wait_for_room()
+            done += sent
 
     QDISC_WAIT = 0.0005
 

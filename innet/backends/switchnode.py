@@ -16,7 +16,7 @@ import socket
 import time
 from typing import Any
 
-from innet.backends.admission import Admission, read_limit
+from innet.backends.admission import Admission
 from innet.backends.egress import Egress, wait_ms
 from innet.backends.netns import opened_in
 from innet.backends.rawport import RawPort
@@ -97,9 +97,6 @@ class SwitchNode:
                 return {"ok": False, "error": str(exc)}, False
             pools = [job.slots for job in config.jobs.values() if job.aggregate]
             self.admission.slots = max(pools, default=0)
-            if pools:  # see innet.backends.admission
-                for raw in self.ports.values():
-                    raw.rx_rows = min(raw.rx.rows, read_limit(min(pools)))
             for port, frame in self.runtime.start(time.monotonic()):
                 self.egress.send(port, frame, time.monotonic())
             return {"ok": True, "memory_bytes": self.runtime.memory_bytes}, False

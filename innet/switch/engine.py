@@ -69,6 +69,15 @@ class Folded:
     last_rows: np.ndarray
 
 
+def run_of(keys: np.ndarray) -> np.ndarray | slice:
+    """``keys`` as a slice when they are consecutive and increasing (then indexing by it gives views), else
+    as they are."""
+    n = len(keys)
+    if n > 1 and keys[-1] - keys[0] == n - 1 and (keys[1:] - keys[:-1] == 1).all():
+        return slice(int(keys[0]), int(keys[0]) + n)
+    return keys
+
+
 class Engine:
     """Exactly-once aggregation with ``operator`` over the slot registers ``regs`` (see module doc)."""
 
@@ -220,30 +229,38 @@ class Engine:
         """``contribute_many`` when no two packets share a slot: each packet is its own group."""
         r, count = self.r, values.shape[1]
         word, bit = who // WORD, np.left_shift(np.uint64(1), (who % WORD).astype(np.uint64))
-        cur = r.chunk[keys]
+        at = run_of(keys)  # a slice where the keys are consecutive (a stream's chunks): views, no gathers
+        cur = r.chunk[at]
         new = chunks > cur
         ok = plain & (new | ((chunks == cur) & (r.state[keys] == COLLECTING) & ((r.seen[keys, word] & bit) == 0)
                              & (r.count[keys] == count)))
         if self.op.can_overflow and not new.all():
             joins = ok & ~new
             peak = max(int(values.max()), -int(values.min())) if values.size else 0
-            held = r.pool[keys[joins], :count]
+            held = r.pool[at, :count] if isinstance(at, slice) and joins.all() else r.pool[keys[joins], :count]
             if held.size and peak + max(int(held.max()), -int(held.min())) >= INT32_LIMIT:
                 ok &= new  # a join could overflow: the per-packet path flags it
         taken = np.flatnonzero(ok)
         if len(taken) < len(keys):
             keys, word, bit, chunks, exps, values, new = (a[taken] for a in (keys, word, bit, chunks, exps, values, new))
+            at = run_of(keys)
         if new.all():
-            r.pool[keys, :count], r.exp[keys] = values, exps
-            r.seen[keys], r.have[keys], r.overflow[keys], r.since[keys] = 0, 0, False, now
+            r.pool[at, :count], r.exp[at] = values, exps
+            r.seen[at], r.have[at], r.overflow[at], r.since[at] = 0, 0, False, now
+        elif not new.any():  # every packet joins its slot's round
+            if isinstance(at, slice):
+                self.fn(r.pool[at, :count], values, out=r.pool[at, :count])
+            else:
+                r.pool[at, :count] = self.fn(r.pool[at, :count], values)
+            r.exp[at] = np.maximum(r.exp[at], exps)
         else:
             fresh, joins = keys[new], keys[~new]
             r.pool[fresh, :count], r.exp[fresh] = values[new], exps[new]
             r.seen[fresh], r.have[fresh], r.overflow[fresh], r.since[fresh] = 0, 0, False, now
             r.pool[joins, :count] = self.fn(r.pool[joins, :count], values[~new])
             r.exp[joins] = np.maximum(r.exp[joins], exps[~new])
-        r.state[keys], r.chunk[keys], r.count[keys] = COLLECTING, chunks, count
+        r.state[at], r.chunk[at], r.count[at] = COLLECTING, chunks, count
         r.seen[keys, word] |= bit
-        r.have[keys] += 1
-        complete = np.flatnonzero(r.have[keys] >= need)
+        r.have[at] += 1
+        complete = np.flatnonzero(r.have[at] >= need)
         return Folded(taken, keys[complete], taken[complete])

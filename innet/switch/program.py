@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from innet.wire.packet import GROUP_BASE, Packet
+from innet.wire.packet import GROUP_BASE, PAYLOAD_OFFSET, Packet
 
 PACKET_KINDS = ("contribution", "result", "routed", "abort")
 
@@ -72,6 +72,7 @@ class EmitMany:
     priority: int = 0
     src: np.ndarray | None = None  # with ``dst``: routed packets, addressed from src[k] to dst[k]
     dst: np.ndarray | None = None
+    frames: np.ndarray | None = None  # the packets' frames as they arrived, sent as they are (routing)
 
 
 @dataclass
@@ -93,6 +94,7 @@ class Batch:
     dst: np.ndarray
     band: np.ndarray
     rows: np.ndarray = None  # type: ignore[assignment]  # each row's index in the block it came from (default: 0..n-1)
+    frames: np.ndarray | None = None  # the rows' frames as received (none for a batch made from others)
 
     def __post_init__(self) -> None:
         if self.rows is None:
@@ -233,7 +235,8 @@ class Context:
         port = table[np.clip(batch.dst, 0, len(table) - 1)]
         port[(batch.dst < 0) | ((batch.dst >= len(table) - 1) & unicast)] = -1
         rows = np.arange(len(batch))
-        if not unicast.all():
+        every = bool(unicast.all())  # rows are the batch's, in order (no group's copies)
+        if not every:
             copies_rows, copies_ports = [rows[unicast]], [port[unicast]]
             for group in np.unique(batch.dst[~unicast]).tolist():
                 members = np.flatnonzero(batch.dst == group)
@@ -252,11 +255,16 @@ class Context:
         counts = batch.hdr["count"][rows].astype(np.int64)
         bands = batch.band[rows]
         key = (port << 32 | counts << 8 | bands)[port >= 0]  # one integer per (port, count, band)
-        for k in np.unique(key).tolist():
+        keys = np.unique(key).tolist()
+        for k in keys:
             out, count, band = k >> 32, k >> 8 & 0xFFFFFF, k & 0xFF
-            pick = rows[(port == out) & (counts == count) & (bands == band)]
+            if every and len(keys) == 1 and len(key) == len(batch):  # every row, in order, to one port
+                pick: np.ndarray | slice = slice(None)
+            else:
+                pick = rows[(port == out) & (counts == count) & (bands == band)]
+            frames = None if batch.frames is None else batch.frames[pick, :PAYLOAD_OFFSET + 4 * count]
             actions.append(EmitMany(out, batch.hdr[pick], batch.values[pick, :count], band, src=batch.src[pick],
-                                    dst=batch.dst[pick]))
+                                    dst=batch.dst[pick], frames=frames))
         return actions
 
 

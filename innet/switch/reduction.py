@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from innet.switch.engine import ADDED, ANSWER, COMPLETE, RESEND_UP, Engine, pool_registers, words
+from innet.switch.engine import ADDED, ANSWER, COMPLETE, RESEND_UP, Engine, pool_registers, run_of, words
 from innet.switch.program import (
     Action,
     Batch,
@@ -110,12 +110,16 @@ class Reduction(SwitchProgram):
             slot = hdr["slot"][rows].astype(np.int64)
             member = known & (who[rank] >= 0) & (port_of[rank] == batch.port) & (slot < job.slots)
             mine = rows[member]
-            self._heard(job)[who[rank[member]]] = ctx.now
-            flags = hdr["flags"][mine].astype(np.int64)
-            keys = np.where(flags & VER, self.slots, 0) + job.slot_base + slot[member]
-            folded = self._engine(ctx).contribute_many(keys, who[rank[member]], len(job.contributors),
-                                                       hdr["chunk"][mine].astype(np.int64), hdr["exp"][mine],
-                                                       batch.values[mine], flags & ~VER == 0, ctx.now)
+            if len(mine) == len(jobs):  # every row is a member's: read the batch through views, not copies
+                sel: np.ndarray | slice = slice(None)
+            else:
+                sel, rank, slot = mine, rank[member], slot[member]
+            self._heard(job)[who[rank]] = ctx.now
+            flags = hdr["flags"][sel].astype(np.int64)
+            keys = np.where(flags & VER, self.slots, 0) + job.slot_base + slot
+            folded = self._engine(ctx).contribute_many(keys, who[rank], len(job.contributors),
+                                                       hdr["chunk"][sel].astype(np.int64), hdr["exp"][sel],
+                                                       batch.values[sel], flags & ~VER == 0, ctx.now)
             taken = np.zeros(len(jobs), bool)
             taken[mine[folded.taken]] = True
             rest.append(batch.rows[rows[~taken[rows]]])
@@ -261,7 +265,7 @@ class Reduction(SwitchProgram):
         count = int(r.count[keys[0]])
         flags = np.where(keys >= self.slots, VER, 0) | np.where(r.overflow[keys], OVERFLOW, 0)
         out["count"], out["nworkers"], out["exp"] = count, job.nworkers, r.exp[keys]
-        values = r.pool[keys, :count]
+        values = r.pool[run_of(keys), :count]  # a view where the keys are consecutive (written out at once)
         if down:
             out["flags"], out["rank"] = flags | RESULT, ALL_RANKS
             actions.extend(EmitMany(port, out, values, job.priority) for port in job.children)

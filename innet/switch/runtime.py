@@ -89,9 +89,12 @@ def kind_of(pkt: Packet) -> str:
     return "result" if flags & RESULT else "contribution"
 
 
+_KIND_OF_FLAGS = np.array([3 if f & ROUTE else 2 if f & ABORT else 1 if f & RESULT else 0 for f in range(256)], np.int64)
+
+
 def kind_codes(flags: np.ndarray) -> np.ndarray:
-    """``kind_of`` for a whole array of flags: KIND_CODES values, 3 for routed."""
-    return np.where(flags & ROUTE, 3, np.where(flags & ABORT, 2, np.where(flags & RESULT, 1, 0)))
+    """``kind_of`` for a whole array of (8-bit) flags: KIND_CODES values, 3 for routed."""
+    return _KIND_OF_FLAGS[flags]
 
 
 def flatten(out: Out) -> Frames:
@@ -196,7 +199,7 @@ class SwitchRuntime:
         self.ctx.now = now
         n = len(block.lengths)
         out: Out = []
-        codes = kind_codes(block.hdr["flags"].astype(np.int64))
+        codes = kind_codes(block.hdr["flags"])
         # the reverse-path check of _spoofed: a routed packet's source routes back to this port, others are the neighbour's
         unspoofed = block.src == self.config.neighbors.get(port, -3)
         routed = codes == 3
@@ -208,7 +211,7 @@ class SwitchRuntime:
         # runs of one kind and count; SPARSE packets of one kind batch whatever their counts (SPARSE_RUN)
         count = np.where(block.hdr["flags"] & SPARSE, SPARSE_RUN, block.hdr["count"].astype(np.int64))
         key = np.where(batchable, count * 4 + codes, -1)
-        edges = [0, *(np.flatnonzero(key[1:] != key[:-1]) + 1).tolist(), n]
+        edges = [0, n] if (key == key[0]).all() else [0, *(np.flatnonzero(key[1:] != key[:-1]) + 1).tolist(), n]
         for a, b in zip(edges[:-1], edges[1:], strict=False):
             if key[a] < 0:
                 for k in range(a, b):
@@ -220,7 +223,7 @@ class SwitchRuntime:
             rows = slice(a, b)
             width = int(block.hdr["count"][rows].max())  # a SPARSE run's rows are as wide as its longest
             batch = Batch(port, block.hdr[rows], block.values(rows, width), block.src[rows], block.dst[rows],
-                          block.band[rows])
+                          block.band[rows], frames=block.frames[rows])
             handler = self.batch_handlers[KIND_NAMES[key[a] % 4]]
             if handler:
                 actions, rest = getattr(self.program, handler)(self.ctx, batch)
@@ -270,6 +273,7 @@ class SwitchRuntime:
         if result is None:
             return
         actions: Iterable[Action] = (result,) if not isinstance(result, (list, tuple)) else result
+        last: tuple[EmitMany, np.ndarray] | None = None  # the block EmitMany built last
         for action in actions:
             if isinstance(action, Emit):
                 self._send(action.port, action.packet, out, action.priority)
@@ -280,7 +284,7 @@ class SwitchRuntime:
             elif isinstance(action, ToPBox):
                 self._to_pbox(action.packet, out)
             elif isinstance(action, EmitMany):
-                self._send_many(action, out)
+                last = self._send_many(action, out, last)
             else:
                 raise UserError(f"program file {self.program.source or self.program.name}: a handler of "
                                 f"{type(self.program).__name__} returned {action!r}, "
@@ -298,15 +302,25 @@ class SwitchRuntime:
         self.ctx.count("fallback")
         self._send(self.ctx.routes[job.pbox], fwd, out, pkt.band)
 
-    def _send_many(self, action: EmitMany, out: Out) -> None:
+    def _send_many(self, action: EmitMany, out: Out, last: tuple[EmitMany, np.ndarray] | None = None
+                   ) -> tuple[EmitMany, np.ndarray] | None:
+        """Write an EmitMany's frames. The same rows to another port (a multicast's: ``last`` sent them) are
+        a copy of that block with the headers for this hop."""
         if action.port not in self.stats:
             self.ctx.count("drop:bad_port", len(action.hdr))
-            return
+            return last
         if len(action.hdr) == 0:
-            return
+            return last
         band = self._band(action.priority)
-        if action.src is not None and action.dst is not None:
+        if action.frames is not None:
+            block = action.frames
+        elif action.src is not None and action.dst is not None:
             block = build_frames(action.src, action.dst, action.hdr, action.values, band)
+        elif (last is not None and last[0].hdr is action.hdr and last[0].values is action.values and last[0].src is None
+              and self._band(last[0].priority) == band):
+            block = last[1].copy()
+            block[:, :HEADER_OFFSET] = np.frombuffer(frame_prefix(self.config.node, self.config.neighbors[action.port],
+                                                                  block.shape[1] - HEADER_OFFSET, band), np.uint8)
         else:
             block = build_frames(self.config.node, self.config.neighbors[action.port], action.hdr, action.values, band)
         stats = self.stats[action.port]
@@ -315,6 +329,7 @@ class SwitchRuntime:
         if action.src is not None:
             self._count_input(int(np.count_nonzero(action.hdr["job"] == INPUT_JOB)) * block.shape[1])
         out.append((action.port, block))
+        return action, block
 
     @staticmethod
     def _band(priority: int) -> int:

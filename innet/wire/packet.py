@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -278,9 +279,19 @@ class FrameBlock:
     lengths: np.ndarray
     ok: np.ndarray
     hdr: np.ndarray
-    src: np.ndarray
-    dst: np.ndarray
-    band: np.ndarray
+    pre: np.ndarray  # the Ethernet, IPv4 and UDP headers (PREFIX_DTYPE)
+
+    @cached_property
+    def src(self) -> np.ndarray:
+        return _nodes(self.pre["ip_src"])
+
+    @cached_property
+    def dst(self) -> np.ndarray:
+        return _nodes(self.pre["ip_dst"])
+
+    @cached_property
+    def band(self) -> np.ndarray:
+        return band_of(self.pre["tos"].astype(np.int64))
 
     def values(self, rows: np.ndarray | slice, count: int) -> np.ndarray:
         """The (len(rows), count) int32 payloads of ``rows`` (a copy when rows is an index array)."""
@@ -317,8 +328,7 @@ def parse_block(frames: np.ndarray, lengths: np.ndarray) -> FrameBlock:
         & (lengths >= PAYLOAD_OFFSET + payload)
         & (pre["udp_len"] == UDP_LEN + HEADER_LEN + payload)
     )
-    return FrameBlock(frames, lengths, ok, hdr, _nodes(pre["ip_src"]), _nodes(pre["ip_dst"]),
-                      band_of(pre["tos"].astype(np.int64)))
+    return FrameBlock(frames, lengths, ok, hdr, pre)
 
 
 def build_frames(src: int | np.ndarray, dst: int | np.ndarray, hdr: np.ndarray, values: np.ndarray,
@@ -328,15 +338,21 @@ def build_frames(src: int | np.ndarray, dst: int | np.ndarray, hdr: np.ndarray, 
     n, count = values.shape
     if out is None:
         out = np.empty((n, PAYLOAD_OFFSET + 4 * count), np.uint8)
-    src, dst = np.broadcast_to(src, (n,)), np.broadcast_to(dst, (n,))
-    if n and ((src != src[0]) | (dst != dst[0])).any():  # a prefix per (src, dst) pair
-        pair = src.astype(np.int64) << 32 | dst.astype(np.int64) & 0xFFFFFFFF  # one integer per pair
-        pairs, which = np.unique(pair, return_inverse=True)
-        prefixes = np.array([np.frombuffer(frame_prefix(p >> 32, (p & 0xFFFFFFFF ^ 1 << 31) - (1 << 31), HEADER_LEN + 4 * count,
-                                                        band), np.uint8) for p in pairs.tolist()])
-        out[:, :HEADER_OFFSET] = prefixes[which.ravel()]
+    one: tuple[int, int] | None = None  # the one (src, dst) pair of every frame
+    if isinstance(src, (int, np.integer)) and isinstance(dst, (int, np.integer)):
+        one = int(src), int(dst)
     elif n:
-        out[:, :HEADER_OFFSET] = np.frombuffer(frame_prefix(int(src[0]), int(dst[0]), HEADER_LEN + 4 * count, band), np.uint8)
+        src, dst = np.broadcast_to(src, (n,)), np.broadcast_to(dst, (n,))
+        if ((src != src[0]) | (dst != dst[0])).any():  # a prefix per (src, dst) pair
+            pair = src.astype(np.int64) << 32 | dst.astype(np.int64) & 0xFFFFFFFF  # one integer per pair
+            pairs, which = np.unique(pair, return_inverse=True)
+            prefixes = np.array([np.frombuffer(frame_prefix(p >> 32, (p & 0xFFFFFFFF ^ 1 << 31) - (1 << 31),
+                                                            HEADER_LEN + 4 * count, band), np.uint8) for p in pairs.tolist()])
+            out[:, :HEADER_OFFSET] = prefixes[which.ravel()]
+        else:
+            one = int(src[0]), int(dst[0])
+    if n and one is not None:
+        out[:, :HEADER_OFFSET] = np.frombuffer(frame_prefix(*one, HEADER_LEN + 4 * count, band), np.uint8)
     out[:, HEADER_OFFSET:PAYLOAD_OFFSET] = np.ascontiguousarray(hdr, HEADER_DTYPE).view(np.uint8).reshape(n, HEADER_LEN)
     out[:, PAYLOAD_OFFSET:] = np.ascontiguousarray(values, VALUE_DTYPE).view(np.uint8).reshape(n, 4 * count)
     return out
