@@ -67,13 +67,7 @@ class FrameBuffer:
         data, stride = block.ctypes.data, block.strides[0]
         self.iov["base"][:count] = data + stride * np.arange(start, start + count, dtype=np.uint64)
         self.iov["len"][:count] = block.shape[1]
-        n = _libc.sendmmsg(fd, self.msgs.ctypes.data, count, MSG_DONTWAIT)
-        if n < 0:
-            err = ctypes.get_errno()
-            if err in (errno.EAGAIN, errno.ENOBUFS, errno.EINTR):
-                return 0
-            raise OSError(err, os.strerror(err))
-        return n
+        return self._sendmmsg(fd, 0, count)
 
     def load(self, block: np.ndarray, at: int = 0) -> None:
         """Copy the equal-length frames of ``block`` (one per row) into rows ``at``... for sending."""
@@ -84,6 +78,10 @@ class FrameBuffer:
     def send(self, fd: int, start: int, count: int) -> int:
         """sendmmsg rows ``start .. start+count-1``; return how many the kernel took (0 when its queue is full)."""
         self.iov["len"][start:start + count] = self.lengths[start:start + count]
+        return self._sendmmsg(fd, start, count)
+
+    def _sendmmsg(self, fd: int, start: int, count: int) -> int:
+        """sendmmsg this buffer's headers ``start .. start+count-1`` as they are set; how many the kernel took."""
         n = _libc.sendmmsg(fd, self.msgs.ctypes.data + start * MMSGHDR.itemsize, count, MSG_DONTWAIT)
         if n < 0:
             err = ctypes.get_errno()
