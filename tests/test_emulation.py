@@ -344,6 +344,9 @@ def test_pool_slots_reach_the_switch_processes_and_the_record_says_how_busy_the_
     assert real["switch_memory_bytes"] == {"s1": load_program("sum_allreduce", 300).memory_bytes()}
     assert 0 < real["busy_cores"] <= os.cpu_count() + 0.5  # the switch's and the hosts' CPU over the all-reduce's time
     assert 0 < real["machine_busy_cores"] <= os.cpu_count()  # every CPU's, from /proc/stat
+    # over the readings around the calls' window, not the workers' start-up and result writing around it
+    assert real["completion_s"] <= real["fidelity"]["cpu_over_s"] <= real["completion_s"] + 0.5
+    assert real["busy_cores"] == pytest.approx(sum(real["fidelity"]["cpu"].values()), abs=0.03)
     assert_nothing_left()
 
 

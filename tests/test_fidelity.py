@@ -7,7 +7,15 @@ import subprocess
 import sys
 import time
 
-from innet.backends.usage import drops_between, has_exited, interface_drops, process_cpu_s, process_times, queue_drops
+from innet.backends.usage import (
+    Samples,
+    drops_between,
+    has_exited,
+    interface_drops,
+    process_cpu_s,
+    process_times,
+    queue_drops,
+)
 from innet.results.fidelity import (
     CPU_BOUND,
     FAITHFUL,
@@ -90,6 +98,28 @@ def test_cpu_seconds_come_from_proc_and_survive_until_the_process_is_reaped():
     assert cpu >= 0.25 and wait >= 0
     child.wait()
     assert process_cpu_s(child.pid) is None and process_times(child.pid) is None and has_exited(child.pid)
+
+
+def test_shares_are_taken_over_the_window_asked_for_not_the_whole_wait():
+    """A process idle, then busy 0.3 s of CPU, then idle again (as a worker generates, all-reduces, saves):
+    over the readings around its busy window it used a core, over the whole wait a fraction of one."""
+    burn = ("import time\ntime.sleep(0.3)\nprint(time.monotonic(), flush=True)\nt = time.process_time() + 0.3\n"
+            "while time.process_time() < t: pass\nprint(time.monotonic(), flush=True)\ntime.sleep(0.3)")
+    child = subprocess.Popen([sys.executable, "-c", burn], stdout=subprocess.PIPE, text=True)
+    samples = Samples(lambda: {"child": process_times(child.pid)}, 0.05)
+    while not has_exited(child.pid):
+        samples.due()
+        time.sleep(0.01)
+    samples.take()
+    out, _ = child.communicate()
+    start, end = (float(line) for line in out.split())
+    seconds, cpu, wait, busy = samples.shares(start, end, os.cpu_count())
+    whole, whole_cpu, _, _ = samples.shares(samples.taken[0].at, samples.taken[-1].at, os.cpu_count())
+    assert end - start <= seconds <= end - start + 0.3  # the readings around the window, not the whole wait
+    assert whole >= seconds + 0.4
+    assert cpu["child"] * seconds >= 0.28  # all its CPU fell in the window
+    assert cpu["child"] >= whole_cpu["child"] * whole / seconds * 0.9
+    assert wait["child"] >= 0 and 0 < busy <= os.cpu_count()
 
 
 class FakeNode:

@@ -29,7 +29,7 @@ import numpy as np
 from innet.backends.cleanup import RunState, delete_intfs, kill_recorded
 from innet.backends.cluster import Cluster, cluster_figures, place
 from innet.backends.serialize import config_to_json, spec_to_json
-from innet.backends.usage import drops_between, has_exited, interface_drops, process_times, queue_drops
+from innet.backends.usage import Samples, drops_between, has_exited, interface_drops, process_times, queue_drops
 from innet.errors import UserError
 from innet.graph import is_switch, link_name, natural_key, port_to, ports
 from innet.hosts.ensemble import InputPlan, input_summary
@@ -44,6 +44,7 @@ from innet.run.modes import RunPlan, installed_configs, pbox_servers, plan_run
 from innet.wire.faults import fault_seed
 from innet.wire.packet import ETH_MTU, link_mtu
 
+SAMPLE_S = 0.05  # how often a run's CPU is read while it goes on (longer with over 50 processes to read)
 GO_LEAD, GO_LEAD_PER_HOST = 0.03, 0.002  # seconds from "go" to the common start: time to wake every host
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -63,19 +64,6 @@ def _faults(graph: nx.Graph, run: RunSpec, node: str, latency: bool = False) -> 
 
 def log(msg: str) -> None:
     print(f"innet: {msg}", file=sys.stderr, flush=True)
-
-
-def busy_cores(stats: dict[str, dict[str, Any]], host_cpu_s: float = 0.0, wall: float = 0.0) -> float:
-    """How many cores the switches and the hosts' processes kept busy during the all-reduce, on average."""
-    return sum(st["cpu_share"] for st in stats.values()) + (host_cpu_s / wall if wall > 0 else 0.0)
-
-
-def machine_ticks() -> tuple[int, int]:
-    """(busy, all) clock ticks of every CPU since boot (/proc/stat): busy includes the kernel's
-    softirq work (veth delivery, the shapers), which no process's CPU time fully shows."""
-    with open("/proc/stat", encoding="ascii") as fh:
-        ticks = [int(x) for x in fh.readline().split()[1:]]
-    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)  # idle and iowait are not busy
 
 
 def saturated(cores_busy: float) -> bool:
@@ -475,11 +463,11 @@ class Emulation:
                 raise UserError(f"{name} failed to start: {said.decode(errors='replace') or 'it said nothing'}")
         cpu_before = {sw: ctl.call("stats")["cpu_s"] for sw, ctl in self.switch_controls.items()}
         tracked = {**self.switch_procs, **procs}
-        times_before = {name: process_times(p.pid) for name, p in tracked.items()}
+        samples = Samples(lambda: {name: self._times(p) for name, p in tracked.items()}, SAMPLE_S * max(1, len(tracked) / 50))
         before = {n.name: interface_bytes(n) for n in net.hosts}
         drops_before = self._drop_counts()
         log(f"all-reduce: {len(confs)} workers x {run.elements} elements x {run.iterations} iteration(s)")
-        started, ticks = time.monotonic(), machine_ticks()
+        started = time.monotonic()
         # one start instant for all hosts, on the clock they share (servers of a cluster do not share it)
         go = b"go\n" if self.cluster else f"go {started + GO_LEAD + GO_LEAD_PER_HOST * len(starters):.6f}\n".encode()
         for proc in starters.values():
@@ -488,18 +476,17 @@ class Emulation:
             proc.stdin.flush()
         others = {f"{name}!{i}": self._popen(name, argv, stdout=subprocess.DEVNULL) for i, (name, argv) in enumerate(intruders)}
         results = [os.path.join(self.run_dir, f"{w}.npz") for w in confs] if linger > 0 else []
-        self._wait_workers({**workers, **readers}, run, started, crash, (results, list(workers.values())))
-        self._wait_workers(others, run, started, {})
-        wall, ticks_after = time.monotonic() - started, machine_ticks()
+        self._wait_workers({**workers, **readers}, run, started, crash, (results, list(workers.values())), samples)
+        self._wait_workers(others, run, started, {}, samples=samples)
+        samples.take()
+        wall = time.monotonic() - started
         after = {n.name: interface_bytes(n) for n in net.hosts}
         drops_after = self._drop_counts()
-        shares = {name: self._shares(p, times_before[name], wall) for name, p in tracked.items()}
-        cpu = {name: s[0] for name, s in shares.items() if s is not None}
-        waits = {name: s[1] for name, s in shares.items() if s is not None}
-        machine_busy = (ticks_after[0] - ticks[0]) / max(1, ticks_after[1] - ticks[1]) * (os.cpu_count() or 1)
+        start, end = self._calls_window(confs) or (started, started + wall)
+        seconds, cpu, waits, machine_busy = samples.shares(start, end, os.cpu_count() or 1)
         stats = {sw: ctl.call("stats") for sw, ctl in self.switch_controls.items()}
-        for sw, st in stats.items():
-            st["cpu_share"] = (st["cpu_s"] - cpu_before[sw]) / wall if wall > 0 else 0.0
+        for sw, st in stats.items():  # a switch works only while the calls go on: its CPU since "go" is theirs
+            st["cpu_share"] = (st["cpu_s"] - cpu_before[sw]) / seconds if seconds > 0 else 0.0
         for ctl in self.switch_controls.values():
             ctl.call("stop")
         if cli:
@@ -509,7 +496,9 @@ class Emulation:
         fid = fidelity(self.dilation, cpu, drops_between(drops_before[0], drops_after[0]),
                        drops_between(drops_before[1], drops_after[1]),
                        {sw: sum(st.get("socket_drops", {}).values()) for sw, st in stats.items()}, os.cpu_count() or 1, waits)
-        return self._record(run, rp, before, after, stats, wall, machine_busy, fid, modelled=not crash and not intruders)
+        fid["cpu_over_s"] = round(seconds, 3)  # the shares' span: the calls' window, to the readings around it
+        return self._record(run, rp, before, after, stats, sum(cpu.values()), machine_busy, fid,
+                            modelled=not crash and not intruders)
 
     def _drop_counts(self) -> tuple[dict[str, int], dict[str, int]]:
         """Every interface's frames dropped so far: at its queue, and by the interface itself."""
@@ -520,14 +509,24 @@ class Emulation:
             interface.update(interface_drops(node))
         return queue, interface
 
-    def _shares(self, proc: subprocess.Popen[bytes], before: tuple[float, float] | None,
-                wall: float) -> tuple[float, float] | None:
-        """The shares of ``wall`` seconds ``proc`` ran and waited for a CPU since ``before`` (its seconds of
-        each then); a process that has exited counts until it exited."""
-        now = self.times_at_exit.get(proc.pid) if proc.returncode is not None else process_times(proc.pid)
-        if before is None or now is None or wall <= 0:
+    def _times(self, proc: subprocess.Popen[bytes]) -> tuple[float, float] | None:
+        """``proc``'s (CPU s, run-queue wait s) so far; a process that has exited, until it exited."""
+        return self.times_at_exit.get(proc.pid) if proc.returncode is not None else process_times(proc.pid)
+
+    def _calls_window(self, confs: dict[str, dict[str, Any]]) -> tuple[float, float] | None:
+        """From the workers' result files: the first call's start and the last one's end, on this machine's
+        monotonic clock (None on a cluster, whose servers' clocks are not this one, or where a result lacks them)."""
+        if self.cluster is not None:
             return None
-        return (now[0] - before[0]) / wall, (now[1] - before[1]) / wall
+        starts, ends = [], []
+        for w in confs:
+            path = os.path.join(self.run_dir, f"{w}.npz")
+            if not os.path.exists(path):
+                return None
+            data = np.load(path)
+            starts.extend(data["started"].tolist())
+            ends.extend(data["finished"].tolist())
+        return (min(starts), max(ends)) if starts and ends else None
 
     def _start_input(self, run: RunSpec, plan: InputPlan,
                      procs: dict[str, subprocess.Popen[bytes]]) -> dict[str, subprocess.Popen[bytes]]:
@@ -593,10 +592,12 @@ class Emulation:
 
     def _wait_workers(self, procs: dict[str, subprocess.Popen[bytes]], run: RunSpec, started: float,
                       crash: dict[str, float],
-                      lingering: tuple[list[str], list[subprocess.Popen[bytes]]] = ([], [])) -> None:
-        """Wait for ``procs`` to end, crashing the workers ``crash`` names on time. ``lingering``: result files,
-        and the worker processes that linger after writing theirs (the ring's): once every file is there, no
-        rank needs a neighbour's answers any more, and they are stopped rather than left to linger out."""
+                      lingering: tuple[list[str], list[subprocess.Popen[bytes]]] = ([], []),
+                      samples: Samples | None = None) -> None:
+        """Wait for ``procs`` to end, crashing the workers ``crash`` names on time, reading ``samples`` as
+        they fall due. ``lingering``: result files, and the worker processes that linger after writing theirs
+        (the ring's): once every file is there, no rank needs a neighbour's answers any more, and they are
+        stopped rather than left to linger out."""
         limit = started + 30 + run.timeout * (len(run.call_sizes()) + 1)
         progress = Progress("innet")
         crash = dict(crash)
@@ -616,6 +617,8 @@ class Emulation:
             if now > limit:
                 raise UserError(f"workers did not finish within {limit - started:.0f}s; see {{timeout}}")
             progress.update(lambda: f"{sum(p.poll() is not None for p in procs.values())}/{len(procs)} worker processes finished")
+            if samples is not None:
+                samples.due()
             time.sleep(0.01)
         progress.close()
 
@@ -626,16 +629,11 @@ class Emulation:
         return proc.poll() is not None
 
     def _record(self, run: RunSpec, rp: RunPlan, before: dict[str, dict[str, int]], after: dict[str, dict[str, int]],
-                stats: dict[str, dict[str, Any]], wall: float, machine_busy: float, fid: dict[str, Any],
+                stats: dict[str, dict[str, Any]], busy: float, machine_busy: float, fid: dict[str, Any],
                 modelled: bool = True) -> RunRecord:
         graph = self.graph
         link_bytes = link_bytes_between(graph, before, after)
-        outcomes, host_cpu = [], 0.0
-        for plan in rp.plans:
-            for w, spec in rp.specs[plan.job].items():
-                outcome, cpu = self._outcome(w, spec)
-                outcomes.append(outcome)
-                host_cpu += cpu
+        outcomes = [self._outcome(w, spec) for plan in rp.plans for w, spec in rp.specs[plan.job].items()]
         drops = tally_drops((st.get("counters", {}) for st in stats.values()), {
             "link:lost": sum(st.get("lost", 0) for st in stats.values()),
             "socket": sum(sum(st.get("socket_drops", {}).values()) for st in stats.values()),
@@ -645,7 +643,7 @@ class Emulation:
             graph, run, rp, "mininet", outcomes, link_bytes, drops,
             switch_memory_bytes={sw: st.get("memory_bytes", 0) for sw, st in stats.items()},
             switch_cpu_share={sw: round(st["cpu_share"], 3) for sw, st in stats.items()},
-            busy_cores=round(busy_cores(stats, host_cpu, wall), 2), machine_busy_cores=round(machine_busy, 2),
+            busy_cores=round(busy, 2), machine_busy_cores=round(machine_busy, 2),
             switch_counters={sw: st.get("counters", {}) for sw, st in stats.items()},
             **({"input": self._input_record(rp.input, stats)} if rp.input is not None else {}),
             **({"cluster": cluster_figures(graph, self.placement, self.cluster.servers, link_bytes)}
@@ -660,11 +658,11 @@ class Emulation:
             fid = with_model(fid, float(record.get(key, float("nan"))), model)
         return record.with_figures(fidelity=fid)
 
-    def _outcome(self, host: str, spec: Any) -> tuple[WorkerOutcome, float]:
-        """What a worker host saved: its outcome, and the CPU seconds it spent from "go"."""
+    def _outcome(self, host: str, spec: Any) -> WorkerOutcome:
+        """What a worker host saved."""
         path = os.path.join(self.run_dir, f"{host}.npz")
         if not os.path.exists(path):
-            return WorkerOutcome(spec.job, spec.rank, [], [], [], [], 0, f"worker {host} (rank {spec.rank}) wrote no result"), 0.0
+            return WorkerOutcome(spec.job, spec.rank, [], [], [], [], 0, f"worker {host} (rank {spec.rank}) wrote no result")
         data = np.load(path)
         cuts = np.cumsum(data["sizes"])[:-1]
         ints = np.split(data["ints"], cuts) if len(data["sizes"]) else []
@@ -677,7 +675,7 @@ class Emulation:
                                 virtual(list(data["compute_starts"]), f),
                                 [int(s) for s in data["staleness"]], int(data["scale"]), list(data["inputs"]),
                                 [(float(a), float(loss)) for a, loss in data["history"]])
-        return outcome, float(data["cpu_s"])
+        return outcome
 
     def teardown(self) -> None:
         if self.pcaps:

@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 import os
 import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -52,6 +55,63 @@ def has_exited(pid: int) -> bool:
         return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     except ChildProcessError:
         return True
+
+
+def machine_ticks() -> tuple[int, int]:
+    """(busy, all) clock ticks of every CPU since boot (/proc/stat): busy includes the kernel's
+    softirq work (veth delivery, the shapers), which no process's CPU time fully shows."""
+    with open("/proc/stat", encoding="ascii") as fh:
+        ticks = [int(x) for x in fh.readline().split()[1:]]
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)  # idle and iowait are not busy
+
+
+@dataclass
+class Sample:
+    """One reading: when (time.monotonic()), the machine's ticks, and each process's (CPU s, wait s)."""
+
+    at: float
+    ticks: tuple[int, int]
+    times: dict[str, tuple[float, float] | None]
+
+
+class Samples:
+    """Readings of the machine and of a run's processes, taken while the run goes on, so that their shares
+    of a core are taken over the all-reduce itself (its first call's start to its last call's end) rather
+    than over the whole wait, which also holds the workers' tensor generation and the writing of their
+    results: at 30 M values a worker, those take twice as long as the all-reduce."""
+
+    def __init__(self, read: Callable[[], dict[str, tuple[float, float] | None]], interval: float) -> None:
+        self.read, self.interval = read, interval
+        self.taken: list[Sample] = []
+        self.take()
+
+    def take(self) -> None:
+        self.taken.append(Sample(time.monotonic(), machine_ticks(), self.read()))
+
+    def due(self) -> None:
+        """Take a reading if the last one is ``interval`` old."""
+        if time.monotonic() - self.taken[-1].at >= self.interval:
+            self.take()
+
+    def span(self, start: float, end: float) -> tuple[Sample, Sample]:
+        """The readings around [start, end]: the last taken by ``start``, the first taken at or after
+        ``end`` (the first and last readings where there are none)."""
+        first = max((s for s in self.taken if s.at <= start), key=lambda s: s.at, default=self.taken[0])
+        last = min((s for s in self.taken if s.at >= end), key=lambda s: s.at, default=self.taken[-1])
+        return first, last
+
+    def shares(self, start: float, end: float, cores: int) -> tuple[float, dict[str, float], dict[str, float], float]:
+        """Over the readings around [start, end]: (their seconds apart, each process's share of a core
+        used, and waiting for one, the cores the machine kept busy)."""
+        first, last = self.span(start, end)
+        seconds = last.at - first.at
+        cpu, wait = {}, {}
+        for name, before in first.times.items():
+            after = last.times.get(name)
+            if before is not None and after is not None and seconds > 0:
+                cpu[name], wait[name] = (after[0] - before[0]) / seconds, (after[1] - before[1]) / seconds
+        busy = (last.ticks[0] - first.ticks[0]) / max(1, last.ticks[1] - first.ticks[1]) * cores
+        return seconds, cpu, wait, busy
 
 
 def queue_drops(node: Any) -> dict[str, int]:

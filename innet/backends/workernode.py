@@ -23,7 +23,6 @@ from innet.backends.client import AllreduceClient
 from innet.backends.egress import expire, feed, wait_ms
 from innet.backends.netns import opened_in
 from innet.backends.serialize import spec_from_json
-from innet.backends.usage import own_cpu_s
 from innet.errors import UserError
 from innet.hosts.learner import Learner, bind_learner
 from innet.hosts.model import Task
@@ -58,7 +57,6 @@ class WorkerNode:
         self.client = AllreduceClient(spec, conf["port"], conf["mode"], conf["ring"], conf["faults"], training,
                                       endpoint=endpoint)
         self.user_error = ""  # a learner's (training diverged): the controller says it as one line, naming the flag
-        self.cpu_s = 0.0
         self.state = "running"
         self.until = self.end = 0.0
         self.status: int | None = None  # once its result is saved
@@ -117,7 +115,6 @@ class WorkerNode:
                 retransmissions=np.array(outcome.retransmissions),
                 error=np.array(outcome.error),
                 spec=np.array(json.dumps(asdict(spec))),
-                cpu_s=np.array(self.cpu_s),
                 compute_starts=np.array(outcome.compute_starts, dtype=float),
                 staleness=np.array(outcome.staleness, dtype=np.int64),
                 scale=np.array(outcome.scale),
@@ -148,16 +145,14 @@ def _wait_for_go() -> bool:
 
 def serve_worker(conf: dict[str, Any]) -> int:
     """One worker host, in this process's namespace: on "go", its calls (a failed call ends them; its error is
-    recorded in the result file), then its linger; its CPU is the process's from "go"."""
+    recorded in the result file), then its linger."""
     node = WorkerNode(conf)
     if not _wait_for_go():
         return 4
-    cpu_at_go = own_cpu_s()
     try:
         node.client.run_endpoint()
     except UserError as exc:
         node.fail(exc)
-    node.cpu_s = own_cpu_s() - cpu_at_go
     status = node.save()
     if node.ok:
         node.client.linger(conf["linger"], conf["linger_limit"])
@@ -165,8 +160,8 @@ def serve_worker(conf: dict[str, Any]) -> int:
 
 
 def serve_workers(conf: dict[str, Any]) -> int:
-    """Every worker of ``conf["workers"]`` in this process, one poll() over their ports; each one's CPU is the
-    thread CPU time spent on it. Exit status: the worst of theirs."""
+    """Every worker of ``conf["workers"]`` in this process, one poll() over their ports. Exit status: the
+    worst of theirs."""
     nodes = opened_in(conf["workers"], WorkerNode)
     if not _wait_for_go():
         return 4
@@ -174,15 +169,13 @@ def serve_workers(conf: dict[str, Any]) -> int:
     owner = {node.client.port.fileno(): node for node in nodes}
     for fd in owner:
         poller.register(fd, select.POLLIN)
-    clock, status = time.thread_time, 0
+    status = 0
 
     def served(node: WorkerNode, work: Any) -> None:
-        began = clock()
         try:
             work(time.monotonic())
         except UserError as exc:
             node.fail(exc)
-        node.cpu_s += clock() - began
 
     for node in nodes:
         served(node, lambda now, node=node: node.client.egress.send_all(0, node.client.proc.start(now), now))
