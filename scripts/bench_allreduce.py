@@ -18,6 +18,9 @@ on 2 cores; README's Performance section shows this for the ring.) It also
 names the highest link rate at which in-network goodput was >= 90%, and the
 highest at which every mode was within 10% of theory.
 
+``--unshaped`` also runs each rate's in-network tensor over unshaped links (veth speed, no shaper):
+the data plane's own ceiling on this machine, as goodput against the rate (a table of its own).
+
 ``--default-run`` measures instead what ``sudo python run_topology.py --mode all`` runs: the default
 leaf-spine at the default 1000 Mbit/s, each mode at the factor ``--dilation auto`` gives it
 (``innet.cli.mode_dilation``), and its modes' time ratios against the same theory.
@@ -32,6 +35,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from innet.backends.mininet import run_mininet, saturated  # noqa: E402
+from innet.plan.dilation import TCLINK_MAX_MBPS  # noqa: E402
 from innet.results.check import RunSpec  # noqa: E402
 from scripts.report import report  # noqa: E402
 from topologies import build  # noqa: E402
@@ -45,6 +49,8 @@ def main():
     p.add_argument("--pool-slots", type=int, default=0, help="slots in the switch's pool (default: the program's, 128)")
     p.add_argument("--packet-elements", type=int, default=0,
                    help="gradient values per packet (default: the program's, 2048; over 364 the links get jumbo MTUs)")
+    p.add_argument("--unshaped", action="store_true",
+                   help="also each rate's in-network tensor over unshaped links: the data plane's own ceiling")
     p.add_argument("--default-run", action="store_true",
                    help="the default run's topology, rate and dilation (run_topology.py --mode all) instead of stars")
     args = p.parse_args()
@@ -80,6 +86,27 @@ def main():
                   "highest_rate_with_every_mode_within_10pct": all_within})
     print(f"highest link rate with in-network goodput >= 90%: {best or 'none'} Mbit/s")
     print(f"highest link rate with every mode within 10% of theory: {all_within or 'none'} Mbit/s")
+    if args.unshaped:
+        unshaped(args)
+
+
+def unshaped(args) -> None:
+    """Each rate's in-network tensor on the same star with its links left unshaped (above TCLink's range):
+    how fast the data plane itself carries it, as goodput against the rate."""
+    rows = []
+    for rate in [int(r) for r in args.rates.split(",")]:
+        elements = rate * 30_000
+        graph = build("star", workers=args.workers, bw=10 * TCLINK_MAX_MBPS)
+        spec = RunSpec(mode="innet", elements=elements, pool_slots=args.pool_slots, packet_elements=args.packet_elements)
+        runs = [run_mininet(graph, dataclasses.replace(spec, seed=k)) for k in range(args.runs)]
+        assert all(r["correct"] for r in runs), [r["errors"] for r in runs]
+        t = statistics.median(r["completion_s"] for r in runs)
+        rows.append([rate, elements, t, round(elements * 32 / t / (rate * 1e6), 3),
+                     statistics.median(r["machine_busy_cores"] for r in runs), statistics.median(r["busy_cores"] for r in runs),
+                     statistics.median(r["switch_cpu_share"]["s1"] for r in runs)])
+    report("all-reduce over unshaped links", ["Mbit/s", "elements", "time s", "goodput", "cores busy", "in processes",
+                                              "switch core"], rows,
+           extra={"workers": args.workers, "pool_slots": args.pool_slots, "packet_elements": args.packet_elements})
 
 
 def default_run(runs: int) -> None:

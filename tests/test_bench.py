@@ -76,12 +76,17 @@ def test_bench_switch_quick_gives_both_programs_against_the_bridge(tmp_path):
 
 
 @pytest.mark.mininet
-def test_bench_allreduce_gives_every_modes_ratio_to_theory(tmp_path):
-    rows = _bench(tmp_path, "bench_allreduce.py", "--runs", "1", "--rates", "10", "--workers", "2")
+def test_bench_allreduce_gives_every_modes_ratio_to_theory_and_the_unshaped_ceiling(tmp_path):
+    rows = _bench(tmp_path, "bench_allreduce.py", "--runs", "1", "--rates", "10", "--workers", "2", "--unshaped")
     assert rows[0][:3] == ["Mbit/s", "mode", "elements"]
-    modes = [row[1] for row in rows[1:] if row[0] == "10"]
+    modes = [row[1] for row in rows[1:] if row[0] == "10" and len(row) > 8]
     assert modes == ["innet", "pbox", "ring"]
     assert any(line[0] == "highest" for line in rows)
+    shaped = next(row for row in rows if row[:2] == ["10", "innet"])
+    [ceiling] = [row for row in rows if row[0] == "10" and len(row) == 7]
+    assert int(ceiling[1]) == int(shaped[2]) == 300_000
+    # unshaped veths carry the same tensor faster than 10 Mbit/s links allow
+    assert float(ceiling[2]) < float(shaped[3]) and float(ceiling[3]) > 1.0
 
 
 @pytest.mark.mininet
