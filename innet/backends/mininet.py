@@ -518,14 +518,15 @@ class Emulation:
         monotonic clock (None on a cluster, whose servers' clocks are not this one, or where a result lacks them)."""
         if self.cluster is not None:
             return None
-        starts, ends = [], []
+        starts: list[float] = []
+        ends: list[float] = []
         for w in confs:
             path = os.path.join(self.run_dir, f"{w}.npz")
             if not os.path.exists(path):
                 return None
             data = np.load(path)
-            starts.extend(data["started"].tolist())
-            ends.extend(data["finished"].tolist())
+            starts.extend(t for t in data["started"].tolist() if np.isfinite(t))  # a call never started: NaN
+            ends.extend(t for t in data["finished"].tolist() if np.isfinite(t))
         return (min(starts), max(ends)) if starts and ends else None
 
     def _start_input(self, run: RunSpec, plan: InputPlan,
