@@ -45,7 +45,8 @@ def test_lossy_links_stay_bit_exact_on_mininet(mode, faults):
 def test_a_killed_worker_is_named_within_the_timeout():
     graph = build("leaf-spine", racks=2, hosts_per_rack=2)
     began = time.monotonic()
-    result = run_mininet(graph, RunSpec(elements=3_000_000, min_rto=0.02, timeout=4), crash={"h3": 0.3})
+    # long enough (~0.4 s at line rate, more here) that the crash lands mid-run on a fast machine too
+    result = run_mininet(graph, RunSpec(elements=12_000_000, min_rto=0.02, timeout=4), crash={"h3": 0.3})
     assert not result["correct"]
     survivors = [e for e in result["errors"] if "wrote no result" not in e]
     assert survivors and all("rank(s) 2 sent nothing" in e for e in survivors), result["errors"]
