@@ -31,19 +31,21 @@ def innet_interfaces():
     return names
 
 
-def our_state_files():
-    """The state files of runs this test process made, in-process or as its child. Another run on the machine
-    (a second checkout's tests, a demo) leaves its own file while it runs: not this suite's to judge."""
-    ours = []
+def state_records():
+    """(path, record) of every run's state file on the machine now."""
     for path in glob.glob(os.path.join(STATE_DIR, "*.json")):
         try:
             with open(path) as fh:
-                data = json.load(fh)
+                yield path, json.load(fh)
         except (OSError, ValueError):  # removed, or being replaced, just now
             continue
-        if os.getpid() in (data["runner"][0], data.get("parent")):
-            ours.append(f"{path}: {data['argv']}")
-    return ours
+
+
+def our_state_files():
+    """The state files of runs this test process made, in-process or as its child. Another run on the machine
+    (a second checkout's tests, a demo) leaves its own file while it runs: not this suite's to judge."""
+    return [f"{path}: {data['argv']}" for path, data in state_records()
+            if os.getpid() in (data["runner"][0], data.get("parent"))]
 
 
 def assert_nothing_left(state=None):
@@ -200,9 +202,7 @@ def _wait_for_state(proc, line_start="innet: all-reduce"):
     for line in proc.stderr:
         if line.startswith(line_start):
             break
-    for path in glob.glob(os.path.join(STATE_DIR, "*.json")):
-        with open(path) as fh:
-            state = json.load(fh)
+    for _, state in state_records():
         if state["runner"][0] == proc.pid:
             return state
     raise AssertionError(f"run {proc.pid} wrote no state file")
@@ -253,16 +253,7 @@ def test_an_interrupt_inside_a_nodes_shell_command_still_removes_everything(monk
 
 def orphan_records() -> list[str]:
     """The state files of runs whose runner is gone: what ``--clean`` will clean, whoever left them."""
-    orphans = []
-    for path in glob.glob(os.path.join(STATE_DIR, "*.json")):
-        try:
-            with open(path) as fh:
-                runner, started = json.load(fh)["runner"]
-        except (OSError, ValueError):
-            continue
-        if start_time(runner) != started:
-            orphans.append(path)
-    return orphans
+    return [path for path, data in state_records() if start_time(data["runner"][0]) != data["runner"][1]]
 
 
 def test_sigkill_then_clean_removes_the_leftovers():
