@@ -41,6 +41,13 @@ from scripts.report import report  # noqa: E402
 from topologies import build  # noqa: E402
 
 
+def seeded_runs(graph, spec: RunSpec, runs: int, dilation: float = 1.0) -> list:
+    """``spec`` run ``runs`` times on Mininet with seeds 0, 1, ...; every run's result must be exact."""
+    records = [run_mininet(graph, dataclasses.replace(spec, seed=k), dilation=dilation) for k in range(runs)]
+    assert all(r["correct"] for r in records), [r["errors"] for r in records]
+    return records
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--runs", type=int, default=3)
@@ -65,8 +72,7 @@ def main():
         times, busy = {}, {}
         for mode in ("innet", "pbox", "ring"):
             spec = RunSpec(mode=mode, elements=elements, pool_slots=args.pool_slots, packet_elements=args.packet_elements)
-            runs = [run_mininet(graph, dataclasses.replace(spec, seed=k)) for k in range(args.runs)]
-            assert all(r["correct"] for r in runs), [r["errors"] for r in runs]
+            runs = seeded_runs(graph, spec, args.runs)
             times[mode] = statistics.median(r["completion_s"] for r in runs)
             busy[mode] = (statistics.median(r["machine_busy_cores"] for r in runs),
                           statistics.median(r["busy_cores"] for r in runs))
@@ -98,8 +104,7 @@ def unshaped(args) -> None:
         elements = rate * 30_000
         graph = build("star", workers=args.workers, bw=10 * TCLINK_MAX_MBPS)
         spec = RunSpec(mode="innet", elements=elements, pool_slots=args.pool_slots, packet_elements=args.packet_elements)
-        runs = [run_mininet(graph, dataclasses.replace(spec, seed=k)) for k in range(args.runs)]
-        assert all(r["correct"] for r in runs), [r["errors"] for r in runs]
+        runs = seeded_runs(graph, spec, args.runs)
         t = statistics.median(r["completion_s"] for r in runs)
         rows.append([rate, elements, t, round(elements * 32 / t / (rate * 1e6), 3),
                      statistics.median(r["machine_busy_cores"] for r in runs), statistics.median(r["busy_cores"] for r in runs),
@@ -119,8 +124,7 @@ def default_run(runs: int) -> None:
         args = parser().parse_args(["--mode", mode])
         spec, graph = _spec(args), _graph(args)
         factor = mode_dilation(graph, spec, _dilation(args, graph))
-        records = [run_mininet(graph, dataclasses.replace(spec, seed=k), dilation=factor) for k in range(runs)]
-        assert all(r["correct"] for r in records), [r["errors"] for r in records]
+        records = seeded_runs(graph, spec, runs, factor)
         times[mode] = statistics.median(r["completion_s"] for r in records)
         faithful = sum(r["fidelity"]["verdict"] == "faithful" for r in records)
         rows.append([mode, round(factor), times[mode],
