@@ -406,8 +406,10 @@ def main(argv: list[str] | None = None) -> int:
 def _main(args: argparse.Namespace) -> int:
     if args.clean:
         from innet.backends.cleanup import clean_leftovers
+        from innet.backends.shaper import release
 
-        print(clean_leftovers())
+        cleaned = clean_leftovers()
+        print(cleaned + ("; turned htb's hysteresis mode off (an innet run had turned it on)" if release() else ""))
         return 0
     if args.backend is None:
         if os.geteuid() != 0:

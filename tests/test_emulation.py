@@ -7,9 +7,11 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
+import innet.backends.shaper as shaper
 from innet.backends.cleanup import STATE_DIR, start_time
 from innet.backends.local import run_local
 from innet.backends.mininet import run_mininet
@@ -256,8 +258,14 @@ def orphan_records() -> list[str]:
     return [path for path, data in state_records() if start_time(data["runner"][0]) != data["runner"][1]]
 
 
+def htb_hysteresis() -> str | None:
+    """htb's machine-wide hysteresis switch (innet.backends.shaper), None before htb is first loaded."""
+    return Path(shaper.HYSTERESIS).read_text().strip() if os.path.exists(shaper.HYSTERESIS) else None
+
+
 def test_sigkill_then_clean_removes_the_leftovers():
     before = len(orphan_records())  # a record an earlier, unrelated run left is cleaned too, and counted
+    mode_was_off = not os.path.exists(shaper.MARKER) and htb_hysteresis() in ("0", None)
     proc = _start("--elements", "3000000", "--iterations", "3")
     state = _wait_for_state(proc)
     proc.kill()
@@ -266,6 +274,9 @@ def test_sigkill_then_clean_removes_the_leftovers():
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.startswith(f"cleaned {before + 1} interrupted run(s)"), out.stdout
     assert_nothing_left(state)
+    assert state.get(shaper.FLAG)  # the killed run relied on htb's hysteresis mode; if it turned it on, --clean turns it off
+    if mode_was_off and not any(start_time(d["runner"][0]) == d["runner"][1] and d.get(shaper.FLAG) for _, d in state_records()):
+        assert htb_hysteresis() == "0" and "turned htb's hysteresis mode off" in out.stdout
 
 
 def test_bad_topology_file_is_one_line_on_the_mininet_backend(tmp_path):

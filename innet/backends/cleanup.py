@@ -94,12 +94,11 @@ def delete_intfs(names: list[str]) -> int:
     return removed
 
 
-def clean_leftovers() -> str:
-    """Remove what interrupted innet runs left behind; leave running runs alone."""
+def records() -> list[tuple[str, dict[str, Any], bool]]:
+    """Every run's record: (path, record, whether its runner is still running). Unreadable records are removed."""
     if not os.path.isdir(STATE_DIR):
-        return "nothing to clean: no innet run has left a record"
-    cleaned = procs = intfs = 0
-    running = 0
+        return []
+    out = []
     for entry in sorted(os.listdir(STATE_DIR)):
         if not entry.endswith(".json"):
             continue
@@ -111,7 +110,18 @@ def clean_leftovers() -> str:
             os.unlink(path)
             continue
         runner, started = data["runner"]
-        if runner != os.getpid() and _alive(runner, started):
+        out.append((path, data, runner == os.getpid() or _alive(runner, started)))
+    return out
+
+
+def clean_leftovers() -> str:
+    """Remove what interrupted innet runs left behind; leave running runs alone."""
+    if not os.path.isdir(STATE_DIR):
+        return "nothing to clean: no innet run has left a record"
+    cleaned = procs = intfs = 0
+    running = 0
+    for path, data, live in records():
+        if live and data["runner"][0] != os.getpid():
             running += 1
             continue
         procs += kill_recorded(data["pids"])

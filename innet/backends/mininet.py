@@ -29,6 +29,7 @@ import numpy as np
 from innet.backends.cleanup import RunState, delete_intfs, kill_recorded
 from innet.backends.cluster import Cluster, cluster_figures, place
 from innet.backends.serialize import config_to_json, spec_to_json
+from innet.backends.shaper import BURST_S, FLAG, burst_command, hold, release
 from innet.backends.usage import Samples, drops_between, has_exited, interface_drops, process_times, queue_drops
 from innet.errors import UserError
 from innet.graph import is_switch, link_name, natural_key, port_to, ports
@@ -277,6 +278,7 @@ class Emulation:
         self.dilation = 1.0
         self.requested: tuple[nx.Graph, RunSpec] | None = None
         self.node_group: int | None = None  # nodes per process (innet.plan.grouping); None: its choice
+        self.bursts = False  # shaped links send in bursts of BURST_S (innet.backends.shaper)
 
     def dilate(self, factor: float, graph: nx.Graph, run: RunSpec) -> None:
         """This network is ``graph`` dilated by ``factor``, running ``run`` dilated: ports add each link's
@@ -310,12 +312,12 @@ class Emulation:
                                    **({"server": self.placement[name], **remote} if remote else {}))
                 self.state.add_pid(f"mininet:{name}", node.shell.pid)  # here: a remote node's is its ssh
         unshaped = 0
-        shaped: list[tuple[str, str]] = []
+        shaped: list[tuple[str, str, float]] = []
         for u, v, data in sorted(graph.edges(data=True), key=lambda e: link_name(e[0], e[1])):
             params: dict[str, Any] = {}
             if data["bw"] <= TCLINK_MAX_MBPS:
                 params = {"bw": data["bw"]}
-                shaped += [(u, f"{u}-eth{port_to(graph, u, v)}"), (v, f"{v}-eth{port_to(graph, v, u)}")]
+                shaped += [(u, f"{u}-eth{port_to(graph, u, v)}", data["bw"]), (v, f"{v}-eth{port_to(graph, v, u)}", data["bw"])]
             else:
                 unshaped += 1
             net.addLink(u, v, port1=port_to(graph, u, v), port2=port_to(graph, v, u),
@@ -330,10 +332,13 @@ class Emulation:
                     node.cmd(f"ethtool -K {intf} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1")
                     if self.mtu != ETH_MTU:  # frames longer than Ethernet's (--packet-elements): jumbo links
                         node.cmd(f"ip link set {intf} mtu {self.mtu}")
-        for name, intf in shaped:  # strict-priority queues under the shaper (innet.rawport.SOCKET_PRIORITY)
+        self.bursts = bool(shaped) and self.cluster is None and hold(self.state)
+        for name, intf, bw in shaped:  # strict-priority queues under the shaper (innet.rawport.SOCKET_PRIORITY)
             error = net.get(name).cmd(f"tc qdisc add dev {intf} parent 5:1 handle 10: pfifo_fast")
+            if self.bursts and not error.strip():  # the shaper's bursts (innet.backends.shaper)
+                error = net.get(name).cmd(burst_command(intf, bw, self.mtu + ETH_HEADER))
             if error.strip():
-                raise UserError(f"cannot add priority queues to {intf}: {error.strip()}")
+                raise UserError(f"cannot set up the shaper of {intf}: {error.strip()}")
 
     def _connect(self) -> None:
         """One ssh login per server for the run (innet.backends.cluster.Cluster.master), recorded like every process;
@@ -496,6 +501,7 @@ class Emulation:
         fid = fidelity(self.dilation, cpu, drops_between(drops_before[0], drops_after[0]),
                        drops_between(drops_before[1], drops_after[1]),
                        {sw: sum(st.get("socket_drops", {}).values()) for sw, st in stats.items()}, os.cpu_count() or 1, waits)
+        fid["shaper_burst_s"] = BURST_S if self.bursts else None  # None: TCLink's per-frame shaping
         fid["cpu_over_s"] = round(seconds, 3)  # the shares' span: the calls' window, to the readings around it
         return self._record(run, rp, before, after, stats, sum(cpu.values()), machine_busy, fid,
                             modelled=not crash and not intruders)
@@ -703,3 +709,5 @@ class Emulation:
                 log(f"Mininet could not stop the network ({type(exc).__name__}); removing what the run recorded instead")
         kill_recorded(self.state.data["pids"], grace=0.5)
         delete_intfs(self.state.data["intfs"])
+        if self.state.data.get(FLAG):
+            release(own=self.state.path)

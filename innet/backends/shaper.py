@@ -1,0 +1,98 @@
+"""The links' shaper: htb classes that release each link's frames in bursts of BURST_S of its rate.
+
+Mininet's TCLink shapes each direction of a link with an htb class of burst 15 KB, and htb then
+waits for tokens before every frame: at 1000 Mbit/s with jumbo frames that is a timer, a softirq
+and a wake-up of the receiving process for each of 14k frames a second on every interface. That
+kernel work, and the small reads it leaves the processes, is what took a 2-core machine's CPU
+(docs/performance.md, "The shaper's granularity"). In htb's hysteresis mode a class that may send
+goes on sending until it has overspent its burst, then waits until its tokens are back to zero:
+with a burst of BURST_S of the link's rate, a link sends that much at a time at veth speed, and its
+rate over any span longer than BURST_S is exact. Below 36 Mbit/s a 9 KB frame takes longer than
+BURST_S, and the burst is one frame: each frame waits for its own tokens, as before.
+
+The mode is one switch for the whole machine (HYSTERESIS). A run that finds it off turns it on and
+leaves MARKER; the last run using it turns it off again when it ends (or ``--clean``, after runs that
+died), and only then. A value set by anyone else (no MARKER) is used and left alone. Where the switch
+cannot be written the links keep TCLink's per-frame shaping (a larger burst without the mode would only
+let a short transfer pass unshaped).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from innet.backends.cleanup import STATE_DIR, RunState, records
+
+BURST_S = 0.002  # a shaped link sends this much of its rate at a time (or one frame, if that is longer)
+HYSTERESIS = "/sys/module/sch_htb/parameters/htb_hysteresis"
+MARKER = os.path.join(STATE_DIR, "htb_hysteresis.innet")  # an innet run turned the mode on
+FLAG = "htb_hysteresis"  # in a run's record: the run relies on the mode
+
+
+def burst_bytes(bw_mbps: float, frame: int) -> int:
+    """The htb burst of a link of ``bw_mbps`` carrying frames of up to ``frame`` bytes: BURST_S of its rate,
+    at least one frame (below that, each frame waits for its own tokens, as with TCLink's burst)."""
+    return max(frame, int(bw_mbps * 1e6 / 8 * BURST_S))
+
+
+def burst_command(intf: str, bw_mbps: float, frame: int) -> str:
+    """The tc command that gives TCLink's class on ``intf`` (root 5:, class 5:1) its burst."""
+    burst = burst_bytes(bw_mbps, frame)
+    return (f"tc class change dev {intf} parent 5:0 classid 5:1 htb rate {bw_mbps:f}Mbit burst {burst} "
+            f"cburst {burst} quantum {min(burst, 200_000)}")
+
+
+@contextmanager
+def _locked() -> Iterator[None]:
+    os.makedirs(STATE_DIR, exist_ok=True)
+    with open(os.path.join(STATE_DIR, "htb_hysteresis.lock"), "w", encoding="ascii") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        yield
+
+
+def _read() -> str:
+    with open(HYSTERESIS, encoding="ascii") as fh:
+        return fh.read().strip()
+
+
+def _write(value: str) -> None:
+    with open(HYSTERESIS, "w", encoding="ascii") as fh:
+        fh.write(value)
+
+
+def hold(state: RunState) -> bool:
+    """Have htb's hysteresis mode on for this run (recorded in ``state`` first): whether it is on."""
+    with _locked():
+        try:
+            on = _read() != "0"
+        except OSError:  # htb not loaded, or /sys read-only here
+            return False
+        state.data[FLAG] = True
+        state.save()
+        if on:
+            return True
+        open(MARKER, "w", encoding="ascii").close()
+        try:
+            _write("1")
+        except OSError:
+            os.unlink(MARKER)
+            return False
+        return True
+
+
+def release(own: str | None = None) -> bool:
+    """Turn the mode off if an innet run turned it on and no live run but ``own`` (a record's path) relies on
+    it: whether it was turned off."""
+    with _locked():
+        if not os.path.exists(MARKER) or any(live and path != own and data.get(FLAG)
+                                             for path, data, live in records()):
+            return False
+        try:
+            _write("0")
+        except OSError:
+            return False
+        os.unlink(MARKER)
+        return True

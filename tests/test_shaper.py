@@ -1,0 +1,89 @@
+"""The links' shaper (innet.backends.shaper): bursts by rate, and htb's machine-wide hysteresis mode turned on
+only while innet runs use it, and off again only if an innet run turned it on."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import innet.backends.cleanup as cleanup
+import innet.backends.shaper as shaper
+from innet.backends.cleanup import RunState
+from innet.backends.shaper import burst_bytes, burst_command, hold, release
+
+
+def test_a_burst_is_2_ms_of_the_rate_and_never_less_than_a_frame():
+    assert burst_bytes(1000, 9014) == 250_000
+    assert burst_bytes(200, 9014) == 50_000
+    assert burst_bytes(20, 9014) == 9014  # 2 ms of 20 Mbit/s is 5000 bytes: one frame's tokens at a time
+    assert burst_bytes(20, 1514) == 5000
+    assert burst_command("s1-eth0", 1000, 9014) == ("tc class change dev s1-eth0 parent 5:0 classid 5:1 htb rate "
+                                                   "1000.000000Mbit burst 250000 cburst 250000 quantum 200000")
+
+
+@pytest.fixture
+def machine(tmp_path, monkeypatch):
+    """The mode's switch as a file of its own, and a state directory of its own."""
+    switch = tmp_path / "htb_hysteresis"
+    switch.write_text("0\n")
+    state_dir = tmp_path / "state"
+    for module in (cleanup, shaper):
+        monkeypatch.setattr(module, "STATE_DIR", str(state_dir))
+    monkeypatch.setattr(shaper, "HYSTERESIS", str(switch))
+    monkeypatch.setattr(shaper, "MARKER", str(state_dir / "htb_hysteresis.innet"))
+    return switch
+
+
+def run_record(name, tmp_path):
+    return RunState(name, str(tmp_path / name))
+
+
+def test_the_last_run_using_the_mode_turns_it_off_and_not_before(machine, tmp_path):
+    a, b = run_record("a", tmp_path), run_record("b", tmp_path)
+    assert hold(a) and machine.read_text() == "1"
+    assert hold(b) and machine.read_text() == "1"
+    assert not release(own=a.path) and machine.read_text() == "1"  # b relies on it still
+    a.remove()
+    assert release(own=b.path) and machine.read_text() == "0"
+    assert not release() and machine.read_text() == "0"
+
+
+def test_a_mode_someone_else_turned_on_is_left_on(machine, tmp_path):
+    machine.write_text("1\n")
+    run = run_record("a", tmp_path)
+    assert hold(run)
+    assert not release(own=run.path) and machine.read_text() == "1\n"
+
+
+def test_a_dead_runs_record_does_not_keep_the_mode_on(machine, tmp_path):
+    dead = run_record("dead", tmp_path)
+    assert hold(dead)
+    dead.data["runner"] = [4_194_304, 1]  # no process has this pid (the kernel's pid_max): its runner died
+    dead.save()
+    assert release() and machine.read_text() == "0"
+    assert json.loads(Path(dead.path).read_text())["htb_hysteresis"]  # its record is --clean's to remove
+
+
+def test_where_the_switch_cannot_be_read_links_keep_per_frame_shaping(machine, tmp_path):
+    machine.unlink()
+    run = run_record("a", tmp_path)
+    assert not hold(run) and "htb_hysteresis" not in run.data
+    assert not release(own=run.path)
+
+
+@pytest.mark.mininet
+def test_a_run_shapes_in_bursts_and_leaves_the_mode_as_it_found_it():
+    from innet.backends.mininet import network
+    from topologies import build
+
+    switch = Path(shaper.HYSTERESIS)
+    before = switch.read_text() if switch.exists() else None
+    with network(build("star", workers=2, bw=1000), mtu=9000) as emu:
+        assert switch.read_text().strip() == "1" and emu.bursts
+        shown = emu.net.get("s1").cmd("tc class show dev s1-eth0")
+        assert "rate 1Gbit" in shown and "burst 250000b" in shown, shown
+    after = switch.read_text()
+    assert after == before or (before is None and after.strip() == "0")
+    if before is not None and before.strip() == "0":
+        assert not os.path.exists(shaper.MARKER)
