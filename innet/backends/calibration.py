@@ -35,7 +35,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 DATA_PLANE = ("innet/wire/packet.py", "innet/switch/runtime.py", "innet/switch/engine.py", "innet/switch/reduction.py",
               "innet/switch/program.py", "innet/hosts/worker.py", "innet/hosts/ring.py", "innet/hosts/pbox.py",
               "innet/backends/node.py", "innet/backends/switchnode.py", "innet/backends/workernode.py",
-              "innet/backends/rawport.py", "innet/backends/mmsg.py", "innet/backends/egress.py",
+              "innet/backends/rawport.py", "innet/backends/mmsg.py", "innet/backends/egress.py", "innet/backends/shaper.py",
               "switch_programs/sum_allreduce.py")
 
 
