@@ -54,6 +54,8 @@ class WorkerNode:
             endpoint = worker_process(conf["mode"], spec, conf["ring"], tensors, training)
         if learner is not None:
             bind_learner(endpoint, learner)
+        elif isinstance(endpoint, WorkerProcess):
+            endpoint.prepare()  # before "go": the calls' buffers in memory, as a training loop's are
         self.client = AllreduceClient(spec, conf["port"], conf["mode"], conf["ring"], conf["faults"], training,
                                       endpoint=endpoint)
         self.user_error = ""  # a learner's (training diverged): the controller says it as one line, naming the flag

@@ -30,7 +30,7 @@ def magnitude_exponent(values: np.ndarray) -> int:
     """Smallest q with max|values| < 2**q (EXP_MIN for an all-zero array)."""
     if values.size == 0:
         return EXP_MIN
-    peak = float(np.max(np.abs(values)))
+    peak = float(max(values.max(), -values.min()))  # no |values| temporary: a tensor-sized array's page faults
     if not math.isfinite(peak):
         raise UserError("gradient contains NaN or Inf; refusing to aggregate it")
     if peak == 0.0:
