@@ -1,8 +1,10 @@
 """The worker's batch data path: prebuilt chunk frames, results taken a block at a time."""
 
+import os
+
 import numpy as np
 
-from innet.hosts.worker import AllreduceCall, JobSpec
+from innet.hosts.worker import AllreduceCall, JobSpec, WorkerProcess
 from innet.results.check import check
 from innet.switch.runtime import flatten
 from innet.wire import fixedpoint
@@ -107,3 +109,44 @@ def test_holdoff_only_while_half_the_window_is_in_flight():
     call.in_flight[:5] = 1
     call.sent_all = True  # every chunk is out: results only end the call
     assert call.holdoff() == 0.0
+
+
+def present(array: np.ndarray) -> float:
+    """The share of ``array``'s pages that are in memory now (/proc/self/pagemap's present bit)."""
+    size = os.sysconf("SC_PAGE_SIZE")
+    first, last = array.ctypes.data // size, (array.ctypes.data + array.nbytes - 1) // size
+    with open("/proc/self/pagemap", "rb") as fh:
+        fh.seek(first * 8)
+        entries = np.frombuffer(fh.read((last - first + 1) * 8), np.uint64)
+    return float(np.mean(entries >> np.uint64(63) == 1))
+
+
+def test_prepared_buffers_are_in_memory_before_the_run_and_the_calls_fill_exactly_them():
+    """``prepare`` (before "go") writes every page of each call's result and frame arrays, so the run does not
+    fault them in; the calls then take exactly those arrays, and the results are exact (one worker: its own
+    quantized tensor)."""
+    one = spec(0, 1, slots=8, elements=2048)
+    tensors = [np.linspace(-2, 3, 1_000_000, dtype=np.float32), np.linspace(5, -1, 300_001, dtype=np.float32)]
+    proc = WorkerProcess(one, tensors)
+    proc.prepare()
+    arrays = [a for group in proc.resident.free.values() for a in group]
+    assert sorted(a.nbytes for a in arrays) == sorted(
+        n for length in map(len, tensors) for n in (AllreduceCall.buffers(one, length)[0][0] * 4,
+                                                    int(np.prod(AllreduceCall.buffers(one, length)[1]))))
+    assert [present(a) for a in arrays] == [1.0] * 4
+    assert present(np.zeros(1_000_000, np.int32)) < 0.5  # what a call allocated for itself before: not in memory yet
+    prepared = {id(a) for a in arrays}
+    out, now = frames_of(proc.start(0.0)), 0.0
+    while not proc.done:
+        now += 1e-4
+        echoed = []
+        for frame in out:  # a one-worker job's switch: each chunk comes back as its own result
+            pkt = parse_frame(frame)
+            echoed.append(make_packet(np.array(pkt.values, np.int64), job=1, rank=0, nworkers=1, slot=pkt.slot,
+                                      chunk=pkt.chunk, flags=RESULT | (pkt.flags & VER), exp=pkt.exp).to_frame(SWITCH, 0))
+        out = frames_of(proc.receive_block(parse_block(*pack_frames(echoed)), now))
+    assert [id(c._padded) in prepared and id(c.frames) in prepared for c in proc.calls] == [True, True]
+    assert not any(proc.resident.free.values())  # every prepared array was taken
+    for call, tensor in zip(proc.calls, tensors, strict=True):
+        assert call.error is None
+        np.testing.assert_array_equal(call.result_int, fixedpoint.quantize(tensor, call.scale))
