@@ -27,8 +27,9 @@ from innet.errors import UserError
 
 RATES = (2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)  # Mbit/s, real, tried in order
 TARGET_MBPS = 100000.0  # the virtual rate calibrated at: the seeds' 100 Gbit/s
-TOLERANCE = 1.05  # Mininet's completion time over the local backend's: half the 10% a run should meet, since
-# the other modes load the CPU more than this one star does (runs that keep more links busy are dilated more: auto_dilation)
+TOLERANCE = 1.02  # Mininet's completion time over the local backend's: a fifth of the 10% a run should meet, since
+# the other modes load the CPU more than this one star does (runs that keep more links busy are dilated more: auto_dilation),
+# and runs of more hops lose more (at the 40 Mbit/s 1.05 chose, star 1.02, the default leaf-spine's PBox 1.05-1.10)
 CALIBRATION_TIMEOUT_S = 20.0  # real seconds without progress before a calibration run gives up
 CALIBRATION_VERSION = 1  # bump when the procedure above changes
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
