@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import innet.backends.shaper as shaper
-from innet.backends.cleanup import STATE_DIR, start_time
+from innet.backends.cleanup import STATE_DIR, records, start_time
 from innet.backends.local import run_local
 from innet.backends.mininet import run_mininet
 from innet.plan.spec import RunSpec
@@ -275,7 +275,7 @@ def test_sigkill_then_clean_removes_the_leftovers():
     assert out.returncode == 0 and out.stdout.startswith(f"cleaned {before + 1} interrupted run(s)"), out.stdout
     assert_nothing_left(state)
     assert state.get(shaper.FLAG)  # the killed run relied on htb's hysteresis mode; if it turned it on, --clean turns it off
-    if mode_was_off and not any(start_time(d["runner"][0]) == d["runner"][1] and d.get(shaper.FLAG) for _, d in state_records()):
+    if mode_was_off and not any(live and data.get(shaper.FLAG) for _, data, live in records()):
         assert htb_hysteresis() == "0" and "turned htb's hysteresis mode off" in out.stdout
 
 
