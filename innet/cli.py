@@ -302,7 +302,7 @@ def _dilation(args: argparse.Namespace, graph: Any) -> tuple[float, float | None
         return 1.0, None
     faithful = None
     if wanted == "auto":
-        from innet.backends.calibration import faithful_rate
+        from innet.backends.mininet.calibration import faithful_rate
 
         faithful = faithful_rate()
         wanted = auto_factor(host_link_rate(graph), faithful)
@@ -344,7 +344,7 @@ def _cluster(args: argparse.Namespace) -> Any:
         return None
     if args.backend != "mininet":
         raise UserError("--cluster spreads a Mininet network over servers: it needs the mininet backend")
-    from innet.backends.cluster import Cluster, parse_servers
+    from innet.backends.mininet.cluster import Cluster, parse_servers
 
     return Cluster(parse_servers(args.cluster), key=args.cluster_key or "", known_hosts=args.cluster_known_hosts or "")
 
@@ -374,7 +374,7 @@ def _crashes(specs: list[str], graph: Any) -> dict[str, float]:
 
 def _gloo_applies(run: RunSpec) -> bool:
     """Whether ``--mode all`` adds gloo: the run is one gloo can do, and torch is installed."""
-    from innet.backends.torchnet import gloo_applies, torch_available
+    from innet.integrations.torch.ranks import gloo_applies, torch_available
 
     return gloo_applies(run) and torch_available()
 
@@ -405,8 +405,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(args: argparse.Namespace) -> int:
     if args.clean:
-        from innet.backends.cleanup import clean_leftovers
-        from innet.backends.shaper import release
+        from innet.backends.mininet.cleanup import clean_leftovers
+        from innet.backends.mininet.shaper import release
 
         cleaned = clean_leftovers()
         print(cleaned + ("; turned htb's hysteresis mode off (an innet run had turned it on)" if release() else ""))
@@ -462,15 +462,15 @@ def _main(args: argparse.Namespace) -> int:
     runs = []
     for spec in specs:
         if spec.mode == "gloo":
-            from innet.backends.torchnet import run_gloo
+            from innet.integrations.torch.ranks import run_gloo
 
             runs.append(run_gloo(graph, spec))
         elif args.backend == "local":
-            from innet.backends.local import run_local
+            from innet.backends.local.run import run_local
 
             runs.append(run_local(graph, spec, pbox_cores=args.pbox_cores, crash=crash))
         else:
-            from innet.backends.mininet import run_mininet
+            from innet.backends.mininet.emulation import run_mininet
 
             runs.append(run_mininet(graph, spec, pcap_dir=args.pcap, cli=args.cli, pbox_cores=args.pbox_cores, crash=crash,
                                     cluster=cluster, dilation=mode_dilation(graph, spec, dilation), node_group=node_group))

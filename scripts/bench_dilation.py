@@ -3,7 +3,7 @@
 
 For each case (a topology at a host-link rate) and mode, the same run (seeds 0..runs-1) on the local
 backend (virtual time) and on Mininet dilated as ``--dilation auto`` would (factor = host-link rate over
-the calibrated faithful rate, innet.backends.calibration); the table gives the factor, both medians,
+the calibrated faithful rate, innet.backends.mininet.calibration); the table gives the factor, both medians,
 their ratio (1.0 = Mininet reproduces virtual time) and how many Mininet runs were judged faithful.
 The cases: a star of 4 at the seeds' 100 Gbit/s, and the default run (leaf-spine, 1000 Mbit/s).
 
@@ -18,9 +18,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from innet.backends.calibration import faithful_rate  # noqa: E402
-from innet.backends.local import run_local  # noqa: E402
-from innet.backends.mininet import run_mininet  # noqa: E402
+from innet.backends.local.run import run_local  # noqa: E402
+from innet.backends.mininet.calibration import faithful_rate  # noqa: E402
+from innet.backends.mininet.emulation import run_mininet  # noqa: E402
 from innet.plan.dilation import LOCAL_MIN_RTO, MININET_MIN_RTO  # noqa: E402
 from innet.plan.spec import RunSpec, program_of  # noqa: E402
 from innet.run.modes import auto_dilation  # noqa: E402

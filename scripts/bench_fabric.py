@@ -8,7 +8,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from innet.backends.local import LocalRun  # noqa: E402
+from innet.backends.local.run import LocalRun  # noqa: E402
 from innet.results.check import RunSpec  # noqa: E402
 from scripts.report import median_of, report  # noqa: E402
 from topologies import build  # noqa: E402

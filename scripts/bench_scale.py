@@ -29,7 +29,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from innet.backends.cleanup import STATE_DIR, start_time  # noqa: E402
+from innet.backends.mininet.cleanup import STATE_DIR, start_time  # noqa: E402
 from innet.plan.memory import estimate_bytes  # noqa: E402
 from innet.plan.spec import RunSpec  # noqa: E402
 from scripts.report import report  # noqa: E402
@@ -109,7 +109,7 @@ def _sampled(run):
 
 
 def _state_of(pid):
-    """The state file (innet.backends.cleanup) of the run whose runner is ``pid``, or None."""
+    """The state file (innet.backends.mininet.cleanup) of the run whose runner is ``pid``, or None."""
     for path in glob.glob(os.path.join(STATE_DIR, "*.json")):
         try:
             with open(path, encoding="utf-8") as fh:
@@ -151,7 +151,7 @@ def cli_run(k, mode, node_group, elements):
         start = time.perf_counter()
         proc = subprocess.Popen([*argv, "--out", out], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         up, state, lines, rss = None, None, [], 0.0
-        building = False  # a calibration run (innet.backends.calibration) may come first: its lines are not this run's
+        building = False  # a calibration run (innet.backends.mininet.calibration) may come first: its lines are not this run's
         for line in proc.stderr:
             lines.append(line)
             building = building or line.startswith(f"innet: building fat-tree-k{k}:")
@@ -171,7 +171,7 @@ def cli_run(k, mode, node_group, elements):
 
 
 def mininet(args):
-    from innet.backends.mininet import network
+    from innet.backends.mininet.emulation import network
 
     graph = build("fat-tree", k=args.k)
     hosts = sum(1 for n in graph if graph.nodes[n].get("role") == "host")

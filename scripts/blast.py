@@ -14,8 +14,8 @@ import time
 
 import numpy as np
 
-from innet.backends.mmsg import FrameBuffer
-from innet.backends.rawport import RawPort
+from innet.io.mmsg import FrameBuffer
+from innet.io.rawport import RawPort
 from innet.wire.packet import HEADER_DTYPE, HEADER_OFFSET, ROUTE, VER, make_packet
 
 _libc = ctypes.CDLL(None, use_errno=True)

@@ -25,7 +25,7 @@ def _train(rank: int, world: int, rendezvous: str, args: argparse.Namespace, out
     import torch
     import torch.distributed as dist
 
-    from innet.backends.ddp import FabricState, train_ddp
+    from innet.integrations.torch.ddp import FabricState, train_ddp
     from innet.plan.spec import RunSpec
     from topologies import build
 
@@ -75,8 +75,8 @@ def main() -> int:
 
 
 def _mininet(args: argparse.Namespace) -> int:
-    from innet.backends.torchnet import ddp_mininet
     from innet.errors import UserError
+    from innet.integrations.torch.ranks import ddp_mininet
     from innet.plan.spec import RunSpec
     from topologies import build
 

@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import time
 
-    from innet.backends.rawport import RawPort
+    from innet.io.rawport import RawPort
 
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--iface", required=True)

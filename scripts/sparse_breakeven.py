@@ -11,7 +11,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from innet.backends.local import LocalRun  # noqa: E402
+from innet.backends.local.run import LocalRun  # noqa: E402
 from innet.experiments.report import crossing  # noqa: E402  (sparse pays off while it saves at least 1%)
 from innet.results.check import RunSpec  # noqa: E402
 from scripts.report import report  # noqa: E402

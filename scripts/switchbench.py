@@ -14,9 +14,9 @@ import sys
 import time
 from typing import Any
 
-from innet.backends.mininet import Control, network
-from innet.backends.serialize import config_to_json
+from innet.backends.mininet.emulation import Control, network
 from innet.graph import node_indices
+from innet.node.codec import config_to_json
 from innet.plan.configs import switch_configs
 from innet.plan.planner import plan_job
 from innet.wire.packet import JUMBO_MTU
@@ -126,7 +126,7 @@ def _start_switch(emu: Any, graph: Any, kind: str, senders: list[str], elements:
             "faults": {str(p): {"spec": {}, "seed": 0} for p in config.ports},
             "control": os.path.join(emu.run_dir, "s1.sock")}
     emu._write("s1.json", conf)
-    emu.spawn("s1", ["taskset", "-c", "1", sys.executable, "-m", "innet.backends.node", "switch", os.path.join(emu.run_dir, "s1.json")])
+    emu.spawn("s1", ["taskset", "-c", "1", sys.executable, "-m", "innet.node", "switch", os.path.join(emu.run_dir, "s1.json")])
     control = Control(os.path.join(emu.run_dir, "s1.sock"))
     emu.controls.append(control)
     reply = control.call("install", config=config_to_json(config))

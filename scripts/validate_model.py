@@ -71,11 +71,11 @@ def measure(flags: str, backend: str) -> dict[str, object]:
     args = parser().parse_args([*flags.split(), "--backend", backend])
     run, graph = _spec(args), _graph(args)
     if backend == "local":
-        from innet.backends.local import run_local
+        from innet.backends.local.run import run_local
 
         record = run_local(graph, run)
     else:
-        from innet.backends.mininet import run_mininet
+        from innet.backends.mininet.emulation import run_mininet
 
         record = run_mininet(graph, run, dilation=mode_dilation(graph, run, _dilation(args, graph)))  # as its command line has it
     _, (record,) = prediction_table(graph, run, [record])
@@ -128,7 +128,7 @@ def claims() -> list[str]:
     for c in ("ssp --staleness 3", "asp"):
         r = measure(f"{SSP} --consistency {c}", "local")
         args = parser().parse_args([*f"{SSP} --consistency {c}".split(), "--backend", "local"])
-        from innet.backends.local import run_local
+        from innet.backends.local.run import run_local
 
         rec = run_local(_graph(args), _spec(args))
         bound = "s = 3" if "ssp" in c else "ASP: no bound"
@@ -140,7 +140,7 @@ def claims() -> list[str]:
 def breakeven() -> tuple[str, str]:
     """Top-k's break-even density in bytes on the links (all of them), measured and predicted: where the
     sparse run stops saving 1% against dense (scripts/sparse_breakeven.py's rule)."""
-    from innet.backends.local import run_local
+    from innet.backends.local.run import run_local
     from scripts.sparse_breakeven import crossing
 
     def totals(flags: str) -> tuple[int, int]:

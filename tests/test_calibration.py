@@ -6,7 +6,7 @@ import json
 import pytest
 
 from innet.backends import calibration
-from innet.backends.calibration import TOLERANCE, data_plane_version, faithful_rate, machine_key, search
+from innet.backends.mininet.calibration import TOLERANCE, data_plane_version, faithful_rate, machine_key, search
 
 
 def ratios(table):

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from innet.backends.cluster import Cluster, cluster_figures, parse_servers, place, tunnels
+from innet.backends.mininet.cluster import Cluster, cluster_figures, parse_servers, place, tunnels
 from innet.errors import UserError
 from innet.graph import switches
 from topologies import build
@@ -73,7 +73,7 @@ def _leftovers() -> set[str]:
                 zombie = fh.read().rsplit(")", 1)[1].split()[0] == "Z"
         except OSError:
             continue
-        if not zombie and (DIR in cmd or "mininet:" in cmd or "innet.backends.node" in cmd or "mnexec" in cmd):
+        if not zombie and (DIR in cmd or "mininet:" in cmd or "innet.node" in cmd or "mnexec" in cmd):
             found.add(f"process {pid} {cmd.strip()}")
     if os.path.isdir("/run/innet"):
         found |= {f"run record {f}" for f in os.listdir("/run/innet")}

@@ -1,4 +1,4 @@
-"""The PyTorch DDP communication hook (innet.backends.ddp): buckets all-reduced on the fabric, and the example
+"""The PyTorch DDP communication hook (innet.integrations.torch.ddp): buckets all-reduced on the fabric, and the example
 that trains a torch model on the digits with it, against plain DDP."""
 
 import os
@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import torch
 
-from innet.backends.ddp import fabric_allreduce, innet_hook
+from innet.integrations.torch.ddp import fabric_allreduce, innet_hook
 from innet.plan.spec import RunSpec
 from innet.wire import fixedpoint
 from tests.test_learning import readme_commands

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from innet.backends.calibration import faithful_rate
+from innet.backends.mininet.calibration import faithful_rate
 from innet.cli import main
 from innet.plan.dilation import auto_factor, host_link_rate
 from innet.plan.spec import RunSpec, program_of

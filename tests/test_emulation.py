@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-import innet.backends.shaper as shaper
-from innet.backends.cleanup import STATE_DIR, records, start_time
-from innet.backends.local import run_local
-from innet.backends.mininet import run_mininet
+import innet.backends.mininet.shaper as shaper
+from innet.backends.local.run import run_local
+from innet.backends.mininet.cleanup import STATE_DIR, records, start_time
+from innet.backends.mininet.emulation import run_mininet
 from innet.plan.spec import RunSpec
 from topologies import build
 
@@ -229,7 +229,7 @@ def test_an_interrupt_inside_a_nodes_shell_command_still_removes_everything(monk
     pair (3, 12), a host's settings (40), a priority queue (80) of a 2-worker star's build."""
     from mininet.node import Node
 
-    import innet.backends.mininet as backend
+    import innet.backends.mininet.emulation as backend
 
     read, reads, states = Node.read, [], []
 
@@ -259,7 +259,7 @@ def orphan_records() -> list[str]:
 
 
 def htb_hysteresis() -> str | None:
-    """htb's machine-wide hysteresis switch (innet.backends.shaper), None before htb is first loaded."""
+    """htb's machine-wide hysteresis switch (innet.backends.mininet.shaper), None before htb is first loaded."""
     return Path(shaper.HYSTERESIS).read_text().strip() if os.path.exists(shaper.HYSTERESIS) else None
 
 

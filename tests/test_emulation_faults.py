@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from innet.backends.local import run_local
-from innet.backends.mininet import run_mininet
+from innet.backends.local.run import run_local
+from innet.backends.mininet.emulation import run_mininet
 from innet.graph import node_indices
 from innet.plan.spec import RunSpec
 from innet.wire.faults import FaultSpec

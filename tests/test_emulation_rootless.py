@@ -1,4 +1,4 @@
-"""innet.backends.mininet's parts that need no network, so no root: interrupts wait until what a run creates is
+"""innet.backends.mininet.emulation's parts that need no network, so no root: interrupts wait until what a run creates is
 recorded (the deferred blocks). The fidelity verdict that replaced the CPU-bound warnings: tests/test_fidelity.py."""
 
 import os
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from innet.backends.mininet import _signals_as_interrupts, _signals_deferred
+from innet.backends.mininet.emulation import _signals_as_interrupts, _signals_deferred
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ bytes sharing saves, measured against the planner's prediction."""
 import numpy as np
 import pytest
 
-from innet.backends.local import run_local
+from innet.backends.local.run import run_local
 from innet.hosts.ensemble import group_tables, input_shard
 from innet.plan.configs import switch_configs
 from innet.plan.spec import RunSpec

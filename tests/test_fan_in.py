@@ -2,7 +2,7 @@
 
 import pytest
 
-from innet.backends.local import run_local
+from innet.backends.local.run import run_local
 from innet.cli import main
 from innet.plan.spec import RunSpec
 from topologies import build

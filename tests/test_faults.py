@@ -5,8 +5,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from innet.backends.fabric import Fabric
-from innet.backends.local import LocalRun, run_local
+from innet.backends.local.fabric import Fabric
+from innet.backends.local.run import LocalRun, run_local
 from innet.errors import UserError
 from innet.graph import node_indices
 from innet.hosts.worker import AllreduceCall, JobSpec, WorkerProcess
@@ -207,8 +207,8 @@ def test_extreme_magnitudes_stay_exact_and_nan_is_refused():
 def test_one_seed_rule_gives_both_backends_the_same_fault_seeds():
     """Every link direction's injector is seeded by fault_seed(run seed, sender, receiver), on the fabric
     and in the Mininet processes' configs alike; another run seed gives other seeds."""
-    from innet.backends.fabric import Fabric
-    from innet.backends.mininet import _faults
+    from innet.backends.local.fabric import Fabric
+    from innet.backends.mininet.emulation import _faults
     from innet.graph import ports
 
     graph = small()

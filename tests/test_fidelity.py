@@ -1,4 +1,4 @@
-"""A run's fidelity verdict (innet.results.fidelity) and what it is measured from (innet.backends.usage):
+"""A run's fidelity verdict (innet.results.fidelity) and what it is measured from (innet.node.usage):
 CPU seconds from /proc/<pid>/stat, drops from tc and ip's counters."""
 
 import json
@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from innet.backends.usage import (
+from innet.node.usage import (
     Samples,
     drops_between,
     has_exited,

@@ -59,7 +59,7 @@ def test_the_flag_and_the_memory_estimate():
 def test_a_grouped_fat_tree_k4_is_the_same_run_and_leaves_nothing():
     """Switches 4 to a process and workers likewise: the bytes at every interface are the planner's, every
     switch's CPU is its own, the fidelity record names the groups, and nothing of the run is left."""
-    from innet.backends.mininet import run_mininet
+    from innet.backends.mininet.emulation import run_mininet
     from tests.test_emulation import assert_nothing_left
 
     result = run_mininet(build("fat-tree", k=4), RunSpec(elements=30011, min_rto=0.2, initial_rto=1.0, timeout=30),

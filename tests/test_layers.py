@@ -9,8 +9,11 @@ import networkx as nx
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "innet")
 
 # lowest first; a module may import from its own layer and those before it
-# experiments build ``innet run`` command lines and run them through the CLI; commands is the ``innet`` front door
-LAYERS = ["base", "wire", "switch", "hosts", "plan", "results", "run", "backends", "cli", "experiments", "commands"]
+# io: raw ports; node: what runs inside a namespace; backends: the local fabric and Mininet orchestration;
+# integrations: torch on top of them; api: innet.run and innet.plan; the CLI and the experiments call the api;
+# commands is the ``innet`` front door
+LAYERS = ["base", "wire", "switch", "hosts", "plan", "results", "run", "io", "node", "backends", "integrations", "api",
+          "cli", "experiments", "commands"]
 BASE = {"innet.errors", "innet.graph"}
 
 
@@ -76,12 +79,12 @@ def test_each_layer_imports_only_from_layers_below_it():
     assert wrong == []
 
 
-def test_only_the_mininet_backend_imports_mininet():  # and its cluster nodes and links (innet.backends.remote)
+def test_only_the_mininet_backend_imports_mininet():  # and its cluster nodes and links (innet.backends.mininet.remote)
     users = [m for m, path in innet_modules().items()
              if any(isinstance(n, (ast.Import, ast.ImportFrom))
                     and any((getattr(n, "module", None) or a.name).startswith("mininet") for a in n.names)
                     for n in ast.walk(parse(path)))]
-    assert sorted(users) == ["innet.backends.mininet", "innet.backends.remote"]
+    assert sorted(users) == ["innet.backends.mininet.emulation", "innet.backends.mininet.remote"]
 
 
 def test_library_errors_name_parameters_not_flags():

@@ -10,7 +10,7 @@ import sys
 import numpy as np
 import pytest
 
-from innet.backends.local import run_local
+from innet.backends.local.run import run_local
 from innet.cli import main
 from innet.errors import UserError
 from innet.hosts.learner import Learner, exact_training

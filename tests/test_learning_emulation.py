@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from innet.backends.mininet import run_mininet
+from innet.backends.mininet.emulation import run_mininet
 from innet.hosts.learner import exact_training
 from innet.plan.spec import RunSpec
 from innet.run.learn import scheme_spec

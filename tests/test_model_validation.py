@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from innet.backends.local import LocalRun
+from innet.backends.local.run import LocalRun
 from innet.plan.prediction import chunk_bytes, frame_bytes, stream_bytes, union_density
 from innet.plan.spec import RunSpec
 from innet.plan.timing import predict

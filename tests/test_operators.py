@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from innet import Operator, Reduction
-from innet.backends.local import LocalRun, run_local
+from innet.backends.local.run import LocalRun, run_local
 from innet.errors import UserError
 from innet.plan.spec import RunSpec
 from innet.switch.loader import load_program

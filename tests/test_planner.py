@@ -6,7 +6,7 @@ from dataclasses import replace
 import networkx as nx
 import pytest
 
-from innet.backends.local import run_local
+from innet.backends.local.run import run_local
 from innet.errors import UserError
 from innet.graph import hosts
 from innet.plan.planner import JobRequest, plan_job, plan_jobs

@@ -5,8 +5,8 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from innet.backends.fabric import Fabric
-from innet.backends.local import run_local
+from innet.backends.local.fabric import Fabric
+from innet.backends.local.run import run_local
 from innet.plan.configs import switch_configs
 from innet.plan.planner import plan_job
 from innet.plan.spec import RunSpec

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from innet import Drop, Emit, Register, SwitchProgram, on_packet, on_start, on_timer
-from innet.backends.fabric import Fabric
+from innet.backends.local.fabric import Fabric
 from innet.errors import UserError
 from innet.plan.configs import switch_configs
 from innet.plan.planner import plan_job

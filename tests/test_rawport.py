@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from innet.backends.rawport import RawPort
+from innet.io.rawport import RawPort
 from innet.wire.packet import make_packet
 from scripts.blast import CLONE_NEWNET
 
@@ -111,10 +111,10 @@ def test_backlog_counts_what_is_queued_and_not_read(veth):
 
 @pytest.mark.parametrize("limit,slots", [(1, 1), (5, 3), (15, 1), (2, 128)])
 def test_the_admission_filter_turns_away_whole_units_and_nothing_else(veth, limit, slots):
-    """innet.backends.admission: contributions whose chunk // (2 x slots) % SPAN is ``limit`` or more are
+    """innet.node.admission: contributions whose chunk // (2 x slots) % SPAN is ``limit`` or more are
     dropped by the kernel; results, routed and retransmitted frames and frames that are not innet's all
     pass, byte for byte."""
-    from innet.backends.admission import SPAN, UNIT_PASSES, admit_program, attach
+    from innet.node.admission import SPAN, UNIT_PASSES, admit_program, attach
     from innet.wire.packet import RESULT, RETX, ROUTE
 
     sender, receiver = open_in(veth, "pa"), open_in(veth, "pb")
@@ -141,7 +141,7 @@ def test_the_admission_filter_turns_away_whole_units_and_nothing_else(veth, limi
 def test_a_sockets_room_in_frames_is_what_the_kernel_holds(veth):
     """The admission marks are counted in the frames a port's socket holds unread (socket_frames): measured,
     at the 256-value packet, by sending more than that and counting what was queued before the drops."""
-    from innet.backends.admission import socket_frames
+    from innet.node.admission import socket_frames
 
     sender, receiver = open_in(veth, "pa"), open_in(veth, "pb")
     try:

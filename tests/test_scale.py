@@ -12,7 +12,7 @@ import networkx as nx
 import pytest
 
 from innet.backends import fabric
-from innet.backends.local import run_local
+from innet.backends.local.run import run_local
 from innet.errors import UserError
 from innet.graph import bfs_parents, is_switch, natural_key, node_indices, routes
 from innet.hosts.worker import AllreduceCall

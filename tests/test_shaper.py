@@ -1,4 +1,4 @@
-"""The links' shaper (innet.backends.shaper): bursts by rate, and htb's machine-wide hysteresis mode turned on
+"""The links' shaper (innet.backends.mininet.shaper): bursts by rate, and htb's machine-wide hysteresis mode turned on
 only while innet runs use it, and off again only if an innet run turned it on."""
 
 import json
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import innet.backends.cleanup as cleanup
-import innet.backends.shaper as shaper
-from innet.backends.cleanup import RunState
-from innet.backends.shaper import burst_bytes, burst_command, hold, release
+import innet.backends.mininet.cleanup as cleanup
+import innet.backends.mininet.shaper as shaper
+from innet.backends.mininet.cleanup import RunState
+from innet.backends.mininet.shaper import burst_bytes, burst_command, hold, release
 
 
 def test_a_burst_is_2_ms_of_the_rate_and_never_less_than_a_frame():
@@ -74,7 +74,7 @@ def test_where_the_switch_cannot_be_read_links_keep_per_frame_shaping(machine, t
 
 @pytest.mark.mininet
 def test_a_run_shapes_in_bursts_and_leaves_the_mode_as_it_found_it():
-    from innet.backends.mininet import network
+    from innet.backends.mininet.emulation import network
     from topologies import build
 
     switch = Path(shaper.HYSTERESIS)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from innet.backends.local import LocalRun, run_local
+from innet.backends.local.run import LocalRun, run_local
 from innet.cli import main
 from innet.errors import UserError
 from innet.hosts.worker import AllreduceCall, JobSpec

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from innet.backends.local import run_local
+from innet.backends.local.run import run_local
 from innet.cli import main
 from innet.hosts.ssp import Consistency, ParameterKeys
 from innet.plan.spec import RunSpec

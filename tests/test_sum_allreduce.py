@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from innet.backends.local import run_local
+from innet.backends.local.run import run_local
 from innet.plan.spec import RunSpec
 from innet.switch.loader import load_program
 from innet.wire.packet import (

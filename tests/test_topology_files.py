@@ -10,7 +10,7 @@ import sys
 import networkx as nx
 import pytest
 
-from innet.backends.local import run_local
+from innet.backends.local.run import run_local
 from innet.errors import UserError
 from innet.graph import port_to
 from innet.plan.spec import RunSpec

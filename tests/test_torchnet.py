@@ -1,4 +1,4 @@
-"""torch.distributed ranks in Mininet hosts (innet.backends.torchnet): the IP network beside innet's frames,
+"""torch.distributed ranks in Mininet hosts (innet.integrations.torch.ranks): the IP network beside innet's frames,
 ``--mode gloo`` and DDP trained through the switches with the ClientState hook."""
 
 import json
@@ -12,9 +12,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from innet.backends.iplane import host_address, ip_commands, link_addresses
-from innet.backends.torchnet import gloo_record, torch_available
+from innet.backends.mininet.iplane import host_address, ip_commands, link_addresses
 from innet.graph import hosts
+from innet.integrations.torch.ranks import gloo_record, torch_available
 from innet.plan.spec import RunSpec, program_of
 from innet.results.check import WorkerOutcome
 from innet.run.modes import plan_run
@@ -153,7 +153,7 @@ def test_interrupted_ddp_ranks_leave_nothing_behind(sig):
 
 
 def test_gloo_is_left_out_of_what_it_cannot_run():
-    from innet.backends.torchnet import gloo_applies
+    from innet.integrations.torch.ranks import gloo_applies
 
     assert gloo_applies(RunSpec())
     for run in (RunSpec(program="max_allreduce"), RunSpec(topk=0.1), RunSpec(jobs=2), RunSpec(train="digits"),

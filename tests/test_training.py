@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from innet.backends.local import LocalRun
+from innet.backends.local.run import LocalRun
 from innet.errors import UserError
 from innet.hosts.training import Training, iteration_stats, p3_order, run_schedule
 from innet.hosts.workloads import load_workload

@@ -5,8 +5,8 @@ injected delays, compute, timeouts, retransmission timeouts, crash times) multip
 it measures is divided by ``f`` on the way back. In the requested (virtual) timeline the links then
 carry what was asked for, while the CPU sees ``f`` times longer to do each packet's work: what a 2-core
 machine cannot do at 100 Gbit/s it does at 100 Gbit/s / ``f``. The arithmetic lives here; the
-calibration that picks ``f`` (innet.backends.calibration) and the backend that applies it
-(innet.backends.mininet) use it.
+calibration that picks ``f`` (innet.backends.mininet.calibration) and the backend that applies it
+(innet.backends.mininet.emulation) use it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ LOCAL_MIN_RTO = 0.001  # the fabric's RTO floor: virtual time has no scheduling 
 MININET_MIN_RTO = 0.02  # real seconds: a loaded 2-core machine delays an ACK this long now and then
 
 
-CALIBRATION_WORKERS = 4  # hosts on the calibration's star (innet.backends.calibration), beside its PBox
+CALIBRATION_WORKERS = 4  # hosts on the calibration's star (innet.backends.mininet.calibration), beside its PBox
 CALIBRATION_DIRECTIONS = 2 * CALIBRATION_WORKERS  # link directions its run keeps busy at once: each host link, both ways
 
 

@@ -3,7 +3,7 @@
 A Python process per switch and per worker costs its interpreter's start (numpy, scapy and innet
 imported: ~1-1.5 s of CPU, ~45 MiB) before it serves a frame; a fat-tree k=8 on 2 cores starts 208 of
 them. A node group is one process serving several nodes, each still in its own namespace with its own
-interfaces, links and shaping (innet.backends.node opens every node's sockets inside its namespace).
+interfaces, links and shaping (innet.node opens every node's sockets inside its namespace).
 Small runs keep a process per node: grouping starts only when a kind of node (switches, or workers)
 outnumbers ``PER_CORE`` processes per core, and then makes ``GROUPS_PER_CORE`` groups per core.
 """

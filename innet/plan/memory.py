@@ -36,7 +36,7 @@ PER_LINK = 8 * 1024  # both directions' queues, counters and fault injectors, an
 PER_NODE = 4 * 1024
 MININET_PER_PROCESS = 45 * MIB  # measured: an innet switch or worker process, resident
 MININET_PER_NODE = 3 * MIB // 2  # a node's namespace, shell and links: a bare fat-tree k=8 took 235 MiB for 208 nodes
-MININET_PORT_FRAMES = 256  # a raw port's receive buffer: 256 frames (innet.backends.rawport; it sends frames from where they are)
+MININET_PORT_FRAMES = 256  # a raw port's receive buffer: 256 frames (innet.io.rawport; it sends frames from where they are)
 
 
 def estimate_bytes(graph: nx.Graph, run: RunSpec, backend: str, node_group: int | None = None,

@@ -3,9 +3,9 @@
 The only module that imports Mininet. Every graph node becomes a Mininet node
 in its own network namespace; links are TCLinks (htb shaping) named so that
 port ``i`` of node ``n`` is interface ``n-eth<i>``. Each switch runs
-``innet.backends.node switch``; the controller installs routes and jobs over the
+``innet.node switch``; the controller installs routes and jobs over the
 switch's control socket, then releases the workers together and measures the
-bytes at every interface. Everything created is recorded (innet.backends.cleanup) and
+bytes at every interface. Everything created is recorded (innet.backends.mininet.cleanup) and
 removed on success, error, Ctrl-C and SIGTERM.
 """
 
@@ -26,14 +26,14 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from innet.backends.cleanup import RunState, delete_intfs, kill_recorded
-from innet.backends.cluster import Cluster, cluster_figures, place
-from innet.backends.serialize import config_to_json, spec_to_json
-from innet.backends.shaper import BURST_S, FLAG, burst_command, hold, release
-from innet.backends.usage import Samples, drops_between, has_exited, interface_drops, process_times, queue_drops
+from innet.backends.mininet.cleanup import RunState, delete_intfs, kill_recorded
+from innet.backends.mininet.cluster import Cluster, cluster_figures, place
+from innet.backends.mininet.shaper import BURST_S, FLAG, burst_command, hold, release
 from innet.errors import UserError
 from innet.graph import is_switch, link_name, natural_key, port_to, ports
 from innet.hosts.ensemble import InputPlan, input_summary
+from innet.node.codec import config_to_json, spec_to_json
+from innet.node.usage import Samples, drops_between, has_exited, interface_drops, process_times, queue_drops
 from innet.plan.dilation import TCLINK_MAX_MBPS, dilate_graph, dilate_spec, dilate_times, virtual
 from innet.plan.grouping import group_label, group_size, node_groups, start_timeout
 from innet.plan.spec import RunSpec, program_of
@@ -47,7 +47,7 @@ from innet.wire.packet import ETH_MTU, link_mtu
 
 SAMPLE_S = 0.05  # how often a run's CPU is read while it goes on (longer with over 50 processes to read)
 GO_LEAD, GO_LEAD_PER_HOST = 0.03, 0.002  # seconds from "go" to the common start: time to wake every host
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def _faults(graph: nx.Graph, run: RunSpec, node: str, latency: bool = False) -> dict[str, dict[str, Any]]:
@@ -190,7 +190,7 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     ``crash`` kills the named worker hosts' processes (SIGKILL) that many seconds
     after the start; ``intruders`` are extra commands started on hosts with the
     workers (the tests' spoofers and fuzzers); ``cluster`` spreads the network over
-    servers (innet.backends.cluster), every one of them checked before anything starts.
+    servers (innet.backends.mininet.cluster), every one of them checked before anything starts.
     ``dilation``: the time dilation factor
     (innet.plan.dilation): the network is built and the run given its times ``dilation``
     times slower, and the record's times are the requested (virtual) ones. ``node_group``: switches
@@ -217,7 +217,7 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
 @contextmanager
 def network(graph: nx.Graph, mtu: int = ETH_MTU, tag: str = "bench") -> Iterator[Emulation]:
     """A bare Mininet network of ``graph`` (nothing started on it), removed on exit: for benchmarks, and for
-    other programs' processes (innet.backends.torchnet)."""
+    other programs' processes (innet.integrations.torch.ranks)."""
     from mininet.log import setLogLevel
 
     setLogLevel("critical")
@@ -278,7 +278,7 @@ class Emulation:
         self.dilation = 1.0
         self.requested: tuple[nx.Graph, RunSpec] | None = None
         self.node_group: int | None = None  # nodes per process (innet.plan.grouping); None: its choice
-        self.bursts = False  # shaped links send in bursts of BURST_S (innet.backends.shaper)
+        self.bursts = False  # shaped links send in bursts of BURST_S (innet.backends.mininet.shaper)
 
     def dilate(self, factor: float, graph: nx.Graph, run: RunSpec) -> None:
         """This network is ``graph`` dilated by ``factor``, running ``run`` dilated: ports add each link's
@@ -293,7 +293,7 @@ class Emulation:
         from mininet.net import Mininet
         from mininet.node import Host
 
-        from innet.backends.remote import RemoteHost, VxlanLink
+        from innet.backends.mininet.remote import RemoteHost, VxlanLink
 
         graph = self.graph
         log(f"building {graph.graph.get('name', 'topology')}: {graph.number_of_nodes()} nodes, "
@@ -335,13 +335,13 @@ class Emulation:
         self.bursts = bool(shaped) and self.cluster is None and hold(self.state)
         for name, intf, bw in shaped:  # strict-priority queues under the shaper (innet.rawport.SOCKET_PRIORITY)
             error = net.get(name).cmd(f"tc qdisc add dev {intf} parent 5:1 handle 10: pfifo_fast")
-            if self.bursts and not error.strip():  # the shaper's bursts (innet.backends.shaper)
+            if self.bursts and not error.strip():  # the shaper's bursts (innet.backends.mininet.shaper)
                 error = net.get(name).cmd(burst_command(intf, bw, self.mtu + ETH_HEADER))
             if error.strip():
                 raise UserError(f"cannot set up the shaper of {intf}: {error.strip()}")
 
     def _connect(self) -> None:
-        """One ssh login per server for the run (innet.backends.cluster.Cluster.master), recorded like every process;
+        """One ssh login per server for the run (innet.backends.mininet.cluster.Cluster.master), recorded like every process;
         teardown ends them last, after Mininet has stopped the nodes through them."""
         assert self.cluster is not None
         self.cluster = dataclasses.replace(self.cluster, control_dir=self.run_dir)
@@ -353,8 +353,8 @@ class Emulation:
         self.cluster.wait_masters()
 
     def add_ip_network(self) -> None:
-        """Addresses and routes for IP beside innet's frames (innet.backends.iplane): for torch.distributed."""
-        from innet.backends.iplane import ip_commands
+        """Addresses and routes for IP beside innet's frames (innet.backends.mininet.iplane): for torch.distributed."""
+        from innet.backends.mininet.iplane import ip_commands
 
         for name, commands in ip_commands(self.graph).items():
             for command in commands:
@@ -399,7 +399,7 @@ class Emulation:
             log_path = os.path.join(self.run_dir, f"{label}.log")
             with open(log_path, "wb") as log_file:
                 proc = self.switch_procs[label] = self._popen(
-                    group[0], [sys.executable, "-m", "innet.backends.node", role, os.path.join(self.run_dir, f"{label}.json")],
+                    group[0], [sys.executable, "-m", "innet.node", role, os.path.join(self.run_dir, f"{label}.json")],
                     stdout=subprocess.DEVNULL, stderr=log_file)
             served_by.update({sw: (proc, log_path) for sw in group})
         progress = Progress("innet")
@@ -430,7 +430,7 @@ class Emulation:
                     "faults": self._port_faults(run, str(host)),
                     "jobs": [dataclasses.asdict(j) for j in server.jobs.values()]}
             self._write(f"pbox{core}.json", conf)
-            procs[f"{host}#{core}"] = self._popen(str(host), [sys.executable, "-m", "innet.backends.node", "pbox",
+            procs[f"{host}#{core}"] = self._popen(str(host), [sys.executable, "-m", "innet.node", "pbox",
                                                               os.path.join(self.run_dir, f"pbox{core}.json")],
                                                   stdout=subprocess.PIPE)
         workers, confs = {}, {}
@@ -455,7 +455,7 @@ class Emulation:
         for group in self._groups(sorted(confs, key=natural_key), 1 if crash else self.node_group):
             label, role = self._write_group(group, confs, "worker", "workers")
             workers[label] = procs[label] = self._popen(
-                group[0], [sys.executable, "-m", "innet.backends.node", role, os.path.join(self.run_dir, f"{label}.json")],
+                group[0], [sys.executable, "-m", "innet.node", role, os.path.join(self.run_dir, f"{label}.json")],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         starters = dict(workers)
         if rp.input is not None:
@@ -548,7 +548,7 @@ class Emulation:
             conf = {"plan": dataclasses.asdict(plan), "port": f"{host}-eth0", "faults": self._port_faults(run, host),
                     **extra}
             self._write(f"{host}-{role}.json", conf)
-            proc = self._popen(host, [sys.executable, "-m", "innet.backends.node", role, os.path.join(self.run_dir, f"{host}-{role}.json")],
+            proc = self._popen(host, [sys.executable, "-m", "innet.node", role, os.path.join(self.run_dir, f"{host}-{role}.json")],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE)
             procs[f"{host}:{role}"] = started[f"{host}:{role}"] = proc
         return started

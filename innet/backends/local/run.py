@@ -8,7 +8,7 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
-from innet.backends.fabric import Endpoint, Fabric
+from innet.backends.local.fabric import Endpoint, Fabric
 from innet.hosts.ensemble import InputReceiver, InputServer, input_summary
 from innet.hosts.ssp import SSPWorker
 from innet.hosts.worker import AllreduceCall, Frames, WorkerProcess

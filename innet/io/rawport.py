@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from innet.backends.mmsg import FrameBuffer
+from innet.io.mmsg import FrameBuffer
 from innet.wire.packet import ETH_LEN, HEADER_DTYPE, HEADER_OFFSET, TOS_OFFSET, FrameBlock, band_of, parse_block
 
 ETH_P_ALL = 0x0003
@@ -107,7 +107,7 @@ class RawPort:
                 return
             except BlockingIOError:  # the qdisc is full: wait for room, never drop silently
                 self._wait_for_room()
-            except OSError as exc:  # ENOBUFS: the queue refused the frame (as sendmmsg's path, innet.backends.mmsg)
+            except OSError as exc:  # ENOBUFS: the queue refused the frame (as sendmmsg's path, innet.io.mmsg)
                 if exc.errno != errno.ENOBUFS:
                     raise
                 self._wait_for_room()

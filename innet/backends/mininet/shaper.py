@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from innet.backends.cleanup import STATE_DIR, RunState, records
+from innet.backends.mininet.cleanup import STATE_DIR, RunState, records
 
 BURST_S = 0.002  # a shaped link sends this much of its rate at a time (or one frame, if that is longer)
 HYSTERESIS = "/sys/module/sch_htb/parameters/htb_hysteresis"

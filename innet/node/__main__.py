@@ -1,7 +1,7 @@
-"""The processes innet runs inside Mininet's namespaces: ``python -m innet.backends.node ROLE CONFIG``.
+"""The processes innet runs inside Mininet's namespaces: ``python -m innet.node ROLE CONFIG``.
 
-Roles: ``switch`` and ``switches`` (one switch, or a node group of them: innet.backends.switchnode),
-``worker`` and ``workers`` (likewise: innet.backends.workernode), ``pbox`` (one PBox shard), ``input`` and
+Roles: ``switch`` and ``switches`` (one switch, or a node group of them: innet.node.switch),
+``worker`` and ``workers`` (likewise: innet.node.worker), ``pbox`` (one PBox shard), ``input`` and
 ``input-server`` (an ensemble's shared input stream). Every one injects the configured link faults on the
 frames it sends.
 """
@@ -16,12 +16,12 @@ import sys
 import time
 from typing import Any
 
-from innet.backends.egress import Egress, serve_once
-from innet.backends.rawport import RawPort
-from innet.backends.switchnode import serve_switch, serve_switches
-from innet.backends.workernode import serve_worker, serve_workers, wait_for_go
 from innet.hosts.ensemble import InputReceiver, InputServer, Receiver, plan_from_json
 from innet.hosts.pbox import PBoxJob, PBoxServer
+from innet.io.rawport import RawPort
+from innet.node.egress import Egress, serve_once
+from innet.node.switch import serve_switch, serve_switches
+from innet.node.worker import serve_worker, serve_workers, wait_for_go
 from innet.wire.operators import Operator
 
 

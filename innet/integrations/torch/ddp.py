@@ -7,7 +7,7 @@ bucket's mean over the ranks, as DDP's default hook does. ``state`` says how the
   group, all-reduced there on the in-process fabric (the run's switches and program, fixed point, virtual
   time), and each rank's result is scattered back;
 - ``ClientState``, the real thing: each rank runs inside a Mininet host and all-reduces with the worker client
-  on its own interface (innet.backends.client); innet.backends.torchnet starts the ranks.
+  on its own interface (innet.node.client); innet.integrations.torch.ranks starts the ranks.
 
 ``train_ddp`` is the example's training loop (a small torch MLP on the digits), the same in both.
 """
@@ -21,9 +21,9 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from innet.backends.client import AllreduceClient
-from innet.backends.local import LocalRun
+from innet.backends.local.run import LocalRun
 from innet.hosts.worker import WorkerProcess
+from innet.node.client import AllreduceClient
 from innet.plan.spec import RunSpec
 
 

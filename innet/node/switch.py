@@ -1,8 +1,8 @@
 """The switch process: one switch, or a node group of them (innet.plan.grouping), served by one poll loop.
 
-``python -m innet.backends.node switch CONFIG`` serves one switch in the namespace it was started in;
-``python -m innet.backends.node switches CONFIG`` serves every switch its config lists, each switch's raw
-ports opened inside that switch's namespace (innet.backends.netns). Either way each switch has its own
+``python -m innet.node switch CONFIG`` serves one switch in the namespace it was started in;
+``python -m innet.node switches CONFIG`` serves every switch its config lists, each switch's raw
+ports opened inside that switch's namespace (innet.io.netns). Either way each switch has its own
 control socket (a Unix socket in the run directory) answering ``install``, ``stats`` and ``stop``, runs
 the switch runtime on every frame, and injects its links' faults on the frames it sends; the process
 blocks in poll() while every switch is idle.
@@ -16,12 +16,12 @@ import socket
 import time
 from typing import Any
 
-from innet.backends.admission import Admission
-from innet.backends.egress import Egress, wait_ms
-from innet.backends.netns import opened_in
-from innet.backends.rawport import RawPort
-from innet.backends.serialize import config_from_json
-from innet.backends.usage import own_cpu_s
+from innet.io.netns import opened_in
+from innet.io.rawport import RawPort
+from innet.node.admission import Admission
+from innet.node.codec import config_from_json
+from innet.node.egress import Egress, wait_ms
+from innet.node.usage import own_cpu_s
 from innet.switch.loader import load_program
 from innet.switch.runtime import SwitchRuntime
 

@@ -36,7 +36,7 @@ import ctypes
 import socket
 import struct
 
-from innet.backends.rawport import BUFFER_BYTES, SO_ATTACH_FILTER, RawPort
+from innet.io.rawport import BUFFER_BYTES, SO_ATTACH_FILTER, RawPort
 from innet.wire.packet import AGG_PORT, ETH_LEN, ETHERTYPE_IPV4, FLAGS_OFFSET, HEADER_DTYPE, HEADER_OFFSET, RESULT, RETX, ROUTE
 
 SO_DETACH_FILTER = 27

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from innet.backends.rawport import RawPort
-from innet.backends.serialize import faults_from_json
 from innet.hosts.worker import Frames
+from innet.io.rawport import RawPort
+from innet.node.codec import faults_from_json
 from innet.wire.faults import FaultInjector
 
 

@@ -1,11 +1,11 @@
-"""One torch.distributed rank inside a Mininet host: ``python -m innet.backends.torchrank CONFIG``.
+"""One torch.distributed rank inside a Mininet host: ``python -m innet.integrations.torch.rank CONFIG``.
 
-Started by innet.backends.torchnet, one per worker host. The rank joins a gloo process group over the host's
-emulated interface (the IP network of innet.backends.iplane), says "ready", waits for "go", then does its task:
+Started by innet.integrations.torch.ranks, one per worker host. The rank joins a gloo process group over the host's
+emulated interface (the IP network of innet.backends.mininet.iplane), says "ready", waits for "go", then does its task:
 
 - ``allreduce``: gloo's all-reduce of the run's tensors, one call each (a barrier before each, so the calls start
   together), every call's start and end on the monotonic clock (the hosts share it);
-- ``ddp``: trains the torch example (innet.backends.ddp.train_ddp), every gradient bucket all-reduced through
+- ``ddp``: trains the torch example (innet.integrations.torch.ddp.train_ddp), every gradient bucket all-reduced through
   innet (``hook`` "innet": the worker client on the host's interface, through the switches) or by DDP itself
   (``hook`` "plain": gloo).
 
@@ -68,9 +68,9 @@ def _allreduce(conf: dict[str, Any], rank: int, cpu_at_go: float) -> None:
 
 
 def _ddp(conf: dict[str, Any], rank: int, world: int) -> None:
-    from innet.backends.client import AllreduceClient
-    from innet.backends.ddp import ClientState, train_ddp
-    from innet.backends.serialize import spec_from_json
+    from innet.integrations.torch.ddp import ClientState, train_ddp
+    from innet.node.client import AllreduceClient
+    from innet.node.codec import spec_from_json
 
     state = None
     if conf["hook"] == "innet":

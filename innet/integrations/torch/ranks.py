@@ -1,9 +1,9 @@
 """torch.distributed ranks inside Mininet hosts: gloo's all-reduce as a baseline (``--mode gloo``), and DDP trained
-through innet's switches (the ``ClientState`` hook of innet.backends.ddp).
+through innet's switches (the ``ClientState`` hook of innet.integrations.torch.ddp).
 
-The topology comes up as for any Mininet run (innet.backends.mininet: the same shaped links, every process recorded
+The topology comes up as for any Mininet run (innet.backends.mininet.emulation: the same shaped links, every process recorded
 in the run's state file and removed on success, error, Ctrl-C and SIGTERM), with an IP network beside innet's
-frames (innet.backends.iplane) for gloo. One rank per worker host (innet.backends.torchrank), rank r being the
+frames (innet.backends.mininet.iplane) for gloo. One rank per worker host (innet.integrations.torch.rank), rank r being the
 job's rank r; they meet at rank 0's address. Bytes per link are read from the same interface counters as innet's
 runs, from "go" to the end.
 """
@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from innet.backends.iplane import host_address
-from innet.backends.mininet import Emulation, _faults, interface_bytes, link_bytes_between, log, network
-from innet.backends.serialize import spec_to_json
+from innet.backends.mininet.emulation import Emulation, _faults, interface_bytes, link_bytes_between, log, network
+from innet.backends.mininet.iplane import host_address
 from innet.errors import UserError
 from innet.hosts.worker import JobSpec
+from innet.node.codec import spec_to_json
 from innet.plan.spec import RunSpec, program_of
 from innet.results.check import WorkerOutcome, run_record
 from innet.results.fidelity import kernel_fidelity
@@ -72,7 +72,7 @@ def _start_ranks(emu: Emulation, ranks: list[tuple[str, JobSpec]], tag: str, con
         with open(path, "w", encoding="utf-8") as fh:
             json.dump(conf, fh)
         with open(os.path.join(emu.run_dir, f"{host}-{tag}.log"), "wb") as log_file:
-            procs[host] = emu.spawn(host, [sys.executable, "-m", "innet.backends.torchrank", path],
+            procs[host] = emu.spawn(host, [sys.executable, "-m", "innet.integrations.torch.rank", path],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file)
     for host, proc in procs.items():
         assert proc.stdout is not None

@@ -32,11 +32,11 @@ TOLERANCE = 1.02  # Mininet's completion time over the local backend's: a fifth 
 # and runs of more hops lose more (at the 40 Mbit/s 1.05 chose, star 1.02, the default leaf-spine's PBox 1.05-1.10)
 CALIBRATION_TIMEOUT_S = 20.0  # real seconds without progress before a calibration run gives up
 CALIBRATION_VERSION = 1  # bump when the procedure above changes
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DATA_PLANE = ("innet/wire/packet.py", "innet/switch/runtime.py", "innet/switch/engine.py", "innet/switch/reduction.py",
               "innet/switch/program.py", "innet/hosts/worker.py", "innet/hosts/ring.py", "innet/hosts/pbox.py",
-              "innet/backends/node.py", "innet/backends/switchnode.py", "innet/backends/workernode.py",
-              "innet/backends/rawport.py", "innet/backends/mmsg.py", "innet/backends/egress.py", "innet/backends/shaper.py",
+              "innet/node/__main__.py", "innet/node/switch.py", "innet/node/worker.py",
+              "innet/io/rawport.py", "innet/io/mmsg.py", "innet/node/egress.py", "innet/backends/mininet/shaper.py",
               "switch_programs/sum_allreduce.py")
 
 
@@ -128,8 +128,8 @@ def _read(path: str) -> dict[str, Any] | None:
 def measured_ratio(rate: float) -> float:
     """Mininet's completion time over the local backend's for the calibration run, its links at ``rate``
     real Mbit/s (``TARGET_MBPS`` virtual)."""
-    from innet.backends.local import run_local
-    from innet.backends.mininet import run_mininet
+    from innet.backends.local.run import run_local
+    from innet.backends.mininet.emulation import run_mininet
     from innet.plan.dilation import CALIBRATION_WORKERS, MININET_MIN_RTO
     from innet.plan.spec import RunSpec
     from topologies import build
@@ -143,6 +143,6 @@ def measured_ratio(rate: float) -> float:
 
 
 def _log(msg: str) -> None:
-    from innet.backends.mininet import log
+    from innet.backends.mininet.emulation import log
 
     log(msg)

@@ -1,8 +1,8 @@
 """The worker process: one worker host, or a node group of them (innet.plan.grouping), served by one poll loop.
 
-``python -m innet.backends.node worker CONFIG`` runs one worker's all-reduce calls on its host's interface;
-``python -m innet.backends.node workers CONFIG`` runs every worker its config lists, each worker's raw port
-opened inside its host's namespace (innet.backends.netns). Either way the process says "ready", waits for
+``python -m innet.node worker CONFIG`` runs one worker's all-reduce calls on its host's interface;
+``python -m innet.node workers CONFIG`` runs every worker its config lists, each worker's raw port
+opened inside its host's namespace (innet.io.netns). Either way the process says "ready", waits for
 "go", and writes what every worker got back to its .npz file, with the CPU seconds spent on it.
 """
 
@@ -19,16 +19,16 @@ from typing import Any
 
 import numpy as np
 
-from innet.backends.client import AllreduceClient
-from innet.backends.egress import expire, feed, wait_ms
-from innet.backends.netns import opened_in
-from innet.backends.serialize import spec_from_json
 from innet.errors import UserError
 from innet.hosts.learner import Learner, bind_learner
 from innet.hosts.model import Task
 from innet.hosts.ssp import Consistency, SSPWorker
 from innet.hosts.training import Training
 from innet.hosts.worker import WorkerProcess
+from innet.io.netns import opened_in
+from innet.node.client import AllreduceClient
+from innet.node.codec import spec_from_json
+from innet.node.egress import expire, feed, wait_ms
 from innet.plan.spec import worker_tensors
 from innet.results.check import WorkerOutcome, outcome_of, training_outcome
 from innet.run.modes import worker_process

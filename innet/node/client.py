@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from innet.backends.egress import Egress, serve_once
-from innet.backends.rawport import RawPort
 from innet.hosts.training import Training
 from innet.hosts.worker import JobSpec
+from innet.io.rawport import RawPort
+from innet.node.egress import Egress, serve_once
 from innet.run.modes import worker_process
 from innet.wire.faults import FaultSpec
 
