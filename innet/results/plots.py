@@ -11,6 +11,55 @@ from innet.results.record import RunRecord
 
 LABELLED = 200  # nodes up to which the topology plot names them
 
+# An axis of a figure in words and units, not a field name: metric or flag -> (label, factor the values are
+# multiplied by to be in the label's unit). Bytes are drawn in MB (1e6 bytes), so the axis has no "1e7" offset.
+LABELS: dict[str, tuple[str, float]] = {
+    "completion_s": ("completion time (s)", 1.0),
+    "iteration_s": ("time per iteration (s)", 1.0),
+    "prediction.iteration_s": ("time per iteration, timing model (s)", 1.0),
+    "next_forward_wait_s": ("wait for the next forward pass (s)", 1.0),
+    "input.completion_s": ("input delivery time (s)", 1.0),
+    "time_s": ("emulated time (s)", 1.0),
+    "cross_rack_bytes": ("cross-rack traffic (MB)", 1e-6),
+    "total_bytes": ("traffic on all links (MB)", 1e-6),
+    "max_link_bytes": ("traffic on the busiest link (MB)", 1e-6),
+    "input.bytes": ("input traffic (MB)", 1e-6),
+    "iterations_per_s": ("iterations per second, per worker", 1.0),
+    "mean_staleness": ("mean staleness read (iterations)", 1.0),
+    "max_staleness": ("largest staleness read (iterations)", 1.0),
+    "accuracy": ("test accuracy (%)", 100.0),
+    "bw": ("link rate (Mbit/s)", 1.0),
+    "delay": ("latency per link (s)", 1.0),
+    "elements": ("tensor length (elements)", 1.0),
+    "workers": ("workers (hosts)", 1.0),
+    "hosts-per-rack": ("workers per rack", 1.0),
+    "jobs": ("jobs sharing the network", 1.0),
+    "staleness": ("staleness bound (iterations)", 1.0),
+    "topk": ("density (fraction of the gradient sent)", 1.0),
+    "compute-scale": ("compute per iteration (× the workload's)", 1.0),
+    "workload": ("model trained (workload)", 1.0),
+}
+
+
+def axis_label(name: str) -> tuple[str, float]:
+    """``name``'s axis label in words and units, and the factor that puts its values in that unit. A ratio
+    ``metric/series`` is the metric over that series' at the same point (no unit); a field not in ``LABELS``
+    is named in words from its suffix (``_s``: seconds, ``_bytes``: MB)."""
+    if "/" in name:
+        metric, base = name.split("/", 1)
+        words = axis_label(metric)[0].split(" (")[0]
+        return f"{words}, ÷ {base}'s", 1.0
+    if name in LABELS:
+        return LABELS[name]
+    words = name.replace(".", " ").replace("_", " ").replace("-", " ")
+    if name.endswith("_bytes"):
+        return f"{words.removesuffix(' bytes')} (MB)", 1e-6
+    if name.endswith("per_s"):
+        return f"{words.removesuffix(' per s')} per second", 1.0
+    if name.endswith("_s"):
+        return f"{words.removesuffix(' s')} (s)", 1.0
+    return words, 1.0
+
 
 def _layout(graph: nx.Graph) -> dict[str, tuple[float, float]]:
     """Tiers as rows (hosts at the bottom), nodes spread evenly in name order."""
@@ -68,7 +117,8 @@ def plot_tiers(runs: list[RunRecord], path: str) -> None:
         xs = [t + i * width for t in range(len(tiers))]
         ax.bar(xs, [run.tier_bytes.get(t, 0) / 1e6 for t in tiers], width, label=f"{run.mode} ({run.placement})")
     ax.set_xticks([t + width * (len(runs) - 1) / 2 for t in range(len(tiers))], tiers)
-    ax.set_ylabel("MB")
+    ax.set_xlabel("tier (the roles of a link's two ends)")
+    ax.set_ylabel("traffic per tier, both directions (MB)")
     ax.set_title("bytes per tier")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -91,8 +141,8 @@ def plot_accuracy(runs: list[RunRecord], exact: float | None, path: str) -> None
                 label=f"{run.figures['scheme']} ({100 * run.figures['accuracy']:.1f}%)")
     if exact is not None:
         ax.axhline(100 * exact, color="black", linestyle="--", linewidth=1, label=f"exact float ({100 * exact:.1f}%)")
-    ax.set_xlabel(f"emulated time, s ({runs[0].backend})")
-    ax.set_ylabel("test accuracy, %")
+    ax.set_xlabel(f"emulated time (s, {runs[0].backend})")
+    ax.set_ylabel("test accuracy (%)")
     ax.set_title(f"training {runs[0].figures.get('train', '')}: accuracy against emulated time")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -126,9 +176,12 @@ def plot_sweep(rows: list[dict], x: str, ys: list[str], path: str, title: str = 
     fig, axes = plt.subplots(1, len(ys), figsize=(4.6 * len(ys), 3.6), squeeze=False)
     names = list(dict.fromkeys(r["series"] for r in rows))
     width = 0.8 / len(names)
+    xlabel, xscale = axis_label(x)
     for ax, y in zip(axes[0], ys, strict=True):
+        ylabel, yscale = axis_label(y)
         for i, series in enumerate(names):
-            points = [(xs.index(r[x]) if named else r[x], r[y]) for r in rows if r["series"] == series and r[y] is not None]
+            points = [(xs.index(r[x]) if named else r[x] * xscale, r[y] * yscale) for r in rows
+                      if r["series"] == series and r[y] is not None]
             if named:  # grouped bars, one group per name
                 ax.bar([p[0] + (i - (len(names) - 1) / 2) * width for p in points], [p[1] for p in points], width, label=series)
             else:
@@ -137,8 +190,8 @@ def plot_sweep(rows: list[dict], x: str, ys: list[str], path: str, title: str = 
             ax.set_xticks(range(len(xs)), [str(v) for v in xs])
         elif log_x:
             ax.set_xscale("log")
-        ax.set_xlabel(x)
-        ax.set_ylabel(y)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     if title:
