@@ -1,8 +1,8 @@
 """``innet``: the command, one subcommand per thing a user does.
 
-Every subcommand's flags are rows of the one flag table, ``innet.cli.parser()`` (which ``run_topology.py``
-parses flat), shown in the table's sections (``innet.cli.GROUPS``). A subcommand checks its own flags,
-then hands the same command line to the flat runner, so ``innet run ARGS`` is ``run_topology.py ARGS``.
+``run``, ``plan`` and ``train`` take the options of a run as flags, made from ``RunSpec``'s fields
+(innet.cli.add_options), each subcommand the sections that mean something to it; so ``innet run ARGS`` is
+``run_topology.py ARGS``. The rest: ``bench``, ``clean`` and ``reproduce``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable
 
 from innet import cli
+from innet.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCHES = os.path.join(ROOT, "scripts")
@@ -32,30 +33,18 @@ SUBCOMMANDS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
 
 
 def _sub_parser(subs: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
-    """Subcommand ``name``'s parser: its sections of the flag table, with the table's own actions."""
+    """Subcommand ``name``'s parser: its sections of the run's options."""
     text, groups, left_out = SUBCOMMANDS[name]
     p = subs.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
-    actions = {a.dest: a for a in cli.parser()._actions if a.option_strings and a.dest != "help"}
-    for title in groups:
-        group = p.add_argument_group(title)
-        for dest in cli.GROUPS[title]:
-            if dest in actions and dest not in left_out:
-                group._add_action(actions[dest])
-    if name == "run":  # flags the table has but files under no section
-        known = {d for names in cli.GROUPS.values() for d in names}
-        others = [a for d, a in actions.items() if d not in known]
-        if others:
-            group = p.add_argument_group("other")
-            for action in others:
-                group._add_action(action)
+    cli.add_options(p, groups, left_out)
     return p
 
 
 def parser() -> argparse.ArgumentParser:
-    p = cli._Parser(prog="innet", description="In-network gradient aggregation, emulated: Python software switches "
+    p = cli.Parser(prog="innet", description="In-network gradient aggregation, emulated: Python software switches "
                                               "in Mininet, or an in-process fabric in virtual time.",
                     epilog="`innet COMMAND --help` lists a command's flags. README.md is the guide.")
-    subs = p.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=cli._Parser)
+    subs = p.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=cli.Parser)
     for name in SUBCOMMANDS:
         _sub_parser(subs, name)
     b = subs.add_parser("bench", help="run the benchmarks in scripts/ (bench_*.py), or one by name",
@@ -91,7 +80,7 @@ def _bench(name: str | None, listing: bool, rest: list[str]) -> int:
             print(f"{n:<10} {doc}")
         return 0
     if name is not None and name not in names:
-        return _fail(f"unknown benchmark {name!r}; choose one of {', '.join(names)}")
+        raise UserError(f"unknown benchmark {name!r}; choose one of {', '.join(names)}")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
     for n in [name] if name else names:
         rc = subprocess.run([sys.executable, os.path.join(BENCHES, f"bench_{n}.py"), *rest], env=env).returncode
@@ -100,31 +89,29 @@ def _bench(name: str | None, listing: bool, rest: list[str]) -> int:
     return 0
 
 
-def _fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return 2
-
-
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    return cli.guarded(lambda: _main(sys.argv[1:] if argv is None else argv))
+
+
+def _main(argv: list[str]) -> int:
     p = parser()
     if argv[:1] == ["bench"]:  # the rest of a bench's line is the benchmark's own
         args, rest = p.parse_known_args(argv)
         return _bench(args.name, args.list, rest)
     args = p.parse_args(argv)
-    rest = argv[1:]
+    if args.command == "train" and not getattr(args, "train", ""):
+        args.train = "digits"
     commands: dict[str, Callable[[], int]] = {
-        "run": lambda: cli.main(rest),
-        "plan": lambda: cli.main(["--backend", "local", *rest, "--plan-only"]),
-        "train": lambda: cli.main(rest if args.train else [*rest, "--train", "digits"]),
-        "clean": lambda: cli.main(["--clean"]),
+        "run": lambda: cli.execute(args),
+        "plan": lambda: cli.execute(argparse.Namespace(**vars(args), plan_only=True)),
+        "train": lambda: cli.execute(args),
+        "clean": lambda: cli.execute(argparse.Namespace(clean=True)),
         "reproduce": lambda: _reproduce(args),
     }
     return commands[args.command]()
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    from innet.errors import UserError
     from innet.experiments.file import describe, load
     from innet.experiments.sweep import reproduce
 
@@ -132,15 +119,8 @@ def _reproduce(args: argparse.Namespace) -> int:
         print(describe())
         return 0
     if args.name is None:
-        return _fail("name an experiment (innet reproduce --list shows them) or give a .toml file")
-    try:
-        experiment = load(args.name)
-        files = reproduce(experiment, backend=args.backend, quick=args.quick, out=args.out)
-    except UserError as exc:
-        return _fail(exc.render(cli.flag))
-    except KeyboardInterrupt:
-        print("\ninterrupted; everything this run created was removed", file=sys.stderr)  # below the progress bar
-        return 130
+        raise UserError("name an experiment (innet reproduce --list shows them) or give a .toml file")
+    files = reproduce(load(args.name), backend=args.backend, quick=args.quick, out=args.out)
     print(f"results: {', '.join(files)}")
     return 0
 

@@ -226,3 +226,10 @@ def routes(graph: nx.Graph, node: str) -> dict[str, str]:
     names, first = indexed(graph).names, first_hops(graph, node)
     dst = np.flatnonzero(first >= 0)
     return {names[d]: names[h] for d, h in zip(dst.tolist(), first[dst].tolist(), strict=True)}
+
+
+def host_link_rate(graph: nx.Graph) -> float:
+    """The highest rate of a link to a host, Mbit/s: the rate the dilation must bring within reach (the
+    calibration's star has only host links; its switch carries every one of them)."""
+    return max((float(d["bw"]) for u, v, d in graph.edges(data=True)
+                if "host" in (graph.nodes[u].get("role"), graph.nodes[v].get("role"))), default=0.0)

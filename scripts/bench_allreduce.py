@@ -23,7 +23,7 @@ the data plane's own ceiling on this machine, as goodput against the rate (a tab
 
 ``--default-run`` measures instead what ``sudo python run_topology.py --mode all`` runs: the default
 leaf-spine at the default 1000 Mbit/s, each mode at the factor ``--dilation auto`` gives it
-(``innet.cli.mode_dilation``), and its modes' time ratios against the same theory.
+(``innet.api.dilation_of``), and its modes' time ratios against the same theory.
 """
 
 import argparse
@@ -35,7 +35,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from innet.backends.mininet.emulation import run_mininet, saturated  # noqa: E402
-from innet.plan.dilation import TCLINK_MAX_MBPS  # noqa: E402
+from innet.planning.dilation import TCLINK_MAX_MBPS  # noqa: E402
 from innet.results.check import RunSpec  # noqa: E402
 from scripts.report import report  # noqa: E402
 from topologies import build  # noqa: E402
@@ -116,14 +116,14 @@ def unshaped(args) -> None:
 
 def default_run(runs: int) -> None:
     """``run_topology.py --mode all`` at its defaults, ``runs`` times per mode: the time ratios to in-network's."""
-    from innet.cli import _dilation, _graph, _spec, mode_dilation, parser
-    from innet.plan.configs import pick_workers
+    from innet.api import dilation_of, mode_specs, spec_of
+    from innet.planning.configs import pick_workers
 
     rows, times = [], {}
     for mode in ("innet", "pbox", "ring"):
-        args = parser().parse_args(["--mode", mode])
-        spec, graph = _spec(args), _graph(args)
-        factor = mode_dilation(graph, spec, _dilation(args, graph))
+        given, graph = spec_of(mode=mode)  # the command line's defaults
+        spec = mode_specs(given, graph)[0]
+        factor = dilation_of(graph, spec)
         records = seeded_runs(graph, spec, runs, factor)
         times[mode] = statistics.median(r["completion_s"] for r in records)
         faithful = sum(r["fidelity"]["verdict"] == "faithful" for r in records)

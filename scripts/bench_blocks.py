@@ -16,8 +16,8 @@ import time
 
 import numpy as np
 
-from innet.plan.configs import switch_configs
-from innet.plan.planner import plan_job
+from innet.planning.configs import switch_configs
+from innet.planning.planner import plan_job
 from innet.switch.loader import load_program
 from innet.switch.runtime import SMALL_BLOCK, SwitchRuntime
 from innet.wire.packet import VER, make_packet, pack_frames, parse_block

@@ -4,7 +4,7 @@
 Local: each ``run_topology.py --backend local --topo fat-tree --k K --elements E`` (and
 ``--plan-only`` at ``--plan-only-k``) runs in a fresh process; its wall time and peak
 RSS (wait4's ru_maxrss) are the medians of --runs, next to the memory the run estimated
-before it started (innet.plan.memory). With ``--baseline DIR`` the same commands also run
+before it started (innet.planning.memory). With ``--baseline DIR`` the same commands also run
 from another checkout (e.g. main before a change), alternating, and the ratios are printed.
 
 Mininet (needs root; skipped with --skip-mininet): each ``run_topology.py --topo fat-tree --k K
@@ -30,8 +30,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from innet.backends.mininet.cleanup import STATE_DIR, start_time  # noqa: E402
-from innet.plan.memory import estimate_bytes  # noqa: E402
-from innet.plan.spec import RunSpec  # noqa: E402
+from innet.planning.memory import estimate_bytes  # noqa: E402
+from innet.planning.spec import RunSpec  # noqa: E402
 from scripts.report import report  # noqa: E402
 from topologies import build  # noqa: E402
 

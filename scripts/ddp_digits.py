@@ -26,7 +26,7 @@ def _train(rank: int, world: int, rendezvous: str, args: argparse.Namespace, out
     import torch.distributed as dist
 
     from innet.integrations.torch.ddp import FabricState, train_ddp
-    from innet.plan.spec import RunSpec
+    from innet.planning.spec import RunSpec
     from topologies import build
 
     torch.set_num_threads(1)
@@ -77,7 +77,7 @@ def main() -> int:
 def _mininet(args: argparse.Namespace) -> int:
     from innet.errors import UserError
     from innet.integrations.torch.ranks import ddp_mininet
-    from innet.plan.spec import RunSpec
+    from innet.planning.spec import RunSpec
     from topologies import build
 
     if os.geteuid() != 0:

@@ -17,8 +17,8 @@ from typing import Any
 from innet.backends.mininet.emulation import Control, network
 from innet.graph import node_indices
 from innet.node.codec import config_to_json
-from innet.plan.configs import switch_configs
-from innet.plan.planner import plan_job
+from innet.planning.configs import switch_configs
+from innet.planning.planner import plan_job
 from innet.wire.packet import JUMBO_MTU
 from topologies.star import star
 

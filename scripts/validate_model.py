@@ -23,12 +23,12 @@ from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from innet.cli import _dilation, _graph, _spec, mode_dilation, parser  # noqa: E402
-from innet.plan.prediction import direction_bytes  # noqa: E402
-from innet.plan.spec import program_of  # noqa: E402
-from innet.plan.timing import busiest_direction  # noqa: E402
+from innet.api import mode_specs, run, spec_of  # noqa: E402
+from innet.cli import parse_options  # noqa: E402
+from innet.planning.prediction import direction_bytes  # noqa: E402
+from innet.planning.spec import program_of  # noqa: E402
+from innet.planning.timing import busiest_direction  # noqa: E402
 from innet.run.modes import plan_run  # noqa: E402
-from innet.run.planreport import prediction_table  # noqa: E402
 
 BOUND = 10.0  # percent: the model's promise on the local backend (issue #18)
 LOCK = "/tmp/innet-mininet.lock"
@@ -68,19 +68,10 @@ def mininet_grid(quick: bool) -> list[str]:
 
 def measure(flags: str, backend: str) -> dict[str, object]:
     """One point: run it, predict it; the row of the table."""
-    args = parser().parse_args([*flags.split(), "--backend", backend])
-    run, graph = _spec(args), _graph(args)
-    if backend == "local":
-        from innet.backends.local.run import run_local
-
-        record = run_local(graph, run)
-    else:
-        from innet.backends.mininet.emulation import run_mininet
-
-        record = run_mininet(graph, run, dilation=mode_dilation(graph, run, _dilation(args, graph)))  # as its command line has it
-    _, (record,) = prediction_table(graph, run, [record])
+    report = run(**parse_options(f"{flags} --backend {backend} --predict".split()))  # as its command line has it
+    record = report.runs[0]
     print(f"  {backend}: {flags}", file=sys.stderr, flush=True)
-    key = "iteration_s" if run.workload else "completion_s"
+    key = "iteration_s" if report.spec.workload else "completion_s"
     got, model = float(record[key]), float(record["prediction"][key])
     return {"backend": backend, "flags": flags, "figure": key, "measured_s": f"{got:.6f}", "model_s": f"{model:.6f}",
             "error_pct": f"{100 * (model / got - 1):+.2f}", "correct": record.correct,
@@ -113,11 +104,10 @@ def claims() -> list[str]:
     lines.append(f"| Pipe-SGD: width-2 speed-up, bound max(compute, comm) over their sum (-> 2x) | "
                  f"`{base} --pipeline 2` vs `--pipeline 1` | {got:.2f}x | {model:.2f}x |")
     got, model = ratio(f"{STAR} --mode pbox", f"{STAR} --mode innet", "completion_s")
-    args = parser().parse_args([*STAR.split(), "--backend", "local"])
-    graph, run = _graph(args), _spec(args)
+    star, graph = spec_of(**parse_options(f"{STAR} --backend local".split()))
     busy = {}
     for mode in ("pbox", "innet"):
-        spec = replace(run, mode=mode)
+        spec = replace(mode_specs(star, graph)[0], mode=mode)
         plan = plan_run(graph, spec, program_of(spec)).plans[0]
         busy[mode] = busiest_direction(graph, direction_bytes(graph, mode, plan, spec.elements, program_of(spec).elements))[1]
     lines.append(f"| PBox (PHub): N x the busiest link's time of in-network, N = 4 | `{STAR} --mode pbox` vs innet | "
@@ -127,10 +117,7 @@ def claims() -> list[str]:
                  f"innet --topk D` vs dense (as `scripts/sparse_breakeven.py`) | {got_d} | {model_d} |")
     for c in ("ssp --staleness 3", "asp"):
         r = measure(f"{SSP} --consistency {c}", "local")
-        args = parser().parse_args([*f"{SSP} --consistency {c}".split(), "--backend", "local"])
-        from innet.backends.local.run import run_local
-
-        rec = run_local(_graph(args), _spec(args))
+        rec = run(**parse_options(f"{SSP} --consistency {c} --backend local".split())).runs[0]
         bound = "s = 3" if "ssp" in c else "ASP: no bound"
         lines.append(f"| SSP: a read misses at most s iterations ({bound}) | `{SSP} --consistency {c}` | max staleness "
                      f"read {rec['max_staleness']}; {r['measured_s']} s | {r['model_s']} s |")
@@ -140,12 +127,10 @@ def claims() -> list[str]:
 def breakeven() -> tuple[str, str]:
     """Top-k's break-even density in bytes on the links (all of them), measured and predicted: where the
     sparse run stops saving 1% against dense (scripts/sparse_breakeven.py's rule)."""
-    from innet.backends.local.run import run_local
     from scripts.sparse_breakeven import crossing
 
     def totals(flags: str) -> tuple[int, int]:
-        args = parser().parse_args([*flags.split(), "--backend", "local"])
-        record = run_local(_graph(args), _spec(args))
+        record = run(**parse_options(f"{flags} --backend local".split())).runs[0]
         return sum(record.link_bytes.values()), sum(record.predicted_link_bytes.values())
 
     base = totals(f"{STAR} --mode innet")
@@ -200,10 +185,10 @@ def write(args: argparse.Namespace, rows: list[dict[str, object]], claimed: list
               "does not price CPU, so they say how busy the machine was, not how good the model is." if busy else "")
            + note, "",
            "Each row is one `run_topology.py` run with these flags, measured (virtual time on `local`, the wall "
-           "clock on Mininet) and predicted by `innet/plan/timing.py` (`--predict` prints the same). The model "
+           "clock on Mininet) and predicted by `innet/planning/timing.py` (`--predict` prints the same). The model "
            "covers link bandwidth and latency (`--delay`), the window's pace, top-k's sparse frames and their "
            "densification up the tree, training against the PBox under BSP/SSP/ASP with stragglers "
-           "(`innet/plan/consistency.py`), jobs sharing links, and a workload's schedule (FIFO, P3, "
+           "(`innet/planning/consistency.py`), jobs sharing links, and a workload's schedule (FIFO, P3, "
            "`--pipeline 2`, `--overlap none`). Error = model / measured - 1.", "",
            *table(rows), "", "## The papers' claims, reproduced", "", *claimed, ""]
     with open(args.doc, "w", encoding="utf-8") as fh:

@@ -4,9 +4,9 @@ import networkx as nx
 import numpy as np
 
 from innet.hosts.ensemble import INPUT_BAND
-from innet.plan.configs import switch_configs
-from innet.plan.planner import plan_job
-from innet.plan.spec import RunSpec
+from innet.planning.configs import switch_configs
+from innet.planning.planner import plan_job
+from innet.planning.spec import RunSpec
 from innet.switch.loader import load_program
 from innet.switch.runtime import SwitchRuntime
 from innet.wire.packet import (

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from innet import OVERFLOW
-from innet.plan.configs import switch_configs
-from innet.plan.planner import plan_job
+from innet.planning.configs import switch_configs
+from innet.planning.planner import plan_job
 from innet.switch.loader import load_program
 from innet.switch.runtime import SMALL_BLOCK, SwitchRuntime, flatten
 from innet.wire.packet import ALL_RANKS, RESULT, RETX, ROUTE, SPARSE, VER, build_frames, make_packet, pack_frames, parse_block, parse_frame

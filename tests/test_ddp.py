@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from innet.integrations.torch.ddp import fabric_allreduce, innet_hook
-from innet.plan.spec import RunSpec
+from innet.planning.spec import RunSpec
 from innet.wire import fixedpoint
 from tests.test_learning import readme_commands
 from topologies import build

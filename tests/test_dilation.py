@@ -1,4 +1,4 @@
-"""Time dilation's arithmetic (innet.plan.dilation) and the CLI's factor: rates divided, every given time
+"""Time dilation's arithmetic (innet.planning.dilation) and the CLI's factor: rates divided, every given time
 multiplied, every measured time divided, and the flag's errors one line each."""
 
 import argparse
@@ -8,7 +8,7 @@ import pytest
 
 from innet.cli import _dilation, main, parse_dilation
 from innet.errors import UserError
-from innet.plan.dilation import (
+from innet.planning.dilation import (
     LOCAL_MIN_RTO,
     MININET_MIN_RTO,
     auto_factor,
@@ -19,7 +19,7 @@ from innet.plan.dilation import (
     host_link_rate,
     virtual,
 )
-from innet.plan.spec import RunSpec
+from innet.planning.spec import RunSpec
 from innet.wire.faults import FaultSpec
 from topologies import build
 
@@ -44,7 +44,7 @@ def test_auto_dilates_as_much_more_as_the_run_keeps_more_links_busy_than_the_cal
     """The star of 4 keeps 8 link directions busy, as the calibration's did: the host links' factor. The
     default leaf-spine adds its 4 uplink directions: 1.5 times that. A fat-tree k=8's in-network tree
     keeps hundreds busy; its PBox mode, held up by the PBox's one link, few at a time."""
-    from innet.plan.spec import program_of
+    from innet.planning.spec import program_of
     from innet.run.modes import auto_dilation
 
     def factor(graph, mode):

@@ -127,7 +127,7 @@ def test_install_into_a_given_folder_and_path(tmp_path):
 @pytest.mark.mininet
 def test_a_real_runs_pcaps_decode_field_by_field(tmp_path):
     from innet.backends.mininet.emulation import run_mininet
-    from innet.plan.spec import RunSpec
+    from innet.planning.spec import RunSpec
     from topologies import build
 
     graph = build("star", workers=2)

@@ -15,7 +15,7 @@ import innet.backends.mininet.shaper as shaper
 from innet.backends.local.run import run_local
 from innet.backends.mininet.cleanup import STATE_DIR, records, start_time
 from innet.backends.mininet.emulation import run_mininet
-from innet.plan.spec import RunSpec
+from innet.planning.spec import RunSpec
 from topologies import build
 
 pytestmark = pytest.mark.mininet
@@ -357,8 +357,8 @@ def test_a_workload_trains_exactly_on_mininet_and_the_model_predicts_its_iterati
     for their gradients, and the timing model's iteration time is within 20%. Few, large calls keep the run
     link-bound even on a machine three times slower (ResNet-50's 54 small calls cost ~16 ms each of CPU there,
     which the model does not count); a run off by more says whether it reported itself CPU-bound."""
-    from innet.plan.spec import program_of
-    from innet.plan.timing import MININET_HOP, predict
+    from innet.planning.spec import program_of
+    from innet.planning.timing import MININET_HOP, predict
     from innet.run.modes import plan_run
 
     graph = build("star", workers=4, bw=10.0)

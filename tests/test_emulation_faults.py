@@ -14,7 +14,7 @@ import pytest
 from innet.backends.local.run import run_local
 from innet.backends.mininet.emulation import run_mininet
 from innet.graph import node_indices
-from innet.plan.spec import RunSpec
+from innet.planning.spec import RunSpec
 from innet.wire.faults import FaultSpec
 from tests.test_emulation import ROOT, _start, _wait_for_state, assert_nothing_left
 from topologies import build

@@ -6,8 +6,8 @@ import pytest
 
 from innet.backends.local.run import run_local
 from innet.hosts.ensemble import group_tables, input_shard
-from innet.plan.configs import switch_configs
-from innet.plan.spec import RunSpec
+from innet.planning.configs import switch_configs
+from innet.planning.spec import RunSpec
 from innet.run.modes import plan_run
 from innet.switch.loader import load_program
 from innet.switch.runtime import SwitchRuntime

@@ -4,7 +4,7 @@ import pytest
 
 from innet.backends.local.run import run_local
 from innet.cli import main
-from innet.plan.spec import RunSpec
+from innet.planning.spec import RunSpec
 from topologies import build
 
 

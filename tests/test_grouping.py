@@ -1,4 +1,4 @@
-"""Node groups (innet.plan.grouping): several switches or workers in one Mininet process, every node still in
+"""Node groups (innet.planning.grouping): several switches or workers in one Mininet process, every node still in
 its own namespace with its own links; when a run groups its nodes, and that a grouped run is the same run."""
 
 import os
@@ -9,9 +9,9 @@ import pytest
 
 from innet.cli import parse_node_group
 from innet.errors import UserError
-from innet.plan.grouping import group_label, group_size, node_groups, process_count, start_timeout
-from innet.plan.memory import MININET_PER_PROCESS, estimate_bytes
-from innet.plan.spec import RunSpec
+from innet.planning.grouping import group_label, group_size, node_groups, process_count, start_timeout
+from innet.planning.memory import MININET_PER_PROCESS, estimate_bytes
+from innet.planning.spec import RunSpec
 from topologies import build
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

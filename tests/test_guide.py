@@ -1,4 +1,6 @@
-"""Every command in README.md, run as written: those of the sections with tests of their own are run there."""
+"""Every command in README.md, run as written: those of the sections with tests of their own are run there; the
+performance table's commands are the benchmarks the tests run; README is a guide (at most 600 lines, a link to
+its long form at the end of every task's section) and no page of docs/ is orphaned."""
 
 import json
 import os
@@ -14,7 +16,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTED_ELSEWHERE = {
     "Set-up: two commands": ".ci/run runs make test; make demo is the tour's first command",
     "Topologies": "tests/test_readme.py::test_the_topology_file_commands_run_as_written",
-    "Reading captures in Wireshark": "tests/test_readme.py::test_the_wireshark_commands_run_as_written",
     "Past one machine: a cluster": "tests/test_readme.py::test_the_cluster_commands_run_as_written",
     "Writing a switch program": "tests/test_readme.py::test_each_command_runs_as_written",
     "Reproducing the papers": "tests/test_experiments.py runs each innet reproduce command (its quick sweep)",
@@ -24,11 +25,31 @@ TESTED_ELSEWHERE = {
     "Performance": "tests/test_bench.py runs every benchmark make bench runs, small",
 }
 
+# the sections of README that are a task, each ending with a link to its long form in docs/
+TASKS = ["Running it", "Reproducing the papers", "Writing a switch program", "Comparing placements and traffic localization",
+         "The schemes", "Training a real model (`--train digits`)", "Scaling up", "Faults", "Performance",
+         "Troubleshooting", "Tests"]
+
+# each benchmark script the Performance table names -> the test file that runs it (small), by name
+BENCH_TESTS = {
+    "bench_switch.py": "test_bench.py",
+    "bench_allreduce.py": "test_bench.py",
+    "bench_blocks.py": "test_bench.py",
+    "bench_fabric.py": "test_bench.py",
+    "bench_scale.py": "test_scale.py",
+    "bench_dilation.py": "test_dilation_mininet.py",
+    "ring_vs_gloo.py": "test_torchnet.py",
+}
+
+
+def readme() -> str:
+    with open(os.path.join(ROOT, "README.md")) as f:
+        return f.read()
+
 
 def readme_commands() -> list[tuple[str, str]]:
     """(section title, command) for every line of every ``sh`` block, continuation lines joined, comments cut."""
-    with open(os.path.join(ROOT, "README.md")) as f:
-        text = f.read()
+    text = readme()
     found = []
     for part in re.split(r"^(?=#{2,3} )", text, flags=re.M):
         title = part.splitlines()[0].lstrip("#").strip() if part.startswith("#") else ""
@@ -79,3 +100,67 @@ def test_the_guides_command_runs_as_written(command, tmp_path):
         return
     runs = json.loads(results.read_text())["runs"]
     assert runs and all(r["correct"] for r in runs), [(r["mode"], r.get("errors")) for r in runs if not r["correct"]]
+
+
+def sections() -> dict[str, str]:
+    """README's ``## `` sections by title, each with its ``###`` subsections."""
+    parts = re.split(r"^## ", readme(), flags=re.M)[1:]
+    return {p.splitlines()[0].strip(): p for p in parts}
+
+
+def test_readme_is_a_guide_of_at_most_600_lines_with_a_section_per_task():
+    text = readme()
+    assert text.count("\n") <= 600
+    found = sections()
+    assert list(found)[:2] == ["Set-up: two commands", "A ten-minute tour"]
+    for title in TASKS:
+        last = found[title].strip().rsplit("\n\n", 1)[-1]
+        assert last.startswith("Long form:") and "(docs/" in last, (title, last)
+    setup = re.findall(r"```sh\n(.*?)```", found["Set-up: two commands"], re.S)
+    assert [line.split("#")[0].strip() for b in setup for line in b.strip().splitlines()] == ["make demo", "make test"]
+
+
+def test_no_page_of_docs_is_orphaned():
+    """Every page and picture in docs/ is linked from README or from a page that is (figures README shows count)."""
+    docs = os.path.join(ROOT, "docs")
+    pages = {os.path.relpath(os.path.join(d, f), ROOT) for d, _, fs in os.walk(docs) for f in fs
+             if f.endswith((".md", ".png"))}
+    reached, todo = set(), ["README.md"]
+    while todo:
+        page = todo.pop()
+        with open(os.path.join(ROOT, page)) as f:
+            text = f.read()
+        for target in re.findall(r"\]\(([^)#\s]+)", text):
+            path = os.path.normpath(os.path.join(os.path.dirname(page), target))
+            if path in pages and path not in reached:
+                reached.add(path)
+                if path.endswith(".md"):
+                    todo.append(path)
+    assert pages - reached == set(), "orphaned: not linked from README nor from a page it reaches"
+
+
+def performance_commands() -> list[str]:
+    table = sections()["Performance"]
+    return [cell for row in re.findall(r"^\|.*\|$", table, re.M)[2:] for cell in re.findall(r"`([^`]*)`", row.rsplit("|", 2)[1])]
+
+
+def test_every_performance_figure_has_a_command_a_test_runs():
+    """Each headline figure's command is a benchmark script with flags it takes, that make bench or a test runs
+    (small): the figures come from these scripts; docs/performance.md has them machine by machine."""
+    commands = performance_commands()
+    assert len(commands) == len(re.findall(r"^\| (?!what |---)", sections()["Performance"], re.M)) >= 10
+    with open(os.path.join(ROOT, "Makefile")) as f:
+        make = f.read()
+    for command in commands:
+        words = command.split()
+        words = words[1:] if words[0] == "sudo" else words
+        assert words[0] == "python" and words[1].startswith("scripts/"), command
+        script = os.path.basename(words[1])
+        assert script in make or script == "ring_vs_gloo.py", command
+        with open(os.path.join(ROOT, "tests", BENCH_TESTS[script])) as f:
+            assert script in f.read(), (script, BENCH_TESTS[script])
+        out = subprocess.run([sys.executable, os.path.join(ROOT, words[1]), "--help"], capture_output=True, text=True,
+                             timeout=60, cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+        assert out.returncode == 0, out.stderr
+        for flag in (w for w in words[2:] if w.startswith("--")):
+            assert flag in out.stdout, (command, flag)

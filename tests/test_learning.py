@@ -15,7 +15,7 @@ from innet.cli import main
 from innet.errors import UserError
 from innet.hosts.learner import Learner, exact_training
 from innet.hosts.model import Task
-from innet.plan.spec import RunSpec
+from innet.planning.spec import RunSpec
 from topologies import build
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -10,7 +10,7 @@ import pytest
 
 from innet.backends.mininet.emulation import run_mininet
 from innet.hosts.learner import exact_training
-from innet.plan.spec import RunSpec
+from innet.planning.spec import RunSpec
 from innet.run.learn import scheme_spec
 from tests.test_emulation import assert_nothing_left
 from topologies import build

@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from innet.backends.local.run import LocalRun
-from innet.plan.prediction import chunk_bytes, frame_bytes, stream_bytes, union_density
-from innet.plan.spec import RunSpec
-from innet.plan.timing import predict
+from innet.planning.prediction import chunk_bytes, frame_bytes, stream_bytes, union_density
+from innet.planning.spec import RunSpec
+from innet.planning.timing import predict
 from innet.results.metrics import busiest_link
 from innet.run.planreport import plan_report
 from topologies import build

@@ -8,7 +8,7 @@ import pytest
 from innet import Operator, Reduction
 from innet.backends.local.run import LocalRun, run_local
 from innet.errors import UserError
-from innet.plan.spec import RunSpec
+from innet.planning.spec import RunSpec
 from innet.switch.loader import load_program
 from innet.wire.operators import OPERATORS
 from topologies import build

@@ -9,10 +9,10 @@ import pytest
 from innet.backends.local.run import run_local
 from innet.errors import UserError
 from innet.graph import hosts
-from innet.plan.planner import JobRequest, plan_job, plan_jobs
-from innet.plan.prediction import predicted_link_bytes, stream_bytes, tier_lower_bounds
-from innet.plan.spec import RunSpec, program_of
-from innet.plan.timing import predict
+from innet.planning.planner import JobRequest, plan_job, plan_jobs
+from innet.planning.prediction import predicted_link_bytes, stream_bytes, tier_lower_bounds
+from innet.planning.spec import RunSpec, program_of
+from innet.planning.timing import predict
 from innet.results.metrics import tier_bytes
 from innet.run.modes import plan_run
 from topologies import build

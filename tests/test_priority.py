@@ -7,9 +7,9 @@ import pytest
 
 from innet.backends.local.fabric import Fabric
 from innet.backends.local.run import run_local
-from innet.plan.configs import switch_configs
-from innet.plan.planner import plan_job
-from innet.plan.spec import RunSpec
+from innet.planning.configs import switch_configs
+from innet.planning.planner import plan_job
+from innet.planning.spec import RunSpec
 from innet.switch.loader import load_program
 from innet.switch.runtime import SwitchRuntime
 from innet.wire.packet import RESULT, ROUTE, TOS_OFFSET, build_frames, make_packet, parse_block, parse_frame, scapy_frame

@@ -6,8 +6,8 @@ import pytest
 from innet import Drop, Emit, Register, SwitchProgram, on_packet, on_start, on_timer
 from innet.backends.local.fabric import Fabric
 from innet.errors import UserError
-from innet.plan.configs import switch_configs
-from innet.plan.planner import plan_job
+from innet.planning.configs import switch_configs
+from innet.planning.planner import plan_job
 from innet.switch.loader import available, load_program
 from innet.switch.runtime import SwitchRuntime
 from innet.wire.packet import make_packet, parse_frame

@@ -1,4 +1,5 @@
-"""README's "Writing a switch program" walk-through, run as written: its files, its tests, its commands."""
+"""README's "Writing a switch program" walk-through and its long form (docs/programs.md), run as written: their
+files, their tests, their commands; and the commands of README's subsections and docs/running.md's Wireshark."""
 
 import json
 import os
@@ -12,12 +13,17 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def section(title: str) -> str:
-    with open(os.path.join(ROOT, "README.md")) as f:
+def section(title: str, doc: str = "README.md") -> str:
+    with open(os.path.join(ROOT, doc)) as f:
         text = f.read()
     start = text.index(f"## {title}\n")
     end = text.find("\n## ", start + 1)
     return text[start:end if end > 0 else None]
+
+
+def whole(doc: str) -> str:
+    with open(os.path.join(ROOT, doc)) as f:
+        return f.read()
 
 
 def blocks(text: str, lang: str) -> list[str]:
@@ -25,8 +31,10 @@ def blocks(text: str, lang: str) -> list[str]:
 
 
 WALK = section("Writing a switch program")
-FILES = {b.splitlines()[0].removeprefix("# file: "): b for b in blocks(WALK, "python") if b.startswith("# file: ")}
-COMMANDS = [line for b in blocks(WALK, "sh") for line in b.strip().splitlines()]
+LONG = whole("docs/programs.md")  # the walk-through's long form: an operator of your own, any other program
+FILES = {b.splitlines()[0].removeprefix("# file: "): b for text in (WALK, LONG) for b in blocks(text, "python")
+         if b.startswith("# file: ")}
+COMMANDS = [line for text in (WALK, LONG) for b in blocks(text, "sh") for line in b.strip().splitlines()]
 
 
 @pytest.fixture(scope="module")
@@ -40,6 +48,10 @@ def workdir(tmp_path_factory):
 def test_the_walk_through_has_its_files_and_commands():
     assert set(FILES) == {"my_max.py", "test_my_max.py", "my_xor.py", "count_ports.py", "test_count_ports.py"}
     assert len(COMMANDS) == 5
+    readme = {b.splitlines()[0] for b in blocks(WALK, "python")}
+    assert readme == {"# file: my_max.py", "# file: test_my_max.py"}  # a reduction and its test, without docs/
+    assert [c.split()[-1] for c in COMMANDS[:2]] == ["all", "test_my_max.py"]
+    assert "(docs/programs.md)" in WALK
 
 
 def test_the_max_all_reduce_and_its_test_fit_in_30_lines():
@@ -88,8 +100,8 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def subsection(title: str) -> str:
-    text = section("Running it")
+def subsection(title: str, within: str = "Running it") -> str:
+    text = section(within)
     start = text.index(f"### {title}\n")
     end = text.find("\n### ", start + 1)
     return text[start:end if end > 0 else None]
@@ -133,7 +145,9 @@ def test_the_wireshark_commands_run_as_written(shell, tmp_path):
     from innet.wire.packet import RETX, InnetAgg
     from tests.helpers import every_kind
 
-    install, listing, retx, once = [line.split("   #")[0] for b in blocks(subsection("Reading captures in Wireshark"), "sh")
+    captures = section("Reading captures in Wireshark", "docs/running.md")  # README's Running it links it
+    assert "[docs/running.md](docs/running.md)" in section("Running it") and "Wireshark" in section("Running it")
+    install, listing, retx, once = [line.split("   #")[0] for b in blocks(captures, "sh")
                                     for line in b.strip().splitlines()]
     frames = every_kind()
     (tmp_path / "pcaps").mkdir()
@@ -157,7 +171,8 @@ def test_the_wireshark_commands_run_as_written(shell, tmp_path):
 def test_the_cluster_commands_run_as_written(shell):
     """Test servers up, a run over them with its cluster line, servers down (test_cluster.py checks the figures)."""
     up, run, down = [line.removeprefix("sudo ").replace("scripts/", f"{ROOT}/scripts/")
-                     for b in blocks(subsection("Past one machine: a cluster"), "sh") for line in b.strip().splitlines()]
+                     for b in blocks(subsection("Past one machine: a cluster", "Scaling up"), "sh")
+                     for line in b.strip().splitlines()]
     out = shell(up)
     try:
         assert out.returncode == 0, out.stderr

@@ -93,7 +93,7 @@ def test_a_field_without_an_entry_is_still_named_in_words_and_units():
 
 def test_a_runs_plots_label_their_axes(drawn, tmp_path):
     from innet.backends.local.run import run_local
-    from innet.plan.spec import RunSpec
+    from innet.planning.spec import RunSpec
     from topologies import build
 
     graph = build("star", workers=3)

@@ -102,7 +102,7 @@ def test_the_ring_moves_the_bytes_the_prediction_says(elements):
     """Segments of unequal piece counts (1025 values: 256, 256, 256 and 257, so two pieces a step and an
     empty last piece for three of them) are priced as sent: every step sends the same number of pieces."""
     from innet.backends.local.run import run_local
-    from innet.plan.spec import RunSpec
+    from innet.planning.spec import RunSpec
     from topologies import build
 
     result = run_local(build("leaf-spine", racks=2, hosts_per_rack=2), RunSpec(mode="ring", elements=elements, iterations=2))

@@ -16,9 +16,9 @@ from innet.backends.local.run import run_local
 from innet.errors import UserError
 from innet.graph import bfs_parents, is_switch, natural_key, node_indices, routes
 from innet.hosts.worker import AllreduceCall
-from innet.plan import planner
-from innet.plan.memory import check_memory, estimate_bytes
-from innet.plan.spec import RunSpec
+from innet.planning import planner
+from innet.planning.memory import check_memory, estimate_bytes
+from innet.planning.spec import RunSpec
 from innet.results.metrics import tier_bytes
 from innet.results.progress import Progress
 from innet.switch import runtime

@@ -7,7 +7,7 @@ from innet.backends.local.run import LocalRun, run_local
 from innet.cli import main
 from innet.errors import UserError
 from innet.hosts.worker import AllreduceCall, JobSpec
-from innet.plan.spec import RunSpec, make_tensors
+from innet.planning.spec import RunSpec, make_tensors
 from innet.switch.loader import load_program
 from innet.switch.runtime import SwitchConfig, SwitchRuntime
 from innet.wire import fixedpoint

@@ -6,7 +6,7 @@ import pytest
 from innet.backends.local.run import run_local
 from innet.cli import main
 from innet.hosts.ssp import Consistency, ParameterKeys
-from innet.plan.spec import RunSpec
+from innet.planning.spec import RunSpec
 from innet.wire.faults import FaultSpec
 from innet.wire.packet import RESULT, parse_frame
 from topologies import build

@@ -111,7 +111,7 @@ def test_the_meaningful_combinations_still_run(tmp_path):
 
 def test_seed_minus_one_was_a_traceback_in_numpy_and_is_refused_by_the_run_spec():
     from innet.errors import UserError
-    from innet.plan.spec import RunSpec
+    from innet.planning.spec import RunSpec
 
     with pytest.raises(UserError) as err:
         RunSpec(seed=-1)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from innet.backends.local.run import run_local
-from innet.plan.spec import RunSpec
+from innet.planning.spec import RunSpec
 from innet.switch.loader import load_program
 from innet.wire.packet import (
     ALL_RANKS,

@@ -13,7 +13,7 @@ import pytest
 from innet.backends.local.run import run_local
 from innet.errors import UserError
 from innet.graph import port_to
-from innet.plan.spec import RunSpec
+from innet.planning.spec import RunSpec
 from tests.helpers import p4utils_topology
 from topologies import build
 from topologies.files import load_file, save_file

@@ -15,7 +15,7 @@ import pytest
 from innet.backends.mininet.iplane import host_address, ip_commands, link_addresses
 from innet.graph import hosts
 from innet.integrations.torch.ranks import gloo_record, torch_available
-from innet.plan.spec import RunSpec, program_of
+from innet.planning.spec import RunSpec, program_of
 from innet.results.check import WorkerOutcome
 from innet.run.modes import plan_run
 from tests.test_emulation import _wait_for_state, assert_nothing_left

@@ -8,8 +8,8 @@ from innet.backends.local.run import LocalRun
 from innet.errors import UserError
 from innet.hosts.training import Training, iteration_stats, p3_order, run_schedule
 from innet.hosts.workloads import load_workload
-from innet.plan.spec import RunSpec
-from innet.plan.timing import call_time, predict
+from innet.planning.spec import RunSpec
+from innet.planning.timing import call_time, predict
 from innet.wire.faults import FaultSpec
 from topologies import build
 

@@ -23,10 +23,8 @@ series sets itself wins over the sweep's.
 
 from __future__ import annotations
 
-import io
 import os
 import tomllib
-from contextlib import redirect_stderr
 from dataclasses import dataclass
 from typing import Any
 
@@ -116,20 +114,20 @@ def _experiment(data: dict[str, Any], name: str, path: str, where: str) -> Exper
         _want(isinstance(value, TABLES[key]), where, f"{key} must be a {'table' if TABLES[key] is dict else 'string'}")
     for key in ("description", "series", "sweep", "report"):
         _want(key in data, where, f"missing {key}")
-    flags = {a.dest: a for a in cli.parser()._actions if a.option_strings}
+    flags = cli.flag_names()
     run = data.get("run", {})
     series = data["series"]
     _want(bool(series) and all(isinstance(s, dict) for s in series.values()), where,
           "series must be tables of flags, e.g. innet = { mode = \"innet\" }")
     for table, keys in [("run", run), *((f"series.{s}", {k: v for k, v in f.items() if k != "sweep"}) for s, f in series.items())]:
         for key in keys:
-            _want(key.replace("-", "_") in flags, where, f"unknown key {key!r} in [{table}]: not a flag of innet run")
+            _want(key in flags, where, f"unknown key {key!r} in [{table}]: not a flag of innet run")
     sweep, report = data["sweep"], data["report"]
     for table, allowed, got in (("sweep", SWEEP_KEYS, sweep), ("report", REPORT_KEYS, report)):
         unknown = set(got) - allowed
         if unknown:
             raise UserError(f"{where}: unknown key {sorted(unknown)[0]!r} in [{table}]; it takes {', '.join(sorted(allowed))}")
-    _want(sweep.get("flag", "").replace("-", "_") in flags, where, f"[sweep] flag {sweep.get('flag')!r} is not a flag of innet run")
+    _want(sweep.get("flag", "") in flags, where, f"[sweep] flag {sweep.get('flag')!r} is not a flag of innet run")
     values, quick = sweep.get("values"), sweep.get("quick", sweep.get("values"))
     for key, got in (("values", values), ("quick", quick)):
         _want(isinstance(got, list) and bool(got) and all(isinstance(v, str | int | float) for v in got), where,
@@ -150,18 +148,9 @@ def _experiment(data: dict[str, Any], name: str, path: str, where: str) -> Exper
 
 def check(argv: list[str], where: str) -> None:
     """Refuse a point's command line as ``innet run`` would refuse it, in one line that says where."""
-    said = io.StringIO()
-    with redirect_stderr(said):
-        try:
-            args = cli.parser().parse_args(["--backend", "local", *argv])
-        except SystemExit:
-            raise UserError(f"{where}: {said.getvalue().strip().removeprefix('error: ')}") from None
-    wrong = cli.meaningless(args, cli.given_flags(argv))
+    from innet.api import spec_of
+
     try:
-        if wrong:
-            raise UserError(wrong)
-        cli._spec(args)
-        cli._graph(args)
+        spec_of(**cli.parse_options(["--backend", "local", *argv]))
     except UserError as exc:
         raise UserError(f"{where}: {exc.render(cli.flag)}") from None
-

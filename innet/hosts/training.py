@@ -22,7 +22,7 @@ pass starts once layer l-1's is done and layer l's parameters are back, so
 layer 0's early return lets the forward pass overlap the rest's communication.
 ``width`` 2 is Pipe-SGD's pipelining: iteration i+1 computes while iteration i
 communicates, on weights one iteration stale. The worker (emulation, with
-measured all-reduce times) and the timing model (innet.plan.timing, with predicted
+measured all-reduce times) and the timing model (innet.planning.timing, with predicted
 ones) run this same schedule.
 """
 

@@ -2,7 +2,7 @@
 
 A socket keeps the namespace it was created in: a process that moves into node A's namespace, opens A's
 raw ports, moves into node B's, opens B's, then polls them all, serves both nodes' interfaces exactly as a
-process started inside each would (innet.plan.grouping says when a run groups its nodes so). Unix sockets
+process started inside each would (innet.planning.grouping says when a run groups its nodes so). Unix sockets
 bound to a path are the filesystem's, not a namespace's: a node's control socket works from anywhere.
 """
 

@@ -1,4 +1,4 @@
-"""The switch process: one switch, or a node group of them (innet.plan.grouping), served by one poll loop.
+"""The switch process: one switch, or a node group of them (innet.planning.grouping), served by one poll loop.
 
 ``python -m innet.node switch CONFIG`` serves one switch in the namespace it was started in;
 ``python -m innet.node switches CONFIG`` serves every switch its config lists, each switch's raw

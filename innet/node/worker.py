@@ -1,4 +1,4 @@
-"""The worker process: one worker host, or a node group of them (innet.plan.grouping), served by one poll loop.
+"""The worker process: one worker host, or a node group of them (innet.planning.grouping), served by one poll loop.
 
 ``python -m innet.node worker CONFIG`` runs one worker's all-reduce calls on its host's interface;
 ``python -m innet.node workers CONFIG`` runs every worker its config lists, each worker's raw port
@@ -29,7 +29,7 @@ from innet.io.netns import opened_in
 from innet.node.client import AllreduceClient
 from innet.node.codec import spec_from_json
 from innet.node.egress import expire, feed, wait_ms
-from innet.plan.spec import worker_tensors
+from innet.planning.spec import worker_tensors
 from innet.results.check import WorkerOutcome, outcome_of, training_outcome
 from innet.run.modes import worker_process
 

@@ -16,8 +16,8 @@ import numpy as np
 from innet.graph import natural_key
 from innet.hosts.learner import Learner
 from innet.hosts.training import iteration_stats
-from innet.plan.planner import JobPlan
-from innet.plan.spec import RunSpec
+from innet.planning.planner import JobPlan
+from innet.planning.spec import RunSpec
 from innet.results.learning import training_figures
 from innet.results.metrics import busiest_link, cross_rack_bytes, tier_bytes
 from innet.results.record import JobRecord, RunRecord
@@ -202,7 +202,7 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Any, backend: str, outcomes: S
     With several jobs, ``jobs`` holds each one's verdict; the top-level fields
     are over all jobs (correct: all of them; completion: the slowest job's).
     """
-    from innet.plan.prediction import predicted_link_bytes
+    from innet.planning.prediction import predicted_link_bytes
 
     names = dict(enumerate(sorted(graph, key=natural_key)))
     jobs = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from innet.plan.spec import RunSpec
+from innet.planning.spec import RunSpec
 
 
 def scheme(run: RunSpec) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import networkx as nx
 
 from innet.graph import is_switch, link_name, natural_key, role, tier
-from innet.plan.prediction import link_rate
+from innet.planning.prediction import link_rate
 from innet.results.record import RunRecord
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from innet.hosts.learner import exact_training
-from innet.plan.spec import RunSpec
+from innet.planning.spec import RunSpec
 
 SCHEMES = ("innet", "pbox", "ring", "topk", "ssp", "asp")
 

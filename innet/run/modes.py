@@ -28,12 +28,12 @@ from innet.hosts.ring import RingCall
 from innet.hosts.ssp import SSPWorker
 from innet.hosts.training import Training
 from innet.hosts.worker import AllreduceCall, JobSpec, WorkerProcess
-from innet.plan.configs import pick_workers, switch_configs, worker_specs
-from innet.plan.dilation import auto_factor, carried_rate, host_link_rate
-from innet.plan.planner import METHODS, JobPlan, JobRequest, Placement, plan_job, plan_jobs
-from innet.plan.prediction import direction_bytes
-from innet.plan.spec import RunSpec
-from innet.plan.timing import planned_training, predict
+from innet.planning.configs import pick_workers, switch_configs, worker_specs
+from innet.planning.dilation import auto_factor, carried_rate, host_link_rate
+from innet.planning.planner import METHODS, JobPlan, JobRequest, Placement, plan_job, plan_jobs
+from innet.planning.prediction import direction_bytes
+from innet.planning.spec import RunSpec
+from innet.planning.timing import planned_training, predict
 from innet.switch.program import SwitchProgram
 from innet.switch.runtime import SwitchConfig
 from innet.wire.packet import BANDS
@@ -75,7 +75,7 @@ def fastest_placement(graph: nx.Graph, run: RunSpec, requests: list[JobRequest],
 
 
 def auto_dilation(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram], faithful_mbps: float) -> float:
-    """``--dilation auto``'s factor for ``run`` (innet.plan.dilation.auto_factor): from its host links' rate
+    """``--dilation auto``'s factor for ``run`` (innet.planning.dilation.auto_factor): from its host links' rate
     and from the traffic its plan puts on every link at once (all jobs together)."""
     rp = plan_run(graph, run, program)
     loads: dict[tuple[str, str], float] = {}

@@ -7,10 +7,10 @@ from dataclasses import replace
 import networkx as nx
 
 from innet.graph import link_name, natural_key
-from innet.plan.planner import JobPlan
-from innet.plan.prediction import direction_bytes, predicted_link_bytes, tier_lower_bounds
-from innet.plan.spec import RunSpec, program_of
-from innet.plan.timing import MININET_HOP, busiest_direction, predict
+from innet.planning.planner import JobPlan
+from innet.planning.prediction import direction_bytes, predicted_link_bytes, tier_lower_bounds
+from innet.planning.spec import RunSpec, program_of
+from innet.planning.timing import MININET_HOP, busiest_direction, predict
 from innet.results.metrics import cross_rack_bytes, tier_bytes
 from innet.results.record import RunRecord
 from innet.run.modes import installed_configs, plan_run

@@ -12,7 +12,7 @@ from innet.backends.local.fabric import Endpoint, Fabric
 from innet.hosts.ensemble import InputReceiver, InputServer, input_summary
 from innet.hosts.ssp import SSPWorker
 from innet.hosts.worker import AllreduceCall, Frames, WorkerProcess
-from innet.plan.spec import RunSpec, program_of
+from innet.planning.spec import RunSpec, program_of
 from innet.results.check import outcome_of, run_record, tally_drops, training_outcome
 from innet.results.fidelity import virtual_fidelity
 from innet.results.progress import Progress

@@ -130,8 +130,8 @@ def measured_ratio(rate: float) -> float:
     real Mbit/s (``TARGET_MBPS`` virtual)."""
     from innet.backends.local.run import run_local
     from innet.backends.mininet.emulation import run_mininet
-    from innet.plan.dilation import CALIBRATION_WORKERS, MININET_MIN_RTO
-    from innet.plan.spec import RunSpec
+    from innet.planning.dilation import CALIBRATION_WORKERS, MININET_MIN_RTO
+    from innet.planning.spec import RunSpec
     from topologies import build
 
     factor = TARGET_MBPS / rate

@@ -34,9 +34,9 @@ from innet.graph import is_switch, link_name, natural_key, port_to, ports
 from innet.hosts.ensemble import InputPlan, input_summary
 from innet.node.codec import config_to_json, spec_to_json
 from innet.node.usage import Samples, drops_between, has_exited, interface_drops, process_times, queue_drops
-from innet.plan.dilation import TCLINK_MAX_MBPS, dilate_graph, dilate_spec, dilate_times, virtual
-from innet.plan.grouping import group_label, group_size, node_groups, start_timeout
-from innet.plan.spec import RunSpec, program_of
+from innet.planning.dilation import TCLINK_MAX_MBPS, dilate_graph, dilate_spec, dilate_times, virtual
+from innet.planning.grouping import group_label, group_size, node_groups, start_timeout
+from innet.planning.spec import RunSpec, program_of
 from innet.results.check import WorkerOutcome, run_record, tally_drops
 from innet.results.fidelity import CPU_BOUND, fidelity, with_model, with_retransmissions
 from innet.results.progress import Progress
@@ -78,7 +78,7 @@ def _faulty(run: RunSpec) -> bool:
 
 
 def _modelled(run: RunSpec) -> bool:
-    """Whether the timing model (innet.plan.timing) predicts ``run``'s time: one job of all-reduce calls,
+    """Whether the timing model (innet.planning.timing) predicts ``run``'s time: one job of all-reduce calls,
     dense, on links without faults that make workers retransmit."""
     return not (run.consistency or run.train or run.topk or run.input_elements or run.jobs > 1 or _faulty(run))
 
@@ -192,9 +192,9 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     workers (the tests' spoofers and fuzzers); ``cluster`` spreads the network over
     servers (innet.backends.mininet.cluster), every one of them checked before anything starts.
     ``dilation``: the time dilation factor
-    (innet.plan.dilation): the network is built and the run given its times ``dilation``
+    (innet.planning.dilation): the network is built and the run given its times ``dilation``
     times slower, and the record's times are the requested (virtual) ones. ``node_group``: switches
-    (and workers) per process, None for innet.plan.grouping's choice.
+    (and workers) per process, None for innet.planning.grouping's choice.
     """
     from mininet.log import setLogLevel
 
@@ -277,7 +277,7 @@ class Emulation:
         self.times_at_exit: dict[int, tuple[float, float] | None] = {}
         self.dilation = 1.0
         self.requested: tuple[nx.Graph, RunSpec] | None = None
-        self.node_group: int | None = None  # nodes per process (innet.plan.grouping); None: its choice
+        self.node_group: int | None = None  # nodes per process (innet.planning.grouping); None: its choice
         self.bursts = False  # shaped links send in bursts of BURST_S (innet.backends.mininet.shaper)
 
     def dilate(self, factor: float, graph: nx.Graph, run: RunSpec) -> None:
@@ -378,7 +378,7 @@ class Emulation:
     spawn = _popen
 
     def _groups(self, names: list[str], wanted: int | None) -> list[list[str]]:
-        """``names`` in the node groups their processes serve (innet.plan.grouping): one each on small runs."""
+        """``names`` in the node groups their processes serve (innet.planning.grouping): one each on small runs."""
         return node_groups(names, group_size(len(names), os.cpu_count() or 1, wanted), self.placement)
 
     def _netns(self, name: str) -> str:
@@ -658,7 +658,7 @@ class Emulation:
         )
         fid = with_retransmissions(fid, record.retransmissions, _faulty(run))
         if modelled and _modelled(run):  # the timing model gives what the links allow: the local backend's time
-            from innet.plan.timing import MININET_HOP, predict
+            from innet.planning.timing import MININET_HOP, predict
 
             key = "iteration_s" if run.workload else "completion_s"
             model = predict(graph, run, list(rp.plans), rp.per_packet, MININET_HOP / self.dilation)[key]

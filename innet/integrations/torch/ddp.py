@@ -24,7 +24,7 @@ import torch.distributed as dist
 from innet.backends.local.run import LocalRun
 from innet.hosts.worker import WorkerProcess
 from innet.node.client import AllreduceClient
-from innet.plan.spec import RunSpec
+from innet.planning.spec import RunSpec
 
 
 def fabric_allreduce(graph: nx.Graph, run: RunSpec, tensors: list[np.ndarray]) -> tuple[list[np.ndarray], float]:

@@ -51,7 +51,7 @@ def _allreduce(conf: dict[str, Any], rank: int, cpu_at_go: float) -> None:
     import torch
     import torch.distributed as dist
 
-    from innet.plan.spec import worker_tensors
+    from innet.planning.spec import worker_tensors
 
     tensors = worker_tensors(conf["seed"], conf["job"], rank, conf["sizes"], 0.0, conf["layers"], False)
     results, started, finished = [], [], []

@@ -25,7 +25,7 @@ from innet.backends.mininet.iplane import host_address
 from innet.errors import UserError
 from innet.hosts.worker import JobSpec
 from innet.node.codec import spec_to_json
-from innet.plan.spec import RunSpec, program_of
+from innet.planning.spec import RunSpec, program_of
 from innet.results.check import WorkerOutcome, run_record
 from innet.results.fidelity import kernel_fidelity
 from innet.results.record import RunRecord

@@ -11,7 +11,7 @@ prints the estimate next to the measured peak); the estimate errs high.
   registers and its route table (one entry per node); per link direction its
   queues and fault injector.
 - mininet: the same, plus one Python process per switch, worker and PBox, or per node group of them
-  (innet.plan.grouping; ``MININET_PER_PROCESS``: an interpreter with numpy and innet loaded), every
+  (innet.planning.grouping; ``MININET_PER_PROCESS``: an interpreter with numpy and innet loaded), every
   node's namespace with its links, and every raw port's buffers.
 """
 
@@ -23,9 +23,9 @@ import networkx as nx
 
 from innet.errors import UserError
 from innet.graph import is_switch
-from innet.plan.configs import pick_workers
-from innet.plan.grouping import process_count
-from innet.plan.spec import RunSpec, program_of
+from innet.planning.configs import pick_workers
+from innet.planning.grouping import process_count
+from innet.planning.spec import RunSpec, program_of
 from innet.wire.packet import ETH_LEN, link_mtu
 
 MIB = 1 << 20
@@ -42,7 +42,7 @@ MININET_PORT_FRAMES = 256  # a raw port's receive buffer: 256 frames (innet.io.r
 def estimate_bytes(graph: nx.Graph, run: RunSpec, backend: str, node_group: int | None = None,
                    cores: int | None = None) -> int:
     """The estimated peak memory of ``run`` over ``graph`` on ``backend`` (``local`` or ``mininet``), its
-    nodes ``node_group`` to a process there (None: innet.plan.grouping's choice for ``cores``)."""
+    nodes ``node_group`` to a process there (None: innet.planning.grouping's choice for ``cores``)."""
     workers = len(pick_workers(graph, run.workers))
     switches = sum(1 for n in graph if is_switch(graph, n))
     degree = max((d for n, d in graph.degree if is_switch(graph, n)), default=1)

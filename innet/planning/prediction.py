@@ -19,7 +19,7 @@ import numpy as np
 
 from innet.graph import link_name, natural_key, next_hop, tier
 from innet.hosts.ring import ACK_EVERY, ACK_SPAN, ring_geometry
-from innet.plan.planner import JobPlan
+from innet.planning.planner import JobPlan
 from innet.wire.packet import PAYLOAD_OFFSET
 
 
@@ -231,3 +231,14 @@ def predicted_link_bytes(graph: nx.Graph, mode: str, plan: JobPlan, elements: in
         per_call[link_name(u, v)] += b
     names = sorted((link_name(u, v) for u, v in graph.edges), key=natural_key)
     return {name: round(per_call.get(name, 0) * iterations) for name in names}
+
+
+def run_link_bytes(graph: nx.Graph, mode: str, plans: Sequence[JobPlan], per_packet: int, call_sizes: Sequence[int],
+                   density: float = 1.0) -> dict[str, int]:
+    """Predicted bytes per link of a whole run: every job's plan, every call (of ``call_sizes`` elements)."""
+    out: dict[str, int] = {}
+    for plan in plans:
+        for size, calls in Counter(call_sizes).items():
+            for name, b in predicted_link_bytes(graph, mode, plan, size, per_packet, calls, density).items():
+                out[name] = out.get(name, 0) + b
+    return out

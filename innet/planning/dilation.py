@@ -15,13 +15,11 @@ from dataclasses import replace
 
 import networkx as nx
 
-from innet.plan.spec import RunSpec
+from innet.graph import host_link_rate as host_link_rate
+from innet.planning.spec import LOCAL_MIN_RTO, RunSpec
+from innet.planning.spec import MININET_MIN_RTO as MININET_MIN_RTO
+from innet.planning.spec import TCLINK_MAX_MBPS as TCLINK_MAX_MBPS
 from innet.wire.faults import FaultSpec
-
-TCLINK_MAX_MBPS = 1000.0  # the fastest rate Mininet's TCLink (tc htb) shapes: a dilation must bring links below it
-LOCAL_MIN_RTO = 0.001  # the fabric's RTO floor: virtual time has no scheduling jitter
-MININET_MIN_RTO = 0.02  # real seconds: a loaded 2-core machine delays an ACK this long now and then
-
 
 CALIBRATION_WORKERS = 4  # hosts on the calibration's star (innet.backends.mininet.calibration), beside its PBox
 CALIBRATION_DIRECTIONS = 2 * CALIBRATION_WORKERS  # link directions its run keeps busy at once: each host link, both ways
@@ -43,13 +41,6 @@ def carried_rate(graph: nx.Graph, loads: dict[tuple[str, str], float]) -> float:
         return 0.0
     busy = max(b * 8 / (float(graph.edges[u, v]["bw"]) * 1e6) for (u, v), b in loads.items())
     return sum(loads.values()) * 8 / 1e6 / busy if busy > 0 else 0.0
-
-
-def host_link_rate(graph: nx.Graph) -> float:
-    """The highest rate of a link to a host, Mbit/s: the rate the dilation must bring within reach (the
-    calibration's star has only host links; its switch carries every one of them)."""
-    return max((float(d["bw"]) for u, v, d in graph.edges(data=True)
-                if "host" in (graph.nodes[u].get("role"), graph.nodes[v].get("role"))), default=0.0)
 
 
 def dilate_graph(graph: nx.Graph, f: float) -> nx.Graph:

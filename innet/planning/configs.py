@@ -11,8 +11,8 @@ import numpy as np
 from innet.errors import UserError
 from innet.graph import first_hops, hosts, indexed, node_indices, ports, role, switches
 from innet.hosts.worker import JobSpec
-from innet.plan.planner import JobPlan
-from innet.plan.spec import RunSpec
+from innet.planning.planner import JobPlan
+from innet.planning.spec import RunSpec
 from innet.switch.program import SwitchProgram
 from innet.switch.runtime import DEFAULT_SWITCH_MEMORY, SwitchConfig
 from innet.wire.operators import SUM

@@ -5,7 +5,7 @@ One all-reduce call of ``e`` elements per worker takes
     T(e) = T_bw(e) + T_lat
 
 - ``T_bw``: the busiest link direction's bytes over its rate. The bytes are
-  innet.plan.prediction's exact per-mode frame counts: in-network, a worker link
+  innet.planning.prediction's exact per-mode frame counts: in-network, a worker link
   carries one stream each way; PBox, the PBox link carries N streams each way;
   ring, each neighbour link carries 2(N-1)/N of a stream (plus ACKs back).
 - ``T_lat``: the round trips the protocol waits for, each hop costing one full
@@ -37,10 +37,10 @@ import networkx as nx
 
 from innet.hosts.ring import ACK_EVERY, WINDOW
 from innet.hosts.training import Training, iteration_stats, p3_order, run_schedule
-from innet.plan.consistency import consistency_time
-from innet.plan.planner import JobPlan
-from innet.plan.prediction import chunk_bytes, direction_bytes, frame_bytes, link_rate, one_way, path_links
-from innet.plan.spec import RunSpec
+from innet.planning.consistency import consistency_time
+from innet.planning.planner import JobPlan
+from innet.planning.prediction import chunk_bytes, direction_bytes, frame_bytes, link_rate, one_way, path_links
+from innet.planning.spec import RunSpec
 
 MININET_HOP = 0.0006
 

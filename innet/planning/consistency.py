@@ -23,9 +23,9 @@ from collections.abc import Callable
 
 import networkx as nx
 
-from innet.plan.planner import JobPlan
-from innet.plan.prediction import frame_bytes, link_rate, one_way, path_links
-from innet.plan.spec import RunSpec
+from innet.planning.planner import JobPlan
+from innet.planning.prediction import frame_bytes, link_rate, one_way, path_links
+from innet.planning.spec import RunSpec
 
 Delay = Callable[[str, str], float]
 

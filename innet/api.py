@@ -1,0 +1,206 @@
+"""innet as a library: ``run`` and ``plan``. The command line, ``innet reproduce``, the scripts and the tests
+are clients of these two.
+
+>>> import innet
+>>> report = innet.run("star", workers=4, elements=10000, backend="local")
+>>> report.runs[0].correct
+True
+
+``topology`` (or the option ``topo``; default leaf-spine) is a builder's name (its sizes among the options:
+``racks=3``, ``k=4``, ...), a .graphml or .json file, or a networkx graph with node roles (topologies.files).
+The options are ``RunSpec``'s fields;
+the faults of every link may also be given one by one (``loss=0.01``). Every rule is checked before anything
+is built, each broken one a ``UserError`` of one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import networkx as nx
+
+from innet.errors import UserError
+from innet.graph import host_link_rate
+from innet.planning.planner import JobPlan
+from innet.planning.prediction import run_link_bytes
+from innet.planning.spec import FAULT_HELP, MODES, TCLINK_MAX_MBPS, RunSpec, program_of
+from innet.results.record import RunRecord
+from innet.results.report import ExactTraining, Report
+from innet.wire.faults import FaultSpec
+
+__all__ = ["run", "plan", "spec_of", "mode_specs", "dilation_of", "Plan", "ModePlan", "Report", "RunSpec"]
+
+
+def spec_of(topology: str | nx.Graph | os.PathLike[str] | None = None, default_backend: str = "",
+            **options: Any) -> tuple[RunSpec, nx.Graph]:
+    """The validated ``RunSpec`` of ``options`` and the topology's graph: what ``run`` and ``plan`` start from.
+    Without ``backend``: ``default_backend``, else Mininet as root."""
+    options = dict(options)
+    if topology is not None and "topo" in options:
+        raise UserError("give the topology once: as the first argument or as {topo}, not both")
+    topology = options.pop("topo", "leaf-spine") if topology is None else topology
+    faults = {k: options.pop(k) for k in FAULT_HELP if k in options}
+    if faults:
+        try:
+            options["faults"] = replace(options.get("faults", FaultSpec()), **faults)
+        except ValueError as exc:
+            raise UserError(f"bad fault option: {exc}") from None
+    graph = topology if isinstance(topology, nx.Graph) else None
+    options["topo"] = graph.graph.get("name", "graph") if graph is not None else os.fspath(topology)
+    options["backend"] = _backend(options.get("backend") or default_backend)
+    unknown = sorted(set(options) - {f.name for f in dataclasses.fields(RunSpec)})
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], [f.name for f in dataclasses.fields(RunSpec)], 1)
+        raise UserError(f"unknown option {unknown[0]!r}" + (f"; did you mean {near[0]!r}?" if near else ""))
+    spec = RunSpec(**options).validate()
+    if graph is None:
+        from topologies import build
+
+        graph = build(spec.topo, workers=spec.workers if spec.topo == "star" and spec.workers is not None else 4,
+                      racks=spec.racks, hosts_per_rack=spec.hosts_per_rack, spines=spec.spines, k=spec.k, bw=spec.bw,
+                      oversubscription=spec.oversubscription)
+    spec.validate(graph)
+    if spec.save_topology:
+        from topologies.files import save_file
+
+        save_file(graph, spec.save_topology)
+    return spec, graph
+
+
+def _backend(backend: str) -> str:
+    """The backend a run takes: ``backend``, else Mininet; Mininet needs root."""
+    if backend in ("", "mininet") and os.geteuid() != 0:
+        raise UserError("the mininet backend needs root: run with sudo, or use {backend} local")
+    return backend or "mininet"
+
+
+def mode_specs(spec: RunSpec, graph: nx.Graph) -> list[RunSpec]:
+    """One spec per run ``spec`` asks for: its mode, or with ``mode="all"`` innet, pbox and ring (gloo too on
+    Mininet where it applies; a training run: every scheme of innet.run.learn)."""
+    base = replace(spec, workers=None if spec.topo == "star" else spec.workers,
+                   staleness=spec.staleness if spec.consistency == "ssp" else 0)
+    if spec.train and spec.mode == "all":
+        from innet.run.learn import scheme_specs
+
+        return scheme_specs(base, spec.topk or 0.01, spec.staleness)
+    if spec.mode != "all":
+        return [base]
+    specs = [replace(base, mode=mode) for mode in MODES]
+    if spec.backend == "mininet" and host_link_rate(graph) <= TCLINK_MAX_MBPS:  # gloo: TCP on undilated links
+        from innet.integrations.torch.ranks import gloo_applies, torch_available
+
+        if gloo_applies(base) and torch_available():
+            specs.append(replace(base, mode="gloo"))
+    return specs
+
+
+def run(topology: str | nx.Graph | os.PathLike[str] | None = None, **options: Any) -> Report:
+    """Run all-reduce (or a workload, or training) over ``topology`` as ``options`` say, check every result
+    and measure where the bytes went. With ``out`` (or ``json``) the report's files are written there too."""
+    spec, graph = spec_of(topology, **options)
+    specs = mode_specs(spec, graph)
+    from innet.planning.memory import check_memory
+
+    for s in specs:  # before anything is built: a run that cannot fit is refused, not OOM-killed halfway
+        check_memory(graph, s, spec.backend, node_group=spec.node_group)
+    cluster = _cluster(spec)
+    runs = [_run_one(graph, s, cluster) for s in specs]
+    exact = None
+    if spec.train:
+        from innet.run.learn import exact_history
+
+        exact = ExactTraining(tuple(exact_history(specs[0], len(runs[0].jobs[0].workers))))
+    table = ""
+    if spec.predict:
+        from innet.run.planreport import prediction_table
+
+        table, runs = prediction_table(graph, specs[0], runs, spec.hop_latency)
+    report = Report(spec, graph, tuple(runs), exact, table)
+    if spec.out or spec.json:
+        report = replace(report, files=tuple(report.write(spec.out, spec.plots, spec.json)))
+    return report
+
+
+def _run_one(graph: nx.Graph, spec: RunSpec, cluster: Any) -> RunRecord:
+    """One mode's run on the spec's backend."""
+    if spec.mode == "gloo":
+        from innet.integrations.torch.ranks import run_gloo
+
+        return run_gloo(graph, spec)
+    if spec.backend == "local":
+        from innet.backends.local.run import run_local
+
+        return run_local(graph, spec, pbox_cores=spec.pbox_cores, crash=dict(spec.crash))
+    from innet.backends.mininet.emulation import run_mininet
+
+    return run_mininet(graph, spec, pcap_dir=spec.pcap or None, cli=spec.cli, pbox_cores=spec.pbox_cores,
+                       crash=dict(spec.crash), cluster=cluster, dilation=dilation_of(graph, spec),
+                       node_group=spec.node_group)
+
+
+def dilation_of(graph: nx.Graph, spec: RunSpec) -> float:
+    """The time dilation factor a Mininet run of ``spec`` on ``graph`` takes: ``spec.dilation``'s, or with "auto"
+    the factor this mode needs for its links to be carried faithfully (the machine's rate calibrated once,
+    cached; innet.run.modes.auto_dilation). The local backend runs in virtual time: 1."""
+    if spec.backend == "local" or spec.mode == "gloo":
+        return 1.0
+    if spec.dilation != "auto":
+        return float(spec.dilation)
+    from innet.backends.mininet.calibration import faithful_rate
+    from innet.planning.dilation import auto_factor
+    from innet.run.modes import auto_dilation
+
+    faithful = faithful_rate()
+    replace(spec, dilation=auto_factor(host_link_rate(graph), faithful)).validate()  # links TCLink can shape
+    return auto_dilation(graph, spec, program_of(spec), faithful)
+
+
+def _cluster(spec: RunSpec) -> Any:
+    """The servers of ``cluster`` (None without it), checked for form here and reached only when the run starts."""
+    if not spec.cluster:
+        return None
+    from innet.backends.mininet.cluster import Cluster, parse_servers
+
+    return Cluster(parse_servers(spec.cluster), key=spec.cluster_key, known_hosts=spec.cluster_known_hosts)
+
+
+@dataclass(frozen=True)
+class ModePlan:
+    """One mode's plan: every job's placement and the bytes the planner predicts on each link."""
+
+    mode: str
+    jobs: tuple[JobPlan, ...]
+    predicted_link_bytes: dict[str, int]
+    text: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a run would do, before anything starts: a ``ModePlan`` per mode."""
+
+    spec: RunSpec
+    graph: nx.Graph = field(repr=False)
+    modes: tuple[ModePlan, ...]
+
+    def text(self) -> str:
+        return "\n\n".join(m.text for m in self.modes)
+
+
+def plan(topology: str | nx.Graph | os.PathLike[str] | None = None, **options: Any) -> Plan:
+    """The placement plan and predicted bytes per link of ``run(topology, **options)``, without running it
+    (the backend defaults to local: nothing is built)."""
+    from innet.run.modes import plan_run
+    from innet.run.planreport import plan_report
+
+    spec, graph = spec_of(topology, default_backend="local", **options)
+    modes = []
+    for s in [replace(spec, mode=m) for m in MODES] if spec.mode == "all" else mode_specs(spec, graph):
+        rp = plan_run(graph, s, program_of(s))
+        density = s.topk if s.topk and s.mode != "ring" else 1.0
+        modes.append(ModePlan(s.mode, rp.plans, run_link_bytes(graph, s.mode, rp.plans, rp.per_packet, s.call_sizes(),
+                                                               density), plan_report(graph, s)))
+    return Plan(spec, graph, tuple(modes))

@@ -1,0 +1,435 @@
+"""What a run is: its parameters (``RunSpec``), the same for every backend, and the seeded gradients
+it all-reduces."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import networkx as nx
+import numpy as np
+
+from innet.errors import UserError
+from innet.graph import host_link_rate, link_name
+from innet.hosts.learner import Learner
+from innet.hosts.model import Task
+from innet.hosts.ssp import Consistency
+from innet.hosts.training import Training
+from innet.hosts.workloads import WORKLOADS, load_workload
+from innet.planning.options import (
+    default_of,
+    option,
+    options_of,
+    parse_bands,
+    parse_crash,
+    parse_dilation,
+    parse_node_group,
+    parse_straggler,
+)
+from innet.planning.planner import METHODS
+from innet.switch.loader import load_program
+from innet.switch.program import SwitchProgram
+from innet.switch.runtime import DEFAULT_SWITCH_MEMORY
+from innet.wire.faults import FaultSpec, parse_link_fault
+from innet.wire.operators import SUM, Operator
+from innet.wire.packet import BANDS
+from innet.wire.sparse import topk_with_feedback
+
+MODES = ("innet", "pbox", "ring")  # the schemes every run can compare; "gloo" and "all" are the command's
+TOPOLOGIES = ("star", "leaf-spine", "fat-tree", "phub-rack")  # the builders (topologies.REGISTRY), or a file
+RACKED = ("leaf-spine", "phub-rack")
+TCLINK_MAX_MBPS = 1000.0  # the fastest rate Mininet's TCLink (tc htb) shapes: a dilation must bring links below it
+LOCAL_MIN_RTO = 0.001  # the fabric's RTO floor: virtual time has no scheduling jitter
+MININET_MIN_RTO = 0.02  # real seconds: a loaded 2-core machine delays an ACK this long now and then
+FAULT_HELP = {  # the flags of ``faults``, one per FaultSpec field a user sets
+    "loss": "loss probability on every link direction, e.g. 0.01",
+    "dup": "duplication probability on every link direction",
+    "reorder": "probability a frame is held back (reordered)",
+    "delay": "extra one-way delay per link, seconds",
+}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a run can be told: the one definition of every option. The command line's flags are made
+    from its fields (each carries an ``Option``: flag, help, section, where it applies), and ``validate``
+    holds every rule. Frozen: ``dataclasses.replace`` makes a variant."""
+
+    # job
+    mode: str = option("innet", group="job", choices=(*MODES, "gloo", "all"),
+                       help="innet: switches aggregate; pbox: the PBox host does (PHub); ring: ring all-reduce; gloo: "
+                            "torch.distributed's gloo all-reduce between the same hosts (mininet, needs torch); all: "
+                            "innet, pbox and ring (and gloo on mininet when torch is installed), same topology and "
+                            "gradients, side by side (default innet)")
+    program: str = option("", group="job", help="switch program: a name in switch_programs/ or a path to a .py file "
+                                                 "(default sum_allreduce; topk_sparse with --topk)")
+    placement: str = option("auto", group="job", choices=("auto", *METHODS, "pbox"),
+                            help="which switches aggregate: auto (the fastest the timing model predicts, the default), "
+                                 "root, tor (rack then root), tree (Steiner, links weighted by 1/bandwidth), pbox")
+    workers: int | None = option(None, group="job", help="workers in the job; for star, the number of hosts (default: "
+                                                          "every host; star: 4)")
+    elements: int = option(65536, group="job", help="gradient elements per worker per iteration (default 65536)")
+    iterations: int = option(1, group="job", help="all-reduce calls per worker (default 1)")
+    seed: int = option(0, group="job", help="seed of the gradients and of fault injection (default 0)")
+    faults: FaultSpec = option(factory=FaultSpec, group="faults", help="the faults of every link direction")
+    switch_memory: int = option(DEFAULT_SWITCH_MEMORY, group="job",
+                                help="register memory per switch, bytes (default 4 MiB)")
+    min_rto: float = option(0.0, group="job", help="the retransmission timer's floor, seconds (default "
+                            f"{LOCAL_MIN_RTO:g} on local, {MININET_MIN_RTO:g} on mininet)")
+    initial_rto: float = option(1.0, group="job", help="the retransmission timer before a round trip is measured, "
+                                "seconds (default 1, RFC 6298's: the first window may queue behind a slow link)")
+    timeout: float = option(10.0, group="job", help="seconds without progress before an all-reduce fails (default 10)")
+    jobs: int = option(1, group="job", help="jobs at once, hosts dealt round-robin, each its own seed (default 1)")
+    pool_slots: int = option(0, group="job", metavar="N",
+                             help="slots in every switch's aggregation pool (per version), e.g. to cover a link's "
+                                  "bandwidth-delay product (default: the program's own, 128 for sum_allreduce)")
+    packet_elements: int = option(0, group="job", metavar="N",
+                                  help="gradient values per packet (default: the program's own, 2048 for sum_allreduce: "
+                                       "8250-byte frames); frames longer than Ethernet's 1500 bytes get jumbo MTUs on "
+                                       "every link, up to 2239 values")
+    job_slots: int = option(0, group="job", help="slots each job asks of every switch (default: the pool divided by "
+                                                 "--jobs); a job that finds a switch full falls back to the PBox")
+    job_priority: tuple[int, ...] = option((), group="job", metavar="B[,B...]", parse=parse_bands,
+                                           help=f"priority band of each job's packets in every port's strict-priority "
+                                                f"queues, job 1 first (0 = most urgent, up to {BANDS - 1}; default 0 for all)")
+    link_faults: tuple[tuple[str, FaultSpec], ...] = option(
+        (), group="faults", flag="--fault", metavar="LINK:K=V,...", parse=parse_link_fault, repeat=True,
+        help="faults on one link (a--b) or one direction (a->b) instead, e.g. h3--t2:delay=0.01 (a straggler) or "
+             "s1->t1:loss=0.2; repeatable")
+    # workload
+    workload: str = option("", group="workload", choices=tuple(sorted(WORKLOADS)),
+                           help="train a model: each iteration all-reduces its layers' gradients (last layer first) as "
+                                "backpropagation computes them, instead of one flat tensor (see README: Workloads)")
+    workload_scale: float = option(0.01, group="workload", help="with --workload: shrink every layer (and the compute) "
+                                                                "to this fraction (default 0.01)")
+    pipeline: int = option(1, group="workload", choices=(1, 2),
+                           help="with --workload: 1 = BSP; 2 = Pipe-SGD pipelining, iteration t+1 computes while t "
+                                "communicates (default 1)")
+    overlap: str = option("layers", group="workload", choices=("layers", "none"),
+                          help="with --workload: when a layer's all-reduce may start: layers = once backpropagation "
+                               "computed it (wait-free backpropagation, the default); none = after the whole backward "
+                               "pass (Pipe-SGD's BSP baseline)")
+    compute_scale: float = option(1.0, group="workload", help="with --workload: multiply every layer's compute time by "
+                                                              "this (default 1: a V100 at batch 32)")
+    topk: float = option(0.0, group="job", metavar="FRACTION",
+                         help="send only this fraction of each gradient: top-k with error feedback, as (index, value) "
+                              "pairs where shorter (innet and pbox; the ring sends the same values dense)")
+    consistency: str = option("", group="consistency", choices=("bsp", "ssp", "asp"),
+                              help="with --mode pbox: train against the PBox as a parameter server under BSP, SSP or ASP")
+    staleness: int = option(3, group="consistency", help="ssp: the staleness bound s (default 3)")
+    compute_time: float = option(0.01, group="consistency",
+                                 help="--consistency: seconds of compute per iteration (default 0.01)")
+    stragglers: tuple[tuple[str, float, float], ...] = option(
+        (), group="consistency", flag="--straggler", metavar="HOST:FACTOR[:PROB]", parse=parse_straggler, repeat=True,
+        help="--consistency: HOST's compute is FACTOR times longer, in each iteration with probability PROB (default 1)")
+    slice_elements: int = option(0, group="workload", flag="--slice", metavar="ELEMENTS",
+                                 help="with a workload: cut every layer into all-reduce calls of at most ELEMENTS "
+                                      "(default 0: whole layers)")
+    priority: str = option("fifo", group="workload", choices=("fifo", "p3"),
+                           help="with a workload: send calls in backward order (fifo), or the ready layer needed first (p3)")
+    input_elements: int = option(0, group="shared input", metavar="N",
+                                 help="every worker also reads N int32 input values per iteration, streamed from the "
+                                      "PBox host (rank r of every job reads the same shard)")
+    shared_input: bool = option(False, group="shared input", switch=True,
+                                help="with --input-elements: one stream per rank, multicast by the switches to every "
+                                     "job, instead of one unicast copy per job")
+    # training
+    train: str = option("", group="training", metavar="DATASET",
+                        help="train a real model on DATASET (digits: scikit-learn's handwritten digits), data-parallel: "
+                             "every step's gradients all-reduced through the network; --mode all trains once per scheme "
+                             "(innet, pbox, ring, top-k, ssp, asp) and compares each with an exact float baseline")
+    model: str = option("mlp", group="training", needs="train",
+                        help="with --train: the model (mlp: one hidden ReLU layer, softmax; default mlp)")
+    epochs: int = option(10, group="training", needs="train", help="with --train: epochs (default 10)")
+    batch: int = option(32, group="training", needs="train",
+                        help="with --train: the global batch, split evenly among the workers (default 32)")
+    lr: float = option(0.5, group="training", needs="train", help="with --train: the learning rate (default 0.5)")
+    hidden: int = option(64, group="training", needs="train", help="with --train: the MLP's hidden width (default 64)")
+    # topology
+    topo: str = option("leaf-spine", group="topology",
+                       help="star, leaf-spine, fat-tree, phub-rack, or a .graphml/.json file (default leaf-spine)")
+    racks: int | None = option(None, group="topology", topos=RACKED, help="leaf-spine/phub-rack: racks (default 2)")
+    hosts_per_rack: int | None = option(None, group="topology", topos=RACKED,
+                                        help="leaf-spine/phub-rack: hosts per rack (default 2, phub-rack 4)")
+    spines: int | None = option(None, group="topology", topos=("leaf-spine",),
+                                help="leaf-spine: spine switches (default 1)")
+    oversubscription: float | None = option(None, group="topology", topos=RACKED,
+                                            help="leaf-spine/phub-rack: ToR uplink oversubscription")
+    k: int | None = option(None, group="topology", topos=("fat-tree",), help="fat-tree: arity k (default 4)")
+    bw: float | None = option(None, group="topology",
+                              help=f"host link bandwidth in Mbit/s (default 1000; on Mininet at most "
+                                   f"{TCLINK_MAX_MBPS:g} once divided by --dilation)")
+    save_topology: str = option("", group="topology", metavar="FILE",
+                                help="also write the topology as FILE: .json (node-link, as p4-utils writes it) or .graphml")
+    # backend
+    backend: str = option("", group="backend", choices=("mininet", "local"),
+                          help="mininet: real Python switches on veth links (needs root; the default as root); "
+                               "local: the in-process fabric in virtual time (no root)")
+    pbox_cores: int = option(1, group="job", help="PBox shards (processes), keys spread by slot (default 1)")
+    crash: tuple[tuple[str, float], ...] = option(
+        (), group="faults", metavar="HOST@SECONDS", parse=parse_crash, repeat=True,
+        help="kill a worker host's process that many seconds into the run (virtual seconds on local)")
+    pcap: str = option("", group="backend", backends=("mininet",),
+                       help="mininet: write a pcap per switch interface into this directory")
+    cli: bool = option(False, group="backend", switch=True, backends=("mininet",),
+                       help="mininet: open the Mininet CLI after the run")
+    dilation: float | str = option("auto", group="backend", metavar="auto|off|F", parse=parse_dilation,
+                                   help="mininet: time dilation (README: Performance): links F times slower, every delay, "
+                                        "compute time and timeout F times longer, every reported time divided by F. auto "
+                                        "(the default): F = the host link's rate over the rate this machine carries "
+                                        "faithfully (calibrated once, cached); off: F = 1. The local backend runs in "
+                                        "virtual time and takes auto or off only")
+    node_group: int | None = option(None, group="backend", metavar="auto|off|G", parse=parse_node_group,
+                                    backends=("mininet",),
+                                    help="mininet: switches (and workers) served per Python process, each node still in "
+                                         "its own namespace with its own links. auto (the default): a process per node "
+                                         "up to 12 per core, else 4 processes per core per kind (a fat-tree k=8 in 16); "
+                                         "off: a process per node")
+    cluster: str = option("", group="backend", metavar="HOST1,HOST2,...", backends=("mininet",),
+                          help="mininet: spread switches and hosts over these servers (ssh as root; Mininet's cluster "
+                               "mode), links between servers as VXLAN tunnels; scripts/cluster_servers.py makes test servers")
+    cluster_key: str = option("", group="backend", metavar="FILE", needs="cluster",
+                              help="with --cluster: the private key for the servers' ssh logins (default: ssh's own)")
+    cluster_known_hosts: str = option("", group="backend", metavar="FILE", needs="cluster",
+                                      help="with --cluster: the servers' host keys (default: ssh's known_hosts)")
+    # the model's prediction
+    predict: bool = option(False, group="workload", switch=True,
+                           help="print the timing model's prediction next to every measured run, with the error")
+    hop_latency: float | None = option(None, group="workload", needs="predict",
+                                       help="with --predict: seconds a node takes to pass a frame on (default 0 on "
+                                            "local, 0.0006 on mininet)")
+    # output
+    out: str = option("", group="output", help="directory for results.json and links.csv (default results/<timestamp>)")
+    json: str = option("", group="output", help="also write the results JSON to this path")
+    plots: bool = option(True, group="output", flag="--no-plots", switch=True,
+                         help="do not write links.png and tiers.png")
+
+    def __post_init__(self) -> None:
+        if self.seed < 0:  # numpy's SeedSequence takes non-negative integers only
+            raise UserError(f"{{seed}} must be a non-negative integer, got {self.seed}")
+        if not self.program:  # the program the run's options call for
+            object.__setattr__(self, "program", "topk_sparse" if self.topk else "sum_allreduce")
+        if not self.min_rto:
+            object.__setattr__(self, "min_rto", MININET_MIN_RTO if self.backend == "mininet" else LOCAL_MIN_RTO)
+        if self.train:  # a training run all-reduces the model's parameters once a step
+            task = self.task(1)
+            object.__setattr__(self, "elements", task.mlp.size)
+            object.__setattr__(self, "iterations", task.steps)
+
+    def given(self) -> set[str]:
+        """The fields set to something other than their default."""
+        return {f.name for f, _ in options_of(RunSpec) if getattr(self, f.name) != default_of(f)}
+
+    def validate(self, graph: nx.Graph | None = None) -> RunSpec:
+        """Every rule about the options, alone and together (and against ``graph``, the topology, when given):
+        the first broken one as a ``UserError`` line naming its fields in braces. Returns the spec."""
+        for rule in _RULES:
+            wrong = rule(self)
+            if wrong:
+                raise UserError(wrong)
+        if graph is not None:
+            _check_graph(self, graph)
+        return self
+
+    def task(self, workers: int) -> Task:
+        """What a training run trains, with ``workers`` workers (``train`` runs only)."""
+        return Task(self.train, self.model, self.epochs, self.batch, self.lr, self.hidden, self.seed, workers)
+
+    def learner(self, workers: int, rank: int) -> Learner:
+        """Worker ``rank``'s gradients, step by step, of a training run."""
+        return Learner(self.task(workers), rank, self.topk)
+
+    def _slices(self) -> list[tuple[int, int, bool]]:
+        """One iteration's calls in FIFO order, layers backward: (forward index of the layer, elements,
+        first slice of its layer), each layer cut into slices of at most ``slice_elements``."""
+        layers = load_workload(self.workload, self.workload_scale).layers
+        out = []
+        for index in reversed(range(len(layers))):
+            n = layers[index].elements
+            size = self.slice_elements or n
+            out += [(index, min(size, n - at), at == 0) for at in range(0, n, size)]
+        return out
+
+    def call_sizes(self) -> list[int]:
+        """The elements of each all-reduce call of a worker, in FIFO order."""
+        if not self.workload:
+            return [self.elements] * self.iterations
+        return [n for _, n, _ in self._slices()] * self.iterations
+
+    def layers(self) -> int:
+        """Calls per iteration: a workload's layers (or their slices), else 1."""
+        return len(self._slices()) if self.workload else 1
+
+    def tensors(self, job: int, rank: int) -> list[np.ndarray]:
+        """What worker ``rank`` of ``job`` all-reduces, call by call."""
+        return worker_tensors(self.seed, job, rank, self.call_sizes(), self.topk, self.layers(), self.operator.rule == "bits")
+
+    @cached_property
+    def operator(self) -> Operator:
+        """The reduce operator of the run's program (sum for a program that names none)."""
+        return getattr(program_of(self), "operator", SUM)
+
+    def training(self) -> Training | None:
+        """The compute schedule the calls follow (None: back to back, no compute)."""
+        if self.train and self.compute_time and not self.consistency:  # each step computes, then all-reduces
+            return Training(0.0, (self.compute_time,))
+        if not self.workload:
+            return None
+        w = load_workload(self.workload, self.workload_scale)
+        c, backward = self.compute_scale, w.backward_times()
+        slices = self._slices()  # a layer's backward time passes before its first slice
+        forward = tuple(c * f for f in w.forward_times())
+        before = [c * backward[i] if first else 0.0 for i, _, first in slices]  # backward seconds before each call
+        if self.overlap == "none":  # every call waits for the whole backward pass
+            before = [sum(before)] + [0.0] * (len(before) - 1)
+        return Training(sum(forward), tuple(before),
+                        self.pipeline, tuple(i for i, _, _ in slices), forward_layers=forward,
+                        layerwise=self.priority == "p3")
+
+    def parameter_server(self) -> Consistency:
+        """How the PBox answers this run's training pushes (``consistency`` runs only)."""
+        return Consistency(self.consistency, self.staleness, self.iterations, self.elements)
+
+    def compute_times(self, host: str, job: int, rank: int) -> list[float]:
+        """Seconds of compute of each iteration on ``host``: ``compute_time``, times a straggler's factor
+        in the iterations it straggles (seeded)."""
+        rng = np.random.default_rng([self.seed, job, rank, 7])
+        factor, chance = next(((f, p) for h, f, p in self.stragglers if h == host), (1.0, 0.0))
+        return [self.compute_time * (factor if rng.random() < chance else 1.0) for _ in range(self.iterations)]
+
+    def band(self, job: int) -> int:
+        """The priority band of job ``job``'s packets (jobs count from 1)."""
+        return self.job_priority[job - 1] if self.job_priority else 0
+
+    def faults_on(self, sender: str, receiver: str) -> FaultSpec:
+        """The faults of frames ``sender`` puts on its link to ``receiver``: the direction's,
+        else the link's, else the run's."""
+        if not self.link_faults:  # asked per link of every path the timing model walks
+            return self.faults
+        given = dict(self.link_faults)
+        return given.get(f"{sender}->{receiver}", given.get(link_name(sender, receiver), self.faults))
+
+
+def _ranges(s: RunSpec) -> str | None:
+    if s.elements < 1 or s.iterations < 1:
+        name = "elements" if s.elements < 1 else "iterations"
+        return f"{{{name}}} must be at least 1, got {getattr(s, name)}"
+    if s.bw is not None and not 0 < s.bw:
+        return f"{{bw}} must be positive, got {s.bw:g}"
+    if s.switch_memory < 0 or s.timeout <= 0:
+        return "{switch_memory} must not be negative and {timeout} must be positive"
+    if not 0 < s.workload_scale <= 1 or s.compute_scale < 0:
+        return "{workload_scale} must be in (0, 1] and {compute_scale} must not be negative"
+    if s.slice_elements < 0:
+        return f"{{slice_elements}} must not be negative, got {s.slice_elements}"
+    if not 0 <= s.topk <= 1:
+        return f"{{topk}} must be a fraction in [0, 1], got {s.topk:g}"
+    if s.job_slots < 0 or s.pool_slots < 0:
+        return f"{{job_slots}} and {{pool_slots}} must not be negative, got {s.job_slots} and {s.pool_slots}"
+    if s.staleness < 0 or s.compute_time < 0:
+        return "{staleness} and {compute_time} must not be negative"
+    if s.pbox_cores < 1:
+        return f"{{pbox_cores}} must be at least 1, got {s.pbox_cores}"
+    return None
+
+
+def _where(s: RunSpec) -> str | None:
+    """Options given where they mean nothing (each ``Option``'s topos, backends and needs)."""
+    given = s.given()
+    for f, opt in options_of(RunSpec):
+        if f.name not in given:
+            continue
+        if opt.topos and s.topo not in opt.topos:
+            return f"{{{f.name}}} shapes {' and '.join(opt.topos)}: it means nothing with {{topo}} {s.topo}"
+        if opt.needs and not getattr(s, opt.needs):
+            return f"{{{f.name}}} means nothing without {{{opt.needs}}}"
+        if opt.backends and s.backend and s.backend not in opt.backends:
+            return f"{{{f.name}}} is {' and '.join(opt.backends)}'s: it means nothing with {{backend}} {s.backend}"
+    if "staleness" in given and s.consistency != "ssp" and not (s.train and s.mode == "all"):
+        return "{staleness} is SSP's bound: it needs {consistency} ssp"
+    return None
+
+
+def _workload(s: RunSpec) -> str | None:
+    if s.overlap != "layers" and not s.workload:
+        return "{overlap} says when a workload's layers are all-reduced: it needs {workload}"
+    if s.pipeline != 1 and not s.workload:
+        return "{pipeline} overlaps a workload's compute with its communication: it needs {workload}"
+    if (s.slice_elements or s.priority != "fifo") and not s.workload:
+        return "{slice_elements} and {priority} order a workload's layers: they need {workload}"
+    return None
+
+
+def _backend(s: RunSpec) -> str | None:
+    if s.backend == "local" and s.dilation not in ("auto", 1.0):
+        return (f"{{dilation}} {s.dilation:g} slows Mininet's clock; the local backend runs in virtual time and needs "
+                "none: use {dilation} auto or off there")
+    if s.mode == "gloo" and s.backend == "local":
+        return "{mode} gloo runs torch.distributed between Mininet hosts: it needs {backend} mininet (and root)"
+    if isinstance(s.dilation, float) and s.bw is not None and s.bw / s.dilation > TCLINK_MAX_MBPS:
+        return (f"{{bw}} {s.bw:g} is {s.bw / s.dilation:g} Mbit/s on the dilated links ({{dilation}} factor "
+                f"{s.dilation:g}), above the {TCLINK_MAX_MBPS:g} TCLink can shape: dilate by at least "
+                f"{s.bw / TCLINK_MAX_MBPS:g}, or use the local backend")
+    return None
+
+
+def _outputs(s: RunSpec) -> str | None:
+    """The output paths can be written: tried before the run, which may take an hour, not after it."""
+    for name, folder in (("out", s.out), ("json", os.path.dirname(s.json) if s.json else "")):
+        if not folder:
+            continue
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as exc:
+            return f"{{{name}}} {getattr(s, name)}: cannot make {folder}: {exc.strerror}"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return f"{{{name}}} {getattr(s, name)}: {folder} is not writable"
+    return None
+
+
+_RULES: tuple[Callable[[RunSpec], str | None], ...] = (_ranges, _where, _workload, _backend, _outputs)
+
+
+def _check_graph(s: RunSpec, graph: nx.Graph) -> None:
+    """The rules that need the topology."""
+    for host, _ in s.crash:
+        if host not in graph or graph.nodes[host].get("role") != "host":
+            raise UserError(f"{{crash}} names {host!r}, which is not a host of this topology")
+    for link, _ in s.link_faults:
+        ends = link.split("->") if "->" in link else link.split("--")
+        if not graph.has_edge(*ends):
+            raise UserError(f"{{link_faults}} names link {link}, which this topology does not have")
+    if s.mode == "gloo" and host_link_rate(graph) > TCLINK_MAX_MBPS:
+        raise UserError(f"{{mode}} gloo runs on undilated links, which TCLink shapes up to {TCLINK_MAX_MBPS:g} Mbit/s; "
+                        f"this topology's hosts have {host_link_rate(graph):g} Mbit/s links")
+
+
+def make_tensors(seed: int, job: int, rank: int, sizes: Sequence[int]) -> list[np.ndarray]:
+    """Seeded gradients: per call, normal values with a per-worker magnitude."""
+    rng = np.random.default_rng([seed, job, rank])
+    return [(rng.standard_normal(n) * 10.0 ** rng.uniform(-3, 1)).astype(np.float32) for n in sizes]
+
+
+def make_bitsets(seed: int, job: int, rank: int, sizes: Sequence[int]) -> list[np.ndarray]:
+    """Seeded int32 bit sets for the bit operators: each bit set with probability 1/8."""
+    rng = np.random.default_rng([seed, job, rank])
+    return [(rng.integers(0, 2**32, n, np.uint32) & rng.integers(0, 2**32, n, np.uint32)
+             & rng.integers(0, 2**32, n, np.uint32)).view(np.int32) for n in sizes]
+
+
+def worker_tensors(seed: int, job: int, rank: int, sizes: Sequence[int], topk: float = 0.0,
+                   layers: int = 1, bits: bool = False) -> list[np.ndarray]:
+    """The seeded gradients (bit sets with ``bits``), or with ``topk`` what top-k with error feedback per
+    layer keeps of them."""
+    if bits:
+        return make_bitsets(seed, job, rank, sizes)
+    tensors = make_tensors(seed, job, rank, sizes)
+    return topk_with_feedback(tensors, topk, layers) if topk else tensors
+
+
+def program_of(run: RunSpec, fan_in: int = 0) -> type[SwitchProgram]:
+    """The switch program ``run`` names, with its pool and packet size, and room for ``fan_in``
+    contributors at one switch (the plan's largest)."""
+    return load_program(run.program, run.pool_slots, run.packet_elements, fan_in)

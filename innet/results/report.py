@@ -1,0 +1,103 @@
+"""A run's report (what ``innet.run`` returns): its typed run records and the files and text made of them."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from innet.planning.spec import RunSpec
+from innet.results.fidelity import fidelity_line
+from innet.results.learning import learning_lines
+from innet.results.metrics import (
+    cluster_lines,
+    input_lines,
+    job_lines,
+    summary_table,
+    topology_summary,
+    training_lines,
+    write_link_csv,
+)
+from innet.results.record import RunRecord
+
+
+@dataclass(frozen=True)
+class ExactTraining:
+    """A training run's exact float baseline: test accuracy and loss after each epoch."""
+
+    epochs: tuple[tuple[float, float], ...]
+
+    @property
+    def accuracy(self) -> float:
+        return self.epochs[-1][0]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"accuracy_exact": self.accuracy,
+                "exact_epochs": [{"epoch": e + 1, "accuracy": a, "loss": loss} for e, (a, loss) in enumerate(self.epochs)]}
+
+
+@dataclass(frozen=True)
+class Report:
+    """What ``innet.run`` gave: one ``RunRecord`` per mode run (``runs``), on ``graph``, as ``spec`` asked."""
+
+    spec: RunSpec
+    graph: nx.Graph = field(repr=False)
+    runs: tuple[RunRecord, ...]
+    exact: ExactTraining | None = None  # a training run's exact float baseline
+    prediction: str = ""  # with ``predict``: the model next to every measured run, as a table
+    files: tuple[str, ...] = ()  # what ``innet.run`` wrote (with ``out``)
+
+    @property
+    def correct(self) -> bool:
+        """Every run's result is right."""
+        return all(r.correct for r in self.runs)
+
+    def run(self, mode: str) -> RunRecord:
+        """The run of ``mode``."""
+        found = [r for r in self.runs if r.mode == mode]
+        if not found:
+            raise KeyError(f"no {mode} run in this report (runs: {', '.join(r.mode for r in self.runs)})")
+        return found[0]
+
+    def table(self) -> str:
+        """The runs side by side: time, bytes per tier, cross-rack bytes, the busiest link, ratios to PBox."""
+        return summary_table(list(self.runs))
+
+    def lines(self) -> list[str]:
+        """Everything the command line prints of a run, line by line."""
+        runs = list(self.runs)
+        out = [self.table(), *(fidelity_line(r) for r in runs)]
+        out += job_lines(runs) + training_lines(runs) + input_lines(runs)
+        out += learning_lines(runs, self.exact.accuracy if self.exact else None) + cluster_lines(runs)
+        return out + ([self.prediction] if self.prediction else [])
+
+    def to_json(self) -> dict[str, Any]:
+        """results.json's content."""
+        return {"topology": topology_summary(self.graph), **(self.exact.to_json() if self.exact else {}),
+                "runs": [r.to_json() for r in self.runs]}
+
+    def write(self, out: str, plots: bool = True, json_path: str = "") -> list[str]:
+        """results.json, links.csv and (with ``plots``) the plots into folder ``out`` (none without one), and
+        results.json's content to ``json_path`` too; the files written into ``out``."""
+        if json_path:
+            self.write_json(json_path)
+        if not out:
+            return []
+        runs = list(self.runs)
+        files = [os.path.join(out, "results.json"), os.path.join(out, "links.csv")]
+        self.write_json(files[0])
+        write_link_csv(files[1], self.graph, runs)
+        if plots:
+            from innet.results.plots import write_plots
+
+            files += write_plots(self.graph, runs, out, self.exact.accuracy if self.exact else None)
+        return files
+
+    def write_json(self, path: str) -> None:
+        """``to_json`` into file ``path``."""
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(self.to_json(), fh, indent=2)
