@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from innet.backends import calibration
+from innet.backends.mininet import calibration
 from innet.backends.mininet.calibration import TOLERANCE, data_plane_version, faithful_rate, machine_key, search
 
 

@@ -70,7 +70,7 @@ def test_issue_command_eight_workers_a_million_elements(tmp_path):
     (["--packet-elements", "-3"], "--packet-elements must be 1..2239"),
     (["--jobs", "2", "--job-priority", "0"], "--job-priority wants one band in 0..2 per job (2)"),
     (["--job-priority", "3"], "--job-priority wants one band in 0..2"),
-    (["--job-priority", "urgent"], "--job-priority wants bands like 0,2"),
+    (["--job-priority", "urgent"], "argument --job-priority: wants bands like 0,2"),
     (["--shared-input"], "--shared-input needs --input-elements"),
 ])
 def test_bad_input_gets_one_clear_line(args, message, tmp_path):
@@ -135,7 +135,7 @@ def test_the_bandwidth_cap_is_mininets_alone(monkeypatch, capsys, tmp_path):
     assert cli.main(["--backend", "local", "--bw", "10000", "--elements", "1000", "--out", str(tmp_path), "--no-plots"]) == 0
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert cli.main(["--backend", "mininet", "--bw", "2000", "--dilation", "off"]) == 2  # undilated: stops before Mininet
-    assert ("--bw 2000 is 2000 Mbit/s on the dilated links (--dilation off: factor 1), above the 1000 TCLink can shape: "
+    assert ("--bw 2000 is 2000 Mbit/s on the dilated links (--dilation factor 1), above the 1000 TCLink can shape: "
             "dilate by at least 2, or use the local backend") in capsys.readouterr().err
 
 

@@ -11,7 +11,7 @@ import sys
 import networkx as nx
 import pytest
 
-from innet.backends import fabric
+from innet.backends.local import fabric
 from innet.backends.local.run import run_local
 from innet.errors import UserError
 from innet.graph import bfs_parents, is_switch, natural_key, node_indices, routes

@@ -56,10 +56,18 @@ def test_each_subcommand_shows_its_own_flags_in_sections():
     assert flags_of(innet("clean", "--help").stdout) == {"--help"}
 
 
-def test_every_flag_of_the_table_is_in_a_section_once():
-    named = [d for names in cli.GROUPS.values() for d in names]
-    assert len(named) == len(set(named))
-    assert set(named) <= {a.dest for a in cli.parser()._actions}
+def test_every_field_of_the_run_spec_has_a_flag_and_every_flag_a_field():
+    """RunSpec is the one definition of the options: the flags are made from its fields, one each (the faults
+    of every link one per FaultSpec field a user sets), plus the command's two actions."""
+    import dataclasses
+
+    from innet.planning.spec import FAULT_HELP, RunSpec
+
+    flags = {a.dest: a.option_strings for a in cli.parser()._actions if a.dest != "help"}
+    fields = {f.name for f in dataclasses.fields(RunSpec)}
+    assert set(flags) == (fields - {"faults"}) | {f"faults.{k}" for k in FAULT_HELP} | set(cli.ACTIONS)
+    assert all(len(strings) == 1 for strings in flags.values())  # one flag each
+    assert cli.flag_names() == {s[2:] for strings in flags.values() for s in strings} - {"plan-only", "clean"}
 
 
 def test_a_flag_of_another_subcommand_is_refused_in_one_line():
@@ -80,9 +88,9 @@ def test_a_flag_of_another_subcommand_is_refused_in_one_line():
     (["--pipeline", "2"], "--pipeline overlaps a workload's compute with its communication: it needs --workload"),
     (["--staleness", "2"], "--staleness is SSP's bound: it needs --consistency ssp"),
     (["--mode", "pbox", "--consistency", "bsp", "--staleness", "2"], "--staleness is SSP's bound: it needs --consistency ssp"),
-    (["--pcap", "caps"], "--pcap and --cli are Mininet's: they mean nothing with --backend local"),
-    (["--cli"], "--pcap and --cli are Mininet's: they mean nothing with --backend local"),
-    (["--node-group", "4"], "--node-group says how many Mininet nodes a process serves: it means nothing with --backend local"),
+    (["--pcap", "caps"], "--pcap is Mininet's: it means nothing with --backend local"),
+    (["--cli"], "--cli is Mininet's: it means nothing with --backend local"),
+    (["--node-group", "4"], "--node-group is Mininet's: it means nothing with --backend local"),
     (["--hop-latency", "0.001"], "--hop-latency means nothing without --predict"),
     (["--epochs", "3"], "--epochs means nothing without --train"),
     (["--seed", "-1"], "--seed must be a non-negative integer, got -1"),
@@ -162,7 +170,7 @@ def test_innet_bench_runs_one_by_name_with_its_own_flags():
 
 def test_innet_clean_is_run_topology_clean(monkeypatch, capsys):
     """Checked in-process, with the cleaner replaced: a real clean here could reap another run's leftovers."""
-    from innet.backends import cleanup
+    from innet.backends.mininet import cleanup
 
     monkeypatch.setattr(cleanup, "clean_leftovers", lambda: "cleaned 0 interrupted run(s)")
     assert commands.main(["clean"]) == 0 and cli.main(["--clean"]) == 0
@@ -179,17 +187,17 @@ def test_the_console_entry_point_is_the_innet_command():
     assert module == commands.__name__ and callable(getattr(commands, name))
 
 
-def test_a_flag_added_to_the_table_without_a_section_shows_under_other_in_run(monkeypatch, capsys):
-    """Flags other work adds to ``cli.parser()`` reach ``innet run`` before anyone files them in a section."""
-    table = cli.parser
+def test_a_field_added_to_the_run_spec_is_a_flag_of_innet_run(monkeypatch, capsys):
+    """A new option is a field with its Option: its flag reaches ``innet run`` in its section, with no other edit."""
+    import dataclasses
 
-    def with_new_flag():
-        p = table()
-        p.add_argument("--warp-factor", type=float, default=1.0, help="a new flag")
-        return p
+    from innet.planning.options import option
+    from innet.planning.spec import RunSpec
 
-    monkeypatch.setattr(cli, "parser", with_new_flag)
+    Warped = dataclasses.make_dataclass("Warped", [("warp_factor", float, option(1.0, group="job", help="a new option"))],
+                                        bases=(RunSpec,), frozen=True)
+    monkeypatch.setattr(cli, "RunSpec", Warped)
     with pytest.raises(SystemExit):
         commands.main(["run", "--help"])
     text = capsys.readouterr().out
-    assert sections_of(text)[-1] == "other" and "--warp-factor WARP_FACTOR" in text.split("\nother:\n")[1]
+    assert "--warp-factor WARP_FACTOR" in text.split("\njob:\n")[1].split("\n\n")[0]

@@ -346,7 +346,8 @@ def _where(s: RunSpec) -> str | None:
         if opt.needs and not getattr(s, opt.needs):
             return f"{{{f.name}}} means nothing without {{{opt.needs}}}"
         if opt.backends and s.backend and s.backend not in opt.backends:
-            return f"{{{f.name}}} is {' and '.join(opt.backends)}'s: it means nothing with {{backend}} {s.backend}"
+            owners = " and ".join(b.capitalize() for b in opt.backends)
+            return f"{{{f.name}}} is {owners}'s: it means nothing with {{backend}} {s.backend}"
     if "staleness" in given and s.consistency != "ssp" and not (s.train and s.mode == "all"):
         return "{staleness} is SSP's bound: it needs {consistency} ssp"
     return None
