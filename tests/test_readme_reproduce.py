@@ -1,10 +1,13 @@
 """README's "Reproducing the papers" and docs/experiments.md, run as written: each ``innet reproduce``
 command (``innet`` is ``python -m innet``), and the example experiment file."""
 
+import json
 import os
 import re
 import subprocess
 import sys
+
+import pytest
 
 from innet.experiments.file import shipped
 from tests.test_readme import blocks, section
@@ -45,3 +48,66 @@ def test_the_documented_experiment_file_runs_as_written(tmp_path):
         rows = f.read().splitlines()
     assert rows[0] == "series,bw,completion_s,cross_rack_bytes,correct,command,completion_s/pbox,cross_rack_bytes/pbox"
     assert [r.split(",")[:2] for r in rows[1:]] == [[s, bw] for bw in ("10", "100", "1000") for s in ("innet", "pbox")]
+
+
+def _paragraph(name: str) -> str:
+    """README's paragraph on experiment ``name``: from its ``(`name`)`` to its command."""
+    start = REPRODUCE.index(f"(`{name}`)")
+    return " ".join(REPRODUCE[start:REPRODUCE.index("```sh", start)].split())
+
+
+def _stated(name: str, points: dict) -> list[str]:
+    """The figures README states for ``name``, formatted as README writes them, from the sweep's points.json."""
+    rows = points["points"]
+    flag = points["sweep"]
+    at = {(r["series"], r[flag]): r for r in rows}
+    speedup = points["summary"].get("speedup", {})
+    if name == "phub":
+        pbox, innet = [at["pbox", n]["cross_rack_bytes"] for n in (2, 8)], {r["cross_rack_bytes"] for r in rows
+                                                                              if r["series"] == "innet"}
+        [one] = innet
+        return [f"{pbox[0] / 1e6:.1f} MB at 2 per rack, {pbox[1] / 1e6:.1f} MB at 8", f"stay at {one / 1e6:.1f} MB",
+                f"{pbox[0] / one:.0f}× to {pbox[1] / one:.0f}× less",
+                f"{speedup['innet']['2']:.1f}× to {speedup['innet']['8']:.1f}× faster"]
+    if name == "topk":
+        first = at["sparse", 0.01]
+        within = [d for d in points["values"] if at["sparse", d]["completion_s/dense"] >= 0.98]
+        return [f"At 1% sparse moves {100 * first['total_bytes/dense']:.1f}% of dense's bytes and is "
+                f"{speedup['sparse']['0.01']:.1f}× faster", f"within 2% of dense's at a density of {within[0]}",
+                f"(saving under 1%) at {points['summary']['breakeven']['sparse']:.2f}"]
+    if name == "ensemble":
+        two, eight = at["shared", 2], at["shared", 8]
+        assert two["input.bytes/unicast"] == 2 / 3
+        return ["With 2 jobs the shared stream moves 2/3 of the bytes",
+                f"with 8 jobs {100 * eight['input.bytes/unicast']:.0f}%",
+                f"delivers {1 / two['input.completion_s/unicast']:.0f}× to {1 / eight['input.completion_s/unicast']:.0f}× sooner"]
+    if name == "pipesgd":
+        gain = speedup["pipesgd"]
+        model = at["bsp", 97]["prediction.iteration_s"] / at["pipesgd", 97]["prediction.iteration_s"]
+        return [f"{gain['97']:.2f}× at compute-scale 97 (model {model:.2f}×", f"{gain['48']:.2f}× at 48",
+                f"{gain['194']:.2f}× at 194", f"{gain['24']:.1f}× at the ends of the sweep (24 and 388)",
+                f"{gain['388']:.1f}× at the ends"]
+    if name == "p3":
+        assert speedup["p3"]["resnet50"] == pytest.approx(1.0)  # "ResNet-50 none"
+        return [f"FIFO {at['fifo', 'vgg19']['iteration_s']:.3f} s, P3 {at['p3', 'vgg19']['iteration_s']:.3f} s per "
+                f"iteration, {speedup['p3']['vgg19']:.2f}× the throughput", f"BERT-base {speedup['p3']['bert-base']:.2f}×"]
+    if name == "ssp":
+        rate = {k: at[k]["iterations_per_s"] for k in at}
+        assert all(r["max_staleness"] <= r["staleness"] for r in rows if r["series"] == "ssp")
+        return [f"BSP's {rate['bsp', 0]:.1f} iterations/s through SSP's {rate['ssp', 1]:.1f} (s=1) and "
+                f"{rate['ssp', 8]:.1f} (s=8) to ASP's {rate['asp', 0]:.1f}", f"ASP's reaches {at['asp', 0]['max_staleness']}"]
+    raise AssertionError(f"no figures known for {name}")
+
+
+@pytest.mark.parametrize("name", ["phub", "topk", "ensemble", "pipesgd", "p3", "ssp"])
+def test_the_papers_figures_are_what_innet_reproduce_draws(name, tmp_path):
+    """Each figure README states for a paper is what its ``innet reproduce NAME`` command (the full sweep, on the
+    fabric in virtual time: seconds) writes in points.json, as README rounds it."""
+    out = innet(f"innet reproduce {name} --out {tmp_path}", tmp_path)
+    assert out.returncode == 0, out.stderr
+    with open(tmp_path / "points.json") as f:
+        points = json.load(f)
+    points["values"] = list(dict.fromkeys(r[points["sweep"]] for r in points["points"]))
+    text = _paragraph(name)
+    for figure in _stated(name, points):
+        assert figure in text, (figure, text)
