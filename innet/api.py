@@ -80,11 +80,11 @@ def _backend(backend: str) -> str:
 
 def mode_specs(spec: RunSpec, graph: nx.Graph) -> list[RunSpec]:
     """One spec per run ``spec`` asks for: its mode, or with ``mode="all"`` innet, pbox and ring (gloo too on
-    Mininet where it applies; a training run: every scheme of innet.run.learn)."""
+    Mininet where it applies; a training run: every scheme of innet.schemes.learn)."""
     base = replace(spec, workers=None if spec.topo == "star" else spec.workers,
                    staleness=spec.staleness if spec.consistency == "ssp" else 0)
     if spec.train and spec.mode == "all":
-        from innet.run.learn import scheme_specs
+        from innet.schemes.learn import scheme_specs
 
         return scheme_specs(base, spec.topk or 0.01, spec.staleness)
     if spec.mode != "all":
@@ -111,12 +111,12 @@ def run(topology: str | nx.Graph | os.PathLike[str] | None = None, **options: An
     runs = [_run_one(graph, s, cluster) for s in specs]
     exact = None
     if spec.train:
-        from innet.run.learn import exact_history
+        from innet.schemes.learn import exact_history
 
         exact = ExactTraining(tuple(exact_history(specs[0], len(runs[0].jobs[0].workers))))
     table = ""
     if spec.predict:
-        from innet.run.planreport import prediction_table
+        from innet.schemes.planreport import prediction_table
 
         table, runs = prediction_table(graph, specs[0], runs, spec.hop_latency)
     report = Report(spec, graph, tuple(runs), exact, table)
@@ -145,14 +145,14 @@ def _run_one(graph: nx.Graph, spec: RunSpec, cluster: Any) -> RunRecord:
 def dilation_of(graph: nx.Graph, spec: RunSpec) -> float:
     """The time dilation factor a Mininet run of ``spec`` on ``graph`` takes: ``spec.dilation``'s, or with "auto"
     the factor this mode needs for its links to be carried faithfully (the machine's rate calibrated once,
-    cached; innet.run.modes.auto_dilation). The local backend runs in virtual time: 1."""
+    cached; innet.schemes.modes.auto_dilation). The local backend runs in virtual time: 1."""
     if spec.backend == "local" or spec.mode == "gloo":
         return 1.0
     if spec.dilation != "auto":
         return float(spec.dilation)
     from innet.backends.mininet.calibration import faithful_rate
     from innet.planning.dilation import auto_factor
-    from innet.run.modes import auto_dilation
+    from innet.schemes.modes import auto_dilation
 
     faithful = faithful_rate()
     replace(spec, dilation=auto_factor(host_link_rate(graph), faithful)).validate()  # links TCLink can shape
@@ -193,8 +193,8 @@ class Plan:
 def plan(topology: str | nx.Graph | os.PathLike[str] | None = None, **options: Any) -> Plan:
     """The placement plan and predicted bytes per link of ``run(topology, **options)``, without running it
     (the backend defaults to local: nothing is built)."""
-    from innet.run.modes import plan_run
-    from innet.run.planreport import plan_report
+    from innet.schemes.modes import plan_run
+    from innet.schemes.planreport import plan_report
 
     spec, graph = spec_of(topology, default_backend="local", **options)
     modes = []

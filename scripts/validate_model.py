@@ -28,7 +28,7 @@ from innet.cli import parse_options  # noqa: E402
 from innet.planning.prediction import direction_bytes  # noqa: E402
 from innet.planning.spec import program_of  # noqa: E402
 from innet.planning.timing import busiest_direction  # noqa: E402
-from innet.run.modes import plan_run  # noqa: E402
+from innet.schemes.modes import plan_run  # noqa: E402
 
 BOUND = 10.0  # percent: the model's promise on the local backend (issue #18)
 LOCK = "/tmp/innet-mininet.lock"

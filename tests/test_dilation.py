@@ -45,7 +45,7 @@ def test_auto_dilates_as_much_more_as_the_run_keeps_more_links_busy_than_the_cal
     default leaf-spine adds its 4 uplink directions: 1.5 times that. A fat-tree k=8's in-network tree
     keeps hundreds busy; its PBox mode, held up by the PBox's one link, few at a time."""
     from innet.planning.spec import program_of
-    from innet.run.modes import auto_dilation
+    from innet.schemes.modes import auto_dilation
 
     def factor(graph, mode):
         run = RunSpec(mode=mode)

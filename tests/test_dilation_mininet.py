@@ -14,7 +14,7 @@ from innet.backends.mininet.calibration import faithful_rate
 from innet.cli import main
 from innet.planning.dilation import auto_factor, host_link_rate
 from innet.planning.spec import RunSpec, program_of
-from innet.run.modes import auto_dilation
+from innet.schemes.modes import auto_dilation
 from topologies import build
 
 pytestmark = pytest.mark.mininet

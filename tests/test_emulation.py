@@ -359,7 +359,7 @@ def test_a_workload_trains_exactly_on_mininet_and_the_model_predicts_its_iterati
     which the model does not count); a run off by more says whether it reported itself CPU-bound."""
     from innet.planning.spec import program_of
     from innet.planning.timing import MININET_HOP, predict
-    from innet.run.modes import plan_run
+    from innet.schemes.modes import plan_run
 
     graph = build("star", workers=4, bw=10.0)
     run = RunSpec(workload="vgg19", min_rto=0.02)

@@ -8,7 +8,7 @@ from innet.backends.local.run import run_local
 from innet.hosts.ensemble import group_tables, input_shard
 from innet.planning.configs import switch_configs
 from innet.planning.spec import RunSpec
-from innet.run.modes import plan_run
+from innet.schemes.modes import plan_run
 from innet.switch.loader import load_program
 from innet.switch.runtime import SwitchRuntime
 from innet.wire.faults import FaultSpec

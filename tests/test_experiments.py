@@ -38,10 +38,11 @@ def test_each_experiment_runs_and_matches_a_direct_run(name, tmp_path):
     out = innet("reproduce", name, "--quick", "--out", str(tmp_path / "out"))
     assert out.returncode == 0, out.stderr
     points = len(experiment.quick) * len(experiment.series)
-    # the progress bar: one line redrawn in place, ending at points/points
-    assert out.stderr.startswith("\r[") and out.stderr.endswith(f"] {points}/{points} "
-                                                                 f"{experiment.flag}={experiment.quick[-1]} "
-                                                                 f"{list(experiment.series)[-1]}\x1b[K\n")
+    # the progress bar (tqdm): one line redrawn in place, ending at points/points with the last point's label
+    last = out.stderr.rstrip("\n").split("\r")[-1]
+    assert "\n" not in out.stderr.rstrip("\n") and out.stderr.endswith("\n")
+    assert f" {points}/{points} " in last and last.endswith(f"{experiment.flag}={experiment.quick[-1]} "
+                                                              f"{list(experiment.series)[-1]}]")
     files = [tmp_path / "out" / f for f in ("points.csv", "points.json", f"{name}.png")]
     assert out.stdout == f"results: {', '.join(map(str, files))}\n"
     assert files[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

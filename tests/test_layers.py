@@ -10,9 +10,9 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 
 # lowest first; a module may import from its own layer and those before it
 # io: raw ports; node: what runs inside a namespace; backends: the local fabric and Mininet orchestration;
-# integrations: torch on top of them; api: innet.run and innet.planning; the CLI and the experiments call the api;
+# integrations: torch on top of them; api: innet.run and innet.plan; the CLI and the experiments call the api;
 # commands is the ``innet`` front door
-LAYERS = ["base", "wire", "switch", "hosts", "planning", "results", "run", "io", "node", "backends", "integrations", "api",
+LAYERS = ["base", "wire", "switch", "hosts", "planning", "results", "schemes", "io", "node", "backends", "integrations", "api",
           "cli", "experiments", "commands"]
 BASE = {"innet.errors", "innet.graph"}
 

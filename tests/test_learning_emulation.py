@@ -11,7 +11,7 @@ import pytest
 from innet.backends.mininet.emulation import run_mininet
 from innet.hosts.learner import exact_training
 from innet.planning.spec import RunSpec
-from innet.run.learn import scheme_spec
+from innet.schemes.learn import scheme_spec
 from tests.test_emulation import assert_nothing_left
 from topologies import build
 

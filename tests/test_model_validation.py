@@ -13,7 +13,7 @@ from innet.planning.prediction import chunk_bytes, frame_bytes, stream_bytes, un
 from innet.planning.spec import RunSpec
 from innet.planning.timing import predict
 from innet.results.metrics import busiest_link
-from innet.run.planreport import plan_report
+from innet.schemes.planreport import plan_report
 from topologies import build
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

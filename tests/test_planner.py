@@ -14,7 +14,7 @@ from innet.planning.prediction import predicted_link_bytes, stream_bytes, tier_l
 from innet.planning.spec import RunSpec, program_of
 from innet.planning.timing import predict
 from innet.results.metrics import tier_bytes
-from innet.run.modes import plan_run
+from innet.schemes.modes import plan_run
 from topologies import build
 from topologies.files import load_file
 

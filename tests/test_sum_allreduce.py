@@ -38,7 +38,7 @@ def test_exact_on_hierarchies(topo, params, placement):
 
 @pytest.mark.parametrize("pool", [1, 8, 512])
 def test_pool_slots_sizes_every_switchs_pool_and_the_workers_window(pool):
-    from innet.run.modes import plan_run
+    from innet.schemes.modes import plan_run
 
     graph = build("leaf-spine", racks=2, hosts_per_rack=2)
     run = RunSpec(elements=20000, pool_slots=pool, iterations=2, switch_memory=16 << 20)  # 512 slots of 2048 values: 8 MiB

@@ -17,7 +17,7 @@ from innet.graph import hosts
 from innet.integrations.torch.ranks import gloo_record, torch_available
 from innet.planning.spec import RunSpec, program_of
 from innet.results.check import WorkerOutcome
-from innet.run.modes import plan_run
+from innet.schemes.modes import plan_run
 from tests.test_emulation import _wait_for_state, assert_nothing_left
 from topologies import build
 

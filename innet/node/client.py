@@ -17,7 +17,7 @@ from innet.hosts.training import Training
 from innet.hosts.worker import JobSpec
 from innet.io.rawport import RawPort
 from innet.node.egress import Egress, serve_once
-from innet.run.modes import worker_process
+from innet.schemes.modes import worker_process
 from innet.wire.faults import FaultSpec
 
 

@@ -31,7 +31,7 @@ from innet.node.codec import spec_from_json
 from innet.node.egress import expire, feed, wait_ms
 from innet.planning.spec import worker_tensors
 from innet.results.check import WorkerOutcome, outcome_of, training_outcome
-from innet.run.modes import worker_process
+from innet.schemes.modes import worker_process
 
 
 class WorkerNode:

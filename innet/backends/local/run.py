@@ -17,7 +17,7 @@ from innet.results.check import outcome_of, run_record, tally_drops, training_ou
 from innet.results.fidelity import virtual_fidelity
 from innet.results.progress import Progress
 from innet.results.record import RunRecord
-from innet.run.modes import RunPlan, host_endpoint, installed_configs, pbox_servers, plan_run
+from innet.schemes.modes import RunPlan, host_endpoint, installed_configs, pbox_servers, plan_run
 from innet.switch.runtime import SwitchRuntime
 
 

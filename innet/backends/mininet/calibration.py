@@ -6,7 +6,7 @@ same run on the local backend (virtual time, no CPU in it). The faithful rate is
 doubling from ``RATES[0]``, at which Mininet's completion time is within ``TOLERANCE`` of the local one;
 the first candidate that misses ends the search. A dilated run at real rate r does what an undilated
 run at r does, so the figure holds for any requested rate; a run's factor is then
-``innet.run.modes.auto_dilation``: more where a run keeps more links busy at once than this star.
+``innet.schemes.modes.auto_dilation``: more where a run keeps more links busy at once than this star.
 
 The result is cached in ``cache_dir()/calibration.json``, keyed by the CPU model, the core count and
 the data plane's version (a digest of the code every frame passes through, so a change there

@@ -41,7 +41,7 @@ from innet.results.check import WorkerOutcome, run_record, tally_drops
 from innet.results.fidelity import CPU_BOUND, fidelity, with_model, with_retransmissions
 from innet.results.progress import Progress
 from innet.results.record import RunRecord
-from innet.run.modes import RunPlan, installed_configs, pbox_servers, plan_run
+from innet.schemes.modes import RunPlan, installed_configs, pbox_servers, plan_run
 from innet.wire.faults import fault_seed
 from innet.wire.packet import ETH_MTU, link_mtu
 

@@ -29,7 +29,7 @@ from innet.planning.spec import RunSpec, program_of
 from innet.results.check import WorkerOutcome, run_record
 from innet.results.fidelity import kernel_fidelity
 from innet.results.record import RunRecord
-from innet.run.modes import installed_configs, plan_run
+from innet.schemes.modes import installed_configs, plan_run
 from innet.wire.faults import FaultSpec
 from innet.wire.packet import link_mtu
 

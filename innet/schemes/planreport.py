@@ -13,7 +13,7 @@ from innet.planning.spec import RunSpec, program_of
 from innet.planning.timing import MININET_HOP, busiest_direction, predict
 from innet.results.metrics import cross_rack_bytes, tier_bytes
 from innet.results.record import RunRecord
-from innet.run.modes import installed_configs, plan_run
+from innet.schemes.modes import installed_configs, plan_run
 from innet.switch.runtime import check_fits
 
 
