@@ -209,6 +209,7 @@ class RunSpec:
     def __post_init__(self) -> None:
         if self.seed < 0:  # numpy's SeedSequence takes non-negative integers only
             raise UserError(f"{{seed}} must be a non-negative integer, got {self.seed}")
+        self._read_texts()
         if not self.program:  # the program the run's options call for
             object.__setattr__(self, "program", "topk_sparse" if self.topk else "sum_allreduce")
         if not self.min_rto:
@@ -217,6 +218,21 @@ class RunSpec:
             task = self.task(1)
             object.__setattr__(self, "elements", task.mlp.size)
             object.__setattr__(self, "iterations", task.steps)
+
+    def _read_texts(self) -> None:
+        """Options given as their flag's text (``crash=["h1@2"]``, ``dilation="off"``), read as the flag reads them."""
+        for f, opt in options_of(RunSpec):
+            value = getattr(self, f.name)
+            if opt.parse is None or (not opt.repeat and (not isinstance(value, str) or f.type == "str")):
+                continue
+            try:
+                if opt.repeat:
+                    value = tuple(opt.parse(v) if isinstance(v, str) else v for v in value)
+                else:
+                    value = opt.parse(value)
+            except ValueError as exc:
+                raise UserError(f"{{{f.name}}} {exc}") from None
+            object.__setattr__(self, f.name, value)
 
     def given(self) -> set[str]:
         """The fields set to something other than their default."""
