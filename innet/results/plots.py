@@ -195,8 +195,8 @@ def plot_sweep(rows: list[dict], x: str, ys: list[str], path: str, title: str = 
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
-    if title:  # wrapped to the figure's width (about 16 characters an inch at this size), not cut off
-        fig.suptitle("\n".join(textwrap.wrap(title, int(16 * 4.6 * len(ys)))), fontsize=10)
+    if title:  # wrapped to the figure's width (about 12 characters an inch at this size), not cut off
+        fig.suptitle("\n".join(textwrap.wrap(title, int(12 * 4.6 * len(ys)))), fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
