@@ -17,6 +17,7 @@ import argparse
 import os
 import socket
 import sys
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -34,11 +35,17 @@ def _train(rank: int, world: int, rendezvous: str, args: argparse.Namespace, out
     results = {}
     for mode in ("innet", "plain"):
         state = FabricState(build("star", workers=world), RunSpec(packet_elements=1024)) if mode == "innet" else None
-        results[mode] = (train_ddp(rank, world, vars(args), state), state.virtual_s if state else 0.0)
+        results[mode] = (train_ddp(rank, world, _task(args, world), state), state.virtual_s if state else 0.0)
     if rank == 0:
         out.put(results)  # type: ignore[attr-defined]
     dist.barrier()  # no rank tears gloo down while another still talks to it (that aborted a rank, rarely)
     dist.destroy_process_group()
+
+
+def _task(args: argparse.Namespace, world: int) -> Any:
+    from innet.hosts.model import Task
+
+    return Task(epochs=args.epochs, batch=args.batch, lr=args.lr, hidden=args.hidden, seed=args.seed, workers=world)
 
 
 def main() -> int:
@@ -83,20 +90,19 @@ def _mininet(args: argparse.Namespace) -> int:
     if os.geteuid() != 0:
         print("error: --backend mininet needs root: run with sudo, or use --backend fabric", file=sys.stderr)
         return 2
-    train = {k: getattr(args, k) for k in ("epochs", "batch", "lr", "hidden", "seed")}
     try:
-        out = ddp_mininet(build("star", workers=args.procs), RunSpec(packet_elements=1024), train)
+        out = ddp_mininet(build("star", workers=args.procs), RunSpec(packet_elements=1024), _task(args, args.procs))
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted; everything this run created was removed", file=sys.stderr)
         return 130
-    (innet, *_), (plain, *_) = out["innet"]["ranks"], out["plain"]["ranks"]
-    print(f"innet hook: test accuracy {innet['accuracy']:.4f} ({innet['seconds']:.3f} seconds training, "
-          f"{innet['calls']} all-reduces through the switch, {innet['retransmissions']} retransmissions)")
-    print(f"plain DDP:  test accuracy {plain['accuracy']:.4f} ({plain['seconds']:.3f} seconds training)")
-    print(f"difference: {100 * (innet['accuracy'] - plain['accuracy']):+.2f} points")
+    (innet, *_), (plain, *_) = out["innet"].ranks, out["plain"].ranks
+    print(f"innet hook: test accuracy {innet.accuracy:.4f} ({innet.seconds:.3f} seconds training, "
+          f"{innet.calls} all-reduces through the switch, {innet.retransmissions} retransmissions)")
+    print(f"plain DDP:  test accuracy {plain.accuracy:.4f} ({plain.seconds:.3f} seconds training)")
+    print(f"difference: {100 * (innet.accuracy - plain.accuracy):+.2f} points")
     return 0
 
 

@@ -8,15 +8,17 @@ bridge or the innet switch. Rates come from interface and switch counters.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
 import time
 from typing import Any
 
-from innet.backends.mininet.emulation import Control, network
+from innet.backends.mininet.control import Control
+from innet.backends.mininet.emulation import network
 from innet.graph import node_indices
-from innet.node.codec import config_to_json
+from innet.node.config import PortFaults, SwitchNodeConfig
 from innet.planning.configs import switch_configs
 from innet.planning.planner import plan_job
 from innet.wire.packet import JUMBO_MTU
@@ -73,7 +75,7 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
         done_intf = "s1-eth0" if kind == "sum" else f"s1-eth{hosts - 1}"
 
         def cpu_s() -> float:
-            return float(control.call("stats")["cpu_s"]) if control is not None else 0.0
+            return control.stats().cpu_s if control is not None else 0.0
 
         def run(rate: float, first_chunk: int) -> dict[str, float]:
             before, cpu_before = _rx_tx(s1), cpu_s()
@@ -94,10 +96,10 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
         result: dict[str, Any] = {"sender_pps": first["sent"] / first["elapsed"], "in_pps": first["in"] / first["elapsed"],
                                   "done_pps": first["done"] / first["elapsed"]}
         if control is not None:
-            stats = control.call("stats")
-            result["counters"] = stats.get("counters", {})
-            result["socket_drops"] = sum(stats.get("socket_drops", {}).values())
-            result["admission"] = stats.get("admission")
+            stats = control.stats()
+            result["counters"] = stats.counters
+            result["socket_drops"] = sum(stats.socket_drops.values())
+            result["admission"] = dataclasses.asdict(stats.admission)
         lo, hi = 0.0, result["sender_pps"]
         for step in range(search):
             rate = (lo + hi) / 2
@@ -121,14 +123,11 @@ def _start_switch(emu: Any, graph: Any, kind: str, senders: list[str], elements:
         fh.write(PROGRAM.format(elements=elements))
     plans = [] if kind == "forward" else [plan_job(graph, senders, method="root", slots=128)]
     config = switch_configs(graph, plans, memory=64 << 20)["s1"]
-    conf = {"program": "forward" if kind == "forward" else program,
-            "ports": {p: f"s1-eth{p}" for p in config.ports},
-            "faults": {str(p): {"spec": {}, "seed": 0} for p in config.ports},
-            "control": os.path.join(emu.run_dir, "s1.sock")}
-    emu._write("s1.json", conf)
-    emu.spawn("s1", ["taskset", "-c", "1", sys.executable, "-m", "innet.node", "switch", os.path.join(emu.run_dir, "s1.json")])
-    control = Control(os.path.join(emu.run_dir, "s1.sock"))
+    conf = SwitchNodeConfig("forward" if kind == "forward" else program, {p: f"s1-eth{p}" for p in config.ports},
+                            {p: PortFaults() for p in config.ports}, os.path.join(emu.run_dir, "s1.sock"))
+    path = emu.write("s1.json", conf)
+    emu.spawn("s1", ["taskset", "-c", "1", sys.executable, "-m", "innet.node", "switch", path])
+    control = Control(conf.control)
     emu.controls.append(control)
-    reply = control.call("install", config=config_to_json(config))
-    assert reply["ok"], reply
+    control.install(config)
     return control

@@ -119,7 +119,7 @@ def test_blocks_give_the_same_registers_counters_and_frames_as_single_packets(pr
     for name in vars(single.ctx.regs):
         assert np.array_equal(getattr(single.ctx.regs, name), getattr(batched.ctx.regs, name)), name
     assert single.ctx.counters == batched.ctx.counters
-    assert single.report()["ports"] == batched.report()["ports"]
+    assert single.report().ports == batched.report().ports
     assert calls["per_packet"] < 0.5 * len(arrivals)  # most packets really took the batch path
 
 
@@ -146,7 +146,7 @@ def test_routed_blocks_are_forwarded_exactly_like_single_packets(program, switch
         got += batched.receive_frames(port, frames, 0.0)
     assert by_port(got) == by_port(want) and len(want) > 100
     assert single.ctx.counters == batched.ctx.counters
-    assert single.report()["ports"] == batched.report()["ports"]
+    assert single.report().ports == batched.report().ports
 
 
 @pytest.mark.parametrize("program", ["sum_allreduce", "topk_sparse", "max_allreduce", "or_allreduce"])

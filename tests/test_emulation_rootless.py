@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from innet.backends.mininet.emulation import _signals_as_interrupts, _signals_deferred
+from innet.backends.mininet.network import signals_as_interrupts, signals_deferred
 
 
 @pytest.fixture
@@ -29,8 +29,8 @@ def test_an_interrupt_lands_only_after_the_deferred_block(another_thread, sig):
     for _ in range(10):
         steps = []
         with pytest.raises(KeyboardInterrupt):
-            with _signals_as_interrupts():
-                with _signals_deferred():
+            with signals_as_interrupts():
+                with signals_deferred():
                     os.kill(os.getpid(), sig)
                     time.sleep(0.01)  # the handler has every chance to run here
                     steps.append("recorded")
@@ -41,9 +41,9 @@ def test_an_interrupt_lands_only_after_the_deferred_block(another_thread, sig):
 
 def test_a_block_without_a_signal_is_not_interrupted_and_restores_the_handlers(another_thread):
     sigint = signal.getsignal(signal.SIGINT)
-    with _signals_as_interrupts():
+    with signals_as_interrupts():
         term = signal.getsignal(signal.SIGTERM)
-        with _signals_deferred():
+        with signals_deferred():
             assert signal.getsignal(signal.SIGTERM) is not term
         assert signal.getsignal(signal.SIGTERM) is term
     assert signal.getsignal(signal.SIGINT) is sigint

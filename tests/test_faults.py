@@ -208,17 +208,17 @@ def test_one_seed_rule_gives_both_backends_the_same_fault_seeds():
     """Every link direction's injector is seeded by fault_seed(run seed, sender, receiver), on the fabric
     and in the Mininet processes' configs alike; another run seed gives other seeds."""
     from innet.backends.local.fabric import Fabric
-    from innet.backends.mininet.emulation import _faults
+    from innet.backends.mininet.nodes import port_faults
     from innet.graph import ports
 
     graph = small()
     run = RunSpec(seed=5, faults=FaultSpec(loss=0.1))
     fabric = Fabric(graph, faults=run.faults_on, seed=run.seed)
     for node in graph:
-        for port, conf in _faults(graph, run, node).items():
-            peer = ports(graph, node)[int(port)]
-            assert conf["seed"] == fabric.links[(node, peer)].injector.seed
-            assert conf["spec"]["loss"] == 0.1
+        for port, conf in port_faults(graph, run, node).items():
+            peer = ports(graph, node)[port]
+            assert conf.seed == fabric.links[(node, peer)].injector.seed
+            assert conf.spec.loss == 0.1
     other = Fabric(graph, faults=run.faults_on, seed=6)
     assert all(other.links[k].injector.seed != link.injector.seed for k, link in fabric.links.items())
     assert len({link.injector.seed for link in fabric.links.values()}) == len(fabric.links)

@@ -30,35 +30,35 @@ from innet.results.fidelity import (
 
 def test_a_quiet_run_without_drops_is_faithful():
     fid = fidelity(2000, {"s1": 0.3, "h1": 0.1}, {"s1-eth1": 0}, {"s1-eth1": 0}, {"s1": 0}, cores=2, wait={"s1": 0.02})
-    assert fid == {"dilation": 2000.0, "verdict": FAITHFUL, "reasons": [], "cpu": {"h1": 0.1, "s1": 0.3},
+    assert fid.to_json() == {"dilation": 2000.0, "verdict": FAITHFUL, "reasons": [], "cpu": {"h1": 0.1, "s1": 0.3},
                    "wait": {"s1": 0.02}, "drops": {"s1-eth1": 0}}
 
 
 def test_a_process_that_waited_for_a_core_was_cpu_bound_though_it_ran_little():
     """Other programs (or this run's other processes) held the cores: the worker wanted one 82% of the run."""
     fid = fidelity(1, {"h1": 0.12, "h2": 0.1}, {}, {}, cores=2, wait={"h1": 0.7, "h2": 0.3})
-    assert fid["reasons"] == ["h1 used 0.12 of a core and waited 0.70 of the run for one"]
+    assert fid.reasons == ("h1 used 0.12 of a core and waited 0.70 of the run for one",)
 
 
 def test_a_cpu_bound_process_and_dropping_queues_are_named():
     fid = fidelity(1, {"s1": 0.97, "h1": 0.2}, {"s1-eth1": 3, "s1-eth2": 1, "h1-eth0": 0}, {"s1-eth2": 2},
                    {"s1": 5}, cores=2)
-    assert fid["verdict"] == NOT_FAITHFUL
-    assert fid["reasons"] == ["s1 used 0.97 of a core",
-                              "2 interface(s) dropped frames at their queues (s1-eth1: 3, s1-eth2: 1)",
-                              "1 interface(s) dropped frames at the interface (s1-eth2: 2)",
-                              "1 switch(es) dropped frames at their sockets (s1: 5)"]
-    assert fid["drops"] == {"h1-eth0": 0, "s1-eth1": 3, "s1-eth2": 3}
-    assert fidelity_line({"mode": "innet", "backend": "mininet", "fidelity": fid}).startswith(
+    assert fid.verdict == NOT_FAITHFUL
+    assert fid.reasons == ("s1 used 0.97 of a core",
+                           "2 interface(s) dropped frames at their queues (s1-eth1: 3, s1-eth2: 1)",
+                           "1 interface(s) dropped frames at the interface (s1-eth2: 2)",
+                           "1 switch(es) dropped frames at their sockets (s1: 5)")
+    assert fid.drops == {"h1-eth0": 0, "s1-eth1": 3, "s1-eth2": 3}
+    assert fidelity_line({"mode": "innet", "backend": "mininet", "fidelity": fid.to_json()}).startswith(
         "fidelity: innet: not faithful (no dilation): s1 used 0.97 of a core; 2 interface(s)")
 
 
 def test_processes_that_together_fill_the_cores_are_not_faithful():
-    assert fidelity(1, {"h0": 0.5, "h1": 0.5}, {}, {}, cores=2)["verdict"] == FAITHFUL
-    assert fidelity(1, {"s1": CPU_BOUND - 0.01}, {}, {}, cores=2)["verdict"] == FAITHFUL
-    assert fidelity(1, {"s1": CPU_BOUND}, {}, {}, cores=2)["reasons"] == [f"s1 used {CPU_BOUND:.2f} of a core"]
+    assert fidelity(1, {"h0": 0.5, "h1": 0.5}, {}, {}, cores=2).verdict == FAITHFUL
+    assert fidelity(1, {"s1": CPU_BOUND - 0.01}, {}, {}, cores=2).verdict == FAITHFUL
+    assert fidelity(1, {"s1": CPU_BOUND}, {}, {}, cores=2).reasons == (f"s1 used {CPU_BOUND:.2f} of a core",)
     many = {f"h{i}": 0.5 for i in range(4)}
-    assert fidelity(1, many, {}, {}, cores=2)["reasons"] == ["the run's processes kept 2.0 of the 2 cores busy"]
+    assert fidelity(1, many, {}, {}, cores=2).reasons == ("the run's processes kept 2.0 of the 2 cores busy",)
 
 
 def test_retransmissions_without_injected_faults_are_a_late_process():
@@ -66,22 +66,22 @@ def test_retransmissions_without_injected_faults_are_a_late_process():
     assert with_retransmissions(fid, 0, lossy=False) == fid
     assert with_retransmissions(fid, 12, lossy=True) == fid  # --loss: retransmitting is the protocol's job
     late = with_retransmissions(fid, 12, lossy=False)
-    assert late["verdict"] == NOT_FAITHFUL and late["reasons"] == [
-        "12 retransmission(s) on links without injected faults: results came back after the RTO"]
+    assert late.verdict == NOT_FAITHFUL and late.reasons == (
+        "12 retransmission(s) on links without injected faults: results came back after the RTO",)
 
 
 def test_a_run_slower_than_its_links_allow_is_not_faithful():
     """The undilated 1000 Mbit/s run with 64-value packets: 0.78 s where the links allow 0.0103 s."""
     fid = fidelity(1, {"s1": 0.09}, {}, {})
-    assert with_model(fid, 0.0105, 0.0103)["verdict"] == FAITHFUL and with_model(fid, 0.0105, 0.0103)["model_ratio"] == 1.0194
+    assert with_model(fid, 0.0105, 0.0103).verdict == FAITHFUL and with_model(fid, 0.0105, 0.0103).model_ratio == 1.0194
     slow = with_model(fid, 0.78, 0.0103)
-    assert slow["verdict"] == NOT_FAITHFUL and slow["reasons"] == ["took 75.73x the 0.0103 s its links allow (the timing model)"]
-    assert with_model(fid, float("nan"), 0.0103)["verdict"] == FAITHFUL  # a failed run is the check's to report
+    assert slow.verdict == NOT_FAITHFUL and slow.reasons == ("took 75.73x the 0.0103 s its links allow (the timing model)",)
+    assert with_model(fid, float("nan"), 0.0103).verdict == FAITHFUL  # a failed run is the check's to report
 
 
 def test_the_local_backend_is_faithful_by_construction():
     fid = virtual_fidelity()
-    assert fid["verdict"] == FAITHFUL and fid["dilation"] == 1.0 and fid["cpu"] == {} == fid["drops"]
+    assert fid.verdict == FAITHFUL and fid.dilation == 1.0 and fid.cpu == {} == fid.drops
 
 
 def test_cpu_seconds_come_from_proc_and_survive_until_the_process_is_reaped():

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -298,31 +297,62 @@ class InputReceiver:
                 return False
         return True
 
-    def outcome(self) -> dict[str, Any]:
-        return {"host": self.reader.host, "job": self.reader.job, "rank": self.reader.rank, "exact": self.exact(),
-                "completion_s": self.finished_at - self.started_at, "nacks": self.nacks,
-                "nack_bytes": self.nack_bytes, "duplicates": self.duplicates, "error": self.error}
+    def outcome(self) -> InputOutcome:
+        return InputOutcome(self.reader.host, self.reader.job, self.reader.rank, self.exact(),
+                            self.finished_at - self.started_at, self.nacks, self.nack_bytes, self.duplicates, self.error)
 
 
-def input_summary(graph: nx.Graph, plan: InputPlan, readers: list[dict[str, Any]], measured: int) -> dict[str, Any]:
+@dataclass(frozen=True)
+class InputOutcome:
+    """What one reader got of the stream."""
+
+    host: str
+    job: int
+    rank: int
+    exact: bool
+    completion_s: float
+    nacks: int
+    nack_bytes: int
+    duplicates: int
+    error: str
+
+
+@dataclass(frozen=True)
+class InputSummary:
+    """The run's input stream (results.json's ``input``)."""
+
+    shared: bool
+    elements: int
+    iterations: int
+    readers: int
+    exact: bool
+    completion_s: float
+    bytes: int
+    predicted_bytes: int
+    unicast_bytes: int
+    saved_bytes: int
+    saved_fraction: float
+    nacks: int
+    duplicates: int
+    errors: list[str]
+    readers_detail: list[InputOutcome]
+
+
+def input_summary(graph: nx.Graph, plan: InputPlan, readers: list[InputOutcome], measured: int) -> InputSummary:
     """The run's input stream: delivered exactly or not, how long it took, and the bytes it cost on the links
     (``measured``: the server's sends, the switches' copies and the NACKs) against N unicast copies."""
     unicast = sum(predicted_input_bytes(graph, plan, shared=False).values())
-    nack_bytes = sum(int(r["nack_bytes"]) for r in readers)
+    nack_bytes = sum(int(r.nack_bytes) for r in readers)
     measured += nack_bytes
-    return {
-        "shared": plan.shared, "elements": plan.elements, "iterations": plan.iterations, "readers": len(readers),
-        "exact": all(r["exact"] for r in readers) and len(readers) == len(plan.receivers),
-        "completion_s": max((float(r["completion_s"]) for r in readers), default=0.0),
-        "bytes": measured, "predicted_bytes": sum(predicted_input_bytes(graph, plan).values()),
-        "unicast_bytes": unicast, "saved_bytes": unicast - measured,
-        "saved_fraction": round(1 - measured / unicast, 4) if unicast else 0.0,
-        "nacks": sum(int(r["nacks"]) for r in readers),
-        "duplicates": sum(int(r["duplicates"]) for r in readers),
-        "errors": sorted({str(r["error"]) for r in readers if r["error"]}),
-        "readers_detail": readers,
-    }
-
-
-def plan_from_json(data: dict[str, Any]) -> InputPlan:
-    return InputPlan(**{**data, "receivers": tuple(Receiver(**r) for r in data["receivers"])})
+    return InputSummary(
+        shared=plan.shared, elements=plan.elements, iterations=plan.iterations, readers=len(readers),
+        exact=all(r.exact for r in readers) and len(readers) == len(plan.receivers),
+        completion_s=max((float(r.completion_s) for r in readers), default=0.0),
+        bytes=measured, predicted_bytes=sum(predicted_input_bytes(graph, plan).values()),
+        unicast_bytes=unicast, saved_bytes=unicast - measured,
+        saved_fraction=round(1 - measured / unicast, 4) if unicast else 0.0,
+        nacks=sum(int(r.nacks) for r in readers),
+        duplicates=sum(int(r.duplicates) for r in readers),
+        errors=sorted({str(r.error) for r in readers if r.error}),
+        readers_detail=readers,
+    )

@@ -30,9 +30,11 @@ data in the job's band, but never 0 (``data_band``), so they jump that queue
 (Mininet, star of 4 at 25 Mbit/s: 1.90 -> 1.64 s, theory 1.56 s).
 
 A rank whose call is done (every packet it owed sent and acknowledged) tells its successor so with
-a DONE frame (an ACK-shaped frame for step ``3(N-1)``, no values): the successor, which otherwise
-would have to keep answering probes for a while in case its last ACKs were lost, may then leave at
-once (``predecessor_done``; a lost DONE only costs that wait).
+a DONE frame (an ACK-shaped frame for step ``3(N-1)``, no values). After its last call a rank
+lingers (``Linger``): its predecessor may have missed its last ACKs and probe for them, so it keeps
+answering until the predecessor's DONE (``predecessor_done``) says no probe will come. That DONE is
+the one thing that ends a linger; a bound (the run's timeout) is the last resort for a predecessor
+that died, or whose DONE was lost.
 
 Frames are taken a block at a time (``receive_block``: one vectorised filter,
 then each packet's step logic) and what a block lets a rank send is built as
@@ -371,3 +373,16 @@ class RingCall:
         if out:
             self.timer.expired()
         return out
+
+
+class Linger:
+    """A ring rank after its last call (``call``), which keeps answering its predecessor until the
+    predecessor's DONE came, ``limit`` seconds at most. Any other call (not a ring's, or one of a ring of
+    one) has no predecessor to wait for: it is over at once."""
+
+    def __init__(self, call: object, now: float, limit: float) -> None:
+        self.call = call if isinstance(call, RingCall) and call.spec.nworkers > 1 else None
+        self.end = now + limit
+
+    def over(self, now: float) -> bool:
+        return self.call is None or self.call.predecessor_done or now >= self.end

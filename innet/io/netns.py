@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeVar
 
 CLONE_NEWNET = 0x40000000  # <sched.h>
 T = TypeVar("T")
+
+
+class InNamespace(Protocol):
+    @property
+    def netns(self) -> str: ...  # the namespace's path; "": this process's own
+
+
+C = TypeVar("C", bound=InNamespace)
 
 
 def _setns(fd: int, what: str) -> None:
@@ -35,17 +43,17 @@ def enter_netns(path: str) -> None:
         os.close(fd)
 
 
-def opened_in(confs: list[dict[str, Any]], make: Callable[[dict[str, Any]], T]) -> list[T]:
-    """``make(conf)`` for every conf, each inside the namespace its ``"netns"`` names (where it names one);
+def opened_in(confs: Sequence[C], make: Callable[[C], T]) -> list[T]:
+    """``make(conf)`` for every conf, each inside the namespace its ``netns`` names (where it names one);
     this thread back in its own namespace afterwards."""
-    if not any(c.get("netns") for c in confs):
+    if not any(c.netns for c in confs):
         return [make(c) for c in confs]
     home = os.open("/proc/self/ns/net", os.O_RDONLY)
     try:
         made = []
         for conf in confs:
-            if conf.get("netns"):
-                enter_netns(conf["netns"])
+            if conf.netns:
+                enter_netns(conf.netns)
             made.append(make(conf))
         return made
     finally:

@@ -14,26 +14,35 @@ import select
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-from innet.hosts.ensemble import InputReceiver, InputServer, Receiver, plan_from_json
-from innet.hosts.pbox import PBoxJob, PBoxServer
+from innet.hosts.ensemble import InputReceiver, InputServer
+from innet.hosts.pbox import PBoxServer
 from innet.io.rawport import RawPort
+from innet.node.codec import read, to_json, write
+from innet.node.config import (
+    InputConfig,
+    InputServerConfig,
+    InputServerStats,
+    PBoxConfig,
+    SwitchGroup,
+    SwitchNodeConfig,
+    WorkerConfig,
+    WorkerGroup,
+)
 from innet.node.egress import Egress, serve_once
 from innet.node.switch import serve_switch, serve_switches
 from innet.node.worker import serve_worker, serve_workers, wait_for_go
-from innet.wire.operators import Operator
 
 
-def serve_pbox(conf: dict[str, Any]) -> int:
+def serve_pbox(conf: PBoxConfig) -> int:
     """One PBox shard: the keys with slot % cores == core, until stopped."""
-    jobs = [PBoxJob(**{**j, "members": {int(r): n for r, n in j["members"].items()}, "operator": Operator(**j["operator"])})
-            for j in conf["jobs"]]
-    server = PBoxServer(conf["node"], jobs, conf["cores"], conf["core"])
-    port = RawPort(conf["port"])
-    if conf["cores"] > 1:
-        port.keep_slots(conf["cores"], conf["core"])
-    egress = Egress({0: port}, conf["faults"])
+    server = PBoxServer(conf.node, list(conf.jobs), conf.cores, conf.core)
+    port = RawPort(conf.port)
+    if conf.cores > 1:
+        port.keep_slots(conf.cores, conf.core)
+    egress = Egress({0: port}, conf.faults)
     poller = select.poll()
     poller.register(port.fileno(), select.POLLIN)
     print("ready", flush=True)
@@ -41,16 +50,16 @@ def serve_pbox(conf: dict[str, Any]) -> int:
         serve_once(poller, port, server, egress)
 
 
-def _host_port(conf: dict[str, Any]) -> tuple[RawPort, Egress, select.poll]:
-    port = RawPort(conf["port"])
+def _host_port(conf: InputConfig | InputServerConfig) -> tuple[RawPort, Egress, select.poll]:
+    port = RawPort(conf.port)
     poller = select.poll()
     poller.register(port.fileno(), select.POLLIN)
-    return port, Egress({0: port}, conf["faults"]), poller
+    return port, Egress({0: port}, conf.faults), poller
 
 
-def serve_input(conf: dict[str, Any]) -> int:
+def serve_input(conf: InputConfig) -> int:
     """One worker host's input stream (innet.hosts.ensemble): on "go", take it until complete; save the outcome."""
-    receiver = InputReceiver(plan_from_json(conf["plan"]), Receiver(**conf["reader"]))
+    receiver = InputReceiver(conf.plan, conf.reader)
     port, egress, poller = _host_port(conf)
     print("ready", flush=True)
     if not wait_for_go():
@@ -58,15 +67,15 @@ def serve_input(conf: dict[str, Any]) -> int:
     egress.send_all(0, receiver.start(time.monotonic()), time.monotonic())
     while not receiver.done:
         serve_once(poller, port, receiver, egress)
-    with open(conf["result"], "w", encoding="utf-8") as fh:
-        json.dump(receiver.outcome(), fh)
+    with open(conf.result, "w", encoding="utf-8") as fh:
+        json.dump(to_json(receiver.outcome()), fh)
     return 0 if not receiver.error else 3
 
 
-def serve_input_server(conf: dict[str, Any]) -> int:
+def serve_input_server(conf: InputServerConfig) -> int:
     """The input server (innet.hosts.ensemble) on the PBox host: on "go", stream; answer NACKs until stopped,
     keeping the bytes it sent in its stats file."""
-    server = InputServer(plan_from_json(conf["plan"]))
+    server = InputServer(conf.plan)
     port, egress, poller = _host_port(conf)
     print("ready", flush=True)
     if not wait_for_go():
@@ -76,18 +85,22 @@ def serve_input_server(conf: dict[str, Any]) -> int:
     while True:
         if server.sent_bytes != sent:
             sent = server.sent_bytes
-            with open(conf["stats"], "w", encoding="utf-8") as fh:
-                json.dump({"sent_bytes": sent, "nacks": server.nacks, "resent": server.resent}, fh)
+            write(conf.stats, InputServerStats(sent, server.nacks, server.resent))
         serve_once(poller, port, server, egress)
+
+
+ROLES: dict[str, tuple[type, Callable[[Any], int]]] = {  # role -> its configuration's class, and what serves it
+    "switch": (SwitchNodeConfig, serve_switch), "switches": (SwitchGroup, serve_switches),
+    "worker": (WorkerConfig, serve_worker), "workers": (WorkerGroup, serve_workers), "pbox": (PBoxConfig, serve_pbox),
+    "input": (InputConfig, serve_input), "input-server": (InputServerConfig, serve_input_server),
+}
 
 
 def main(argv: list[str]) -> int:
     role, path = argv[1], argv[2]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    with open(path, encoding="utf-8") as fh:
-        conf = json.load(fh)
-    serve = {"switch": serve_switch, "switches": serve_switches, "worker": serve_worker, "workers": serve_workers,
-             "pbox": serve_pbox, "input": serve_input, "input-server": serve_input_server}[role]
+    kind, serve = ROLES[role]
+    conf: object = read(kind, path)
     profile = os.environ.get("INNET_PROFILE")  # a directory: write <role>-<pid>.prof there (cProfile)
     if not profile:
         return serve(conf)

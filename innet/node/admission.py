@@ -35,6 +35,7 @@ from __future__ import annotations
 import ctypes
 import socket
 import struct
+from dataclasses import dataclass
 
 from innet.io.rawport import BUFFER_BYTES, SO_ATTACH_FILTER, RawPort
 from innet.wire.packet import AGG_PORT, ETH_LEN, ETHERTYPE_IPV4, FLAGS_OFFSET, HEADER_DTYPE, HEADER_OFFSET, RESULT, RETX, ROUTE
@@ -88,6 +89,14 @@ def attach(port: RawPort, program: list[tuple[int, int, int, int]]) -> None:
     port.sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, struct.pack("HL", len(program), ctypes.addressof(buf)))
 
 
+@dataclass(frozen=True)
+class AdmissionReport:
+    lowest_limit: int  # the lowest limit the switch came to
+    limited_periods: int  # periods spent below full admission
+    changes: int
+    span: int
+
+
 class Admission:
     """One switch's admission limit over its ports (see the module's docstring)."""
 
@@ -103,9 +112,8 @@ class Admission:
         self.changes = 0
         self.frame_bytes = 0  # the longest frame read: what the marks are counted in
 
-    def report(self) -> dict[str, int]:
-        return {"lowest_limit": self.lowest, "limited_periods": self.limited_periods, "changes": self.changes,
-                "span": SPAN}
+    def report(self) -> AdmissionReport:
+        return AdmissionReport(self.lowest, self.limited_periods, self.changes, SPAN)
 
     def note(self, now: float, length: int) -> None:
         """A port was read at ``now``, its last frame ``length`` bytes long."""

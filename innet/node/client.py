@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import select
 import time
-from typing import Any
 
 import numpy as np
 
+from innet.hosts.ring import Linger
+from innet.hosts.ssp import SSPWorker
 from innet.hosts.training import Training
-from innet.hosts.worker import JobSpec
+from innet.hosts.worker import JobSpec, WorkerProcess
 from innet.io.rawport import RawPort
+from innet.node.config import NO_FAULTS, Faults
 from innet.node.egress import Egress, serve_once
 from innet.schemes.modes import worker_process
-from innet.wire.faults import FaultSpec
 
 
 class AllreduceClient:
@@ -29,17 +30,17 @@ class AllreduceClient:
     """
 
     def __init__(self, spec: JobSpec, iface: str, mode: str = "innet", ring: list[int] | None = None,
-                 faults: dict[str, dict[str, Any]] | None = None, training: Training | None = None,
-                 endpoint: Any = None) -> None:
+                 faults: Faults | None = None, training: Training | None = None,
+                 endpoint: WorkerProcess | SSPWorker | None = None) -> None:
         self.port = RawPort(iface)
-        self.egress = Egress({0: self.port}, faults or {"0": {"spec": vars(FaultSpec()), "seed": 0}})
-        self.proc = worker_process(mode, spec, ring or [], [], training) if endpoint is None else endpoint
+        self.egress = Egress({0: self.port}, faults or NO_FAULTS)
+        self.proc: WorkerProcess | SSPWorker = worker_process(mode, spec, ring or [], [], training) if endpoint is None else endpoint
         self.poller = select.poll()
         self.poller.register(self.port.fileno(), select.POLLIN)
 
     def run(self, tensors: list[np.ndarray]) -> None:
         """All-reduce ``tensors`` in order (following the training schedule, if any) until done or failed."""
-        assert isinstance(self.proc.tensors, list)  # this client's own calls, not a learner's
+        assert isinstance(self.proc, WorkerProcess) and isinstance(self.proc.tensors, list)  # its own calls, not a learner's
         self.proc.tensors.extend(self.proc.spec.as_input(t) for t in tensors)
         now = time.monotonic()
         self.egress.send_all(0, self.proc.start(now) if not self.proc.calls else self.proc.advance(now), now)
@@ -56,6 +57,7 @@ class AllreduceClient:
     def allreduce(self, tensor: np.ndarray) -> np.ndarray:
         """The element-wise sum over all workers (exact in fixed point); raises if the job fails."""
         self.run([tensor])
+        assert isinstance(self.proc, WorkerProcess)
         call = self.proc.calls[-1]
         if call.error is not None:
             raise call.error
@@ -65,16 +67,12 @@ class AllreduceClient:
         """One wake-up: wait for frames or a deadline, feed them, send what comes out; whether frames came."""
         return serve_once(self.poller, self.port, self.proc, self.egress, wake)
 
-    def linger(self, quiet: float, limit: float) -> None:
-        """Keep answering peers (a ring neighbour may have missed our last ACK) until the predecessor said it
-        is done (innet.hosts.ring's DONE), or none has sent anything for ``quiet`` seconds, at most ``limit``
-        seconds: under heavy loss a neighbour may retransmit for long, and its DONE may be lost."""
-        now = time.monotonic()
-        until, end = now + quiet, now + limit
-        while now < min(until, end) and not getattr(self.proc.current, "predecessor_done", False):
-            if self.serve_once(min(until, end)):
-                until = time.monotonic() + quiet
-            now = time.monotonic()
+    def linger(self, limit: float) -> None:
+        """A ring rank's linger (innet.hosts.ring.Linger): keep answering the predecessor, which may have missed
+        this rank's last ACKs, until its DONE came, ``limit`` seconds at most."""
+        linger = Linger(self.proc.current if isinstance(self.proc, WorkerProcess) else None, time.monotonic(), limit)
+        while not linger.over(time.monotonic()):
+            self.serve_once(linger.end)
 
-    def close(self) -> Any:
+    def close(self) -> None:
         self.port.close()

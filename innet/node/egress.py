@@ -12,18 +12,17 @@ import numpy as np
 
 from innet.hosts.worker import Frames
 from innet.io.rawport import RawPort
-from innet.node.codec import faults_from_json
+from innet.node.config import Faults
 from innet.wire.faults import FaultInjector
 
 
 class Egress:
     """Sends frames out of raw ports through each port's fault injector (delays kept in a heap)."""
 
-    def __init__(self, ports: dict[int, RawPort], faults: dict[str, dict[str, Any]]) -> None:
-        """``faults``: port number (as a string) -> {"spec": FaultSpec fields, "seed": its injector's seed}
-        for the link behind that port (innet.wire.faults.fault_seed)."""
+    def __init__(self, ports: dict[int, RawPort], faults: Faults) -> None:
+        """``faults``: each port's, for the link behind it (innet.wire.faults.fault_seed gives the seeds)."""
         self.ports = ports
-        self.injectors = {p: FaultInjector(faults_from_json(faults[str(p)]["spec"]), faults[str(p)]["seed"]) for p in ports}
+        self.injectors = {p: FaultInjector(faults[p].spec, faults[p].seed) for p in ports}
         self.held: list[tuple[float, int, int, bytes]] = []
         self.seq = 0
 

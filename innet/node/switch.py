@@ -14,12 +14,12 @@ import json
 import select
 import socket
 import time
-from typing import Any
 
 from innet.io.netns import opened_in
 from innet.io.rawport import RawPort
 from innet.node.admission import Admission
-from innet.node.codec import config_from_json
+from innet.node.codec import from_json, to_json
+from innet.node.config import Install, Installed, SwitchGroup, SwitchNodeConfig, SwitchStats
 from innet.node.egress import Egress, wait_ms
 from innet.node.usage import own_cpu_s
 from innet.switch.loader import load_program
@@ -29,14 +29,13 @@ from innet.switch.runtime import SwitchRuntime
 class SwitchNode:
     """One switch of a process: its raw ports, its control socket, its runtime once installed."""
 
-    def __init__(self, conf: dict[str, Any], alone: bool = True) -> None:
-        self.program = load_program(conf["program"], conf.get("pool_slots", 0), conf.get("packet_elements", 0),
-                                    conf.get("fan_in", 0))
-        self.ports = {int(p): RawPort(name) for p, name in conf["ports"].items()}
-        self.egress = Egress(self.ports, conf["faults"])
+    def __init__(self, conf: SwitchNodeConfig, alone: bool = True) -> None:
+        self.program = load_program(conf.program, conf.pool_slots, conf.packet_elements, conf.fan_in)
+        self.ports = {p: RawPort(name) for p, name in conf.ports.items()}
+        self.egress = Egress(self.ports, conf.faults)
         self.admission = Admission(list(self.ports.values()))
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(conf["control"])
+        self.listener.bind(conf.control)
         self.listener.listen(1)
         self.by_fd = {port.fileno(): p for p, port in self.ports.items()}
         self.runtime: SwitchRuntime | None = None
@@ -66,7 +65,7 @@ class SwitchNode:
             while b"\n" in self.buffer:
                 line, self.buffer = self.buffer.split(b"\n", 1)
                 reply, stop = self._control(json.loads(line))
-                self.control.sendall(json.dumps(reply).encode() + b"\n")
+                self.control.sendall(json.dumps(to_json(reply)).encode() + b"\n")
                 if stop:
                     return True, None
             return False, None
@@ -87,31 +86,30 @@ class SwitchNode:
         self.egress.flush(now)
         self.admission.tick(now)
 
-    def _control(self, msg: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        op = msg.get("op")
+    def _control(self, msg: object) -> tuple[Installed | SwitchStats, bool]:
+        """One control message (innet.backends.mininet.control): its answer, and whether to stop."""
+        op = msg.get("op") if isinstance(msg, dict) else None
         if op == "install":
             try:
-                config = config_from_json(msg["config"])
+                config = from_json(Install, msg).config
                 self.runtime = SwitchRuntime(config, self.program)
             except Exception as exc:  # noqa: BLE001 - reported to the controller as one line
-                return {"ok": False, "error": str(exc)}, False
+                return Installed(error=str(exc) or type(exc).__name__), False
             pools = [job.slots for job in config.jobs.values() if job.aggregate]
             self.admission.slots = max(pools, default=0)
             for port, frame in self.runtime.start(time.monotonic()):
                 self.egress.send(port, frame, time.monotonic())
-            return {"ok": True, "memory_bytes": self.runtime.memory_bytes}, False
+            return Installed(memory_bytes=self.runtime.memory_bytes), False
         if op == "stats":
-            report: dict[str, Any] = self.runtime.report() if self.runtime else {}
-            report.update(
-                ok=True, cpu_s=own_cpu_s() if self.alone else self.cpu_s, lost=self.egress.lost(),
+            return SwitchStats(
+                cpu_s=own_cpu_s() if self.alone else self.cpu_s, lost=self.egress.lost(),
                 socket_drops={port.name: port.drops() for port in self.ports.values()},
                 qdisc_waits={port.name: port.qdisc_waits for port in self.ports.values()},
-                admission=self.admission.report(),
-            )
-            return report, False
+                admission=self.admission.report(), runtime=self.runtime.report() if self.runtime else None,
+            ), False
         if op == "stop":
-            return {"ok": True}, True
-        return {"ok": False, "error": f"unknown op {op!r}"}, False
+            return Installed(), True
+        return Installed(error=f"unknown op {op!r}"), False
 
     def close(self) -> None:
         for sock in (self.control, self.listener, *(port.sock for port in self.ports.values())):
@@ -119,15 +117,15 @@ class SwitchNode:
                 sock.close()
 
 
-def serve_switch(conf: dict[str, Any]) -> int:
+def serve_switch(conf: SwitchNodeConfig) -> int:
     """One switch, in this process's namespace."""
-    return serve_switches({"switches": [conf]})
+    return serve_switches(SwitchGroup((conf,)))
 
 
-def serve_switches(conf: dict[str, Any]) -> int:
-    """Every switch of ``conf["switches"]`` in this process, until each has been told to stop (or lost its
+def serve_switches(conf: SwitchGroup) -> int:
+    """Every switch of ``conf.switches`` in this process, until each has been told to stop (or lost its
     controller). In a group, a switch's ``cpu_s`` is the thread CPU time spent serving it."""
-    confs = conf["switches"]
+    confs = conf.switches
     alone = len(confs) == 1
     nodes = opened_in(confs, lambda c: SwitchNode(c, alone))
     poller = select.poll()

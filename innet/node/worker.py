@@ -13,21 +13,19 @@ import os
 import select
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from typing import Any
 
 import numpy as np
 
 from innet.errors import UserError
 from innet.hosts.learner import Learner, bind_learner
-from innet.hosts.model import Task
-from innet.hosts.ssp import Consistency, SSPWorker
-from innet.hosts.training import Training
+from innet.hosts.ring import Linger
+from innet.hosts.ssp import SSPWorker
 from innet.hosts.worker import WorkerProcess
 from innet.io.netns import opened_in
 from innet.node.client import AllreduceClient
-from innet.node.codec import spec_from_json
+from innet.node.config import WorkerConfig, WorkerGroup
 from innet.node.egress import expire, feed, wait_ms
 from innet.planning.spec import worker_tensors
 from innet.results.check import WorkerOutcome, outcome_of, training_outcome
@@ -36,31 +34,29 @@ from innet.schemes.modes import worker_process
 
 class WorkerNode:
     """One worker host's endpoint (its all-reduce calls following the training schedule, if any, or its training
-    loop against the PBox), its port, and where it is: running, lingering (answering a ring neighbour's probes
-    until they have been quiet ``linger`` seconds, at most ``linger_limit``), or finished."""
+    loop against the PBox), its port, and where it is: running, lingering (a ring rank answering its
+    predecessor until its DONE: innet.hosts.ring.Linger), or finished."""
 
-    def __init__(self, conf: dict[str, Any]) -> None:
+    def __init__(self, conf: WorkerConfig) -> None:
         self.conf = conf
-        spec = spec_from_json(conf["spec"])
-        t = conf["training"]
-        training = Training(**{**t, **{k: tuple(t[k]) for k in ("backward", "layer", "order", "forward_layers")}}) if t else None
-        learner = Learner(Task(**conf["task"]), spec.rank, conf["topk"]) if conf.get("task") else None
+        spec = conf.spec
+        learner = Learner(conf.task, spec.rank, conf.topk) if conf.task is not None else None
         tensors: Sequence[np.ndarray] = learner if learner is not None else worker_tensors(
-            conf["seed"], spec.job, spec.rank, conf["sizes"], conf["topk"], conf["layers"], spec.operator.rule == "bits")
+            conf.seed, spec.job, spec.rank, conf.sizes, conf.topk, conf.layers, spec.operator.rule == "bits")
         endpoint: WorkerProcess | SSPWorker
-        if conf["ssp"]:
-            endpoint = SSPWorker(spec, tensors, conf["compute"], Consistency(**conf["ssp"]))
+        if conf.ssp is not None:
+            endpoint = SSPWorker(spec, tensors, list(conf.compute), conf.ssp)
         else:
-            endpoint = worker_process(conf["mode"], spec, conf["ring"], tensors, training)
+            endpoint = worker_process(conf.mode, spec, list(conf.ring), tensors, conf.training)
         if learner is not None:
             bind_learner(endpoint, learner)
         elif isinstance(endpoint, WorkerProcess):
             endpoint.prepare()  # before "go": the calls' buffers in memory, as a training loop's are
-        self.client = AllreduceClient(spec, conf["port"], conf["mode"], conf["ring"], conf["faults"], training,
+        self.client = AllreduceClient(spec, conf.port, conf.mode, list(conf.ring), conf.faults, conf.training,
                                       endpoint=endpoint)
         self.user_error = ""  # a learner's (training diverged): the controller says it as one line, naming the flag
         self.state = "running"
-        self.until = self.end = 0.0
+        self.linger: Linger | None = None
         self.status: int | None = None  # once its result is saved
 
     @property
@@ -74,15 +70,13 @@ class WorkerNode:
 
     def next_wake(self) -> float | None:
         due = [t for t in (self.client.proc.next_deadline(), self.client.egress.next_due()) if t is not None]
-        if self.state == "lingering":
-            due.append(min(self.until, self.end))
+        if self.linger is not None:
+            due.append(self.linger.end)
         return min(due) if due else None
 
     def feed(self, now: float) -> None:
         client = self.client
         feed(client.port, client.proc, client.egress, now)
-        if self.state == "lingering":
-            self.until = time.monotonic() + self.conf["linger"]
 
     def step(self, now: float) -> None:
         """Timers that are due, frames whose delay is over; then on to lingering, or finished."""
@@ -90,22 +84,21 @@ class WorkerNode:
         expire(client.proc, client.egress, now)
         if self.state == "running" and client.proc.done:
             self.status = self.save()
-            if self.ok and self.conf["linger"] > 0:
-                self.state, self.until, self.end = "lingering", now + self.conf["linger"], now + self.conf["linger_limit"]
-            else:
-                self.state = "finished"
-        elif self.state == "lingering" and now >= min(self.until, self.end):
+            self.state = "lingering" if self.ok else "finished"
+            last = client.proc.current if isinstance(client.proc, WorkerProcess) else None
+            self.linger = Linger(last, now, self.conf.linger_limit)
+        if self.state == "lingering" and self.linger is not None and self.linger.over(now):
             self.state = "finished"
 
     def save(self) -> int:
-        """Write what came back to the worker's result file, whole or not at all (the controller stops lingering
-        workers once every result file is there); the worker's exit status (0, or 3 when it failed)."""
+        """Write what came back to the worker's result file, whole or not at all (the controller reads it once
+        the process has ended); the worker's exit status (0, or 3 when it failed)."""
         spec, proc = self.client.proc.spec, self.client.proc
         if self.user_error:
             outcome = WorkerOutcome(spec.job, spec.rank, [], [], [], [], 0, self.user_error)
         else:
             outcome = training_outcome(proc) if isinstance(proc, SSPWorker) else outcome_of(proc)
-        partial = self.conf["result"] + ".part"
+        partial = self.conf.result + ".part"
         with open(partial, "wb") as fh:
             np.savez(
                 fh,
@@ -124,7 +117,7 @@ class WorkerNode:
                 history=np.array(outcome.history, dtype=float).reshape(-1, 2),
                 user_error=np.array(self.user_error),
             )
-        os.replace(partial, self.conf["result"])
+        os.replace(partial, self.conf.result)
         return 0 if self.ok else 3
 
 
@@ -145,9 +138,9 @@ def _wait_for_go() -> bool:
     return wait_for_go()
 
 
-def serve_worker(conf: dict[str, Any]) -> int:
+def serve_worker(conf: WorkerConfig) -> int:
     """One worker host, in this process's namespace: on "go", its calls (a failed call ends them; its error is
-    recorded in the result file), then its linger."""
+    recorded in the result file), then a ring rank's linger."""
     node = WorkerNode(conf)
     if not _wait_for_go():
         return 4
@@ -157,14 +150,14 @@ def serve_worker(conf: dict[str, Any]) -> int:
         node.fail(exc)
     status = node.save()
     if node.ok:
-        node.client.linger(conf["linger"], conf["linger_limit"])
+        node.client.linger(conf.linger_limit)
     return status
 
 
-def serve_workers(conf: dict[str, Any]) -> int:
-    """Every worker of ``conf["workers"]`` in this process, one poll() over their ports. Exit status: the
+def serve_workers(conf: WorkerGroup) -> int:
+    """Every worker of ``conf.workers`` in this process, one poll() over their ports. Exit status: the
     worst of theirs."""
-    nodes = opened_in(conf["workers"], WorkerNode)
+    nodes = opened_in(conf.workers, WorkerNode)
     if not _wait_for_go():
         return 4
     poller = select.poll()
@@ -173,7 +166,7 @@ def serve_workers(conf: dict[str, Any]) -> int:
         poller.register(fd, select.POLLIN)
     status = 0
 
-    def served(node: WorkerNode, work: Any) -> None:
+    def served(node: WorkerNode, work: Callable[..., object]) -> None:
         try:
             work(time.monotonic())
         except UserError as exc:

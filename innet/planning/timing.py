@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
 
 import networkx as nx
 
@@ -148,7 +147,7 @@ def planned_training(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_pa
     return replace(training, order=p3_order(training, call_times(graph, run, plans, per_packet, 0.0)[: training.layers]))
 
 
-def predict(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int, hop: float) -> dict[str, Any]:
+def predict(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int, hop: float) -> dict[str, float]:
     """The model's figures for a run: per-call time (``completion_s``) and, with a workload,
     ``iteration_s``, ``compute_s``, ``comm_wait_s`` and ``next_forward_wait_s``. Jobs call at once, sharing links."""
     if run.consistency:  # a training loop against the PBox, not all-reduce calls
@@ -157,7 +156,7 @@ def predict(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int
 
         return {"completion_s": max(consistency_time(graph, run, p, per_packet, hop, delay) for p in plans)}
     durations = call_times(graph, run, plans, per_packet, hop)
-    out: dict[str, Any] = {"completion_s": sorted(durations)[len(durations) // 2]}
+    out: dict[str, float] = {"completion_s": sorted(durations)[len(durations) // 2]}
     training = planned_training(graph, run, plans, per_packet)
     if training is not None:
         starts, ends = run_schedule(training, durations)

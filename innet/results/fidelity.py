@@ -10,9 +10,10 @@ say which, in a line a reader can act on. Replaces the warnings runs printed bef
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass, replace
 
 from innet.graph import natural_key
+from innet.results.record import RunRecord
 
 CPU_BOUND = 0.8  # of one core over the run: a process this busy set the pace, not the links
 TIME_TOLERANCE = 1.1  # measured over the timing model's time (the local backend's, to within 0.3%)
@@ -20,9 +21,40 @@ FAITHFUL = "faithful"
 NOT_FAITHFUL = "not faithful"
 
 
+@dataclass(frozen=True)
+class Fidelity:
+    """A run's ``fidelity`` record: the verdict, why, and what it was judged on (results.json's layout:
+    ``shaper_burst_s`` and ``cpu_over_s`` where the machine was measured, ``model_ratio`` where the run was
+    held against the timing model)."""
+
+    dilation: float
+    verdict: str
+    reasons: tuple[str, ...]
+    cpu: dict[str, float]  # process -> share of a core over the run
+    wait: dict[str, float]  # process -> share of the run spent waiting for a core
+    drops: dict[str, int]  # interface -> frames dropped at its queue and by itself
+    cpu_over_s: float | None = None  # measured: the shares' span (None: nothing measured)
+    shaper_burst_s: float | None = None  # measured: the shaper's bursts (None: TCLink's per-frame shaping)
+    modelled: bool = False  # held against the timing model: ``model_ratio`` is written (None: no model time)
+    model_ratio: float | None = None
+
+    def to_json(self) -> dict[str, object]:
+        out: dict[str, object] = {"dilation": self.dilation, "verdict": self.verdict, "reasons": list(self.reasons),
+                                  "cpu": dict(self.cpu), "wait": dict(self.wait), "drops": dict(self.drops)}
+        if self.cpu_over_s is not None:
+            out.update(shaper_burst_s=self.shaper_burst_s, cpu_over_s=self.cpu_over_s)
+        if self.modelled:
+            out["model_ratio"] = self.model_ratio
+        return out
+
+    def judged(self, reason: str) -> Fidelity:
+        """Not faithful, for ``reason`` too."""
+        return replace(self, verdict=NOT_FAITHFUL, reasons=(*self.reasons, reason))
+
+
 def fidelity(dilation: float, cpu: Mapping[str, float], queue: Mapping[str, int], interface: Mapping[str, int],
              socket: Mapping[str, int] | None = None, cores: int = 1,
-             wait: Mapping[str, float] | None = None) -> dict[str, Any]:
+             wait: Mapping[str, float] | None = None) -> Fidelity:
     """The ``fidelity`` record: ``cpu`` process -> share of a core; ``wait`` process -> share of the run it
     spent runnable, waiting for a CPU (other processes', this run's or not, had them all); ``queue``,
     ``interface``: interface -> frames dropped at its queue, by itself; ``socket``: switch -> frames its
@@ -44,47 +76,43 @@ def fidelity(dilation: float, cpu: Mapping[str, float], queue: Mapping[str, int]
             reasons.append(f"{len(dropped)} interface(s) dropped frames {what} ({detail})" if what != "at a switch's sockets"
                            else f"{len(dropped)} switch(es) dropped frames at their sockets ({detail})")
     drops = {k: queue.get(k, 0) + interface.get(k, 0) for k in sorted({*queue, *interface}, key=natural_key)}
-    return {"dilation": float(dilation), "verdict": NOT_FAITHFUL if reasons else FAITHFUL, "reasons": reasons,
-            "cpu": {k: round(v, 3) for k, v in sorted(cpu.items(), key=lambda kv: natural_key(kv[0]))},
-            "wait": {k: round(v, 3) for k, v in sorted(wait.items(), key=lambda kv: natural_key(kv[0]))}, "drops": drops}
+    return Fidelity(float(dilation), NOT_FAITHFUL if reasons else FAITHFUL, tuple(reasons),
+                    {k: round(v, 3) for k, v in sorted(cpu.items(), key=lambda kv: natural_key(kv[0]))},
+                    {k: round(v, 3) for k, v in sorted(wait.items(), key=lambda kv: natural_key(kv[0]))}, drops)
 
 
-def with_retransmissions(fid: dict[str, Any], retransmissions: int, lossy: bool) -> dict[str, Any]:
+def with_retransmissions(fid: Fidelity, retransmissions: int, lossy: bool) -> Fidelity:
     """``fid`` judged also by the run's retransmissions: on links without injected loss, duplication or
     reordering a faithful emulation retransmits nothing (a retransmission there is a timer that fired
     because a process was late)."""
     if lossy or retransmissions <= 0:
         return fid
-    reason = f"{retransmissions} retransmission(s) on links without injected faults: results came back after the RTO"
-    return {**fid, "verdict": NOT_FAITHFUL, "reasons": [*fid["reasons"], reason]}
+    return fid.judged(f"{retransmissions} retransmission(s) on links without injected faults: results came back after the RTO")
 
 
-def with_model(fid: dict[str, Any], measured: float, model: float) -> dict[str, Any]:
+def with_model(fid: Fidelity, measured: float, model: float) -> Fidelity:
     """``fid`` judged also against the timing model: a run ``TIME_TOLERANCE`` or more slower than the links
     allow measured something else (the model gives the local backend's virtual time to within 0.3%)."""
-    fid = {**fid, "model_ratio": round(measured / model, 4) if model > 0 and measured == measured else None}
-    if fid["model_ratio"] is None or fid["model_ratio"] <= TIME_TOLERANCE:
+    fid = replace(fid, modelled=True, model_ratio=round(measured / model, 4) if model > 0 and measured == measured else None)
+    if fid.model_ratio is None or fid.model_ratio <= TIME_TOLERANCE:
         return fid
-    reason = f"took {fid['model_ratio']:.2f}x the {model:.4g} s its links allow (the timing model)"
-    return {**fid, "verdict": NOT_FAITHFUL, "reasons": [*fid["reasons"], reason]}
+    return fid.judged(f"took {fid.model_ratio:.2f}x the {model:.4g} s its links allow (the timing model)")
 
 
-def virtual_fidelity(dilation: float = 1.0) -> dict[str, Any]:
+def virtual_fidelity(dilation: float = 1.0) -> Fidelity:
     """The local backend's: virtual time, nothing measured can be the machine's."""
-    return {"dilation": float(dilation), "verdict": FAITHFUL,
-            "reasons": ["virtual time: the fabric's clock waits for the CPU"], "cpu": {}, "wait": {}, "drops": {}}
+    return Fidelity(float(dilation), FAITHFUL, ("virtual time: the fabric's clock waits for the CPU",), {}, {}, {})
 
 
-def kernel_fidelity() -> dict[str, Any]:
+def kernel_fidelity() -> Fidelity:
     """gloo's (``--mode gloo``): the kernel's TCP on undilated links; none of innet's processes is in it."""
-    return {"dilation": 1.0, "verdict": "not judged",
-            "reasons": ["torch's gloo: the kernel's TCP on undilated links, not innet's processes"],
-            "cpu": {}, "wait": {}, "drops": {}}
+    return Fidelity(1.0, "not judged", ("torch's gloo: the kernel's TCP on undilated links, not innet's processes",),
+                    {}, {}, {})
 
 
-def fidelity_line(record: Any) -> str:
-    """One line for the summary: the verdict, the dilation, and why (``record``: a RunRecord or its JSON)."""
-    fid = record["fidelity"]
+def fidelity_line(record: RunRecord) -> str:
+    """One line for the summary: the verdict, the dilation, and why."""
+    fid = record["fidelity"]  # its JSON view: a Fidelity, or the dict a record read back from results.json has
     factor = f"dilation {fid['dilation']:g}" if fid["dilation"] != 1 else "no dilation"
     why = f": {'; '.join(fid['reasons'])}" if fid["reasons"] else ""
     return f"fidelity: {record['mode']}: {fid['verdict']} ({factor}){why}"

@@ -93,7 +93,7 @@ def input_lines(runs: list[RunRecord]) -> list[str]:
     """A line per run that streamed input: exact or not, its bytes, and what sharing saved."""
     lines = []
     for r in runs:
-        i = r.figures.get("input")
+        i = r.get("input")
         if i:
             lines.append(f"{r['mode']} input ({'shared, multicast' if i['shared'] else 'a unicast copy per job'}): "
                          f"exact={i['exact']} to {i['readers']} readers in {i['completion_s']:.4f} s; {i['bytes']} B on "
@@ -106,7 +106,7 @@ def cluster_lines(runs: list[RunRecord]) -> list[str]:
     """A line per run spread over servers (--cluster): where the nodes ran, and the bytes that crossed servers."""
     lines = []
     for r in runs:
-        c = r.figures.get("cluster")
+        c = r.get("cluster")
         if c:
             where = "; ".join(f"{s}: {' '.join(nodes)}" for s, nodes in c["servers"].items())
             tunnels = ", ".join(f"{link} {b}" for link, b in c["tunnel_bytes"].items()) or "none"

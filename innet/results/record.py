@@ -10,7 +10,7 @@ prediction). ``to_json`` flattens figures into the record, which is results.json
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
 
@@ -96,4 +96,18 @@ def _json(record: Any) -> dict[str, Any]:
         elif isinstance(value, Mapping):
             value = dict(value)
         out[f.name] = value
-    return {**out, **record.figures}
+    return {**out, **{k: _plain(v) for k, v in record.figures.items()}}
+
+
+def _plain(value: object) -> object:
+    """A figure as JSON values: a record (innet.results.fidelity.Fidelity, an input stream's summary...) as its
+    ``to_json`` or its fields, in order; everything else as it is."""
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value

@@ -188,9 +188,9 @@ def pbox_servers(graph: nx.Graph, run: RunSpec, rp: RunPlan, cores: int) -> tupl
     for plan in jobs:
         specs = rp.specs[plan.job]
         first = next(iter(specs.values()))
-        training: dict[str, Any] = dict(consistency=run.consistency, staleness=run.staleness,
-                                        iterations=run.iterations, length=run.elements) if run.consistency else {}
-        boxed.append(PBoxJob(plan.job, {s.rank: s.node for s in specs.values()}, first.slots, first.elements,
-                             run.timeout / 2, sparse=run.topk > 0, operator=first.operator, **training))
+        job = PBoxJob(plan.job, {s.rank: s.node for s in specs.values()}, first.slots, first.elements,
+                      run.timeout / 2, sparse=run.topk > 0, operator=first.operator)
+        boxed.append(replace(job, consistency=run.consistency, staleness=run.staleness, iterations=run.iterations,
+                             length=run.elements) if run.consistency else job)
     assert host is not None
     return host, [PBoxServer(index[host], boxed, cores, core) for core in range(cores)]

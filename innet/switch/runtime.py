@@ -9,7 +9,7 @@ counts packets and bytes per port and every drop by reason.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -63,6 +63,27 @@ class PortStats:
     rx_bytes: int = 0
     tx_packets: int = 0
     tx_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class JobSlots:
+    """Where a job's slots sit in a switch's pool."""
+
+    aggregate: bool
+    slot_base: int
+    slots: int
+
+
+@dataclass(frozen=True)
+class SwitchReport:
+    """A switch's counters (per port, per reason), its jobs' slots and its register memory."""
+
+    name: str
+    memory_bytes: int
+    memory_capacity: int
+    jobs: dict[int, JobSlots]
+    ports: dict[str, PortStats]  # interface -> its packets and bytes
+    counters: dict[str, int]
 
 
 @dataclass
@@ -365,14 +386,11 @@ class SwitchRuntime:
         if nbytes:
             self.ctx.count("input_bytes", nbytes)
 
-    def report(self) -> dict[str, object]:
+    def report(self) -> SwitchReport:
         """Counters, drops and register memory, for the control channel and results."""
-        return {
-            "name": self.config.name,
-            "memory_bytes": self.memory_bytes,
-            "memory_capacity": self.config.memory_bytes,
-            "jobs": {job.job: {"aggregate": job.aggregate, "slot_base": job.slot_base, "slots": job.slots}
-                     for job in self.ctx.jobs.values()},
-            "ports": {self.config.ports[p]: vars(s).copy() for p, s in self.stats.items()},
-            "counters": dict(self.ctx.counters),
-        }
+        return SwitchReport(
+            name=self.config.name, memory_bytes=self.memory_bytes, memory_capacity=self.config.memory_bytes,
+            jobs={job.job: JobSlots(job.aggregate, job.slot_base, job.slots) for job in self.ctx.jobs.values()},
+            ports={self.config.ports[p]: replace(s) for p, s in self.stats.items()},
+            counters=dict(self.ctx.counters),
+        )

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from innet.backends.local.run import LocalRun
+from innet.hosts.model import Task
 from innet.hosts.worker import WorkerProcess
 from innet.node.client import AllreduceClient
 from innet.planning.spec import RunSpec
@@ -73,26 +74,26 @@ class ClientState:
         return self.client.allreduce(np.ascontiguousarray(array, np.float32))
 
 
-def train_ddp(rank: int, world: int, task: dict[str, Any], state: Any = None) -> float:
+def train_ddp(rank: int, world: int, task: Task, state: Any = None) -> float:
     """Train a one-hidden-layer torch MLP on the digits with DDP (the process group is up): every rank its shard,
-    the global batch ``task["batch"]`` split evenly, seeded by ``task["seed"]``; with ``state``, every bucket goes
+    the global batch ``task.batch`` split evenly, seeded by ``task.seed`` (its data set and model aside); with ``state``, every bucket goes
     through ``innet_hook``, else through DDP's own (gloo) all-reduce. The test accuracy at the end."""
     from torch.nn.parallel import DistributedDataParallel
 
     from innet.hosts.model import load_data
 
-    seed, batch = int(task["seed"]), int(task["batch"])
+    seed, batch = task.seed, task.batch
     data = load_data("digits", seed, world)
     x, y = (torch.from_numpy(a) for a in data.shard(rank))
     per_rank, steps = batch // world, len(data.y_train) // batch
     torch.manual_seed(seed)
-    net = torch.nn.Sequential(torch.nn.Linear(data.features, int(task["hidden"])), torch.nn.ReLU(),
-                              torch.nn.Linear(int(task["hidden"]), data.classes))
+    net = torch.nn.Sequential(torch.nn.Linear(data.features, task.hidden), torch.nn.ReLU(),
+                              torch.nn.Linear(task.hidden, data.classes))
     model = DistributedDataParallel(net)
     if state is not None:
         model.register_comm_hook(state, innet_hook)
-    opt = torch.optim.SGD(model.parameters(), lr=float(task["lr"]))
-    for epoch in range(int(task["epochs"])):
+    opt = torch.optim.SGD(model.parameters(), lr=task.lr)
+    for epoch in range(task.epochs):
         order = torch.from_numpy(np.random.default_rng([seed, rank, epoch]).permutation(len(y)))
         for step in range(steps):
             take = order[step * per_rank : (step + 1) * per_rank]

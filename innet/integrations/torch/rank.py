@@ -14,46 +14,98 @@ It writes what it got to the result file (.npz for ``allreduce``, JSON for ``ddp
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
 
 import numpy as np
 
+from innet.hosts.model import Task
+from innet.hosts.worker import JobSpec, WorkerProcess
+from innet.node.codec import read, write
+from innet.node.config import NO_FAULTS, Faults
 
-def serve_rank(conf: dict[str, Any]) -> int:
-    os.environ["GLOO_SOCKET_IFNAME"] = conf["port"]
+
+@dataclass(frozen=True)
+class DdpHook:
+    """A ``ddp`` rank's: what it trains, and ``hook`` "innet" (its all-reduces through the switches, as ``spec``'s
+    worker in ``mode``) or "plain" (DDP's own gloo)."""
+
+    task: Task  # the digits' MLP is torch's own here (innet.integrations.torch.ddp.train_ddp)
+    hook: str
+    spec: JobSpec
+    mode: str
+    ring: tuple[int, ...]
+    faults: Faults = field(default_factory=lambda: dict(NO_FAULTS))
+
+
+@dataclass(frozen=True)
+class GlooCalls:
+    """An ``allreduce`` rank's: the run's seeded tensors (innet.planning.spec.worker_tensors) of ``job``."""
+
+    seed: int
+    job: int
+    sizes: tuple[int, ...]
+    layers: int
+
+
+@dataclass(frozen=True)
+class DdpResult:
+    """What a ``ddp`` rank got: its test accuracy, its seconds of training, and its all-reduces through innet."""
+
+    rank: int
+    accuracy: float
+    seconds: float
+    calls: int
+    retransmissions: int
+
+
+@dataclass(frozen=True)
+class RankConfig:
+    """One rank's: who it is, where the ranks meet, where it writes what it got, and its task (one of two)."""
+
+    rank: int
+    world: int
+    port: str
+    timeout: float
+    rendezvous: str
+    result: str
+    allreduce: GlooCalls | None = None
+    ddp: DdpHook | None = None
+
+
+def serve_rank(conf: RankConfig) -> int:
+    os.environ["GLOO_SOCKET_IFNAME"] = conf.port
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    rank, world = conf["rank"], conf["world"]
-    dist.init_process_group("gloo", init_method=conf["rendezvous"], rank=rank, world_size=world,
-                            timeout=timedelta(seconds=conf["timeout"]))
+    rank, world = conf.rank, conf.world
+    dist.init_process_group("gloo", init_method=conf.rendezvous, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=conf.timeout))
     dist.barrier()
     print("ready", flush=True)
     if sys.stdin.readline().strip() != "go":  # the controller went away before the start
         return 4
     cpu_at_go = time.process_time()
-    if conf["task"] == "allreduce":
-        _allreduce(conf, rank, cpu_at_go)
-    else:
-        _ddp(conf, rank, world)
+    if conf.allreduce is not None:
+        _allreduce(conf.allreduce, conf.result, rank, cpu_at_go)
+    elif conf.ddp is not None:
+        _ddp(conf.ddp, conf.result, rank, world)
     dist.barrier()  # no rank tears gloo down while another still talks to it
     dist.destroy_process_group()
     return 0
 
 
-def _allreduce(conf: dict[str, Any], rank: int, cpu_at_go: float) -> None:
+def _allreduce(conf: GlooCalls, result: str, rank: int, cpu_at_go: float) -> None:
     import torch
     import torch.distributed as dist
 
     from innet.planning.spec import worker_tensors
 
-    tensors = worker_tensors(conf["seed"], conf["job"], rank, conf["sizes"], 0.0, conf["layers"], False)
+    tensors = worker_tensors(conf.seed, conf.job, rank, conf.sizes, 0.0, conf.layers, False)
     results, started, finished = [], [], []
     for tensor in tensors:
         buffer = torch.from_numpy(np.array(tensor, np.float32))
@@ -62,28 +114,27 @@ def _allreduce(conf: dict[str, Any], rank: int, cpu_at_go: float) -> None:
         dist.all_reduce(buffer)
         finished.append(time.monotonic())
         results.append(buffer.numpy())
-    np.savez(conf["result"], floats=np.concatenate(results) if results else np.zeros(0, np.float32),
+    np.savez(result, floats=np.concatenate(results) if results else np.zeros(0, np.float32),
              sizes=np.array([len(r) for r in results], np.int64), started=np.array(started), finished=np.array(finished),
              cpu_s=time.process_time() - cpu_at_go)
 
 
-def _ddp(conf: dict[str, Any], rank: int, world: int) -> None:
+def _ddp(conf: DdpHook, result: str, rank: int, world: int) -> None:
     from innet.integrations.torch.ddp import ClientState, train_ddp
     from innet.node.client import AllreduceClient
-    from innet.node.codec import spec_from_json
 
     state = None
-    if conf["hook"] == "innet":
-        client = AllreduceClient(spec_from_json(conf["spec"]), conf["port"], conf["mode"], conf["ring"], conf["faults"])
+    proc = WorkerProcess(conf.spec, [])
+    if conf.hook == "innet":
+        client = AllreduceClient(conf.spec, os.environ["GLOO_SOCKET_IFNAME"], conf.mode, list(conf.ring), conf.faults)
         state = ClientState(client, world)
+        assert isinstance(client.proc, WorkerProcess)
+        proc = client.proc
     started = time.monotonic()
-    accuracy = train_ddp(rank, world, conf["train"], state)
-    with open(conf["result"], "w", encoding="utf-8") as fh:
-        json.dump({"rank": rank, "accuracy": accuracy, "seconds": time.monotonic() - started,
-                   "calls": len(state.client.proc.calls) if state else 0,
-                   "retransmissions": sum(c.retransmissions for c in state.client.proc.calls) if state else 0}, fh)
+    accuracy = train_ddp(rank, world, conf.task, state)
+    write(result, DdpResult(rank, accuracy, time.monotonic() - started, len(proc.calls),
+                            sum(c.retransmissions for c in proc.calls)))
 
 
 if __name__ == "__main__":
-    with open(sys.argv[1], encoding="utf-8") as fh:
-        sys.exit(serve_rank(json.load(fh)))
+    sys.exit(serve_rank(read(RankConfig, sys.argv[1])))

@@ -10,21 +10,24 @@ runs, from "go" to the end.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from innet.backends.mininet.emulation import Emulation, _faults, interface_bytes, link_bytes_between, log, network
+from innet.backends.mininet.emulation import Emulation, network
 from innet.backends.mininet.iplane import host_address
+from innet.backends.mininet.network import link_bytes_between, log
+from innet.backends.mininet.nodes import port_faults
 from innet.errors import UserError
+from innet.hosts.model import Task
 from innet.hosts.worker import JobSpec
-from innet.node.codec import spec_to_json
+from innet.integrations.torch.rank import DdpHook, DdpResult, GlooCalls, RankConfig
+from innet.node.codec import read
 from innet.planning.spec import RunSpec, program_of
 from innet.results.check import WorkerOutcome, run_record
 from innet.results.fidelity import kernel_fidelity
@@ -59,18 +62,17 @@ def _ranks(rp: Any) -> list[tuple[str, JobSpec]]:
     return sorted(rp.specs[rp.plans[0].job].items(), key=lambda kv: kv[1].rank)
 
 
-def _start_ranks(emu: Emulation, ranks: list[tuple[str, JobSpec]], tag: str, confs: list[dict[str, Any]],
+def _start_ranks(emu: Emulation, ranks: list[tuple[str, JobSpec]], tag: str, tasks: list[GlooCalls | DdpHook],
                  timeout: float) -> dict[str, subprocess.Popen[bytes]]:
-    """Start one rank per worker host, each with its config, and wait until all have met ("ready")."""
+    """Start one rank per worker host, each with its task, and wait until all have met ("ready")."""
     master = host_address(emu.graph, ranks[0][0])
     procs = {}
-    for (host, spec), extra in zip(ranks, confs, strict=True):
-        conf = {"rank": spec.rank, "world": len(ranks), "port": f"{host}-eth0", "timeout": timeout,
-                "rendezvous": f"tcp://{master}:{RENDEZVOUS_PORT}", "result": os.path.join(emu.run_dir, f"{host}-{tag}.out"),
-                **extra}
-        path = os.path.join(emu.run_dir, f"{host}-{tag}.json")
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(conf, fh)
+    for (host, spec), task in zip(ranks, tasks, strict=True):
+        conf = RankConfig(spec.rank, len(ranks), f"{host}-eth0", timeout, f"tcp://{master}:{RENDEZVOUS_PORT}",
+                          os.path.join(emu.run_dir, f"{host}-{tag}.out"),
+                          allreduce=task if isinstance(task, GlooCalls) else None,
+                          ddp=task if isinstance(task, DdpHook) else None)
+        path = emu.write(f"{host}-{tag}.json", conf)
         with open(os.path.join(emu.run_dir, f"{host}-{tag}.log"), "wb") as log_file:
             procs[host] = emu.spawn(host, [sys.executable, "-m", "innet.integrations.torch.rank", path],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file)
@@ -127,13 +129,12 @@ def run_gloo(graph: Any, run: RunSpec) -> RunRecord:
     with network(graph, link_mtu(0), "gloo") as emu:
         emu.add_ip_network()
         job = rp.plans[0].job
-        procs = _start_ranks(emu, ranks, "gloo", [
-            {"task": "allreduce", "seed": run.seed, "job": job, "sizes": run.call_sizes(), "layers": run.layers()}
-            for _ in ranks], timeout)
-        before = {n.name: interface_bytes(n) for n in emu.net.hosts}
+        procs = _start_ranks(emu, ranks, "gloo", [GlooCalls(run.seed, job, tuple(run.call_sizes()), run.layers())
+                                                  for _ in ranks], timeout)
+        before = emu.interface_bytes()
         log(f"gloo all-reduce: {len(ranks)} ranks x {run.elements} elements x {run.iterations} iteration(s)")
         wall = _go_and_wait(emu, procs, "gloo", timeout)
-        after = {n.name: interface_bytes(n) for n in emu.net.hosts}
+        after = emu.interface_bytes()
         outcomes, host_cpu = [], 0.0
         for host, spec in ranks:
             data = np.load(os.path.join(emu.run_dir, f"{host}-gloo.out.npz"))
@@ -168,7 +169,15 @@ def gloo_record(graph: Any, ring: RunSpec, rp: Any, outcomes: list[WorkerOutcome
     return record.with_figures(fidelity=kernel_fidelity())
 
 
-def ddp_mininet(graph: Any, run: RunSpec, train: dict[str, Any], hooks: tuple[str, ...] = ("innet", "plain")) -> dict[str, Any]:
+@dataclass(frozen=True)
+class DdpOutcome:
+    """One hook's DDP run: every rank's result, and the bytes per link."""
+
+    ranks: list[DdpResult]
+    link_bytes: dict[str, int]
+
+
+def ddp_mininet(graph: Any, run: RunSpec, train: Task, hooks: tuple[str, ...] = ("innet", "plain")) -> dict[str, DdpOutcome]:
     """Train the torch example with DDP, one rank per worker host, once per hook: "innet" (every bucket through the
     switches: ClientState, ``run.mode`` innet, pbox or ring) and "plain" (DDP's own gloo all-reduce). Per hook:
     every rank's test accuracy and seconds, and the bytes per link."""
@@ -178,23 +187,19 @@ def ddp_mininet(graph: Any, run: RunSpec, train: dict[str, Any], hooks: tuple[st
     program = program_of(run, rp.fan_in)
     ranks = _ranks(rp)
     job = rp.plans[0].job
-    timeout = STARTUP_S + 60.0 * int(train["epochs"])
-    out: dict[str, Any] = {}
+    timeout = STARTUP_S + 60.0 * train.epochs
+    out: dict[str, DdpOutcome] = {}
     with network(graph, link_mtu(program.elements), "ddp") as emu:
         emu.add_ip_network()
         if "innet" in hooks:
             emu.start_switches(run, program, installed_configs(graph, run, rp), None)
         for hook in hooks:
-            procs = _start_ranks(emu, ranks, hook, [
-                {"task": "ddp", "hook": hook, "train": train, "spec": spec_to_json(spec), "mode": run.mode,
-                 "ring": rp.ring(job), "faults": _faults(graph, run, host)} for host, spec in ranks], timeout)
-            before = {n.name: interface_bytes(n) for n in emu.net.hosts}
-            log(f"DDP ({hook} all-reduce): {len(ranks)} ranks, {train['epochs']} epochs")
+            procs = _start_ranks(emu, ranks, hook, [DdpHook(train, hook, spec, run.mode, tuple(rp.ring(job)),
+                                                            port_faults(graph, run, host)) for host, spec in ranks], timeout)
+            before = emu.interface_bytes()
+            log(f"DDP ({hook} all-reduce): {len(ranks)} ranks, {train.epochs} epochs")
             _go_and_wait(emu, procs, hook, timeout)
-            after = {n.name: interface_bytes(n) for n in emu.net.hosts}
-            ranks_out = []
-            for host, _ in ranks:
-                with open(os.path.join(emu.run_dir, f"{host}-{hook}.out"), encoding="utf-8") as fh:
-                    ranks_out.append(json.load(fh))
-            out[hook] = {"ranks": ranks_out, "link_bytes": link_bytes_between(emu.graph, before, after)}
+            after = emu.interface_bytes()
+            ranks_out = [read(DdpResult, os.path.join(emu.run_dir, f"{host}-{hook}.out")) for host, _ in ranks]
+            out[hook] = DdpOutcome(ranks_out, link_bytes_between(emu.graph, before, after))
     return out

@@ -1,0 +1,283 @@
+"""The Mininet network of a graph, the processes started in it, and removing all of it.
+
+Every graph node becomes a Mininet node in its own network namespace; links are TCLinks (htb shaping)
+named so that port ``i`` of node ``n`` is interface ``n-eth<i>``. Everything created is recorded
+(innet.backends.mininet.cleanup) before it exists and removed on success, error, Ctrl-C and SIGTERM. A
+run's files sit in a private run directory (``tempfile.mkdtemp``: 0700, a name no one can take first).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any
+
+import networkx as nx
+
+from innet.backends.mininet.cleanup import RunState, delete_intfs, kill_recorded
+from innet.backends.mininet.cluster import Cluster, place
+from innet.backends.mininet.shaper import FLAG, burst_command, hold, release
+from innet.errors import UserError
+from innet.graph import link_name, natural_key, port_to
+from innet.node.codec import write
+from innet.node.usage import interface_drops, queue_drops
+from innet.planning.dilation import TCLINK_MAX_MBPS
+from innet.planning.grouping import group_size, node_groups
+from innet.wire.packet import ETH_MTU
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+ETH_HEADER = 14  # bytes a VXLAN device's counters leave out of every frame (they count from the inner IP header)
+Counters = dict[str, dict[str, int]]  # node -> interface -> bytes sent
+
+
+def log(msg: str) -> None:
+    print(f"innet: {msg}", file=sys.stderr, flush=True)
+
+
+def interface_bytes(node: Any) -> dict[str, int]:
+    """tx bytes of every interface of a Mininet node, read inside its namespace: whole Ethernet frames, as a veth
+    counts them, on a cluster's VXLAN tunnels too."""
+    out = node.cmd("ip -d -s -j link show")
+    try:
+        links = json.loads(out)
+    except ValueError:
+        return {}
+    return {d["ifname"]: int(d["stats64"]["tx"]["bytes"])
+            + (ETH_HEADER * int(d["stats64"]["tx"]["packets"]) if d.get("linkinfo", {}).get("info_kind") == "vxlan" else 0)
+            for d in links if "stats64" in d}
+
+
+def link_bytes_between(graph: nx.Graph, before: Counters, after: Counters) -> dict[str, int]:
+    """Bytes each link carried between two readings of every node's interface counters (both directions)."""
+    out = {}
+    for u, v in graph.edges:
+        out[link_name(u, v)] = sum(after[a].get(f"{a}-eth{port_to(graph, a, b)}", 0)
+                                   - before[a].get(f"{a}-eth{port_to(graph, a, b)}", 0) for a, b in ((u, v), (v, u)))
+    return out
+
+
+@contextmanager
+def signals_as_interrupts() -> Iterator[None]:
+    def raise_interrupt(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """SIGINT and SIGTERM that arrive during the block interrupt right after it: what the block creates is
+    recorded before an interrupt lands. Python-level handlers, not a signal mask: the kernel may hand a
+    signal to any thread that does not block it (numpy's BLAS thread, for one), and Python then runs the
+    handler in the main thread whatever the main thread's mask is."""
+    caught: list[int] = []
+    old: dict[signal.Signals, Any] = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            old[sig] = signal.signal(sig, lambda signum, _frame: caught.append(signum))
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if caught:
+            raise KeyboardInterrupt
+
+
+@contextmanager
+def built(graph: nx.Graph, mtu: int, cluster: Cluster | None = None, tag: str = "",
+          make: type[Network] | None = None) -> Iterator[Any]:
+    """The network of ``graph`` built (as ``make``, a Network by default), every link's MTU ``mtu``, with its
+    run directory and state file; all of it removed on exit, SIGINT and SIGTERM included. The state file and
+    run directory are made with those signals deferred, so an interrupt cannot land between creating them
+    and recording that they exist."""
+    state: RunState | None = None
+    net: Network | None = None
+    run_dir = ""
+    with signals_as_interrupts():
+        try:
+            with signals_deferred():
+                run_dir = tempfile.mkdtemp(prefix=f"innet-{tag}-" if tag else "innet-")
+                state = RunState(os.path.basename(run_dir), run_dir)
+            net = (make or Network)(graph, state, run_dir, mtu, cluster)
+            net.build()
+            yield net
+        finally:
+            with signals_deferred():
+                if net is not None:
+                    net.teardown()
+                if state is not None:
+                    state.remove()
+                elif run_dir and os.path.isdir(run_dir):
+                    os.rmdir(run_dir)
+
+
+class Network:
+    """A built Mininet network and what runs in it, all recorded in ``state``; files in ``run_dir``."""
+
+    def __init__(self, graph: nx.Graph, state: RunState, run_dir: str, mtu: int, cluster: Cluster | None = None) -> None:
+        self.graph = graph
+        self.cluster = cluster
+        self.placement = place(graph, cluster.servers) if cluster is not None else {}
+        self.mtu = mtu
+        self.state = state
+        self.run_dir = run_dir
+        self.net: Any = None
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.controls: list[Any] = []  # innet.backends.mininet.control.Control: closed at teardown
+        self.pcaps = False
+        self.bursts = False  # shaped links send in bursts of BURST_S (innet.backends.mininet.shaper)
+
+    def build(self) -> None:
+        from mininet.link import TCLink
+        from mininet.net import Mininet
+        from mininet.node import Host
+
+        from innet.backends.mininet.remote import RemoteHost, VxlanLink
+
+        graph = self.graph
+        log(f"building {graph.graph.get('name', 'topology')}: {graph.number_of_nodes()} nodes, "
+            f"{graph.number_of_edges()} links")
+        link, host = (VxlanLink, RemoteHost) if self.cluster is not None else (TCLink, Host)
+        if self.cluster is not None:
+            self._connect()
+        remote = {"cluster": self.cluster} if self.cluster is not None else {}
+        self.net = net = Mininet(topo=None, build=False, controller=None, link=link, autoSetMacs=False,
+                                 autoStaticArp=False, waitConnected=False)
+        names = sorted(graph, key=natural_key)
+        self.state.add_intfs([f"{n}-eth{p}" for n in names for p in range(graph.degree(n))])
+        for name in names:
+            with signals_deferred():  # a node's shell is recorded before an interrupt can land
+                node = net.addHost(name, cls=host, ip=None, inNamespace=True,
+                                   **({"server": self.placement[name], **remote} if remote else {}))
+                self.state.add_pid(f"mininet:{name}", node.shell.pid)  # here: a remote node's is its ssh
+        unshaped = 0
+        shaped: list[tuple[str, str, float]] = []
+        for u, v, data in sorted(graph.edges(data=True), key=lambda e: link_name(e[0], e[1])):
+            params: dict[str, float] = {}
+            if data["bw"] <= TCLINK_MAX_MBPS:
+                params = {"bw": data["bw"]}
+                shaped += [(u, f"{u}-eth{port_to(graph, u, v)}", data["bw"]), (v, f"{v}-eth{port_to(graph, v, u)}", data["bw"])]
+            else:
+                unshaped += 1
+            net.addLink(u, v, port1=port_to(graph, u, v), port2=port_to(graph, v, u),
+                        intfName1=f"{u}-eth{port_to(graph, u, v)}", intfName2=f"{v}-eth{port_to(graph, v, u)}", **params)
+        if unshaped:
+            log(f"{unshaped} link(s) above {TCLINK_MAX_MBPS:g} Mbit/s are left unshaped (TCLink cannot shape them)")
+        net.build()
+        for node in net.hosts:
+            node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1")
+            for intf in node.intfNames():
+                if intf != "lo":
+                    node.cmd(f"ethtool -K {intf} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1")
+                    if self.mtu != ETH_MTU:  # frames longer than Ethernet's (--packet-elements): jumbo links
+                        node.cmd(f"ip link set {intf} mtu {self.mtu}")
+        self.bursts = bool(shaped) and self.cluster is None and hold(self.state)
+        for name, intf, bw in shaped:  # strict-priority queues under the shaper (innet.rawport.SOCKET_PRIORITY)
+            error = net.get(name).cmd(f"tc qdisc add dev {intf} parent 5:1 handle 10: pfifo_fast")
+            if self.bursts and not error.strip():  # the shaper's bursts (innet.backends.mininet.shaper)
+                error = net.get(name).cmd(burst_command(intf, bw, self.mtu + ETH_HEADER))
+            if error.strip():
+                raise UserError(f"cannot set up the shaper of {intf}: {error.strip()}")
+
+    def _connect(self) -> None:
+        """One ssh login per server for the run (innet.backends.mininet.cluster.Cluster.master), recorded like every process;
+        teardown ends them last, after Mininet has stopped the nodes through them."""
+        assert self.cluster is not None
+        self.cluster = dataclasses.replace(self.cluster, control_dir=self.run_dir)
+        for server in self.cluster.servers:
+            with signals_deferred():
+                proc = subprocess.Popen(self.cluster.master(server), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, start_new_session=True)
+                self.state.add_pid(f"ssh:{server}", proc.pid)
+        self.cluster.wait_masters()
+
+    def add_ip_network(self) -> None:
+        """Addresses and routes for IP beside innet's frames (innet.backends.mininet.iplane): for torch.distributed."""
+        from innet.backends.mininet.iplane import ip_commands
+
+        for name, commands in ip_commands(self.graph).items():
+            for command in commands:
+                error = self.net.get(name).cmd(command + " 2>&1")
+                if error.strip():
+                    raise UserError(f"cannot set up IP on {name} ({command}): {error.strip()}")
+
+
+    def spawn(self, name: str | None, args: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+        """Start ``args`` inside node ``name`` (or, with None, here), recorded for teardown."""
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        proc: subprocess.Popen[bytes]
+        with signals_deferred():  # a process is recorded before an interrupt can land
+            if name is None:
+                proc = subprocess.Popen(args, env=env, **kw)
+            else:
+                proc = self.net.get(name).popen(args, env=env, **kw)
+            self.procs.append(proc)
+            self.state.add_pid(f"innet:{name or 'root'}", proc.pid)
+        return proc
+
+    def groups(self, names: list[str], wanted: int | None) -> list[list[str]]:
+        """``names`` in the node groups their processes serve (innet.planning.grouping): one each on small runs."""
+        return node_groups(names, group_size(len(names), os.cpu_count() or 1, wanted), self.placement)
+
+    def netns(self, name: str) -> str:
+        return f"/proc/{self.net.get(name).pid}/ns/net"
+
+
+    def write(self, name: str, conf: object) -> str:
+        """Write a node's configuration (innet.node.config) to the run directory; its path."""
+        path = os.path.join(self.run_dir, name)
+        write(path, conf)
+        return path
+
+    def drop_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Every interface's frames dropped so far: at its queue, and by the interface itself."""
+        queue: dict[str, int] = {}
+        interface: dict[str, int] = {}
+        for node in self.net.hosts:
+            queue.update(queue_drops(node))
+            interface.update(interface_drops(node))
+        return queue, interface
+
+    def interface_bytes(self) -> Counters:
+        return {n.name: interface_bytes(n) for n in self.net.hosts}
+
+    def teardown(self) -> None:
+        if self.pcaps:
+            time.sleep(0.5)  # let tcpdump drain what the kernel already captured
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + 2
+        for proc in self.procs:
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+        for ctl in self.controls:
+            ctl.close()
+        if self.net is not None:
+            try:
+                self.net.stop()
+            except Exception as exc:  # noqa: BLE001 - an interrupt inside a node's cmd() leaves Mininet unable to stop
+                log(f"Mininet could not stop the network ({type(exc).__name__}); removing what the run recorded instead")
+        kill_recorded(self.state.data["pids"], grace=0.5)
+        delete_intfs(self.state.data["intfs"])
+        if self.state.data.get(FLAG):
+            release(own=self.state.path)
