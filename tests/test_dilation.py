@@ -1,12 +1,11 @@
 """Time dilation's arithmetic (innet.planning.dilation) and the CLI's factor: rates divided, every given time
 multiplied, every measured time divided, and the flag's errors one line each."""
 
-import argparse
 import os
 
 import pytest
 
-from innet.cli import _dilation, main, parse_dilation
+from innet.cli import main
 from innet.errors import UserError
 from innet.planning.dilation import (
     LOCAL_MIN_RTO,
@@ -19,6 +18,7 @@ from innet.planning.dilation import (
     host_link_rate,
     virtual,
 )
+from innet.planning.options import parse_dilation
 from innet.planning.spec import RunSpec
 from innet.wire.faults import FaultSpec
 from topologies import build
@@ -29,7 +29,7 @@ def test_the_flag_takes_auto_off_or_a_factor_of_at_least_one():
     assert parse_dilation("off") == 1.0
     assert parse_dilation("250") == 250.0
     for bad in ("0.5", "fast", "-3", "nan"):
-        with pytest.raises(UserError, match="--dilation wants auto, off or a factor"):
+        with pytest.raises(ValueError, match="wants auto, off or a factor"):
             parse_dilation(bad)
 
 
@@ -89,25 +89,23 @@ def test_crash_times_are_dilated_and_measured_instants_come_back():
     assert virtual([40.0, 41.0, 44.0], 40) == [1.0, 1.025, 1.1]
 
 
-def _args(**kw):
-    return argparse.Namespace(**{"backend": "mininet", "bw": None, "dilation": "auto", **kw})
+def _spec(**kw):
+    return RunSpec(**{"backend": "mininet", "topo": "star", **kw})
 
 
 def test_dilated_links_must_be_ones_tclink_can_shape():
-    graph = build("star", workers=4, bw=100000)
-    assert _dilation(_args(bw=100000.0, dilation="200"), graph) == (200.0, None)
-    with pytest.raises(UserError, match=r"--bw 100000 is 1000\.5 Mbit/s on the dilated links .* dilate by at least 100,"):
-        _dilation(_args(bw=100000.0, dilation="99.95"), graph)
-    with pytest.raises(UserError, match=r"--bw 2000 is 2000 Mbit/s on the dilated links \(--dilation off: factor 1\)"):
-        _dilation(_args(bw=2000.0, dilation="off"), graph)
+    assert _spec(bw=100000.0, dilation="200").validate().dilation == 200.0
+    with pytest.raises(UserError, match=r"bw 100000 is 1000\.5 Mbit/s on the dilated links .* dilate by at least 100,"):
+        _spec(bw=100000.0, dilation="99.95").validate()
+    with pytest.raises(UserError, match=r"bw 2000 is 2000 Mbit/s on the dilated links \(dilation factor 1\)"):
+        _spec(bw=2000.0, dilation="off").validate()
 
 
 def test_the_local_backend_runs_in_virtual_time_and_refuses_a_factor(capsys):
-    graph = build("star", workers=4, bw=100000)
-    assert _dilation(_args(backend="local", dilation="auto"), graph) == (1.0, None)
-    assert _dilation(_args(backend="local", dilation="off"), graph) == (1.0, None)
-    assert main(["--backend", "local", "--topo", "star", "--dilation", "5", "--plan-only"]) == 0  # plans need no clock
-    assert main(["--backend", "local", "--topo", "star", "--dilation", "5", "--no-plots", "--out", os.devnull]) == 2
+    assert _spec(backend="local", dilation="auto").validate().dilation == "auto"
+    assert _spec(backend="local", dilation="off").validate().dilation == 1.0
+    for extra in (["--plan-only"], ["--no-plots", "--out", os.devnull]):  # the same rules for a plan and a run
+        assert main(["--backend", "local", "--topo", "star", "--dilation", "5", *extra]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["error: --dilation 5 slows Mininet's clock; the local backend runs in virtual time and needs none: "
-                   "use --dilation auto or off there"]
+                   "use --dilation auto or off there"] * 2

@@ -7,10 +7,9 @@ import sys
 
 import pytest
 
-from innet.cli import parse_node_group
-from innet.errors import UserError
 from innet.planning.grouping import group_label, group_size, node_groups, process_count, start_timeout
 from innet.planning.memory import MININET_PER_PROCESS, estimate_bytes
+from innet.planning.options import parse_node_group
 from innet.planning.spec import RunSpec
 from topologies import build
 
@@ -48,7 +47,7 @@ def test_the_start_deadline_grows_with_the_processes_and_the_load():
 def test_the_flag_and_the_memory_estimate():
     assert parse_node_group("auto") is None and parse_node_group("off") == 1 and parse_node_group("8") == 8
     for bad in ("0", "-2", "x"):
-        with pytest.raises(UserError, match="--node-group wants auto, off or a number"):
+        with pytest.raises(ValueError, match="wants auto, off or a number"):
             parse_node_group(bad)
     k8, run = build("fat-tree", k=8), RunSpec(elements=16384)
     grouped, alone = (estimate_bytes(k8, run, "mininet", g, cores=2) for g in (None, 1))
