@@ -1,6 +1,7 @@
 """The calibration behind --dilation auto: its search, and its cache (written once, re-used, measured
 again when the data plane changes). The measurement itself is Mininet's: tests/test_dilation_mininet.py."""
 
+import dataclasses
 import json
 
 import pytest
@@ -38,7 +39,7 @@ def test_the_cache_is_written_once_and_reused(cache):
     ratio_at, calls = ratios({5.0: 1.0, 10.0: 1.02, 20.0: 1.4})
     assert faithful_rate(ratio_at, version="v1") == 10.0
     saved = json.loads(cache.read_text())
-    assert saved["key"] == machine_key("v1") and saved["faithful_mbps"] == 10.0
+    assert saved["key"] == dataclasses.asdict(machine_key("v1")) and saved["faithful_mbps"] == 10.0
     assert saved["ratios"] == {"5": 1.0, "10": 1.02, "20": 1.4}
     assert faithful_rate(ratio_at, version="v1") == 10.0
     assert calls == [5.0, 10.0, 20.0]  # the second run measured nothing

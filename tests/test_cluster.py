@@ -48,7 +48,7 @@ def test_switches_are_dealt_evenly_and_hosts_go_with_their_switch():
     where = place(ft, ("A", "B", "C"))
     assert set(where) == set(ft) and [sum(where[s] == x for s in switches(ft)) for x in "ABC"] == [7, 7, 6]
     figures = cluster_figures(g, three, ("A", "B", "C"), {"s1--t1": 5, "s1--t2": 7, "h1--t1": 9})
-    assert figures["tunnel_bytes"] == {"s1--t1": 5, "s1--t2": 7} and figures["cross_server_bytes"] == 12
+    assert figures.tunnel_bytes == {"s1--t1": 5, "s1--t2": 7} and figures.cross_server_bytes == 12
 
 
 def test_ssh_uses_only_the_given_key_and_host_keys():

@@ -13,8 +13,9 @@ import pytest
 
 import innet.backends.mininet.shaper as shaper
 from innet.backends.local.run import run_local
-from innet.backends.mininet.cleanup import STATE_DIR, records, start_time
+from innet.backends.mininet.cleanup import STATE_DIR, Created, records, start_time
 from innet.backends.mininet.emulation import run_mininet
+from innet.node.codec import from_json
 from innet.planning.spec import RunSpec
 from topologies import build
 
@@ -51,12 +52,16 @@ def our_state_files():
 
 
 def assert_nothing_left(state=None):
+    """No interface or state file of this suite's runs is left; nor, given a run's state (its file's JSON, or
+    its RunState's record), any of its processes or its run directory."""
     assert innet_interfaces() == []
     assert our_state_files() == []
+    if isinstance(state, dict):
+        state = from_json(Created, state)
     if state:
-        for pid, started in state["pids"].values():
+        for pid, started in state.pids.values():
             assert start_time(pid) != started, f"process {pid} of the run is still alive"
-        assert not os.path.exists(state["dir"])
+        assert not os.path.exists(state.dir)
 
 
 @pytest.mark.parametrize("topo,params,elements", [
@@ -229,7 +234,7 @@ def test_an_interrupt_inside_a_nodes_shell_command_still_removes_everything(monk
     pair (3, 12), a host's settings (40), a priority queue (80) of a 2-worker star's build."""
     from mininet.node import Node
 
-    import innet.backends.mininet.emulation as backend
+    import innet.backends.mininet.network as backend
 
     read, reads, states = Node.read, [], []
 
@@ -275,7 +280,7 @@ def test_sigkill_then_clean_removes_the_leftovers():
     assert out.returncode == 0 and out.stdout.startswith(f"cleaned {before + 1} interrupted run(s)"), out.stdout
     assert_nothing_left(state)
     assert state.get(shaper.FLAG)  # the killed run relied on htb's hysteresis mode; if it turned it on, --clean turns it off
-    if mode_was_off and not any(live and data.get(shaper.FLAG) for _, data, live in records()):
+    if mode_was_off and not any(live and data.htb_hysteresis for _, data, live in records()):
         assert htb_hysteresis() == "0" and "turned htb's hysteresis mode off" in out.stdout
 
 

@@ -59,7 +59,7 @@ def test_a_mode_someone_else_turned_on_is_left_on(machine, tmp_path):
 def test_a_dead_runs_record_does_not_keep_the_mode_on(machine, tmp_path):
     dead = run_record("dead", tmp_path)
     assert hold(dead)
-    dead.data["runner"] = [4_194_304, 1]  # no process has this pid (the kernel's pid_max): its runner died
+    dead.data.runner = (4_194_304, 1)  # no process has this pid (the kernel's pid_max): its runner died
     dead.save()
     assert release() and machine.read_text() == "0"
     assert json.loads(Path(dead.path).read_text())["htb_hysteresis"]  # its record is --clean's to remove
@@ -68,7 +68,7 @@ def test_a_dead_runs_record_does_not_keep_the_mode_on(machine, tmp_path):
 def test_where_the_switch_cannot_be_read_links_keep_per_frame_shaping(machine, tmp_path):
     machine.unlink()
     run = run_record("a", tmp_path)
-    assert not hold(run) and "htb_hysteresis" not in run.data
+    assert not hold(run) and not run.data.htb_hysteresis
     assert not release(own=run.path)
 
 

@@ -71,6 +71,19 @@ class _SharedLink:
         return done
 
 
+def _tails_and_caps(graph: nx.Graph, paths: list[list[tuple[str, str]]], slots: int, per_packet: int, hop: float,
+                    delay: Delay) -> tuple[list[float], list[float]]:
+    """Each worker's round trip for one packet to the PBox and back, and the rate its pushes can reach: its
+    path's slowest link, or the slots' window over that round trip."""
+    tails, caps = [], []
+    for path in paths:
+        back = [(v, u) for u, v in reversed(path)]
+        tail = one_way(graph, path, frame_bytes(per_packet), hop, delay) + one_way(graph, back, frame_bytes(per_packet + 1), hop, delay)
+        tails.append(tail)
+        caps.append(min(min(link_rate(graph, u, v) for u, v in path), slots * frame_bytes(per_packet) / tail))
+    return tails, caps
+
+
 def consistency_time(graph: nx.Graph, run: RunSpec, plan: JobPlan, per_packet: int, hop: float,
                      delay: Delay = lambda u, v: 0.0) -> float:
     """Predicted seconds from the first compute to the last worker's final read (see module doc)."""
@@ -78,19 +91,13 @@ def consistency_time(graph: nx.Graph, run: RunSpec, plan: JobPlan, per_packet: i
     workers, iterations = list(plan.workers), run.iterations
     n, cons = len(workers), run.parameter_server()
     sizes = [min(per_packet, run.elements - k) for k in range(0, run.elements, per_packet)]
-    push = float(sum(frame_bytes(c) for c in sizes))
-    answer = float(sum(frame_bytes(c + 1) for c in sizes))
+    push, answer = float(sum(frame_bytes(c) for c in sizes)), float(sum(frame_bytes(c + 1) for c in sizes))
     final_push = float(len(sizes) * frame_bytes(0))
     compute = [run.compute_times(w, plan.job, rank) + [0.0] for rank, w in enumerate(workers)]
     paths = [path_links(graph, w, plan.pbox) for w in workers]
     into = paths[0][-1]
     incoming, outgoing = _SharedLink(link_rate(graph, *into)), _SharedLink(link_rate(graph, into[1], into[0]))
-    tails, caps = [], []
-    for path in paths:
-        back = [(v, u) for u, v in reversed(path)]
-        tail = one_way(graph, path, frame_bytes(per_packet), hop, delay) + one_way(graph, back, frame_bytes(per_packet + 1), hop, delay)
-        tails.append(tail)
-        caps.append(min(min(link_rate(graph, u, v) for u, v in path), plan.slots * frame_bytes(per_packet) / tail))
+    tails, caps = _tails_and_caps(graph, paths, plan.slots, per_packet, hop, delay)
 
     def waits_for(t: int) -> int:  # the iteration every worker must have pushed before (w, t) is answered
         return t if t >= iterations else t - int(min(cons.bound, t + 1))

@@ -6,16 +6,18 @@ import hashlib
 import re
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Protocol
 
 import networkx as nx
 import numpy as np
 
 from innet.graph import natural_key
 from innet.hosts.learner import Learner
+from innet.hosts.ssp import SSPWorker
 from innet.hosts.training import iteration_stats
+from innet.hosts.worker import WorkerProcess
 from innet.planning.planner import JobPlan
 from innet.planning.spec import RunSpec
 from innet.results.learning import training_figures
@@ -103,23 +105,24 @@ class WorkerOutcome:
     history: list[tuple[float, float]] = field(default_factory=list)  # training runs: (test accuracy, loss) per epoch
 
 
-def learned(tensors: Any, error: Any) -> dict[str, Any]:
-    """A training run's worker's figures: the gradients it sent and, if it finished, its accuracy per epoch."""
+def learned(tensors: object, error: object) -> tuple[list[np.ndarray], list[tuple[float, float]]]:
+    """A training run's worker's figures: the gradients it sent and, if it finished (no ``error``), its test
+    accuracy and loss per epoch; nothing for a worker that reduced seeded tensors."""
     if not isinstance(tensors, Learner):
-        return {}
-    return {"inputs": list(tensors.sent), "history": tensors.history() if error is None else []}
+        return [], []
+    return list(tensors.sent), tensors.history() if error is None else []
 
 
-def training_outcome(worker: Any) -> WorkerOutcome:
+def training_outcome(worker: SSPWorker) -> WorkerOutcome:
     """A finished SSPWorker's outcome: its final parameters, iterations and the staleness it read."""
     final = [worker.final] if worker.done_at is not None else []
     floats = [fixedpoint.dequantize(worker.final, worker.scale)] if final and worker.scale is not None else []
     return WorkerOutcome(worker.spec.job, worker.spec.rank, final, floats, worker.started, worker.finished,
                          worker.retransmissions, str(worker.error) if worker.error else "", [], worker.staleness,
-                         worker.scale or 0, **learned(worker.tensors, worker.error if final else "unfinished"))
+                         worker.scale or 0, *learned(worker.tensors, worker.error if final else "unfinished"))
 
 
-def outcome_of(proc: Any) -> WorkerOutcome:
+def outcome_of(proc: WorkerProcess) -> WorkerOutcome:
     """A finished WorkerProcess's outcome (the fabric's, or a Mininet host's before it saves it)."""
     calls = proc.calls_in_order()  # by tensor: a P3 worker begins them in another order
     done = [c for c in calls if c.finished_at is not None]
@@ -127,12 +130,25 @@ def outcome_of(proc: Any) -> WorkerOutcome:
         proc.spec.job, proc.spec.rank, [c.result_int for c in done], [c.result for c in done],
         [c.started_at if c.started_at is not None else float("nan") for c in calls],
         [c.finished_at if c.finished_at is not None else float("nan") for c in calls],
-        sum(c.retransmissions for c in calls), str(proc.error) if proc.error else "", proc.compute_starts,
-        **learned(proc.tensors, proc.error if len(done) == len(proc.tensors) else "unfinished"),
+        sum(c.retransmissions for c in calls), str(proc.error) if proc.error else "", proc.compute_starts, [], 0,
+        *learned(proc.tensors, proc.error if len(done) == len(proc.tensors) else "unfinished"),
     )
 
 
-def training_summary(run: RunSpec, workers: Sequence[WorkerOutcome]) -> dict[str, Any]:
+Figure = str | int | float | None  # one of a job's own figures in results.json
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """A job's verdict before it is a record: exact or not, its error and time, and its own figures."""
+
+    correct: bool
+    max_abs_error: float
+    completion_s: float
+    figures: dict[str, Figure]
+
+
+def training_summary(run: RunSpec, workers: Sequence[WorkerOutcome]) -> JobSummary:
     """A consistency run's verdict: every worker ends with the exact sum of every worker's gradients of every
     iteration (at the run's one scale); the staleness read, against the bound; iterations per second."""
     inputs = [w.inputs or run.tensors(w.job, w.rank) for w in workers]
@@ -148,14 +164,13 @@ def training_summary(run: RunSpec, workers: Sequence[WorkerOutcome]) -> dict[str
     reads = [s for w in workers for s in w.staleness]
     spans = [w.finished[run.iterations - 1] - w.started[0] for w in workers if len(w.finished) > run.iterations - 1]
     ends = [w.finished[-1] for w in workers if w.finished]
-    return {
-        "correct": correct, "max_abs_error": max_err,
-        "completion_s": max(ends) - min(w.started[0] for w in workers) if ends and len(ends) == len(workers) else float("nan"),
+    return JobSummary(correct, max_err, max(ends) - min(w.started[0] for w in workers)
+                      if ends and len(ends) == len(workers) else float("nan"), {
         "consistency": run.consistency, "staleness_bound": run.parameter_server().json_bound,
         "max_staleness": int(max(reads, default=0)), "mean_staleness": float(np.mean(reads)) if reads else 0.0,
         "iterations_per_s": float(np.mean([run.iterations / s for s in spans])) if spans else 0.0,
         "slowest_worker_iterations_per_s": min((run.iterations / s for s in spans), default=0.0),
-    }
+    })
 
 
 def job_summary(run: RunSpec, plan: JobPlan, outcome: str, workers: Sequence[WorkerOutcome]) -> JobRecord:
@@ -163,19 +178,18 @@ def job_summary(run: RunSpec, plan: JobPlan, outcome: str, workers: Sequence[Wor
     workers = sorted(workers, key=lambda w: w.rank)
     errors = sorted({w.error for w in workers if w.error})
     summary = training_summary(run, workers) if run.consistency else allreduce_summary(run, workers)
-    if summary.get("first_difference") and not errors:  # wrong without any error: say where
-        errors = [f"job {plan.job}: result differs from {run.operator.name} of the inputs: {summary['first_difference']}"]
+    if summary.figures.get("first_difference") and not errors:  # wrong without any error: say where
+        errors = [f"job {plan.job}: result differs from {run.operator.name} of the inputs: {summary.figures['first_difference']}"]
     return JobRecord(
         job=plan.job, workers=tuple(plan.workers), placement=plan.method, outcome=outcome, priority=run.band(plan.job),
-        correct=summary["correct"] and not errors and len(workers) == len(plan.workers),
-        max_abs_error=summary["max_abs_error"], completion_s=summary["completion_s"],
+        correct=summary.correct and not errors and len(workers) == len(plan.workers),
+        max_abs_error=summary.max_abs_error, completion_s=summary.completion_s,
         retransmissions=sum(w.retransmissions for w in workers), errors=tuple(errors),
-        result_digest=result_digest([w.ints for w in workers]),
-        figures={k: v for k, v in summary.items() if k not in ("correct", "max_abs_error", "completion_s")},
+        result_digest=result_digest([w.ints for w in workers]), figures=summary.figures,
     )
 
 
-def allreduce_summary(run: RunSpec, workers: Sequence[WorkerOutcome]) -> dict[str, Any]:
+def allreduce_summary(run: RunSpec, workers: Sequence[WorkerOutcome]) -> JobSummary:
     """All-reduce calls' verdict: every call's exact sum, the median call time and, with a workload,
     the training schedule's figures."""
     inputs = [w.inputs or run.tensors(w.job, w.rank) for w in workers]
@@ -191,12 +205,23 @@ def allreduce_summary(run: RunSpec, workers: Sequence[WorkerOutcome]) -> dict[st
     if training is not None and workers and all(not np.isnan(w.finished).any() for w in workers):
         per_worker = [iteration_stats(training, w.compute_starts, w.finished) for w in workers]
         stats = {k: max(p[k] for p in per_worker) for k in per_worker[0]} if per_worker[0] else {}
-    return {**stats, "correct": correct, "max_abs_error": max_err, "first_difference": first,
-            "completion_s": statistics.median(times) if times else float("nan")}
+    return JobSummary(correct, max_err, statistics.median(times) if times else float("nan"),
+                      {**stats, "first_difference": first})
 
 
-def run_record(graph: nx.Graph, run: RunSpec, rp: Any, backend: str, outcomes: Sequence[WorkerOutcome],
-               link_bytes: dict[str, int], drops: dict[str, int], **extra: Any) -> RunRecord:
+class Planned(Protocol):
+    """What a run record needs of the run's plan (innet.schemes.modes.RunPlan, a layer above)."""
+
+    @property
+    def plans(self) -> Sequence[JobPlan]: ...
+    @property
+    def outcomes(self) -> Mapping[int, str]: ...
+    @property
+    def per_packet(self) -> int: ...
+
+
+def run_record(graph: nx.Graph, run: RunSpec, rp: Planned, backend: str, outcomes: Sequence[WorkerOutcome],
+               link_bytes: dict[str, int], drops: dict[str, int], **extra: object) -> RunRecord:
     """A run's record (``extra``: the backend's own figures).
 
     With several jobs, ``jobs`` holds each one's verdict; the top-level fields
@@ -250,7 +275,7 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Any, backend: str, outcomes: S
                 **{k: max(figures(k)) for k in ("iteration_s", "compute_s", "comm_wait_s", "next_forward_wait_s")
                    if k in jobs[0].figures}}
                if run.workload else {}),
-            **(training_figures(run, outcomes) if run.train else {}),
+            **(asdict(training_figures(run, outcomes)) if run.train else {}),
             **extra,
         },
     )

@@ -4,6 +4,7 @@ accuracy; and how each scheme compares with the exact float baseline."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from innet.planning.spec import RunSpec
@@ -14,7 +15,30 @@ def scheme(run: RunSpec) -> str:
     return "topk" if run.topk else run.consistency or run.mode
 
 
-def training_figures(run: RunSpec, outcomes: Sequence[Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Epoch:
+    epoch: int
+    accuracy: float  # test accuracy after it
+    loss: float
+    time_s: float  # emulated seconds from the first step's start to the epoch's last reduction
+
+
+@dataclass(frozen=True)
+class TrainingFigures:
+    """A training run's figures in its record (results.json's fields of that name)."""
+
+    train: str
+    model: str
+    scheme: str
+    epochs: list[Epoch]
+    accuracy: float
+    loss: float
+    target_accuracy: float
+    time_to_target_s: float | None
+    time_per_epoch_s: float
+
+
+def training_figures(run: RunSpec, outcomes: Sequence[Any]) -> TrainingFigures:
     """From job 1's rank 0 (every worker of an all-reduce holds the same weights; under SSP/ASP rank 0's
     are its own stale view until the final read): accuracy and loss after each epoch, and when the
     epoch's last reduction came back, in emulated seconds from the start of its first step."""
@@ -25,15 +49,13 @@ def training_figures(run: RunSpec, outcomes: Sequence[Any]) -> dict[str, Any]:
     for e, (accuracy, loss) in enumerate(first.history):
         end = (e + 1) * task.steps_per_epoch - 1
         time_s = first.finished[end] - origin if end < len(first.finished) else float("nan")
-        epochs.append({"epoch": e + 1, "accuracy": accuracy, "loss": loss, "time_s": time_s})
-    reached = [ep["time_s"] for ep in epochs if ep["accuracy"] >= task.target]
-    return {
-        "train": run.train, "model": run.model, "scheme": scheme(run), "epochs": epochs,
-        "accuracy": epochs[-1]["accuracy"] if epochs else float("nan"),
-        "loss": epochs[-1]["loss"] if epochs else float("nan"),
-        "target_accuracy": task.target, "time_to_target_s": reached[0] if reached else None,
-        "time_per_epoch_s": epochs[-1]["time_s"] / len(epochs) if epochs else float("nan"),
-    }
+        epochs.append(Epoch(e + 1, accuracy, loss, time_s))
+    reached = [ep.time_s for ep in epochs if ep.accuracy >= task.target]
+    return TrainingFigures(
+        run.train, run.model, scheme(run), epochs, epochs[-1].accuracy if epochs else float("nan"),
+        epochs[-1].loss if epochs else float("nan"), task.target, reached[0] if reached else None,
+        epochs[-1].time_s / len(epochs) if epochs else float("nan"),
+    )
 
 
 def learning_lines(runs: Sequence[Any], exact: float | None) -> list[str]:

@@ -21,9 +21,10 @@ import json
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
 
 from innet.errors import UserError
+from innet.node.codec import from_json, to_json
 
 RATES = (2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)  # Mbit/s, real, tried in order
 TARGET_MBPS = 100000.0  # the virtual rate calibrated at: the seeds' 100 Gbit/s
@@ -70,9 +71,29 @@ def cpu_model() -> str:
     return "unknown"
 
 
-def machine_key(version: str | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class MachineKey:
     """What a calibration is valid for: this CPU, this many cores, this data plane."""
-    return {"cpu": cpu_model(), "cores": os.cpu_count() or 1, "data_plane": version or data_plane_version()}
+
+    cpu: str
+    cores: int
+    data_plane: str
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The cached calibration (``calibration.json``): the faithful rate, and the ratios it was found from."""
+
+    key: MachineKey
+    faithful_mbps: float
+    target_mbps: float
+    tolerance: float
+    ratios: dict[str, float]  # real rate (Mbit/s) -> Mininet's completion time over the local backend's
+    when: str
+
+
+def machine_key(version: str | None = None) -> MachineKey:
+    return MachineKey(cpu_model(), os.cpu_count() or 1, version or data_plane_version())
 
 
 def search(ratio_at: Callable[[float], float], rates: tuple[float, ...] | None = None) -> tuple[float, dict[str, float]]:
@@ -98,16 +119,15 @@ def faithful_rate(ratio_at: Callable[[float], float] | None = None, version: str
     path = os.path.join(cache_dir(), "calibration.json")
     if not again:
         cached = _read(path)
-        if cached is not None and cached.get("key") == key:
-            return float(cached["faithful_mbps"])
+        if cached is not None and cached.key == key:
+            return float(cached.faithful_mbps)
     _log("calibrating time dilation (once per machine and data plane; a few Mininet runs)")
     rate, measured = search(ratio_at or measured_ratio, rates)
-    record = {"key": key, "faithful_mbps": rate, "target_mbps": TARGET_MBPS, "tolerance": TOLERANCE,
-              "ratios": measured, "when": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+    record = Calibration(key, rate, TARGET_MBPS, TOLERANCE, measured, time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path + ".tmp", "w", encoding="utf-8") as fh:
-            json.dump(record, fh, indent=1)
+            json.dump(to_json(record), fh, indent=1)
         os.replace(path + ".tmp", path)
     except OSError as exc:
         raise UserError(f"cannot write the dilation calibration to {path}: {exc.strerror}; "
@@ -116,13 +136,13 @@ def faithful_rate(ratio_at: Callable[[float], float] | None = None, version: str
     return rate
 
 
-def _read(path: str) -> dict[str, Any] | None:
+def _read(path: str) -> Calibration | None:
+    """The cached calibration; None when there is none, or it is not one this version can read."""
     try:
         with open(path, encoding="utf-8") as fh:
-            data: dict[str, Any] = json.load(fh)
-    except (OSError, ValueError):
+            return from_json(Calibration, json.load(fh))
+    except (OSError, ValueError, TypeError, AttributeError):
         return None
-    return data
 
 
 def measured_ratio(rate: float) -> float:

@@ -16,9 +16,12 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
+from dataclasses import dataclass, field
+
+from innet.node.codec import from_json, to_json
 
 STATE_DIR = "/run/innet"
+Process = tuple[int, int | None]  # a recorded process: its pid and its start time (innet.backends.mininet.cleanup.start_time)
 
 
 def start_time(pid: int) -> int | None:
@@ -31,32 +34,45 @@ def start_time(pid: int) -> int | None:
     return None if fields[0] in ("Z", "X") else int(fields[19])
 
 
+@dataclass
+class Created:
+    """What one run created, as its state file holds it: read by ``--clean`` in another process, maybe after
+    the run was killed."""
+
+    runner: Process  # the process that runs it: the run is live while it is
+    parent: int
+    argv: list[str]
+    dir: str  # its run directory
+    pids: dict[str, Process] = field(default_factory=dict)  # "label:pid" -> the process
+    intfs: list[str] = field(default_factory=list)  # its interfaces in the root namespace (a veth's end is there first)
+    htb_hysteresis: bool = False  # it relies on htb's hysteresis mode (innet.backends.mininet.shaper)
+
+
 class RunState:
     """The record of one run; written to disk on every change."""
 
     def __init__(self, run_id: str, run_dir: str) -> None:
         os.makedirs(STATE_DIR, exist_ok=True)
         self.path = os.path.join(STATE_DIR, f"{run_id}.json")
-        self.data: dict[str, Any] = {"runner": [os.getpid(), start_time(os.getpid())], "parent": os.getppid(),
-                                     "argv": sys.argv, "dir": run_dir, "pids": {}, "intfs": []}
+        self.data = Created((os.getpid(), start_time(os.getpid())), os.getppid(), sys.argv, run_dir)
         self.save()
 
     def save(self) -> None:
         tmp = self.path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(self.data, fh)
+            json.dump(to_json(self.data), fh)
         os.replace(tmp, self.path)
 
     def add_pid(self, label: str, pid: int) -> None:
-        self.data["pids"][f"{label}:{pid}"] = [pid, start_time(pid)]
+        self.data.pids[f"{label}:{pid}"] = (pid, start_time(pid))
         self.save()
 
     def add_intfs(self, names: list[str]) -> None:
-        self.data["intfs"].extend(names)
+        self.data.intfs.extend(names)
         self.save()
 
     def remove(self) -> None:
-        for path in (self.path, self.data["dir"]):
+        for path in (self.path, self.data.dir):
             if os.path.isdir(path):
                 shutil.rmtree(path, ignore_errors=True)
             elif os.path.exists(path):
@@ -67,7 +83,7 @@ def _alive(pid: int, started: int | None) -> bool:
     return started is not None and start_time(pid) == started
 
 
-def kill_recorded(pids: dict[str, list[Any]], grace: float = 1.0) -> int:
+def kill_recorded(pids: dict[str, Process], grace: float = 1.0) -> int:
     """SIGTERM, then SIGKILL, every recorded process that is still the same process."""
     live = [(pid, st) for pid, st in pids.values() if _alive(pid, st)]
     for pid, _ in live:
@@ -94,7 +110,7 @@ def delete_intfs(names: list[str]) -> int:
     return removed
 
 
-def records() -> list[tuple[str, dict[str, Any], bool]]:
+def records() -> list[tuple[str, Created, bool]]:
     """Every run's record: (path, record, whether its runner is still running). Unreadable records are removed."""
     if not os.path.isdir(STATE_DIR):
         return []
@@ -105,11 +121,11 @@ def records() -> list[tuple[str, dict[str, Any], bool]]:
         path = os.path.join(STATE_DIR, entry)
         try:
             with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
-        except (OSError, ValueError):
+                data = from_json(Created, json.load(fh))
+        except (OSError, ValueError, TypeError, AttributeError):
             os.unlink(path)
             continue
-        runner, started = data["runner"]
+        runner, started = data.runner
         out.append((path, data, runner == os.getpid() or _alive(runner, started)))
     return out
 
@@ -121,12 +137,12 @@ def clean_leftovers() -> str:
     cleaned = procs = intfs = 0
     running = 0
     for path, data, live in records():
-        if live and data["runner"][0] != os.getpid():
+        if live and data.runner[0] != os.getpid():
             running += 1
             continue
-        procs += kill_recorded(data["pids"])
-        intfs += delete_intfs(data["intfs"])
-        shutil.rmtree(data["dir"], ignore_errors=True)
+        procs += kill_recorded(data.pids)
+        intfs += delete_intfs(data.intfs)
+        shutil.rmtree(data.dir, ignore_errors=True)
         os.unlink(path)
         cleaned += 1
     note = f"; left {running} run(s) that are still running" if running else ""

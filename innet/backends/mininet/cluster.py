@@ -25,7 +25,6 @@ import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 import networkx as nx
 
@@ -138,9 +137,17 @@ def tunnels(graph: nx.Graph, placement: dict[str, str]) -> list[str]:
     return sorted((link_name(u, v) for u, v in graph.edges if placement[u] != placement[v]), key=natural_key)
 
 
-def cluster_figures(graph: nx.Graph, placement: dict[str, str], servers: tuple[str, ...],
-                    link_bytes: dict[str, int]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ClusterFigures:
     """The run record's ``cluster``: where each node ran, and the bytes that crossed servers, per tunnel and in all."""
+
+    servers: dict[str, list[str]]
+    tunnel_bytes: dict[str, int]
+    cross_server_bytes: int
+
+
+def cluster_figures(graph: nx.Graph, placement: dict[str, str], servers: tuple[str, ...],
+                    link_bytes: dict[str, int]) -> ClusterFigures:
     crossed = {name: link_bytes[name] for name in tunnels(graph, placement)}
-    return {"servers": {s: sorted((n for n, p in placement.items() if p == s), key=natural_key) for s in servers},
-            "tunnel_bytes": crossed, "cross_server_bytes": sum(crossed.values())}
+    return ClusterFigures({s: sorted((n for n, p in placement.items() if p == s), key=natural_key) for s in servers},
+                          crossed, sum(crossed.values()))

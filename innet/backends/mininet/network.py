@@ -25,7 +25,7 @@ import networkx as nx
 
 from innet.backends.mininet.cleanup import RunState, delete_intfs, kill_recorded
 from innet.backends.mininet.cluster import Cluster, place
-from innet.backends.mininet.shaper import FLAG, burst_command, hold, release
+from innet.backends.mininet.shaper import burst_command, hold, release
 from innet.errors import UserError
 from innet.graph import link_name, natural_key, port_to
 from innet.node.codec import write
@@ -277,7 +277,7 @@ class Network:
                 self.net.stop()
             except Exception as exc:  # noqa: BLE001 - an interrupt inside a node's cmd() leaves Mininet unable to stop
                 log(f"Mininet could not stop the network ({type(exc).__name__}); removing what the run recorded instead")
-        kill_recorded(self.state.data["pids"], grace=0.5)
-        delete_intfs(self.state.data["intfs"])
-        if self.state.data.get(FLAG):
+        kill_recorded(self.state.data.pids, grace=0.5)
+        delete_intfs(self.state.data.intfs)
+        if self.state.data.htb_hysteresis:
             release(own=self.state.path)

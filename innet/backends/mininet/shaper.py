@@ -70,7 +70,7 @@ def hold(state: RunState) -> bool:
             on = _read() != "0"
         except OSError:  # htb not loaded, or /sys read-only here
             return False
-        state.data[FLAG] = True
+        state.data.htb_hysteresis = True
         state.save()
         if on:
             return True
@@ -87,7 +87,7 @@ def release(own: str | None = None) -> bool:
     """Turn the mode off if an innet run turned it on and no live run but ``own`` (a record's path) relies on
     it: whether it was turned off."""
     with _locked():
-        if not os.path.exists(MARKER) or any(live and path != own and data.get(FLAG)
+        if not os.path.exists(MARKER) or any(live and path != own and data.htb_hysteresis
                                              for path, data, live in records()):
             return False
         try:
