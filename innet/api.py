@@ -27,7 +27,7 @@ from innet.errors import UserError
 from innet.graph import host_link_rate
 from innet.planning.planner import JobPlan
 from innet.planning.prediction import run_link_bytes
-from innet.planning.spec import FAULT_HELP, MODES, TCLINK_MAX_MBPS, RunSpec, program_of
+from innet.planning.spec import FAULT_HELP, MODES, TCLINK_MAX_MBPS, RunSpec, program_of, shapeable
 from innet.results.record import RunRecord
 from innet.results.report import ExactTraining, Report
 from innet.wire.faults import FaultSpec
@@ -81,8 +81,7 @@ def _backend(backend: str) -> str:
 def mode_specs(spec: RunSpec, graph: nx.Graph) -> list[RunSpec]:
     """One spec per run ``spec`` asks for: its mode, or with ``mode="all"`` innet, pbox and ring (gloo too on
     Mininet where it applies; a training run: every scheme of innet.schemes.learn)."""
-    base = replace(spec, workers=None if spec.topo == "star" else spec.workers,
-                   staleness=spec.staleness if spec.consistency == "ssp" else 0)
+    base = replace(spec, workers=None if spec.topo == "star" else spec.workers)
     if spec.train and spec.mode == "all":
         from innet.schemes.learn import scheme_specs
 
@@ -155,7 +154,9 @@ def dilation_of(graph: nx.Graph, spec: RunSpec) -> float:
     from innet.schemes.modes import auto_dilation
 
     faithful = faithful_rate()
-    replace(spec, dilation=auto_factor(host_link_rate(graph), faithful)).validate()  # links TCLink can shape
+    wrong = shapeable(spec, auto_factor(host_link_rate(graph), faithful))
+    if wrong:
+        raise UserError(wrong)
     return auto_dilation(graph, spec, program_of(spec), faithful)
 
 

@@ -385,9 +385,14 @@ def _backend(s: RunSpec) -> str | None:
                 "none: use {dilation} auto or off there")
     if s.mode == "gloo" and s.backend == "local":
         return "{mode} gloo runs torch.distributed between Mininet hosts: it needs {backend} mininet (and root)"
-    if isinstance(s.dilation, float) and s.bw is not None and s.bw / s.dilation > TCLINK_MAX_MBPS:
-        return (f"{{bw}} {s.bw:g} is {s.bw / s.dilation:g} Mbit/s on the dilated links ({{dilation}} factor "
-                f"{s.dilation:g}), above the {TCLINK_MAX_MBPS:g} TCLink can shape: dilate by at least "
+    return shapeable(s, s.dilation) if isinstance(s.dilation, float) else None
+
+
+def shapeable(s: RunSpec, factor: float) -> str | None:
+    """Why ``s``'s links dilated by ``factor`` are ones TCLink cannot shape, or None."""
+    if s.bw is not None and s.backend == "mininet" and s.bw / factor > TCLINK_MAX_MBPS:
+        return (f"{{bw}} {s.bw:g} is {s.bw / factor:g} Mbit/s on the dilated links ({{dilation}} factor "
+                f"{factor:g}), above the {TCLINK_MAX_MBPS:g} TCLink can shape: dilate by at least "
                 f"{s.bw / TCLINK_MAX_MBPS:g}, or use the local backend")
     return None
 
