@@ -67,7 +67,7 @@ def test_a_runs_directory_is_private_unpredictable_and_recorded_then_removed(mon
         def teardown(self) -> None:
             pass
 
-    with network.built(nx.Graph(), 1500, make=Bare) as one, network.built(nx.Graph(), 1500, make=Bare) as two:
+    with network.built(nx.Graph(), 1500, Bare) as one, network.built(nx.Graph(), 1500, Bare) as two:
         assert one.run_dir != two.run_dir and os.path.basename(one.run_dir).startswith("innet-")
         assert os.stat(one.run_dir).st_mode & 0o777 == 0o700
         with open(one.state.path) as fh:
