@@ -13,6 +13,7 @@ import numpy as np
 
 from innet.errors import UserError
 from innet.graph import host_link_rate, link_name
+from innet.hosts.background import BackgroundSpec, parse_background
 from innet.hosts.learner import Learner
 from innet.hosts.model import Task
 from innet.hosts.ssp import Consistency
@@ -94,6 +95,10 @@ class RunSpec:
     job_priority: tuple[int, ...] = option((), group="job", metavar="B[,B...]", parse=parse_bands,
                                            help=f"priority band of each job's packets in every port's strict-priority "
                                                 f"queues, job 1 first (0 = most urgent, up to {BANDS - 1}; default 0 for all)")
+    background: BackgroundSpec = option(
+        factory=BackgroundSpec, group="faults", metavar="PATTERN:LOAD", parse=parse_background,
+        help="other tenants' traffic competing with the job: permutation, all-to-all, incast or hotspot:LINK, at LOAD "
+             "(a fraction of link rate), e.g. permutation:0.5; the report adds its throughput and utilisation.csv")
     link_faults: tuple[tuple[str, FaultSpec], ...] = option(
         (), group="faults", flag="--fault", metavar="LINK:K=V,...", parse=parse_link_fault, repeat=True,
         help="faults on one link (a--b) or one direction (a->b) instead, e.g. h3--t2:delay=0.01 (a straggler) or "
@@ -430,6 +435,8 @@ def _check_graph(s: RunSpec, graph: nx.Graph) -> None:
     for host, _ in s.crash:
         if host not in graph or graph.nodes[host].get("role") != "host":
             raise UserError(f"{{crash}} names {host!r}, which is not a host of this topology")
+    if s.background.link and not graph.has_edge(*s.background.link.split("--")[:2]):
+        raise UserError(f"{{background}} names link {s.background.link}, which this topology does not have")
     for link, _ in s.link_faults:
         ends = link.split("->") if "->" in link else link.split("--")
         if not graph.has_edge(*ends):

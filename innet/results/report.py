@@ -72,6 +72,8 @@ class Report:
         out = [self.table(), *(fidelity_line(r) for r in runs)]
         out += job_lines(runs) + training_lines(runs) + input_lines(runs)
         out += learning_lines(runs, self.exact.accuracy if self.exact else None) + cluster_lines(runs)
+        out += [f"{r.mode}: background {b.pattern}: {b.flows} flows, offered {b.offered_mbps:g} Mbit/s, delivered "
+                f"{b.delivered_mbps:g} Mbit/s while the job ran" for r in runs if (b := r.figures.get("background"))]
         return out + ([self.prediction] if self.prediction else [])
 
     def to_json(self) -> dict[str, Any]:
@@ -90,6 +92,7 @@ class Report:
         files = [os.path.join(out, "results.json"), os.path.join(out, "links.csv")]
         self.write_json(files[0])
         write_link_csv(files[1], self.graph, runs)
+        files += _write_utilisation(out, runs, plots)
         if plots:
             from innet.results.plots import write_plots
 
@@ -101,3 +104,22 @@ class Report:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with open(path, "w", encoding="utf-8") as fh:
             json.dump(self.to_json(), fh, indent=2)
+
+
+def _write_utilisation(out: str, runs: list[RunRecord], plots: bool) -> list[str]:
+    """utilisation.csv (and utilisation.png, the first run's) for runs that sampled their links (background
+    traffic ran)."""
+    from innet.results.utilisation import Utilisation, plot_utilisation, write_utilisation_csv
+
+    sampled = [(r.mode, r.figures["utilisation"]) for r in runs if isinstance(r.figures.get("utilisation"), Utilisation)]
+    if not sampled:
+        return []
+    path = os.path.join(out, "utilisation.csv")
+    if os.path.exists(path):
+        os.remove(path)
+    for mode, util in sampled:
+        write_utilisation_csv(path, util, mode)
+    if not plots:
+        return [path]
+    plot_utilisation(sampled[0][1], os.path.join(out, "utilisation.png"))
+    return [path, os.path.join(out, "utilisation.png")]

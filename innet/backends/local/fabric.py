@@ -19,13 +19,15 @@ import networkx as nx
 import numpy as np
 
 from innet.graph import link_name, ports
+from innet.hosts.background import BACKGROUND_JOB
 from innet.hosts.endpoint import Endpoint
 from innet.results.progress import Progress
 from innet.switch.runtime import SwitchRuntime
 from innet.wire.faults import FaultInjector, FaultSpec, fault_seed
-from innet.wire.packet import BANDS, TOS_OFFSET
+from innet.wire.packet import BANDS, HEADER_OFFSET, TOS_OFFSET
 
 Frame = bytes
+BACKGROUND_TAG = BACKGROUND_JOB.to_bytes(2, "big")  # a background frame's job field
 
 
 @dataclass
@@ -42,6 +44,7 @@ class LinkDirection:
     free_at: float = 0.0
     packets: int = 0
     bytes: int = 0
+    background_bytes: int = 0  # of ``bytes``, background traffic's (innet.hosts.background)
     queues: list[deque[Frame]] = field(default_factory=lambda: [deque() for _ in range(BANDS)])
     waking: bool = False  # a wake-up is scheduled for when the link is free
     clean: bool = field(init=False)  # no faults: every frame arrives once, after the latency
@@ -81,6 +84,7 @@ class Fabric:
         self._timer_at: dict[int, float] = {}
         self.events_run = 0
         self.hosts_moved = True  # an endpoint has run since the run loop last asked which are done
+        self.background = False  # background traffic runs: count its bytes apart
 
     # -- wiring -----------------------------------------------------------
     def add_switch(self, name: str, runtime: SwitchRuntime) -> None:
@@ -103,6 +107,8 @@ class Fabric:
         link = self.out_links[node][port]
         link.packets += 1
         link.bytes += len(frame)
+        if self.background and frame[HEADER_OFFSET:HEADER_OFFSET + 2] == BACKGROUND_TAG:
+            link.background_bytes += len(frame)
         band = frame[TOS_OFFSET] >> 2 if len(frame) > TOS_OFFSET else 0  # band_of, inline: once per frame and hop
         if band == 0 or (link.free_at <= self.now and not link.queued()):
             self._put_on_wire(link, frame)
@@ -259,9 +265,11 @@ class Fabric:
             heapq.heappop(self._times)
             del self._due[time]
 
-    def link_bytes(self) -> dict[str, int]:
-        """Bytes put on each link, both directions together, by link name."""
+    def link_bytes(self, background: bool = False) -> dict[str, int]:
+        """Bytes put on each link, both directions together, by link name: the jobs' (background traffic's
+        with ``background``)."""
         out: dict[str, int] = {}
         for (u, v), link in self.links.items():
-            out[link_name(u, v)] = out.get(link_name(u, v), 0) + link.bytes
+            n = link.background_bytes if background else link.bytes - link.background_bytes
+            out[link_name(u, v)] = out.get(link_name(u, v), 0) + n
         return out

@@ -8,6 +8,8 @@ import networkx as nx
 import numpy as np
 
 from innet.backends.local.fabric import Fabric
+from innet.backends.local.sampler import LinkSampler
+from innet.hosts.background import BackgroundHost, background_hosts, background_summary
 from innet.hosts.endpoint import Endpoint
 from innet.hosts.ensemble import InputReceiver, InputServer, input_summary
 from innet.hosts.ssp import SSPWorker
@@ -54,12 +56,25 @@ class LocalRun:
                 self.procs.append(proc)
                 progress.update(lambda: f"building: {len(self.procs)} workers")
         progress.close()
+        self.background: dict[str, BackgroundHost] = {}
+        self.sampler: LinkSampler | None = None
+        if run.background.active:
+            self.fabric.background = True
+            self.background = background_hosts(graph, run.background, run.seed)
+            for name, end in self.background.items():
+                self.fabric.attach(name, end)
+            self.sampler = LinkSampler(self.fabric)
+            self.fabric.attach("~sampler", self.sampler)
 
     def attach(self, host: str, endpoint: Endpoint) -> None:
         self.fabric.attach(host, endpoint)
 
     def finish(self, **extra: object) -> RunRecord:
-        self.fabric.run()
+        ended = self.fabric.run()
+        if self.sampler is not None:
+            extra["utilisation"] = self.sampler.utilisation()
+            extra["background"] = background_summary(self.run.background, self.background, ended,
+                                                     self.fabric.link_bytes(background=True))
         for proc in self.procs:
             for call in getattr(proc, "calls", []):
                 if isinstance(call, AllreduceCall):

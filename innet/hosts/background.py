@@ -1,0 +1,207 @@
+"""Background traffic: other tenants' flows that compete with a job for the links (``--background PATTERN:LOAD``).
+
+A pattern names which hosts send to which, at a fraction of link rate:
+
+- ``permutation``: every host sends to one other (a seeded derangement) at LOAD of its link;
+- ``all-to-all``: every host sends to every other, LOAD of its link in all;
+- ``incast``: every other host sends to one (seeded) host, LOAD of that host's link in all;
+- ``hotspot:LINK``: host pairs whose routed path crosses LINK (``a--b``) load it to LOAD of its rate.
+
+Flows are constant-rate streams of MTU-sized frames routed by address (the ROUTE flag, job
+``BACKGROUND_JOB``): every switch forwards them as it forwards ring and PBox traffic, and no job's
+endpoint takes them. A ``BackgroundHost`` is the endpoint of one host: it sends its flows, paced, and
+counts what arrives for it. It is a daemon: the run ends when the job's endpoints are done.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+
+from innet.graph import hosts, link_name, natural_key, next_hop, node_indices
+from innet.wire.packet import PAYLOAD_OFFSET, ROUTE, frame_fields, make_packet
+
+BACKGROUND_JOB = 0xFFFE  # the job number of background frames: no training job has it
+BACKGROUND_ELEMENTS = 362  # values per frame: 1506-byte frames, Ethernet's MTU
+PATTERNS = ("permutation", "all-to-all", "incast", "hotspot")
+
+
+@dataclass(frozen=True)
+class BackgroundSpec:
+    """A background pattern and its load (a fraction of link rate); ``link`` is a hotspot's. Inactive when
+    ``load`` is 0."""
+
+    pattern: str = ""
+    load: float = 0.0
+    link: str = ""
+
+    @property
+    def active(self) -> bool:
+        return bool(self.pattern) and self.load > 0
+
+    def __str__(self) -> str:
+        return f"{self.pattern}{':' + self.link if self.link else ''}:{self.load:g}" if self.pattern else "none"
+
+
+def parse_background(text: str) -> BackgroundSpec:
+    """``--background PATTERN:LOAD`` (``hotspot:LINK:LOAD``), or ``none``."""
+    if text in ("", "none"):
+        return BackgroundSpec()
+    parts = text.split(":")
+    try:
+        load = float(parts[-1])
+    except ValueError:
+        load = -1.0
+    pattern, link = parts[0], ":".join(parts[1:-1])
+    if len(parts) < 2 or pattern not in PATTERNS or not 0 <= load <= 1 or bool(link) != (pattern == "hotspot"):
+        raise ValueError(f"wants PATTERN:LOAD with a pattern of {', '.join(PATTERNS)} (hotspot:LINK:LOAD) and a load "
+                         f"in [0, 1], got {text!r}")
+    return BackgroundSpec(pattern, load, link)
+
+
+@dataclass(frozen=True)
+class Flow:
+    src: str
+    dst: str
+    bps: float  # offered bits per second
+
+
+def _rate(graph: nx.Graph, host: str) -> float:
+    """A host's link rate, bits per second."""
+    return float(next(d["bw"] for _, _, d in graph.edges(host, data=True))) * 1e6
+
+
+def _path(graph: nx.Graph, src: str, dst: str) -> list[str]:
+    path = [src]
+    while path[-1] != dst:
+        path.append(next_hop(graph, path[-1], dst))
+    return path
+
+
+def background_flows(graph: nx.Graph, bg: BackgroundSpec, seed: int = 0) -> list[Flow]:
+    """The flows of ``bg`` on ``graph`` (seeded)."""
+    if not bg.active:
+        return []
+    names = hosts(graph)
+    n, rng = len(names), np.random.default_rng([seed, 35])
+    if n < 2:
+        return []
+    if bg.pattern == "permutation":
+        shift = rng.permutation(n)  # a derangement: each host sends to the next in a seeded cycle
+        return [Flow(names[shift[i]], names[shift[(i + 1) % n]], bg.load * _rate(graph, names[shift[i]]))
+                for i in range(n)]
+    if bg.pattern == "all-to-all":
+        return [Flow(a, b, bg.load * _rate(graph, a) / (n - 1)) for a in names for b in names if a != b]
+    if bg.pattern == "incast":
+        target = names[int(rng.integers(n))]
+        return [Flow(a, target, bg.load * _rate(graph, target) / (n - 1)) for a in names if a != target]
+    return _hotspot(graph, bg, names, rng)
+
+
+def _hotspot(graph: nx.Graph, bg: BackgroundSpec, names: list[str], rng: np.random.Generator) -> list[Flow]:
+    """Pairs whose path crosses ``bg.link``, distinct senders, each at most its own link's rate, until the link
+    carries ``bg.load`` of its rate."""
+    ends = bg.link.split("--")
+    if len(ends) != 2 or not graph.has_edge(*ends):
+        raise ValueError(f"hotspot link {bg.link} is not a link of this topology")
+    target = link_name(*ends)
+    want = bg.load * float(graph.edges[ends]["bw"]) * 1e6
+    flows: list[Flow] = []
+    for src in [names[i] for i in rng.permutation(len(names))]:
+        for dst in [names[i] for i in rng.permutation(len(names))]:
+            path = _path(graph, src, dst) if src != dst else []
+            if any(link_name(a, b) == target for a, b in zip(path, path[1:], strict=False)):
+                bps = min(want, _rate(graph, src))
+                flows.append(Flow(src, dst, bps))
+                want -= bps
+                break
+        if want <= 0:
+            break
+    if not flows:
+        raise ValueError(f"no two hosts' path crosses link {bg.link}")
+    return flows
+
+
+def background_frame(src: int, dst: int) -> bytes:
+    """One background frame from node ``src`` to node ``dst``."""
+    pkt = make_packet(np.zeros(BACKGROUND_ELEMENTS, np.int32), job=BACKGROUND_JOB, flags=ROUTE)
+    return pkt.to_frame(src, dst)
+
+
+FRAME_BYTES = PAYLOAD_OFFSET + 4 * BACKGROUND_ELEMENTS
+
+
+class BackgroundHost:
+    """The background endpoint of one host: its flows' frames, paced at their rates (each flow's first frame
+    at a seeded phase), and the background bytes that arrive for it."""
+
+    daemon = True
+    done = False
+
+    def __init__(self, graph: nx.Graph, host: str, flows: list[Flow], seed: int = 0) -> None:
+        index = node_indices(graph)
+        self.node = index[host]
+        rng = np.random.default_rng([seed, index[host], 35])
+        self.flows = [(background_frame(self.node, index[f.dst]), FRAME_BYTES * 8 / f.bps) for f in flows]
+        self._due = [(float(rng.random() * gap), k) for k, (_, gap) in enumerate(self.flows)]
+        heapq.heapify(self._due)
+        self.sent_bytes = self.received_bytes = 0
+        self.offered_bps = sum(f.bps for f in flows)
+
+    def start(self, now: float) -> list[bytes]:
+        return self.on_timeout(now)
+
+    def receive(self, frame: bytes, now: float) -> list[bytes]:
+        fields = frame_fields(frame)
+        if fields is not None and fields[3] == BACKGROUND_JOB and fields[1] == self.node:
+            self.received_bytes += len(frame)
+        return []
+
+    def next_deadline(self) -> float | None:
+        return self._due[0][0] if self._due else None
+
+    def on_timeout(self, now: float) -> list[bytes]:
+        out = []
+        while self._due and self._due[0][0] <= now:
+            at, k = heapq.heappop(self._due)
+            frame, gap = self.flows[k]
+            out.append(frame)
+            heapq.heappush(self._due, (at + gap, k))
+        self.sent_bytes += sum(len(f) for f in out)
+        return out
+
+
+def background_hosts(graph: nx.Graph, bg: BackgroundSpec, seed: int = 0) -> dict[str, BackgroundHost]:
+    """One endpoint per host of the topology, sending its flows of ``bg``."""
+    flows = background_flows(graph, bg, seed)
+    return {h: BackgroundHost(graph, h, [f for f in flows if f.src == h], seed)
+            for h in sorted({f.src for f in flows} | {f.dst for f in flows}, key=natural_key)}
+
+
+@dataclass(frozen=True)
+class BackgroundSummary:
+    """What the background carried while the job ran: offered and delivered rates (all flows together) and
+    its bytes on the links (what the job competed with)."""
+
+    pattern: str
+    load: float
+    flows: int
+    offered_mbps: float
+    delivered_mbps: float
+    sent_bytes: int
+    received_bytes: int
+    link_bytes: dict[str, int]
+
+
+def background_summary(bg: BackgroundSpec, ends: dict[str, BackgroundHost], seconds: float,
+                       link_bytes: dict[str, int]) -> BackgroundSummary:
+    """``ends``' figures over a run of ``seconds``."""
+    received = sum(e.received_bytes for e in ends.values())
+    return BackgroundSummary(str(bg), bg.load, sum(len(e.flows) for e in ends.values()),
+                             round(sum(e.offered_bps for e in ends.values()) / 1e6, 3),
+                             round(received * 8 / seconds / 1e6, 3) if seconds > 0 else 0.0,
+                             sum(e.sent_bytes for e in ends.values()), received,
+                             {k: v for k, v in link_bytes.items() if v})

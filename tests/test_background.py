@@ -1,0 +1,79 @@
+"""Background traffic (``--background``): every pattern's flows compete with the job on the local fabric, the
+job stays exact, every background byte sent arrives, and the report carries its throughput and utilisation."""
+
+import csv
+import os
+
+import pytest
+
+import innet
+from innet.errors import UserError
+from innet.graph import link_name
+from innet.hosts.background import BackgroundSpec, background_flows, parse_background
+from innet.planning.prediction import path_links
+from topologies import build
+
+
+def test_parse():
+    assert parse_background("permutation:0.5") == BackgroundSpec("permutation", 0.5)
+    assert parse_background("hotspot:a1--c1:0.25") == BackgroundSpec("hotspot", 0.25, "a1--c1")
+    assert not parse_background("none").active
+    for bad in ("permutation", "ring:0.5", "incast:1.5", "hotspot:0.5", "permutation:x"):
+        with pytest.raises(ValueError):
+            parse_background(bad)
+    with pytest.raises(UserError, match="background"):
+        innet.run("fat-tree", backend="local", background="nope:0.5")
+
+
+def test_flows_load_the_links_as_asked():
+    graph = build("fat-tree", k=4)
+    for text in ("permutation:0.5", "all-to-all:0.5", "incast:0.5"):
+        flows = background_flows(graph, parse_background(text), seed=3)
+        out: dict[str, float] = {}
+        into: dict[str, float] = {}
+        for f in flows:
+            out[f.src] = out.get(f.src, 0) + f.bps
+            into[f.dst] = into.get(f.dst, 0) + f.bps
+        assert max(out.values()) <= 0.5e9 + 1 and max(into.values()) <= 0.5e9 + 1, text
+        assert max(max(out.values()), max(into.values())) == pytest.approx(0.5e9), text
+    hot = background_flows(graph, parse_background("hotspot:a1--c1:0.75"), seed=3)
+    assert sum(f.bps for f in hot) == pytest.approx(0.75e9)
+
+
+@pytest.mark.parametrize("pattern", ["permutation:0.5", "all-to-all:0.5", "incast:0.75", "hotspot:a1--c1:0.75"])
+def test_every_pattern_leaves_the_job_exact(pattern, tmp_path):
+    quiet = innet.run("fat-tree", backend="local", elements=8192).runs[0]
+    report = innet.run("fat-tree", backend="local", elements=8192, background=pattern, out=str(tmp_path))
+    run = report.runs[0]
+    assert run.correct and run.result_digest == quiet.result_digest
+    if run.retransmissions == 0:  # the job's own bytes are the job's: the background's are counted apart
+        assert dict(run.link_bytes) == dict(quiet.link_bytes)
+    bg = run.figures["background"]
+    assert bg.sent_bytes == bg.received_bytes > 0  # no loss: every frame sent arrives (those in flight drained)
+    assert sum(bg.link_bytes.values()) >= bg.sent_bytes * 2  # every flow crosses at least two links
+    with open(tmp_path / "utilisation.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert rows and max(float(r["utilisation"]) for r in rows) <= 1.001
+    assert 0 < sum(int(r["background_bytes"]) for r in rows) <= sum(bg.link_bytes.values())
+    assert os.path.exists(tmp_path / "utilisation.png")
+    assert any("background" in line and "delivered" in line for line in report.lines())
+
+
+def test_background_bytes_follow_the_routed_paths():
+    """Each link's background bytes are exactly the frames of the flows whose routed path crosses it."""
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2)
+    run = innet.run(graph, backend="local", elements=4096, background="permutation:0.5").runs[0]
+    bg = run.figures["background"]
+    assert bg.flows == 4 and run.correct
+    per_link: dict[str, int] = {}
+    for f in background_flows(graph, parse_background("permutation:0.5"), seed=0):
+        for a, b in path_links(graph, f.src, f.dst):
+            per_link[link_name(a, b)] = per_link.get(link_name(a, b), 0) + 1
+    sent = bg.sent_bytes // bg.flows  # equal rates: every flow sent alike (to a frame)
+    for link, n in per_link.items():
+        assert abs(bg.link_bytes[link] - n * sent) <= n * 2 * 1506, link
+
+
+def test_unknown_hotspot_link():
+    with pytest.raises(UserError, match="does not have"):
+        innet.run("fat-tree", backend="local", background="hotspot:h1--h2:0.5")
