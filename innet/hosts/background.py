@@ -82,7 +82,35 @@ def _path(graph: nx.Graph, src: str, dst: str) -> list[str]:
 
 
 def background_flows(graph: nx.Graph, bg: BackgroundSpec, seed: int = 0) -> list[Flow]:
-    """The flows of ``bg`` on ``graph`` (seeded)."""
+    """The flows of ``bg`` on ``graph`` (seeded), at the rates they get: where routed paths share a link and
+    would ask more than ``LINK_SHARE`` of its rate, the flows on it are slowed in proportion (as elastic
+    flows settle; open-loop ones would fill its queue without end)."""
+    return fit_links(graph, asked_flows(graph, bg, seed))
+
+
+LINK_SHARE = 0.9  # the most of a link's rate background flows take together
+
+
+def fit_links(graph: nx.Graph, flows: list[Flow]) -> list[Flow]:
+    """``flows`` slowed, the most overloaded link first, until no link direction carries more than
+    ``LINK_SHARE`` of its rate."""
+    paths = [list(zip(p, p[1:], strict=False)) for p in (_path(graph, f.src, f.dst) for f in flows)]
+    rates = [f.bps for f in flows]
+    for _ in range(4 * graph.number_of_edges()):
+        load: dict[tuple[str, str], float] = {}
+        for path, rate in zip(paths, rates, strict=True):
+            for hop in path:
+                load[hop] = load.get(hop, 0.0) + rate
+        over = {hop: total / (LINK_SHARE * float(graph.edges[hop]["bw"]) * 1e6) for hop, total in load.items()}
+        worst = max(over, key=lambda h: over[h], default=None)
+        if worst is None or over[worst] <= 1 + 1e-9:
+            break
+        rates = [r / over[worst] if worst in path else r for path, r in zip(paths, rates, strict=True)]
+    return [Flow(f.src, f.dst, r) for f, r in zip(flows, rates, strict=True)]
+
+
+def asked_flows(graph: nx.Graph, bg: BackgroundSpec, seed: int = 0) -> list[Flow]:
+    """The flows of ``bg`` at the rates the pattern asks."""
     if not bg.active:
         return []
     names = hosts(graph)
@@ -189,7 +217,8 @@ class BackgroundSummary:
     pattern: str
     load: float
     flows: int
-    offered_mbps: float
+    asked_mbps: float  # what the pattern asks
+    offered_mbps: float  # what the flows send: no link above LINK_SHARE of its rate
     delivered_mbps: float
     sent_bytes: int
     received_bytes: int
@@ -197,10 +226,10 @@ class BackgroundSummary:
 
 
 def background_summary(bg: BackgroundSpec, ends: dict[str, BackgroundHost], seconds: float,
-                       link_bytes: dict[str, int]) -> BackgroundSummary:
-    """``ends``' figures over a run of ``seconds``."""
+                       link_bytes: dict[str, int], asked: float) -> BackgroundSummary:
+    """``ends``' figures over a run of ``seconds`` (``asked``: the bits per second the pattern asked)."""
     received = sum(e.received_bytes for e in ends.values())
-    return BackgroundSummary(str(bg), bg.load, sum(len(e.flows) for e in ends.values()),
+    return BackgroundSummary(str(bg), bg.load, sum(len(e.flows) for e in ends.values()), round(asked / 1e6, 3),
                              round(sum(e.offered_bps for e in ends.values()) / 1e6, 3),
                              round(received * 8 / seconds / 1e6, 3) if seconds > 0 else 0.0,
                              sum(e.sent_bytes for e in ends.values()), received,

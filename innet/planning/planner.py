@@ -245,12 +245,14 @@ class Placement:
     free_slots: dict[str, int]
 
 
-def plan_jobs(graph: nx.Graph, requests: Sequence[JobRequest], method: str = "tor", pool_slots: int = 128) -> Placement:
+def plan_jobs(graph: nx.Graph, requests: Sequence[JobRequest], method: str = "tor", pool_slots: int = 128,
+              place: Callable[..., JobPlan] | None = None) -> Placement:
     """Place jobs one after another in the switches' shared slot pools.
 
     Each aggregating switch has ``pool_slots`` slots. A job gets the slots it
     asks for where every switch of its tree has them; otherwise as many as the
     fullest of its switches still has ("reduced"); where one has none left,
+    (``place``: how one job is planned, ``plan_job`` by default; innet.planning.dynamic's for dynamic trees)
     its aggregation goes to the PBox instead ("fallback", ATP-style). With no
     PBox to fall back to, the request is impossible: UserError.
 
@@ -272,7 +274,7 @@ def plan_jobs(graph: nx.Graph, requests: Sequence[JobRequest], method: str = "to
         seen_jobs.add(req.job)
         if req.slots < 1:
             raise UserError(f"job {req.job} asks for {req.slots} slots; it needs at least 1")
-        plan = plan_job(graph, req.workers, method=method, job=req.job, slots=req.slots, pbox=req.pbox)
+        plan = (place or plan_job)(graph, req.workers, method=method, job=req.job, slots=req.slots, pbox=req.pbox)
         if method == "pbox":
             plans.append(plan)
             outcomes[req.job] = f"pbox: {plan.pbox}"

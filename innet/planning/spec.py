@@ -66,9 +66,11 @@ class RunSpec:
                             "gradients, side by side (default innet)")
     program: str = option("", group="job", help="switch program: a name in switch_programs/ or a path to a .py file "
                                                  "(default sum_allreduce; topk_sparse with --topk)")
-    placement: str = option("auto", group="job", choices=("auto", *METHODS, "pbox"),
+    placement: str = option("auto", group="job", choices=("auto", *METHODS, "pbox", "dynamic"),
                             help="which switches aggregate: auto (the fastest the timing model predicts, the default), "
-                                 "root, tor (rack then root), tree (Steiner, links weighted by 1/bandwidth), pbox")
+                                 "root, tor (rack then root), tree (Steiner, links weighted by 1/bandwidth), pbox, "
+                                 "dynamic (trees built chunk by chunk along the least congested uplinks: Canary; "
+                                 "program dynamic_tree)")
     workers: int | None = option(None, group="job", help="workers in the job; for star, the number of hosts (default: "
                                                           "every host; star: 4)")
     elements: int = option(65536, group="job", help="gradient elements per worker per iteration (default 65536)")
@@ -216,7 +218,8 @@ class RunSpec:
             raise UserError(f"{{seed}} must be a non-negative integer, got {self.seed}")
         self._read_texts()
         if not self.program:  # the program the run's options call for
-            object.__setattr__(self, "program", "topk_sparse" if self.topk else "sum_allreduce")
+            object.__setattr__(self, "program", "topk_sparse" if self.topk else
+                               "dynamic_tree" if self.placement == "dynamic" else "sum_allreduce")
         if not self.min_rto:
             object.__setattr__(self, "min_rto", MININET_MIN_RTO if self.backend == "mininet" else LOCAL_MIN_RTO)
         if self.train:  # a training run all-reduces the model's parameters once a step
@@ -427,7 +430,15 @@ def _outputs(s: RunSpec) -> str | None:
     return None
 
 
-_RULES: tuple[Callable[[RunSpec], str | None], ...] = (_ranges, _where, _workload, _backend, _outputs)
+def _dynamic(s: RunSpec) -> str | None:
+    """Dynamic trees need a program written for them, and it needs their plan."""
+    if (s.placement == "dynamic") != bool(getattr(program_of(s), "dynamic", False)):
+        return (f"{{placement}} {s.placement} and {{program}} {s.program} do not go together: dynamic trees need a "
+                "program written for them (dynamic_tree), and it needs {placement} dynamic")
+    return None
+
+
+_RULES: tuple[Callable[[RunSpec], str | None], ...] = (_ranges, _where, _workload, _backend, _outputs, _dynamic)
 
 
 def _check_graph(s: RunSpec, graph: nx.Graph) -> None:

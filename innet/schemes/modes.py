@@ -30,6 +30,7 @@ from innet.hosts.training import Training
 from innet.hosts.worker import AllreduceCall, JobSpec, WorkerProcess
 from innet.planning.configs import pick_workers, switch_configs, worker_specs
 from innet.planning.dilation import auto_factor, carried_rate, host_link_rate
+from innet.planning.dynamic import plan_dynamic
 from innet.planning.planner import METHODS, JobPlan, JobRequest, Placement, plan_job, plan_jobs
 from innet.planning.prediction import direction_bytes
 from innet.planning.spec import RunSpec
@@ -117,7 +118,8 @@ def plan_run(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram]) -> Run
     else:
         requests = [JobRequest(j + 1, g, wanted) for j, g in enumerate(groups)]
         placed = (fastest_placement(graph, run, requests, program) if run.placement == "auto"
-                  else plan_jobs(graph, requests, method=run.placement, pool_slots=program.slots))
+                  else plan_jobs(graph, requests, method=run.placement, pool_slots=program.slots,
+                                 place=plan_dynamic if run.placement == "dynamic" else None))
         plans, outcomes = list(placed.plans), placed.outcomes
     index = node_indices(graph)
     specs = {}

@@ -178,6 +178,8 @@ class JobPort:
     pbox: int | None = None
     stall_timeout: float = 0.0  # a slot incomplete this long aborts the job (0: never)
     priority: int = 0  # the band of the job's packets in every port's priority queues (0: most urgent)
+    uplinks: tuple[int, ...] = ()  # --placement dynamic: the ports up a partial may take (innet.planning.dynamic)
+    stride: int = 1  # --placement dynamic: chunks per turn of the uplink rotation at this tier
 
     @property
     def is_root(self) -> bool:

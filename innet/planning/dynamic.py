@@ -1,0 +1,90 @@
+"""``--placement dynamic``: what every switch needs to build a job's aggregation trees on the fly (Canary).
+
+No tree is fixed. The job has one meeting point, the root ToR ``R`` (the worker ToR closest to all
+workers). A partial aggregate heads for ``R`` in two phases, as up-down routing in a Clos network
+does: while ``R`` is not below a switch, the switch sends it up through any of its uplinks (its own
+choice, chunk by chunk: innet's ``dynamic_tree`` program picks the least congested); once ``R`` is
+below, it goes down the routed path. Results go the other way: from ``R`` up through one uplink per
+switch and flooded down from wherever they rise to, every worker once.
+
+Each switch's ``JobPort`` says: ``uplinks`` (the higher switches it may send to), ``stride`` (so that
+switches of every tier rotate through their uplinks in step when nothing is congested, and a chunk's
+partials meet), ``parent`` (the routed port towards ``R``: retransmissions take it), ``children`` (the
+ports below that lead to workers: results flood down them) and ``contributors``: every rank whose
+contributions may pass through it (its cone), mapped to the rank's host port when the worker hangs
+off this switch (-1 otherwise). A switch whose cone it has heard in full sends its partial on at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import networkx as nx
+
+from innet.errors import UserError
+from innet.graph import indexed, is_switch, natural_key, next_hop, ports, role
+from innet.planning.planner import JobPlan, _closest_switch
+from innet.switch.program import JobPort
+
+
+def levels(graph: nx.Graph) -> dict[str, int]:
+    """Hops from each node to the nearest host (hosts 0, ToRs 1, aggregation 2, core 3 in a fat-tree; a PBox
+    does not count: leaf-spine hangs its PBox off a spine)."""
+    ends = [n for n in graph if role(graph, n) == "host"]
+    return dict(nx.multi_source_dijkstra_path_length(graph, ends, weight=None))
+
+
+def plan_dynamic(graph: nx.Graph, workers: Sequence[str], job: int = 1, slots: int = 128,
+                 pbox: str | None = None, method: str = "dynamic") -> JobPlan:
+    """The dynamic placement of one job (see the module doc); ``UserError`` where a worker cannot reach the
+    root up then down (not a Clos-like topology)."""
+    workers = tuple(sorted(workers, key=natural_key))
+    tor = {w: next(iter(graph[w])) for w in workers}
+    root = _closest_switch(graph, sorted(set(tor.values()), key=natural_key), workers)
+    level = levels(graph)
+    up = {s: sorted((n for n in graph[s] if is_switch(graph, n) and level[n] > level[s]), key=natural_key)
+          for s in graph if is_switch(graph, s)}
+    toward = {s: next_hop(graph, s, root) for s in up if s != root}
+    climbing = {s for s, hop in toward.items() if hop in up[s]}  # the root is not below: go up, any uplink
+    reach: dict[str, set[str]] = {}
+    for w in workers:
+        seen, todo = set(), [tor[w]]
+        while todo:
+            s = todo.pop()
+            if s in seen:
+                continue
+            seen.add(s)
+            if s != root:
+                todo += up[s] if s in climbing else [toward[s]]
+        if root not in seen:
+            raise UserError(f"placement dynamic: worker {w} cannot reach root {root} up then down")
+        reach[w] = seen
+    on = sorted(set().union(*reach.values()), key=natural_key)
+    up = {s: [n for n in ups if n in reach_any] for s, ups in up.items()} if (reach_any := set(on)) else up
+    widths = {level[s]: len(up[s]) for s in on if s in climbing}
+    rank = {w: i for i, w in enumerate(workers)}
+    index = indexed(graph).index
+    switch_ports = {}
+    for s in on:
+        port_of = {n: p for p, n in ports(graph, s).items()}
+        below = [n for n in graph[s] if level[n] < level[s] and _leads_to_workers(graph, n, s, level, set(workers))]
+        stride = 1
+        for lv in range(1, level[s]):
+            stride *= max(1, widths.get(lv, 1))
+        cone = {rank[w]: port_of[w] if w in port_of else -1 for w in workers if s in reach[w]}
+        switch_ports[s] = JobPort(
+            job=job, nworkers=len(workers), children=tuple(sorted(port_of[n] for n in below)),
+            parent=None if s == root else port_of[toward[s]], aggregate=True, contributors=cone,
+            rank=min(cone), rank_ports={r: p for r, p in cone.items() if p >= 0}, slot_base=0, slots=slots,
+            pbox=None if pbox is None else index[pbox], uplinks=tuple(port_of[n] for n in up[s]), stride=stride)
+    parents = {w: tor[w] for w in workers} | {s: toward[s] for s in on if s != root}
+    return JobPlan(job, "dynamic", workers, root, tuple(on), parents, switch_ports, tor, slots, pbox)
+
+
+def _leads_to_workers(graph: nx.Graph, node: str, above: str, level: dict[str, int], workers: set[str]) -> bool:
+    """Whether going down from ``above`` through ``node`` reaches a worker."""
+    if node in workers:
+        return True
+    if role(graph, node) in ("host", "pbox"):
+        return False
+    return any(_leads_to_workers(graph, n, node, level, workers) for n in graph[node] if level[n] < level[node])

@@ -1,0 +1,279 @@
+"""Dynamic aggregation trees (Canary): each switch picks, chunk by chunk, the least congested way up.
+
+Run with ``--placement dynamic`` (innet.planning.dynamic says what each switch knows: its uplinks,
+the port towards the job's root ToR, the ranks that may pass it). A partial aggregate carries the
+set of ranks it holds as a bitmap after its values (``rank`` = PARTIAL). A switch folds whatever
+arrives for a chunk; the first arrival picks the chunk's way on: down the route once the root is
+below, else up an uplink — the one the rotation names (so partials meet when nothing is
+congested), unless another carries clearly less (a decayed byte count per port, kept in registers,
+fed by every frame the switch sends, background traffic included). The partial goes on as soon as
+every rank that may pass this switch is in it, or ``window`` seconds after its first arrival (an
+incomplete partial goes on, as Canary's timeout sends it); anything later for that chunk follows on
+its own. The root folds partials whose ranks it lacks (never one that overlaps what it has: the
+ranks missing from it retransmit), and floods the result: up one uplink per switch, down to every
+worker. Retransmissions skip aggregation on the way up (the partial their first copy joined may
+be lost after a switch counted it) and a finished chunk's root answers them with its result.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from innet import (
+    ALL_RANKS,
+    OVERFLOW,
+    RESULT,
+    RETX,
+    VER,
+    Drop,
+    Emit,
+    Multicast,
+    Register,
+    SwitchProgram,
+    on_batch,
+    on_packet,
+    on_timer,
+)
+from innet.wire.packet import make_packet
+
+PARTIAL = 0xFFFE  # the rank field of a partial aggregate
+FRAME_OVERHEAD = 58  # bytes of headers before a frame's values
+
+
+def _bits_of(words):
+    return int.from_bytes(np.ascontiguousarray(words, np.int32).tobytes(), "little")
+
+
+class DynamicTree(SwitchProgram):
+    name = "dynamic_tree"
+    dynamic = True  # needs --placement dynamic's plan (innet.planning.dynamic)
+    slots = 128
+    elements = 2040  # a partial's bitmap (up to 8 words) still fits a 2048-value frame
+    fan_in = 256  # ranks a bitmap holds
+    window = 2e-4  # seconds a partial waits for more contributions before it goes on
+    tau = 200e-6  # seconds over which a port's byte count decays (its congestion estimate)
+    margin = 1.5  # leave the rotation's uplink when its cross traffic is this much more than the least's
+    slack = 6000  # ... and this many bytes more (a few frames: light traffic moves nothing)
+    registers = (
+        Register("pool", (lambda p: 2 * p.slots, "elements"), np.int32),
+        Register("bits", (lambda p: 2 * p.slots, lambda p: -(-p.fan_in // 32)), np.int32),  # folded, not yet sent
+        Register("sent", (lambda p: 2 * p.slots, lambda p: -(-p.fan_in // 32)), np.int32),  # ranks already sent on
+        Register("chunk", (lambda p: 2 * p.slots,), np.int64, fill=-1),
+        Register("count", (lambda p: 2 * p.slots,), np.int32),
+        Register("exp", (lambda p: 2 * p.slots,), np.int8),
+        Register("overflow", (lambda p: 2 * p.slots,), np.bool_),
+        Register("since", (lambda p: 2 * p.slots,), np.float64, fill=-1),  # first arrival of the waiting partial
+        Register("way", (lambda p: 2 * p.slots,), np.int16, fill=-1),  # the port the chunk's partials take
+        Register("owner", (lambda p: 2 * p.slots,), np.int32),  # the job of the slot's chunk
+        Register("load", (64,), np.float64),  # decayed bytes of cross traffic (routed frames) sent per port
+        Register("stamp", (64,), np.float64),  # when ``load`` was last decayed
+    )
+
+    # -- contributions ---------------------------------------------------------
+    @on_packet("contribution")
+    def contribution(self, ctx, pkt):
+        job = ctx.jobs.get(pkt.job)
+        if job is None:
+            return Drop("unknown_job")
+        got = self._take(job, pkt)
+        if isinstance(got, Drop):
+            return got
+        bits, values = got
+        if job.is_root:
+            return self._at_root(ctx, job, pkt, bits, values)
+        if pkt.flags & RETX:  # straight on to the root, unaggregated
+            return self._emit(ctx, job.parent, self._partial(job, pkt, bits, values, pkt.flags), job)
+        r, key = ctx.regs, self._key(job, pkt)
+        held = int(r.chunk[key])
+        if pkt.chunk < held:
+            return Drop("stale")
+        if pkt.chunk > held:
+            self._open(ctx, job, key, pkt)
+        have, sent = self._get(r.bits[key]), self._get(r.sent[key])
+        if bits & ~(have | sent) != bits:  # some of it was here already
+            if bits & (have | sent) == bits:
+                return Drop("duplicate")
+            return self._emit(ctx, int(r.way[key]), self._partial(job, pkt, bits, values, pkt.flags), job)
+        if r.since[key] < 0 and sent:  # this chunk's partial went on: a latecomer follows alone
+            self._put(r.sent[key], sent | bits)
+            return self._emit(ctx, int(r.way[key]), self._partial(job, pkt, bits, values, pkt.flags), job)
+        if len(values) != r.count[key] and have:
+            return Drop("bad_count")
+        self._fold(r, key, pkt, bits, have, values)
+        if r.since[key] < 0:  # the partial's first arrival: it waits ``window`` at most
+            r.since[key] = ctx.now
+        if (have | bits | sent) == self._cone(job):
+            return self._flush(ctx, job, key)
+        return None
+
+    def _at_root(self, ctx, job, pkt, bits, values):
+        r, key = ctx.regs, self._key(job, pkt)
+        held = int(r.chunk[key])
+        if pkt.chunk < held:
+            return Drop("stale")
+        if pkt.chunk > held:
+            self._open(ctx, job, key, pkt)
+        have, everyone = self._get(r.bits[key]), self._cone(job)
+        if have == everyone:  # done: a repeat is answered with the result
+            return self._result(ctx, job, key) if bits & have == bits and pkt.flags & RETX else Drop("duplicate")
+        if bits & have:
+            return Drop("overlap")  # the ranks it has that the root lacks retransmit
+        if len(values) != r.count[key] and have:
+            return Drop("bad_count")
+        self._fold(r, key, pkt, bits, have, values)
+        return self._result(ctx, job, key) if have | bits == everyone else None
+
+    @on_timer(100e-6)
+    def timeouts(self, ctx):
+        """Send on every partial that has waited ``window``: incomplete, as Canary does."""
+        r, out = ctx.regs, []
+        late = np.flatnonzero((r.since >= 0) & (r.since + self.window <= ctx.now))
+        for key in late.tolist():
+            ctx.count("partial_on_timeout")
+            out += self._flush(ctx, ctx.jobs[int(r.owner[key])], key)
+        return out
+
+    # -- results ---------------------------------------------------------------
+    @on_packet("result")
+    def result(self, ctx, pkt):
+        job = ctx.jobs.get(pkt.job)
+        if job is None:
+            return Drop("unknown_job")
+        from_above = pkt.port in job.uplinks
+        down = tuple(p for p in job.children if p != pkt.port)
+        out = [Multicast(down, pkt, job.priority)] if down else []
+        if not from_above and job.uplinks:
+            out.append(self._emit(ctx, self._choose(ctx, job, pkt.chunk), pkt, job))
+        return out
+
+    # -- background and other routed traffic: forwarded, and counted per port ---------------------
+    @on_packet("routed")
+    def routed(self, ctx, pkt):
+        action = ctx.route(pkt)
+        if isinstance(action, Emit):
+            self._add(ctx, action.port, FRAME_OVERHEAD + 4 * len(pkt.values))
+        return action
+
+    @on_batch("routed")
+    def routed_block(self, ctx, batch):
+        actions = ctx.route_many(batch)
+        for a in actions:
+            self._add(ctx, a.port, len(a.hdr) * FRAME_OVERHEAD + 4 * a.values.size)
+        return actions, np.zeros(0, np.int64)
+
+    # -- helpers -----------------------------------------------------------------
+    def _take(self, job, pkt):
+        """(rank bitmap as an int, values) of a worker's contribution or a partial, or a Drop."""
+        if pkt.rank == PARTIAL:
+            w = self._words(job)
+            if pkt.count < w:
+                return Drop("bad_partial")
+            bits = _bits_of(pkt.values[-w:])
+            if not bits or bits & ~self._cone(job):
+                return Drop("not_member")
+            return bits, pkt.values[:-w]
+        if job.contributors.get(pkt.rank, -2) != pkt.port:
+            return Drop("not_member")
+        return 1 << pkt.rank, pkt.values
+
+    def _open(self, ctx, job, key, pkt):
+        """A new chunk in slot ``key``: nothing folded or sent; its way on chosen now."""
+        r = ctx.regs
+        r.chunk[key], r.bits[key], r.sent[key], r.count[key], r.since[key] = pkt.chunk, 0, 0, 0, -1
+        r.exp[key], r.overflow[key], r.owner[key] = pkt.exp, False, job.job
+        r.way[key] = -1 if job.is_root else self._choose(ctx, job, pkt.chunk) if job.parent in job.uplinks else job.parent
+
+    def _fold(self, r, key, pkt, bits, have, values):
+        n = len(values)
+        if not have:
+            r.pool[key, :n], r.count[key], r.exp[key], r.overflow[key] = values, n, pkt.exp, bool(pkt.flags & OVERFLOW)
+        else:
+            acc = r.pool[key, :n]
+            total = acc + values  # int32: wraps
+            if n and ((acc ^ total) & (values ^ total)).min() < 0:
+                r.overflow[key] = True
+            acc[:] = total
+            r.exp[key] = max(int(r.exp[key]), pkt.exp)
+            r.overflow[key] |= bool(pkt.flags & OVERFLOW)
+        self._put(r.bits[key], have | bits)
+
+    def _flush(self, ctx, job, key):
+        """Send slot ``key``'s partial on its way; its ranks are sent."""
+        r = ctx.regs
+        have = self._get(r.bits[key])
+        r.since[key] = -1
+        if not have:
+            return []
+        self._put(r.sent[key], have | self._get(r.sent[key]))
+        self._put(r.bits[key], 0)
+        n = int(r.count[key])
+        flags = (VER if key >= self.slots else 0) | (OVERFLOW if r.overflow[key] else 0)
+        out = self._packet(job, key, r, flags, PARTIAL, np.concatenate([r.pool[key, :n], self._bitmap(job, have)]))
+        return [self._emit(ctx, int(r.way[key]), out, job)]
+
+    def _result(self, ctx, job, key):
+        r = ctx.regs
+        n = int(r.count[key])
+        flags = RESULT | (VER if key >= self.slots else 0) | (OVERFLOW if r.overflow[key] else 0)
+        res = self._packet(job, key, r, flags, ALL_RANKS, r.pool[key, :n].copy())
+        out = [Multicast(job.children, res, job.priority)]
+        if job.uplinks:
+            out.append(self._emit(ctx, self._choose(ctx, job, int(r.chunk[key])), res, job))
+        return out
+
+    def _packet(self, job, key, r, flags, rank, values):
+        return make_packet(values, job=job.job, rank=rank, nworkers=job.nworkers, slot=key % self.slots - job.slot_base,
+                           chunk=int(r.chunk[key]), flags=flags, exp=int(r.exp[key]))
+
+    def _partial(self, job, pkt, bits, values, flags):
+        return pkt.replace(np.concatenate([values, self._bitmap(job, bits)]), rank=PARTIAL, flags=int(flags))
+
+    def _choose(self, ctx, job, chunk):
+        """The uplink for ``chunk``: the rotation's, unless its cross traffic is more than ``margin`` times the
+        least's (and ``slack`` bytes)."""
+        ups = job.uplinks
+        turn = ups[(chunk // job.stride) % len(ups)]
+        loads = [self._load(ctx, p) for p in ups]
+        least = ups[int(np.argmin(loads))]
+        if self._load(ctx, turn) > self.margin * self._load(ctx, least) + self.slack:
+            return least
+        return turn
+
+    def _emit(self, ctx, port, pkt, job):
+        return Emit(port, pkt, job.priority)
+
+    def _add(self, ctx, port, nbytes):
+        self._load(ctx, port)
+        ctx.regs.load[port] += nbytes
+
+    def _load(self, ctx, port):
+        """Port ``port``'s decayed byte count, decayed to now."""
+        r = ctx.regs
+        r.load[port] *= math.exp(-(ctx.now - r.stamp[port]) / self.tau)
+        r.stamp[port] = ctx.now
+        return float(r.load[port])
+
+    def _key(self, job, pkt):
+        return (self.slots if pkt.flags & VER else 0) + job.slot_base + pkt.slot
+
+    def _words(self, job):
+        return -(-job.nworkers // 32)
+
+    def _cone(self, job):
+        cached = self.__dict__.setdefault("_cones", {})
+        if job.job not in cached or cached[job.job][0] is not job:
+            cached[job.job] = (job, sum(1 << r for r in job.contributors))
+        return cached[job.job][1]
+
+    def _bitmap(self, job, bits):
+        return np.frombuffer(bits.to_bytes(4 * self._words(job), "little"), np.int32)
+
+    @staticmethod
+    def _get(words):
+        return _bits_of(words)
+
+    @staticmethod
+    def _put(words, bits):
+        words[:] = np.frombuffer(bits.to_bytes(4 * len(words), "little"), np.int32)
