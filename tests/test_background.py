@@ -9,7 +9,14 @@ import pytest
 import innet
 from innet.errors import UserError
 from innet.graph import link_name
-from innet.hosts.background import BackgroundSpec, background_flows, parse_background
+from innet.hosts.background import (
+    FRAME_BYTES,
+    LINK_SHARE,
+    BackgroundSpec,
+    asked_flows,
+    background_flows,
+    parse_background,
+)
 from innet.planning.prediction import path_links
 from topologies import build
 
@@ -28,7 +35,7 @@ def test_parse():
 def test_flows_load_the_links_as_asked():
     graph = build("fat-tree", k=4)
     for text in ("permutation:0.5", "all-to-all:0.5", "incast:0.5"):
-        flows = background_flows(graph, parse_background(text), seed=3)
+        flows = asked_flows(graph, parse_background(text), seed=3)
         out: dict[str, float] = {}
         into: dict[str, float] = {}
         for f in flows:
@@ -38,6 +45,21 @@ def test_flows_load_the_links_as_asked():
         assert max(max(out.values()), max(into.values())) == pytest.approx(0.5e9), text
     hot = background_flows(graph, parse_background("hotspot:a1--c1:0.75"), seed=3)
     assert sum(f.bps for f in hot) == pytest.approx(0.75e9)
+
+
+def test_flows_sharing_a_link_are_slowed_to_fit_it():
+    """Routes take the first switch by name, so a permutation's flows collide on uplinks: what they get is what
+    keeps every link direction within LINK_SHARE of its rate, and the links that do not collide keep the ask."""
+    graph = build("fat-tree", k=4)
+    bg = parse_background("permutation:0.75")
+    asked, got = asked_flows(graph, bg, seed=3), background_flows(graph, bg, seed=3)
+    load: dict[tuple[str, str], float] = {}
+    for f in got:
+        for hop in path_links(graph, f.src, f.dst):
+            load[hop] = load.get(hop, 0.0) + f.bps
+    assert max(load.values()) <= LINK_SHARE * 1e9 * (1 + 1e-9)
+    assert max(load.values()) == pytest.approx(LINK_SHARE * 1e9)  # the busiest is full
+    assert all(g.bps <= a.bps for g, a in zip(got, asked, strict=True)) and sum(g.bps for g in got) < sum(a.bps for a in asked)
 
 
 @pytest.mark.parametrize("pattern", ["permutation:0.5", "all-to-all:0.5", "incast:0.75", "hotspot:a1--c1:0.75"])
@@ -71,7 +93,7 @@ def test_background_bytes_follow_the_routed_paths():
             per_link[link_name(a, b)] = per_link.get(link_name(a, b), 0) + 1
     sent = bg.sent_bytes // bg.flows  # equal rates: every flow sent alike (to a frame)
     for link, n in per_link.items():
-        assert abs(bg.link_bytes[link] - n * sent) <= n * 2 * 1506, link
+        assert abs(bg.link_bytes[link] - n * sent) <= n * 2 * FRAME_BYTES, link
 
 
 def test_unknown_hotspot_link():

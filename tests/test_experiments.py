@@ -13,7 +13,7 @@ import pytest
 from innet.experiments.file import load, shipped
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SEEDS = ["phub", "topk", "ensemble", "pipesgd", "p3", "ssp"]
+SEEDS = ["phub", "topk", "ensemble", "pipesgd", "p3", "ssp", "canary"]
 
 
 def innet(*args, cwd=None):
@@ -56,7 +56,7 @@ def test_each_experiment_runs_and_matches_a_direct_run(name, tmp_path):
     assert [{k: "" if v is None else str(v) for k, v in p.items()} for p in data["points"]] == rows
     assert all(p["correct"] is True for p in data["points"])
     for p in data["points"]:
-        base = next(b for b in data["points"] if b["series"] == experiment.baseline
+        base = next(b for b in data["points"] if b["series"] == experiment.baseline_of(p["series"])
                     and b[experiment.flag] == p[experiment.flag]) if experiment.baseline else None
         for m in experiment.metrics:
             assert isinstance(p[m], int | float), (m, p)

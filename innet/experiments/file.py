@@ -18,7 +18,8 @@ would before anything runs, so a bad file is one line and costs nothing.
     plot = ["completion_s/pbox"]       # optional: the figure's panels, any of the columns
 
 A series with ``sweep = false`` does not take the swept flag (it runs once and is drawn flat); a flag a
-series sets itself wins over the sweep's.
+series sets itself wins over the sweep's. A series with ``vs = "other"`` takes its ratios over series
+``other`` instead of the baseline (two topologies in one file, each against its own baseline).
 """
 
 from __future__ import annotations
@@ -58,8 +59,13 @@ class Experiment:
     def flags(self, series: str, value: Value) -> dict[str, Value]:
         """The flags of one point: the shared ones, the swept one, the series' own."""
         own = dict(self.series[series])
+        own.pop("vs", None)
         swept = {self.flag: value} if own.pop("sweep", True) else {}
         return {**self.run, **swept, **own}
+
+    def baseline_of(self, series: str) -> str:
+        """The series ``series``' ratios are over: its ``vs``, else the baseline."""
+        return str(self.series[series].get("vs", self.baseline))
 
 
 def argv_of(flags: dict[str, Value]) -> list[str]:
@@ -119,7 +125,8 @@ def _experiment(data: dict[str, Any], name: str, path: str, where: str) -> Exper
     series = data["series"]
     _want(bool(series) and all(isinstance(s, dict) for s in series.values()), where,
           "series must be tables of flags, e.g. innet = { mode = \"innet\" }")
-    for table, keys in [("run", run), *((f"series.{s}", {k: v for k, v in f.items() if k != "sweep"}) for s, f in series.items())]:
+    for table, keys in [("run", run), *((f"series.{s}", {k: v for k, v in f.items() if k not in ("sweep", "vs")})
+                                        for s, f in series.items())]:
         for key in keys:
             _want(key in flags, where, f"unknown key {key!r} in [{table}]: not a flag of innet run")
     sweep, report = data["sweep"], data["report"]
@@ -137,6 +144,8 @@ def _experiment(data: dict[str, Any], name: str, path: str, where: str) -> Exper
           "[report] metrics must be a non-empty list of run record fields")
     baseline = report.get("baseline", "")
     _want(baseline in ("", *series), where, f"[report] baseline {baseline!r} is not a series")
+    for label, own in series.items():
+        _want(own.get("vs", baseline) in series or not baseline, where, f"series {label}: vs {own.get('vs')!r} is not a series")
     columns = [*metrics, *(f"{m}/{baseline}" for m in metrics if baseline)]
     for key in ("plot", "breakeven"):
         for column in report.get(key, []) if key == "plot" else [report.get(key, "")] if key in report else []:

@@ -25,13 +25,14 @@ def metric(record: dict[str, Any], name: str) -> Any:
 
 
 def rows_with_ratios(experiment: Experiment, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The rows, each metric also as ``metric/baseline``: over the baseline series' at the same point."""
+    """The rows, each metric also as ``metric/baseline``: over the baseline series' at the same point (a series'
+    own ``vs``, where it names one)."""
     if not experiment.baseline:
         return rows
-    base = {r[experiment.flag]: r for r in rows if r["series"] == experiment.baseline}
+    base = {(r["series"], r[experiment.flag]): r for r in rows}
     out = []
     for row in rows:
-        ref = base[row[experiment.flag]]
+        ref = base[(experiment.baseline_of(row["series"]), row[experiment.flag])]
         ratios = {f"{m}/{experiment.baseline}": _ratio(row[m], ref[m]) for m in experiment.metrics}
         out.append({**row, **ratios})
     return out
@@ -59,7 +60,8 @@ def summary(experiment: Experiment, rows: list[dict[str, Any]]) -> dict[str, Any
         first = f"{experiment.metrics[0]}/{experiment.baseline}"
         time = experiment.metrics[0].endswith("_s") and not experiment.metrics[0].endswith("per_s")
         out["speedup"] = {s: {str(r[experiment.flag]): (1 / r[first] if time else r[first]) if r[first] else None
-                              for r in rows if r["series"] == s} for s in experiment.series if s != experiment.baseline}
+                              for r in rows if r["series"] == s} for s in experiment.series
+                          if s != experiment.baseline_of(s)}
     if experiment.breakeven:
         out["breakeven"] = {s: crossing([(r[experiment.flag], r[experiment.breakeven]) for r in rows
                                          if r["series"] == s and r[experiment.breakeven] is not None])

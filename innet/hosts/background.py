@@ -25,7 +25,7 @@ from innet.graph import hosts, link_name, natural_key, next_hop, node_indices
 from innet.wire.packet import PAYLOAD_OFFSET, ROUTE, frame_fields, make_packet
 
 BACKGROUND_JOB = 0xFFFE  # the job number of background frames: no training job has it
-BACKGROUND_ELEMENTS = 362  # values per frame: 1506-byte frames, Ethernet's MTU
+BACKGROUND_ELEMENTS = 2048  # values per frame: 8250-byte frames, the size of the jobs' default ones (jumbo links)
 PATTERNS = ("permutation", "all-to-all", "incast", "hotspot")
 
 

@@ -39,6 +39,7 @@ LABELS: dict[str, tuple[str, float]] = {
     "topk": ("density (fraction of the gradient sent)", 1.0),
     "compute-scale": ("compute per iteration (× the workload's)", 1.0),
     "workload": ("model trained (workload)", 1.0),
+    "background": ("background traffic (pattern: load)", 1.0),
 }
 
 
@@ -188,7 +189,7 @@ def plot_sweep(rows: list[dict], x: str, ys: list[str], path: str, title: str = 
             else:
                 ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=4, label=series)
         if named:
-            ax.set_xticks(range(len(xs)), [str(v) for v in xs])
+            ax.set_xticks(range(len(xs)), [str(v).replace(":", "\n") for v in xs])  # "permutation:0.5" in two lines
         elif log_x:
             ax.set_xscale("log")
         ax.set_xlabel(xlabel)
