@@ -52,6 +52,7 @@ class DynamicTree(SwitchProgram):
     slots = 128
     elements = 2040  # a partial's bitmap (up to 8 words) still fits a 2048-value frame
     fan_in = 256  # ranks a bitmap holds
+    extra_values = 8  # a partial's bitmap after its values: links carry frames this much longer than a chunk's
     window = 2e-4  # seconds a partial waits for more contributions before it goes on
     tau = 200e-6  # seconds over which a port's byte count decays (its congestion estimate)
     margin = 1.5  # leave the rotation's uplink when its cross traffic is this much more than the least's

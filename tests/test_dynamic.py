@@ -2,7 +2,10 @@
 gets, exact results whatever way each chunk took (under loss, duplication and reordering, fan-in 256), and what
 congestion-aware choices buy against the static planner under background traffic (virtual time: exact figures)."""
 
+import pytest
+
 import innet
+from innet.errors import UserError
 from innet.planning.dynamic import plan_dynamic
 from topologies import build
 
@@ -65,11 +68,19 @@ def test_dynamic_beats_static_under_background():
 
 
 def test_placement_and_program_go_together():
-    import pytest
-
-    from innet.errors import UserError
-
     with pytest.raises(UserError, match="do not go together"):
         innet.run("fat-tree", backend="local", placement="dynamic", program="sum_allreduce")
     with pytest.raises(UserError, match="do not go together"):
         innet.run("fat-tree", backend="local", program="dynamic_tree")
+    with pytest.raises(UserError, match="holds 256 ranks"):
+        plan_dynamic(build("star", workers=257), [f"h{i}" for i in range(1, 258)])
+
+
+@pytest.mark.mininet
+def test_dynamic_trees_on_mininet():
+    """The same program on real interfaces: partials one bitmap longer than a chunk fit the links' MTU, and the
+    result is the local backend's, bit for bit."""
+    options = dict(racks=2, hosts_per_rack=2, elements=20000, placement="dynamic")
+    real = innet.run("leaf-spine", backend="mininet", bw=100, dilation="off", plots=False, **options).runs[0]
+    local = innet.run("leaf-spine", backend="local", **options).runs[0]
+    assert real.correct and real.result_digest == local.result_digest

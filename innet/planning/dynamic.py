@@ -26,6 +26,8 @@ from innet.graph import indexed, is_switch, natural_key, next_hop, ports, role
 from innet.planning.planner import JobPlan, _closest_switch
 from innet.switch.program import JobPort
 
+MAX_RANKS = 256  # ranks a partial's bitmap holds (switch_programs/dynamic_tree.py: 8 words)
+
 
 def levels(graph: nx.Graph) -> dict[str, int]:
     """Hops from each node to the nearest host (hosts 0, ToRs 1, aggregation 2, core 3 in a fat-tree; a PBox
@@ -39,6 +41,8 @@ def plan_dynamic(graph: nx.Graph, workers: Sequence[str], job: int = 1, slots: i
     """The dynamic placement of one job (see the module doc); ``UserError`` where a worker cannot reach the
     root up then down (not a Clos-like topology)."""
     workers = tuple(sorted(workers, key=natural_key))
+    if len(workers) > MAX_RANKS:
+        raise UserError(f"placement dynamic: a partial's bitmap holds {MAX_RANKS} ranks; this job has {len(workers)}")
     tor = {w: next(iter(graph[w])) for w in workers}
     root = _closest_switch(graph, sorted(set(tor.values()), key=natural_key), workers)
     level = levels(graph)

@@ -92,6 +92,7 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     program = program_of(wire_run, rp.fan_in)
     configs = installed_configs(wire_graph, wire_run, rp)
     answer = program.elements + (1 if run.consistency else 0)  # a parameter server's answer leads with its clock
+    answer += getattr(program, "extra_values", 0)  # values a program's own frames carry beyond a chunk (a bitmap)
     if cluster is not None:
         cluster.check()
     with built(wire_graph, link_mtu(answer), Emulation, cluster) as emu:
