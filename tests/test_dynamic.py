@@ -84,3 +84,20 @@ def test_dynamic_trees_on_mininet():
     real = innet.run("leaf-spine", backend="mininet", bw=100, dilation="off", plots=False, **options).runs[0]
     local = innet.run("leaf-spine", backend="local", **options).runs[0]
     assert real.correct and real.result_digest == local.result_digest
+
+
+def test_quiet_dynamic_trees_meet_every_tiers_lower_bound():
+    """Without congestion the rotation sends each chunk up one tree, in step at every tier: every tier carries
+    the least any all-reduce must (innet.planning.prediction.tier_lower_bounds), plus one bitmap word per
+    partial: 8 a chunk across the ToR-aggregation tier (7 ToRs up, one aggregation switch down into the root),
+    4 across the core's (3 pods up, one core down to the root's pod)."""
+    from innet.graph import hosts
+    from innet.planning.prediction import tier_lower_bounds
+
+    graph = build("fat-tree", k=4)
+    run = innet.run(graph, backend="local", placement="dynamic").runs[0]
+    bound = tier_lower_bounds(graph, hosts(graph), run.elements, run.packet_elements)
+    chunks = 1 + -(-run.elements // run.packet_elements)  # the exponent's, then the data's
+    assert run.correct and run.tier_bytes["host-tor"] == bound["host-tor"]
+    assert run.tier_bytes["tor-agg"] == bound["tor-agg"] + 4 * 8 * chunks
+    assert run.tier_bytes["agg-core"] == bound["agg-core"] + 4 * 4 * chunks
