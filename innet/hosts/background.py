@@ -169,15 +169,15 @@ class BackgroundHost:
     daemon = True
     done = False
 
-    def __init__(self, graph: nx.Graph, host: str, flows: list[Flow], seed: int = 0) -> None:
-        index = node_indices(graph)
-        self.node = index[host]
-        rng = np.random.default_rng([seed, index[host], 35])
-        self.flows = [(background_frame(self.node, index[f.dst]), FRAME_BYTES * 8 / f.bps) for f in flows]
+    def __init__(self, node: int, flows: list[tuple[int, float]], seed: int = 0) -> None:
+        """``flows``: (destination node index, bits per second) of each flow from node ``node``."""
+        self.node = node
+        rng = np.random.default_rng([seed, node, 35])
+        self.flows = [(background_frame(node, dst), FRAME_BYTES * 8 / bps) for dst, bps in flows]
         self._due = [(float(rng.random() * gap), k) for k, (_, gap) in enumerate(self.flows)]
         heapq.heapify(self._due)
         self.sent_bytes = self.received_bytes = 0
-        self.offered_bps = sum(f.bps for f in flows)
+        self.offered_bps = sum(bps for _, bps in flows)
 
     def start(self, now: float) -> list[bytes]:
         return self.on_timeout(now)
@@ -204,8 +204,13 @@ class BackgroundHost:
 
 def background_hosts(graph: nx.Graph, bg: BackgroundSpec, seed: int = 0) -> dict[str, BackgroundHost]:
     """One endpoint per host of the topology, sending its flows of ``bg``."""
-    flows = background_flows(graph, bg, seed)
-    return {h: BackgroundHost(graph, h, [f for f in flows if f.src == h], seed)
+    return {h: BackgroundHost(node_indices(graph)[h], flows, seed) for h, flows in host_flows(graph, bg, seed).items()}
+
+
+def host_flows(graph: nx.Graph, bg: BackgroundSpec, seed: int = 0) -> dict[str, list[tuple[int, float]]]:
+    """Per host that sends or receives background traffic, its flows as (destination node index, bits per second)."""
+    flows, index = background_flows(graph, bg, seed), node_indices(graph)
+    return {h: [(index[f.dst], f.bps) for f in flows if f.src == h]
             for h in sorted({f.src for f in flows} | {f.dst for f in flows}, key=natural_key)}
 
 
@@ -225,12 +230,26 @@ class BackgroundSummary:
     link_bytes: dict[str, int]
 
 
-def background_summary(bg: BackgroundSpec, ends: dict[str, BackgroundHost], seconds: float,
+@dataclass(frozen=True)
+class BackgroundStats:
+    """What one host's background endpoint did: its flows, the rate they offer, bytes sent and received."""
+
+    flows: int
+    offered_bps: float
+    sent_bytes: int
+    received_bytes: int
+    seconds: float = 0.0  # how long it ran (where that is not the run's time: Mininet's senders start first)
+
+
+def stats_of(end: BackgroundHost, seconds: float = 0.0) -> BackgroundStats:
+    return BackgroundStats(len(end.flows), end.offered_bps, end.sent_bytes, end.received_bytes, seconds)
+
+
+def background_summary(bg: BackgroundSpec, ends: list[BackgroundStats], seconds: float,
                        link_bytes: dict[str, int], asked: float) -> BackgroundSummary:
     """``ends``' figures over a run of ``seconds`` (``asked``: the bits per second the pattern asked)."""
-    received = sum(e.received_bytes for e in ends.values())
-    return BackgroundSummary(str(bg), bg.load, sum(len(e.flows) for e in ends.values()), round(asked / 1e6, 3),
-                             round(sum(e.offered_bps for e in ends.values()) / 1e6, 3),
+    received = sum(e.received_bytes for e in ends)
+    return BackgroundSummary(str(bg), bg.load, sum(e.flows for e in ends), round(asked / 1e6, 3),
+                             round(sum(e.offered_bps for e in ends) / 1e6, 3),
                              round(received * 8 / seconds / 1e6, 3) if seconds > 0 else 0.0,
-                             sum(e.sent_bytes for e in ends.values()), received,
-                             {k: v for k, v in link_bytes.items() if v})
+                             sum(e.sent_bytes for e in ends), received, {k: v for k, v in link_bytes.items() if v})

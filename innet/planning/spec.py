@@ -98,8 +98,8 @@ class RunSpec:
                                            help=f"priority band of each job's packets in every port's strict-priority "
                                                 f"queues, job 1 first (0 = most urgent, up to {BANDS - 1}; default 0 for all)")
     background: BackgroundSpec = option(
-        factory=BackgroundSpec, group="faults", metavar="PATTERN:LOAD", parse=parse_background, backends=("local",),
-        help="local: other tenants' traffic competing with the job: permutation, all-to-all, incast or hotspot:LINK, at LOAD "
+        factory=BackgroundSpec, group="faults", metavar="PATTERN:LOAD", parse=parse_background,
+        help="other tenants' traffic competing with the job: permutation, all-to-all, incast or hotspot:LINK, at LOAD "
              "(a fraction of link rate), e.g. permutation:0.5; the report adds its throughput and utilisation.csv")
     link_faults: tuple[tuple[str, FaultSpec], ...] = option(
         (), group="faults", flag="--fault", metavar="LINK:K=V,...", parse=parse_link_fault, repeat=True,

@@ -9,7 +9,7 @@ import numpy as np
 
 from innet.backends.local.fabric import Fabric
 from innet.backends.local.sampler import LinkSampler
-from innet.hosts.background import BackgroundHost, asked_flows, background_hosts, background_summary
+from innet.hosts.background import BackgroundHost, asked_flows, background_hosts, background_summary, stats_of
 from innet.hosts.endpoint import Endpoint
 from innet.hosts.ensemble import InputReceiver, InputServer, input_summary
 from innet.hosts.ssp import SSPWorker
@@ -73,7 +73,7 @@ class LocalRun:
         ended = self.fabric.run()
         if self.sampler is not None:
             extra["utilisation"] = self.sampler.utilisation()
-            extra["background"] = background_summary(self.run.background, self.background, ended,
+            extra["background"] = background_summary(self.run.background, [stats_of(e) for e in self.background.values()], ended,
                                                      self.fabric.link_bytes(background=True),
                                                      sum(f.bps for f in asked_flows(self.graph, self.run.background, self.run.seed)))
         for proc in self.procs:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 import networkx as nx
 
+from innet.backends.mininet.background import Background
 from innet.backends.mininet.cleanup import RunState
 from innet.backends.mininet.cluster import Cluster, cluster_figures
 from innet.backends.mininet.collect import Procs, Watch, calls_window, input_record, outcome, switch_drops
@@ -175,17 +176,20 @@ class Emulation(Network):
                           SAMPLE_S * max(1, len(tracked) / 50))
         log(f"all-reduce: {sum(len(s) for s in rp.specs.values())} workers x {run.elements} elements x "
             f"{run.iterations} iteration(s)")
+        background = Background(self, self.graph, run) if run.background.active else None
         readings = self._go(starters)
         others = {f"{name}!{i}": self.spawn(name, argv, stdout=subprocess.DEVNULL) for i, (name, argv) in enumerate(intruders)}
         self.watch.wait(waited, run, readings.started, crash, samples)
         self.watch.wait(others, run, readings.started, {}, samples)
+        bg = background.stop((self.requested or (self.graph, run))[0], self.dilation) if background else None
         samples.take()
         measured = self._measure(rp, readings, samples)
         if cli:
             from mininet.cli import CLI
 
             CLI(self.net)
-        return self._record(run, rp, measured, modelled=not crash and not intruders)
+        record = self._record(run, rp, measured, modelled=not crash and not intruders and not bg)
+        return record.with_figures(background=bg) if bg else record
 
     def _start_hosts(self, run: RunSpec, rp: RunPlan, pbox_cores: int, crash: dict[str, float]) -> tuple[Procs, Procs, Procs]:
         """The PBox shards, the workers and the input stream, started: every process (to say "ready"), those
