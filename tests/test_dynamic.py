@@ -6,7 +6,8 @@ import pytest
 
 import innet
 from innet.errors import UserError
-from innet.planning.dynamic import plan_dynamic
+from innet.hosts.background import background_flows, parse_background
+from innet.planning.dynamic import gain_model, plan_dynamic
 from topologies import build
 
 
@@ -61,7 +62,14 @@ def test_dynamic_beats_static_under_background():
     static = innet.run("fat-tree", background="permutation:0.5", **options).runs[0]
     dynamic = innet.run("fat-tree", background="permutation:0.5", placement="dynamic", **options).runs[0]
     assert static.correct and dynamic.correct
-    assert static.completion_s / dynamic.completion_s >= 1.25
+    gain = static.completion_s / dynamic.completion_s
+    assert gain >= 1.25
+    graph = build("fat-tree", k=4)
+    plan = innet.plan(graph, backend="local").modes[0].jobs[0]  # the static tree the run took
+    flows = [(f.src, f.dst, f.bps) for f in background_flows(graph, parse_background("permutation:0.5"))]
+    model = gain_model(graph, plan, flows)
+    assert (model.static_share, model.dynamic_share) == (0.1, 0.5)  # 90% of a tree link is the background's
+    assert gain <= model.gain  # the bound: the job takes more than a link's leftover while the queues absorb
     quiet_static = innet.run("fat-tree", **options).runs[0]
     quiet_dynamic = innet.run("fat-tree", placement="dynamic", **options).runs[0]
     assert quiet_dynamic.completion_s <= 1.05 * quiet_static.completion_s

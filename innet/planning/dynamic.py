@@ -18,6 +18,7 @@ off this switch (-1 otherwise). A switch whose cone it has heard in full sends i
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import networkx as nx
 
@@ -92,3 +93,37 @@ def _leads_to_workers(graph: nx.Graph, node: str, above: str, level: dict[str, i
     if role(graph, node) in ("host", "pbox"):
         return False
     return any(_leads_to_workers(graph, n, node, level, workers) for n in graph[node] if level[n] < level[node])
+
+
+@dataclass(frozen=True)
+class GainModel:
+    """What the links leave a job beside background traffic: the smallest share of a link's rate the background
+    leaves on the links a static tree uses (both directions), and on the links no tree can avoid (the workers'
+    own); ``gain``, their ratio, is what dynamic trees may gain at most if the job ran at its bottleneck's
+    leftover rate."""
+
+    static_share: float
+    dynamic_share: float
+
+    @property
+    def gain(self) -> float:
+        return self.dynamic_share / self.static_share if self.static_share > 0 else float("inf")
+
+
+def gain_model(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]]) -> GainModel:
+    """``GainModel`` of a static ``plan`` beside background ``flows`` (source, destination, bits per second)."""
+    load: dict[tuple[str, str], float] = {}
+    for src, dst, bps in flows:
+        path = [src]
+        while path[-1] != dst:
+            path.append(next_hop(graph, path[-1], dst))
+        for hop in zip(path, path[1:], strict=False):
+            load[hop] = load.get(hop, 0.0) + bps
+
+    def share(links: Sequence[tuple[str, str]]) -> float:
+        return min((1 - load.get(hop, 0.0) / (float(graph.edges[hop]["bw"]) * 1e6) for hop in links), default=1.0)
+
+    tree = [(c, p) for c, p in plan.parents.items()]
+    own = [(w, next(iter(graph[w]))) for w in plan.workers]
+    both = lambda links: [*links, *((b, a) for a, b in links)]  # noqa: E731
+    return GainModel(round(share(both(tree)), 4), round(share(both(own)), 4))
