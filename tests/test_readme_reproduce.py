@@ -29,7 +29,7 @@ def innet(command: str, cwd) -> subprocess.CompletedProcess:
 def test_every_shipped_experiment_has_its_command_and_its_figure():
     """Each command is ``innet reproduce NAME`` for a shipped NAME: tests/test_experiments.py runs every one of
     them (with ``--quick``: the full sweeps take minutes each; their figures are the ones committed)."""
-    assert COMMANDS == [f"innet reproduce {name}" for name in ("phub", "topk", "ensemble", "pipesgd", "p3", "ssp")]
+    assert COMMANDS == [f"innet reproduce {name}" for name in ("phub", "topk", "ensemble", "pipesgd", "p3", "ssp", "canary")]
     assert sorted(c.split()[-1] for c in COMMANDS) == sorted(shipped())
     figures = re.findall(r"!\[[^]]*\]\((docs/figures/(\w+)\.png)\)", REPRODUCE)
     assert [name for _, name in figures] == [c.split()[-1] for c in COMMANDS]
@@ -96,10 +96,16 @@ def _stated(name: str, points: dict) -> list[str]:
         assert all(r["max_staleness"] <= r["staleness"] for r in rows if r["series"] == "ssp")
         return [f"BSP's {rate['bsp', 0]:.1f} iterations/s through SSP's {rate['ssp', 1]:.1f} (s=1) and "
                 f"{rate['ssp', 8]:.1f} (s=8) to ASP's {rate['asp', 0]:.1f}", f"ASP's reaches {at['asp', 0]['max_staleness']}"]
+    if name == "canary":
+        fat, leaf = speedup["dynamic"], speedup["dynamic-leaf-spine"]
+        assert min(fat["none"], leaf["none"]) >= 1 / 1.04 and all(r["correct"] for r in rows)  # "within 4%", exact
+        loads = ("permutation:0.25", "permutation:0.5", "permutation:0.75")
+        return [", ".join(f"{fat[k]:.2f}×" for k in loads) + " faster on the fat-tree",
+                ", ".join(f"{leaf[k]:.2f}×" for k in loads) + " on the leaf-spine"]
     raise AssertionError(f"no figures known for {name}")
 
 
-@pytest.mark.parametrize("name", ["phub", "topk", "ensemble", "pipesgd", "p3", "ssp"])
+@pytest.mark.parametrize("name", ["phub", "topk", "ensemble", "pipesgd", "p3", "ssp", "canary"])
 def test_the_papers_figures_are_what_innet_reproduce_draws(name, tmp_path):
     """Each figure README states for a paper is what its ``innet reproduce NAME`` command (the full sweep, on the
     fabric in virtual time: seconds) writes in points.json, as README rounds it."""
