@@ -27,6 +27,8 @@ import numpy as np
 
 from innet.errors import AllreduceAborted, AllreduceTimeout
 from innet.hosts.training import Training, TrainingClock
+from innet.switch.routed import mark
+from innet.wire.collectives import COLLECTIVES
 from innet.wire.operators import SUM, Operator
 from innet.wire.packet import (
     ABORT,
@@ -70,6 +72,8 @@ class JobSpec:
     sparse: bool = False  # send a chunk as (index, value) pairs when that is shorter (innet.wire.sparse)
     band: int = 0  # the priority band (DSCP) of every frame the worker sends (0: most urgent)
     operator: Operator = SUM  # what the job reduces with: its fixed-point rule decides what workers agree on
+    collective: str = "allreduce"  # innet.wire.collectives: what goes in, and which ranks each result goes to
+    root: int = 0  # broadcast's and reduce's root rank
 
     def __post_init__(self) -> None:
         if isinstance(self.operator, dict):  # from JSON
@@ -176,6 +180,8 @@ class AllreduceCall:
         self.finished_at: float | None = None
         self.last_progress = 0.0
         self.error: Exception | None = None
+        chunks = self.end - self.first - 1  # a routed collective's rank for each data chunk (innet.switch.routed)
+        self._dest = COLLECTIVES[spec.collective].dest(chunks, spec.nworkers, spec.root)
 
     @staticmethod
     def buffers(spec: JobSpec, length: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -205,6 +211,9 @@ class AllreduceCall:
         spec = self.spec
         hdr = np.zeros(len(chunks), HEADER_DTYPE)
         hdr["job"], hdr["rank"], hdr["nworkers"], hdr["exp"], hdr["count"] = spec.job, spec.rank, spec.nworkers, exp, counts
+        if self._dest is not None:  # each data chunk marked with the one rank its result is for
+            data = chunks > self.first
+            hdr["nworkers"][data] = mark(spec.nworkers, self._dest[chunks[data] - self.first - 1])
         hdr["slot"], hdr["chunk"] = chunks % spec.slots, chunks
         hdr["flags"] = np.where((chunks // spec.slots) & 1, VER, 0) | (ROUTE if spec.pbox is not None else 0)
         return hdr
@@ -311,7 +320,7 @@ class AllreduceCall:
             return self.receive_block(parse_block(*pack_frames([frame])), now)
         slot = chunk % spec.slots
         offset = (chunk - self.first - 1) * spec.elements
-        if self.in_flight[slot] != chunk or count != min(spec.elements, len(self.tensor) - offset):
+        if self.in_flight[slot] != chunk or count != self._count_of(chunk, offset):
             return []  # stale, a duplicate, or a bad length
         self.in_flight[slot] = -1
         sent = float(self.sent_at[slot])
@@ -404,9 +413,19 @@ class AllreduceCall:
         return counts
 
     def _count(self, chunks: np.ndarray) -> np.ndarray:
-        """How many values the result of each chunk carries (none for the exponent chunk)."""
+        """How many values the result of each chunk carries (none for the exponent chunk, nor for a routed
+        collective's chunk whose values go to another rank)."""
         elements = self.spec.elements
-        return np.where(chunks == self.first, 0, np.minimum(elements, len(self.tensor) - (chunks - self.first - 1) * elements))
+        counts = np.where(chunks == self.first, 0, np.minimum(elements, len(self.tensor) - (chunks - self.first - 1) * elements))
+        if self._dest is not None:
+            counts[(chunks > self.first) & (self._dest[np.maximum(chunks - self.first - 1, 0)] != self.spec.rank)] = 0
+        return counts
+
+    def _count_of(self, chunk: int, offset: int) -> int:
+        """``_count`` of one data chunk at ``offset``."""
+        if self._dest is not None and self._dest[chunk - self.first - 1] != self.spec.rank:
+            return 0
+        return min(self.spec.elements, len(self.tensor) - offset)
 
     def _store(self, block: FrameBlock, rows: np.ndarray, chunks: np.ndarray) -> None:
         """Write the results' values into place: full chunks at once, the short last one alone."""

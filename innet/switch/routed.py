@@ -1,0 +1,72 @@
+"""Where a complete slot's result goes down the tree: to every rank (all-reduce), or its values to one
+rank (reduce-scatter's shard owner, reduce's root) and to every other a header alone.
+
+A collective that routes (innet.wire.collectives) marks each contribution with the rank its result is
+for, in the header's ``nworkers`` field: ``size + 1 + rank`` names that rank (``mark``), the job's size
+(what all-reduce's workers send) or anything else means every rank. The mark travels up with the partials and down with the
+result, so every switch on the way splits the same: the values out of the port towards the rank, a
+header without values out of every other port. That header is the slot's acknowledgement: it frees the
+slot at the workers that do not keep the values, as the result frees it at the one that does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from innet.switch.program import Action, Emit, EmitMany, JobPort, Multicast
+from innet.wire.packet import Packet
+
+
+def mark(nworkers: int, rank: int) -> int:
+    """The ``nworkers`` field of a packet for ``rank`` alone, in a job of ``nworkers``."""
+    return nworkers + 1 + rank
+
+
+def dest_of(job: JobPort, field: int) -> int | None:
+    """The rank a packet whose ``nworkers`` field is ``field`` is for, or None: every rank."""
+    rank = field - job.nworkers - 1
+    return rank if 0 <= rank < job.nworkers else None
+
+
+def marked(job: JobPort, fields: np.ndarray) -> np.ndarray:
+    """``dest_of`` for an array of fields: the rank, or -1 for every rank."""
+    rank = fields.astype(np.int64) - job.nworkers - 1
+    return np.where((rank >= 0) & (rank < job.nworkers), rank, -1)
+
+
+def result_down(job: JobPort, result: Packet) -> list[Action]:
+    """A result sent to the children: all of them, or its values towards its rank and headers elsewhere."""
+    dest = dest_of(job, int(result.hdr["nworkers"]))
+    if dest is None or not len(result.values):
+        return [Multicast(job.children, result, job.priority)]
+    towards = job.rank_ports.get(dest)
+    ack = result.replace(result.values[:0])
+    return [Emit(p, result if p == towards else ack, job.priority) for p in job.children]
+
+
+def answer(job: JobPort, result: Packet, asking: int) -> Packet:
+    """The answer to rank ``asking``'s repeat of a finished slot: the values if they are its, else a header."""
+    dest = dest_of(job, int(result.hdr["nworkers"]))
+    return result if dest is None or dest == asking else result.replace(result.values[:0])
+
+
+def results_down(job: JobPort, hdr: np.ndarray, values: np.ndarray) -> list[Action]:
+    """``result_down`` for a block of results (rows of ``hdr`` and ``values``)."""
+    dest = marked(job, hdr["nworkers"])
+    routed = dest >= 0
+    if not routed.any() or values.shape[1] == 0:
+        return [EmitMany(port, hdr, values, job.priority) for port in job.children]
+    port_of = np.full(job.nworkers, -1, np.int64)
+    for rank, port in job.rank_ports.items():
+        port_of[rank] = port
+    towards = port_of[np.where(routed, dest, 0)]
+    out: list[Action] = []
+    for port in job.children:
+        full = ~routed | (towards == port)
+        if full.any():
+            out.append(EmitMany(port, np.ascontiguousarray(hdr[full]), values[full], job.priority))
+        if not full.all():
+            acks = hdr[~full].copy()
+            acks["count"] = 0
+            out.append(EmitMany(port, acks, values[~full][:, :0], job.priority))
+    return out
