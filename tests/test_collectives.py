@@ -1,16 +1,24 @@
 """Collectives as values: shards, what each rank streams and keeps, and every collective exact on the fabric
 in every mode against numpy (bit sets: exact integers, no fixed point between them and the reference)."""
 
+import json
+import os
+import re
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 from innet.api import spec_of
 from innet.backends.local.run import LocalRun
 from innet.errors import UserError
+from innet.planning.prediction import direction_bytes
 from innet.planning.spec import make_bitsets
 from innet.results.check import outcome_of
 from innet.wire.collectives import ALL_GATHER, ALLREDUCE, BARRIER, BROADCAST, COLLECTIVES, REDUCE, REDUCE_SCATTER, Collective
 from innet.wire.operators import BOR, SUM
+from innet.wire.packet import PAYLOAD_OFFSET
 
 MODES = ("innet", "pbox", "ring")
 
@@ -93,3 +101,107 @@ def test_rules_are_one_line_errors():
         spec_of("star", default_backend="local", collective="all_gather", program="max_allreduce")
     with pytest.raises(UserError, match="workload"):
         spec_of("star", default_backend="local", collective="reduce_scatter", workload="resnet50")
+
+
+def directions(local):
+    return {uv: link.bytes for uv, link in local.fabric.links.items()}
+
+
+def measured(topology, **options):
+    spec, graph = spec_of(topology, default_backend="local", plots=False, **options)
+    local = LocalRun(graph, spec)
+    record = local.finish()
+    assert record.correct, record.errors
+    return spec, graph, local, record
+
+
+@pytest.mark.parametrize("topology", ("star", "leaf-spine"))
+@pytest.mark.parametrize("mode", MODES)
+def test_every_link_direction_as_the_planner_predicts(topology, mode):
+    """1,000,003 elements (uneven shards), star of 8 and the default leaf-spine: each direction's bytes, measured
+    on the fabric, are the planner's (innet.planning.prediction.direction_bytes), for every collective."""
+    for name in COLLECTIVES:
+        spec, graph, local, record = measured(topology, elements=1_000_003, mode=mode, collective=name,
+                                              **({"workers": 8} if topology == "star" else {}))
+        plan = local.rp.plans[0]
+        predicted = direction_bytes(graph, mode, plan, spec.call_sizes()[0], local.rp.per_packet, 1.0,
+                                    spec.collective_of, spec.root)
+        got = {uv: b for uv, b in directions(local).items() if b}
+        assert got == {uv: round(b) for uv, b in predicted.items() if b}, (mode, name)
+        assert record.link_bytes == record.predicted_link_bytes
+
+
+def test_reduce_scatter_in_the_switches_sends_each_worker_a_shard():
+    """Star of 8, 1,000,003 elements: each worker's downlink carries its shard's values and every chunk's header,
+    so the downlinks together carry 1/N of all-reduce's, plus one header per chunk for each other rank; the
+    uplinks carry what all-reduce's do. All-gather the other way round."""
+    hosts = [f"h{i + 1}" for i in range(8)]
+    got = {}
+    for name in ("allreduce", "reduce_scatter", "all_gather"):
+        spec, _, local, _ = measured("star", workers=8, elements=1_000_003, collective=name)
+        d = directions(local)
+        got[name] = ([d["s1", h] for h in hosts], [d[h, "s1"] for h in hosts])
+    unit, chunks = 2048, -(-1_000_003 // 2048)
+    shard = np.diff(Collective.shards(1_000_003, 8, unit))
+    headers = (chunks + 1) * PAYLOAD_OFFSET  # the exponent chunk's and every data chunk's
+    down, up = got["reduce_scatter"]
+    assert down == [headers + 4 * int(s) for s in shard]
+    assert sum(down) - 7 * headers == sum(got["allreduce"][0]) // 8
+    assert up == got["allreduce"][1]
+    down, up = got["all_gather"]
+    assert up == [headers + 4 * int(s) for s in shard] and down == got["allreduce"][0]
+
+
+def test_a_program_without_the_handlers_is_refused_in_one_line():
+    with pytest.raises(UserError, match="program forward serves allreduce only: it has no handler for collective reduce"):
+        spec_of("star", default_backend="local", collective="reduce", program="forward")
+    spec_of("star", default_backend="local", collective="reduce", program="forward", mode="pbox")  # no switch program runs
+
+
+def test_the_command_line_takes_collective_and_root(tmp_path, capsys):
+    from innet import cli
+
+    args = ["--backend", "local", "--topo", "star", "--workers", "4", "--elements", "5000", "--mode", "all", "--no-plots",
+            "--collective", "broadcast", "--root", "2", "--json", str(tmp_path / "r.json")]
+    assert cli.main(args) == 0
+    runs = json.loads((tmp_path / "r.json").read_text())["runs"]
+    assert [r["mode"] for r in runs] == list(MODES) and all(r["correct"] for r in runs)
+    assert all(r["link_bytes"] == r["predicted_link_bytes"] for r in runs)
+    assert cli.main(["--backend", "local", "--collective", "scatter"]) == 2
+    assert "invalid choice: 'scatter'" in capsys.readouterr().err
+
+
+def test_the_readme_table_is_what_the_runs_measure(tmp_path):
+    import innet
+
+    with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")) as f:
+        text = f.read()
+    part = text[text.index("## Collectives") :]
+    rows = re.findall(r"^\| `(\w+)` \| (.*) \|$", part[: part.index("\n## ")], re.M)
+    assert [name for name, _ in rows] == ["allreduce", "reduce_scatter", "all_gather"]
+    for name, cells in rows:
+        report = innet.run("star", backend="local", workers=8, elements=1_000_003, collective=name, mode="all",
+                           plots=False, out=str(tmp_path))
+        measured = []
+        for run in report.runs:
+            assert run.correct, run.errors
+            worker_links = sum(b for link, b in run.link_bytes.items() if link.startswith("h"))
+            measured.append(f"{worker_links / 1e6:.1f} MB, {run.completion_s * 1e3:.1f} ms")
+        assert cells.split(" | ") == measured, name
+
+
+@pytest.mark.mininet
+@pytest.mark.parametrize("name", COLLECTIVES)
+def test_each_collective_in_every_mode_on_mininet_at_the_defaults(name, tmp_path):
+    """``sudo python run_topology.py --collective NAME --mode all``: exact in every mode, and every link's bytes,
+    counted at the interfaces, the planner's."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    argv = [sys.executable, os.path.join(root, "run_topology.py"), "--collective", name, "--mode", "all",
+            "--out", str(tmp_path), "--no-plots"]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    runs = json.loads((tmp_path / "results.json").read_text())["runs"]
+    assert [r["mode"] for r in runs] == list(MODES)  # gloo runs all-reduce only
+    for r in runs:
+        assert r["correct"], (r["mode"], r["errors"])
+        assert r["link_bytes"] == r["predicted_link_bytes"], r["mode"]

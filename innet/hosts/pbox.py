@@ -19,6 +19,7 @@ import numpy as np
 from innet.hosts.ssp import Consistency, ParameterKeys
 from innet.hosts.worker import Frames
 from innet.switch.engine import ADDED, ANSWER, COMPLETE, Engine, new_pool
+from innet.switch.routed import replica_mark
 from innet.wire.operators import SUM, Operator
 from innet.wire.packet import (
     ABORT,
@@ -146,7 +147,8 @@ class PBoxServer:
         known = rank < len(st.who)
         rank = np.where(known, rank, 0)
         mine = (known & (st.who[rank] >= 0) & (st.node_of[rank] == src) & (hdr["count"] == job.elements)
-                & (slot < job.slots) & (slot % self.cores == self.core) & (flags & (SPARSE | RESULT) == 0))
+                & (slot < job.slots) & (slot % self.cores == self.core) & (flags & (SPARSE | RESULT) == 0)
+                & (hdr["nworkers"] != replica_mark(len(st.ranks))))  # a replicating key: packet by packet
         keys = np.where(flags & VER, job.slots, 0) + slot
         mine &= ~np.isin(keys, keys[~mine])  # a key some other packet touches goes one by one, in order
         if not mine.any():
@@ -201,7 +203,8 @@ class PBoxServer:
         st = self.state[job.job]
         st.heard[st.who[dense.rank]] = now
         key = dense.version * job.slots + dense.slot
-        what = st.engine.contribute(key, int(st.who[dense.rank]), len(st.ranks), dense.chunk, dense.exp, dense.values, now)
+        what = st.engine.contribute(key, int(st.who[dense.rank]), len(st.ranks), dense.chunk, dense.exp, dense.values, now,
+                                    dense.nworkers == replica_mark(len(st.ranks)))
         if what == COMPLETE:
             st.engine.finish(key, down=True)
             return [self._result(job, dense, key, rank) for rank in sorted(job.members)]

@@ -391,6 +391,12 @@ def _collective(s: RunSpec) -> str | None:
     if c.name != "allreduce" and (s.train or s.consistency or s.topk or s.input_elements or s.workload):
         return (f"{{collective}} {c.name} runs on seeded tensors: it does not take {{train}}, {{consistency}}, {{topk}}, "
                 "{input_elements} or {workload}")
+    if c.name != "allreduce" and s.mode == "gloo":
+        return f"{{mode}} gloo runs torch.distributed's all-reduce: it does not run {{collective}} {c.name}"
+    served = program_of(s).collectives
+    if s.mode in ("innet", "all") and c.name not in served:
+        return (f"{{program}} {s.program} serves {', '.join(served)} only: it has no handler for {{collective}} {c.name} "
+                "(a Reduction subclass serves all six), or use {mode} pbox or ring")
     if not c.combines and s.operator.rule == "select":
         return (f"{{collective}} {c.name} replicates one rank's values with the identity elsewhere: {{program}} "
                 f"{s.program} reduces with {s.operator.name}, whose identity is no float; use a sum or bit program")

@@ -38,7 +38,8 @@ from innet.switch.program import (
     on_packet,
     on_timer,
 )
-from innet.switch.routed import answer, dest_of, marked, result_down, results_down
+from innet.switch.routed import answer, kept_mark, replica_mark, replicates, result_down, results_down
+from innet.wire.collectives import COLLECTIVES
 from innet.wire.operators import SUM, Operator
 from innet.wire.packet import ABORT, ALL_RANKS, OVERFLOW, RESULT, RETX, SPARSE, VER, Packet, make_packet
 from innet.wire.sparse import densify, densify_rows, encode
@@ -53,6 +54,7 @@ class Reduction(SwitchProgram):
     elements = 2048  # values per packet: 8250-byte frames on jumbo links (README: "Packets")
     fan_in: ClassVar[int] = 64  # contributors one slot can track (the bitmap's width)
     sparse: ClassVar[bool] = False
+    collectives = tuple(COLLECTIVES)  # innet.switch.routed: where a slot's values go, and whether it combines
     registers = pool_registers(lambda p: 2 * p.slots, "elements", lambda p: words(p.fan_in))
 
     # -- contributions -------------------------------------------------------
@@ -76,7 +78,8 @@ class Reduction(SwitchProgram):
         self._heard(job)[index] = ctx.now
         key = self._key(job, dense)
         engine = self._engine(ctx)
-        what = engine.contribute(key, index, len(job.contributors), dense.chunk, dense.exp, dense.values, ctx.now)
+        what = engine.contribute(key, index, len(job.contributors), dense.chunk, dense.exp, dense.values, ctx.now,
+                                 replicates(job, int(dense.hdr["nworkers"])))
         if what == ADDED:
             return None
         if what == COMPLETE:
@@ -110,7 +113,8 @@ class Reduction(SwitchProgram):
             known = rank < len(who)
             rank = np.where(known, rank, 0)
             slot = hdr["slot"][rows].astype(np.int64)
-            member = known & (who[rank] >= 0) & (port_of[rank] == batch.port) & (slot < job.slots)
+            member = (known & (who[rank] >= 0) & (port_of[rank] == batch.port) & (slot < job.slots)
+                      & (hdr["nworkers"][rows] != replica_mark(job.nworkers)))  # a replicating slot: packet by packet
             mine = rows[member]
             if len(mine) == len(jobs):  # every row is a member's: read the batch through views, not copies
                 sel: np.ndarray | slice = slice(None)
@@ -257,8 +261,7 @@ class Reduction(SwitchProgram):
         r = ctx.regs
         flags |= (VER if key >= self.slots else 0) | (OVERFLOW if r.overflow[key] else 0)
         values = self._engine(ctx).values(key).copy()
-        field = int(pkt.hdr["nworkers"])  # a routed slot's mark (innet.switch.routed), else the job's size
-        nworkers = field if dest_of(job, field) is not None else job.nworkers
+        nworkers = int(kept_mark(job, pkt.hdr["nworkers"]))  # a collective's mark (innet.switch.routed), else the size
         return pkt.replace(values, rank=rank, flags=flags, exp=int(r.exp[key]), nworkers=nworkers)
 
     def _send_slots(self, ctx: Context, job: JobPort, hdr: np.ndarray, keys: np.ndarray, down: bool,
@@ -269,7 +272,7 @@ class Reduction(SwitchProgram):
         count = int(r.count[keys[0]])
         flags = np.where(keys >= self.slots, VER, 0) | np.where(r.overflow[keys], OVERFLOW, 0)
         out["count"], out["exp"] = count, r.exp[keys]
-        out["nworkers"] = np.where(marked(job, out["nworkers"]) >= 0, out["nworkers"], job.nworkers)  # routed: the mark
+        out["nworkers"] = kept_mark(job, out["nworkers"])
         values = r.pool[run_of(keys), :count]  # a view where the keys are consecutive (written out at once)
         if down:
             out["flags"], out["rank"] = flags | RESULT, ALL_RANKS

@@ -3,7 +3,10 @@ rank (reduce-scatter's shard owner, reduce's root) and to every other a header a
 
 A collective that routes (innet.wire.collectives) marks each contribution with the rank its result is
 for, in the header's ``nworkers`` field: ``size + 1 + rank`` names that rank (``mark``), the job's size
-(what all-reduce's workers send) or anything else means every rank. The mark travels up with the partials and down with the
+(what all-reduce's workers send) or anything else means every rank. A collective that replicates
+(all-gather, broadcast) marks its contributions ``2 * size + 1`` (``replica_mark``): one rank sends a
+chunk's values, every other rank its header alone, and the slot's result is those values.
+The mark travels up with the partials and down with the
 result, so every switch on the way splits the same: the values out of the port towards the rank, a
 header without values out of every other port. That header is the slot's acknowledgement: it frees the
 slot at the workers that do not keep the values, as the result frees it at the one that does.
@@ -20,6 +23,21 @@ from innet.wire.packet import Packet
 def mark(nworkers: int, rank: int) -> int:
     """The ``nworkers`` field of a packet for ``rank`` alone, in a job of ``nworkers``."""
     return nworkers + 1 + rank
+
+
+def replica_mark(nworkers: int) -> int:
+    """The ``nworkers`` field of a replicating collective's contributions, in a job of ``nworkers``."""
+    return 2 * nworkers + 1
+
+
+def replicates(job: JobPort, field: int) -> bool:
+    return field == replica_mark(job.nworkers)
+
+
+def kept_mark(job: JobPort, fields: np.ndarray) -> np.ndarray:
+    """The ``nworkers`` fields a switch sends on for packets that came with ``fields``: a collective's mark
+    as it came, else the job's size."""
+    return np.where((marked(job, fields) >= 0) | (fields == replica_mark(job.nworkers)), fields, job.nworkers)
 
 
 def dest_of(job: JobPort, field: int) -> int | None:

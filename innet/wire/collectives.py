@@ -83,6 +83,14 @@ class Collective:
         starts = (np.arange(nworkers + 1) * chunks) // nworkers
         return np.searchsorted(starts, np.arange(chunks), side="right") - 1
 
+    def source(self, chunks: int, nworkers: int, root: int) -> np.ndarray | None:
+        """The one rank whose values each data chunk carries, or None: every rank's (a combining collective)."""
+        if self.sources == "owner":
+            return self.owner_of(chunks, nworkers)
+        if self.sources == "root":
+            return np.full(chunks, root, np.int64)
+        return None
+
     # -- what goes in and what comes out -------------------------------------
     def contribution(self, tensor: np.ndarray, rank: int, nworkers: int, root: int, unit: int, fill: float) -> np.ndarray:
         """What rank ``rank`` streams through the slots for its input ``tensor`` (the whole tensor's length)."""
