@@ -117,8 +117,8 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
     small = max(trip(p, frame_bytes(0)) + trip(back(p), frame_bytes(0)) for p in paths)
     rtt = max(trip(p, full) + trip(back(p), full) for p in paths)
     chunks = -(-elements // per_packet)
-    if not chunks:  # a barrier: the exponent's round trip is the call (at a PBox, after N frames in)
-        return small + ((n - 1) * full / slowest if plan.method == "pbox" else 0.0)
+    if not chunks:  # a barrier: the exponent's round trip is the call (at a PBox, N frames in and N out)
+        return small + (2 * (n - 1) * full / slowest if plan.method == "pbox" else 0.0)
     windows, rest = divmod(max(chunks - 1, 0), max(plan.slots, 1))
     stream = max(bw, windows * rtt + bw * (rest + 1) / max(chunks, 1)) if windows else bw
     incast = (n - 1) * full / slowest if plan.method == "pbox" else 0.0
