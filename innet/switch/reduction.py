@@ -38,7 +38,7 @@ from innet.switch.program import (
     on_packet,
     on_timer,
 )
-from innet.switch.routed import answer, kept_mark, replica_mark, replicates, result_down, results_down
+from innet.switch.routed import answer, for_rank, kept_mark, replica_mark, replicates, result_down, results_down
 from innet.wire.collectives import COLLECTIVES
 from innet.wire.operators import SUM, Operator
 from innet.wire.packet import ABORT, ALL_RANKS, OVERFLOW, RESULT, RETX, SPARSE, VER, Packet, make_packet
@@ -88,7 +88,7 @@ class Reduction(SwitchProgram):
                 return self._down(job, self._packet(ctx, job, dense, key, RESULT, ALL_RANKS))
             return self._out(Emit(job.parent, self._packet(ctx, job, dense, key, 0, job.rank), job.priority))  # type: ignore[arg-type]
         if what == ANSWER:
-            result = answer(job, self._packet(ctx, job, dense, key, RESULT, dense.rank), dense.rank)
+            result = answer(job, self._packet(ctx, job, dense, key, RESULT, dense.rank), pkt.port)
             return self._out(Emit(pkt.port, result, job.priority))
         if what == RESEND_UP:
             return self._out(Emit(job.parent, self._packet(ctx, job, dense, key, RETX, job.rank), job.priority))  # type: ignore[arg-type]
@@ -142,7 +142,7 @@ class Reduction(SwitchProgram):
             return Drop("unknown_job" if job is None else "result_from_child")
         if not job.aggregate:
             port = job.rank_ports.get(pkt.rank)
-            return result_down(job, pkt) if port is None else Emit(port, pkt, job.priority)
+            return result_down(job, pkt) if port is None else Emit(port, for_rank(job, pkt, pkt.rank), job.priority)
         dense = densify(pkt, self.elements) if self.sparse else pkt
         if dense is None:
             return Drop("bad_sparse")

@@ -62,10 +62,17 @@ def result_down(job: JobPort, result: Packet) -> list[Action]:
     return [Emit(p, result if p == towards else ack, job.priority) for p in job.children]
 
 
-def answer(job: JobPort, result: Packet, asking: int) -> Packet:
-    """The answer to rank ``asking``'s repeat of a finished slot: the values if they are its, else a header."""
+def answer(job: JobPort, result: Packet, port: int) -> Packet:
+    """The answer to a repeat of a finished slot that came in on ``port``: the values if their rank is
+    behind that port (a worker, or a switch whose partial carries another rank's), else a header."""
     dest = dest_of(job, int(result.hdr["nworkers"]))
-    return result if dest is None or dest == asking else result.replace(result.values[:0])
+    return result if dest is None or job.rank_ports.get(dest) == port else result.replace(result.values[:0])
+
+
+def for_rank(job: JobPort, result: Packet, rank: int) -> Packet:
+    """A result passed on to rank ``rank`` alone (a relay passing an answer): its values only if they are the rank's."""
+    dest = dest_of(job, int(result.hdr["nworkers"]))
+    return result if dest is None or dest == rank or not len(result.values) else result.replace(result.values[:0])
 
 
 def results_down(job: JobPort, hdr: np.ndarray, values: np.ndarray) -> list[Action]:
