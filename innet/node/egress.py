@@ -58,6 +58,13 @@ class Egress:
     def next_due(self) -> float | None:
         return self.held[0][0] if self.held else None
 
+    def drain(self) -> None:
+        """Send every frame still held for its link's delay, each when it is due: a host sends what it said
+        before it leaves (a ring rank's last ACKs and its DONE among them)."""
+        while self.held:
+            time.sleep(max(0.0, self.held[0][0] - time.monotonic()))
+            self.flush(time.monotonic())
+
     def lost(self) -> int:
         return sum(i.lost for i in self.injectors.values())
 

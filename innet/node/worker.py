@@ -146,6 +146,7 @@ def serve_worker(conf: WorkerConfig) -> int:
     status = node.save()
     if node.ok:
         node.client.linger(conf.linger_limit)
+    node.client.egress.drain()
     return status
 
 
@@ -177,7 +178,9 @@ def serve_workers(conf: WorkerGroup) -> int:
         for node in list(live):
             if node.state != "finished":
                 served(node, node.step)
-            if node.state == "finished":
+            else:
+                node.client.egress.flush(time.monotonic())
+            if node.state == "finished" and node.client.egress.next_due() is None:  # what it said is sent
                 live.discard(node)
                 poller.unregister(node.client.port.fileno())
                 status = max(status, node.status if node.status is not None else node.save())

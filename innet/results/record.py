@@ -84,6 +84,12 @@ class RunRecord(_JsonView):
         """The record with more figures (e.g. the model's prediction, or a backend's measurements)."""
         return replace(self, figures={**self.figures, **more})
 
+    @property
+    def fidelity(self) -> Any:
+        """How far the run's times can be trusted (innet.results.fidelity.Fidelity: dilation, verdict, CPU
+        shares, drops); None for a record without one."""
+        return self.figures.get("fidelity")
+
 
 def _json(record: Any) -> JsonObject:
     out: JsonObject = {}
