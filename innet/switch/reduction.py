@@ -38,7 +38,7 @@ from innet.switch.program import (
     on_packet,
     on_timer,
 )
-from innet.switch.routed import answer, for_rank, kept_mark, replica_mark, replicates, result_down, results_down
+from innet.switch.routed import answer, for_rank, kept_field, kept_mark, replica_mark, replicates, result_down, results_down
 from innet.wire.collectives import COLLECTIVES
 from innet.wire.operators import SUM, Operator
 from innet.wire.packet import ABORT, ALL_RANKS, OVERFLOW, RESULT, RETX, SPARSE, VER, Packet, make_packet
@@ -261,7 +261,7 @@ class Reduction(SwitchProgram):
         r = ctx.regs
         flags |= (VER if key >= self.slots else 0) | (OVERFLOW if r.overflow[key] else 0)
         values = self._engine(ctx).values(key).copy()
-        nworkers = int(kept_mark(job, pkt.hdr["nworkers"]))  # a collective's mark (innet.switch.routed), else the size
+        nworkers = kept_field(job, int(pkt.hdr["nworkers"]))  # a collective's mark (innet.switch.routed), else the size
         return pkt.replace(values, rank=rank, flags=flags, exp=int(r.exp[key]), nworkers=nworkers)
 
     def _send_slots(self, ctx: Context, job: JobPort, hdr: np.ndarray, keys: np.ndarray, down: bool,

@@ -40,6 +40,11 @@ def kept_mark(job: JobPort, fields: np.ndarray) -> np.ndarray:
     return np.where((marked(job, fields) >= 0) | (fields == replica_mark(job.nworkers)), fields, job.nworkers)
 
 
+def kept_field(job: JobPort, field: int) -> int:
+    """``kept_mark`` for one packet, in plain ints (the per-packet path)."""
+    return field if dest_of(job, field) is not None or field == replica_mark(job.nworkers) else job.nworkers
+
+
 def dest_of(job: JobPort, field: int) -> int | None:
     """The rank a packet whose ``nworkers`` field is ``field`` is for, or None: every rank."""
     rank = field - job.nworkers - 1
