@@ -118,7 +118,7 @@ def test_shares_are_taken_over_the_window_asked_for_not_the_whole_wait():
     assert end - start <= seconds <= end - start + 0.3  # the readings around the window, not the whole wait
     assert whole >= seconds + 0.4
     assert cpu["child"] * seconds >= 0.28  # all its CPU fell in the window
-    assert cpu["child"] >= whole_cpu["child"] * whole / seconds * 0.9
+    assert cpu["child"] >= whole_cpu["child"] * whole / seconds * 0.75  # its start-up CPU falls outside (more when loaded)
     assert wait["child"] >= 0 and 0 < busy <= os.cpu_count()
 
 

@@ -19,6 +19,7 @@ import numpy as np
 from innet.hosts.ssp import Consistency, ParameterKeys
 from innet.hosts.worker import Frames
 from innet.switch.engine import ADDED, ANSWER, COMPLETE, Engine, new_pool
+from innet.switch.routed import replica_mark
 from innet.wire.operators import SUM, Operator
 from innet.wire.packet import (
     ABORT,
@@ -146,7 +147,8 @@ class PBoxServer:
         known = rank < len(st.who)
         rank = np.where(known, rank, 0)
         mine = (known & (st.who[rank] >= 0) & (st.node_of[rank] == src) & (hdr["count"] == job.elements)
-                & (slot < job.slots) & (slot % self.cores == self.core) & (flags & (SPARSE | RESULT) == 0))
+                & (slot < job.slots) & (slot % self.cores == self.core) & (flags & (SPARSE | RESULT) == 0)
+                & (hdr["nworkers"] != replica_mark(len(st.ranks))))  # a replicating key: packet by packet
         keys = np.where(flags & VER, job.slots, 0) + slot
         mine &= ~np.isin(keys, keys[~mine])  # a key some other packet touches goes one by one, in order
         if not mine.any():
@@ -157,19 +159,28 @@ class PBoxServer:
                                            block.values(rows, job.elements), flags & ~VER == ROUTE, now)
         if len(folded.completed):
             st.engine.finish(folded.completed, down=True)
-            out.append(self._results(job, folded.completed, hdr[folded.last_rows]))
+            out.extend(self._results(job, folded.completed, hdr[folded.last_rows]))
         return rows[folded.taken]
 
-    def _results(self, job: PBoxJob, keys: np.ndarray, last: np.ndarray) -> np.ndarray:
-        """The result of each key in ``keys`` for every member, rank by rank, as one block of frames;
-        headers from ``last``, the packet that completed each key (as ``_result`` builds one)."""
+    def _results(self, job: PBoxJob, keys: np.ndarray, last: np.ndarray) -> list[np.ndarray]:
+        """The result of each key in ``keys`` for every member, rank by rank, as blocks of frames; headers
+        from ``last``, the packet that completed each key (as ``_result`` builds one). A routed key's values
+        go to its rank alone, every other member gets the header (innet.switch.routed)."""
         st = self.state[job.job]
         r, n = st.engine.r, len(st.ranks)
         hdr = np.repeat(last, n)
         hdr["rank"] = np.tile(st.ranks, len(keys))
         hdr["flags"] = np.repeat(RESULT | ROUTE | np.where(keys >= job.slots, VER, 0) | np.where(r.overflow[keys], OVERFLOW, 0), n)
         hdr["exp"], hdr["count"] = np.repeat(r.exp[keys], n), job.elements
-        return build_frames(self.node, st.node_of[hdr["rank"]], hdr, np.repeat(r.pool[keys, :job.elements], n, axis=0))
+        values = np.repeat(r.pool[keys, :job.elements], n, axis=0)
+        dest = np.repeat(last["nworkers"].astype(np.int64) - n - 1, n)
+        full = (dest < 0) | (dest >= n) | (dest == st.ranks[np.tile(np.arange(n), len(keys))])
+        out = [build_frames(self.node, st.node_of[hdr["rank"][full]], hdr[full], values[full])] if full.any() else []
+        if not full.all():
+            acks = hdr[~full]
+            acks["count"] = 0
+            out.append(build_frames(self.node, st.node_of[acks["rank"]], acks, values[~full][:, :0]))
+        return out
 
     def receive(self, frame: bytes, now: float) -> list[bytes]:
         pkt = parse_frame(frame)
@@ -192,7 +203,8 @@ class PBoxServer:
         st = self.state[job.job]
         st.heard[st.who[dense.rank]] = now
         key = dense.version * job.slots + dense.slot
-        what = st.engine.contribute(key, int(st.who[dense.rank]), len(st.ranks), dense.chunk, dense.exp, dense.values, now)
+        what = st.engine.contribute(key, int(st.who[dense.rank]), len(st.ranks), dense.chunk, dense.exp, dense.values, now,
+                                    dense.nworkers == replica_mark(len(st.ranks)))
         if what == COMPLETE:
             st.engine.finish(key, down=True)
             return [self._result(job, dense, key, rank) for rank in sorted(job.members)]
@@ -206,5 +218,8 @@ class PBoxServer:
         values = self.state[job.job].engine.values(key).copy()
         if job.sparse and (short := encode(values)) is not None:  # the union of what was sent, when shorter
             values, flags = short, flags | SPARSE
+        dest = pkt.nworkers - len(job.members) - 1  # a routed key's values are for one rank alone
+        if 0 <= dest < len(job.members) and dest != rank:
+            values = values[:0]
         out = pkt.replace(values, rank=rank, flags=flags, exp=int(r.exp[key]))
         return out.to_frame(self.node, job.members[rank])

@@ -49,6 +49,7 @@ from collections import deque
 import numpy as np
 
 from innet.hosts.worker import Frames, JobSpec, RetransmitTimer
+from innet.wire.collectives import Collective
 from innet.wire.packet import FLAGS_OFFSET, HEADER_DTYPE, RESULT, RETX, ROUTE, FrameBlock, build_frames, make_packet, parse_frame
 
 ACK_EVERY = 16
@@ -57,11 +58,23 @@ ACK_SPAN = 1024  # pieces an ACK's bitmap covers above its cumulative point (128
 WINDOW = 256
 
 
-def ring_geometry(length: int, n: int, per_packet: int) -> tuple[list[tuple[int, int]], int]:
+def ring_geometry(length: int, n: int, per_packet: int, shards: bool = False) -> tuple[list[tuple[int, int]], int]:
     """The ring's ``n`` segments of a tensor of ``length`` values (sizes differ by at most one), and the
-    pieces every step sends: as many as the longest segment needs, so a shorter segment's last may be empty."""
-    segments = [(length * i // n, length * (i + 1) // n) for i in range(n)]
+    pieces every step sends: as many as the longest segment needs, so a shorter segment's last may be empty.
+    With ``shards``: the collective's shards (whole packets, innet.wire.collectives), segment s being shard
+    s-1, so that rank r ends the reduce-scatter holding shard r."""
+    if shards:
+        b = Collective.shards(length, n, per_packet).tolist()
+        segments = [(b[(s - 1) % n], b[(s - 1) % n + 1]) for s in range(n)]
+    else:
+        segments = [(length * i // n, length * (i + 1) // n) for i in range(n)]
     return segments, max(1, -(-max(b - a for a, b in segments) // per_packet))
+
+
+def ring_phases(collective: str) -> tuple[bool, bool]:
+    """Which halves of the ring all-reduce a collective runs: (reduce-scatter, all-gather). Ring reduce-scatter
+    and all-gather are one each; every other collective runs both (on its streams, innet.wire.collectives)."""
+    return {"reduce_scatter": (True, False), "all_gather": (False, True)}.get(collective, (True, True))
 
 
 class RingCall:
@@ -75,11 +88,12 @@ class RingCall:
         self.rank = spec.rank
         self.next_node, self.prev_node = ring[(spec.rank + 1) % n], ring[(spec.rank - 1) % n]
         self.tensor = spec.as_input(tensor)
-        self.segments, self.pieces = ring_geometry(len(self.tensor), n, spec.elements)
+        self.reduces, self.gathers = ring_phases(spec.collective)
+        self.segments, self.pieces = ring_geometry(len(self.tensor), n, spec.elements, spec.collective != "allreduce")
         self.first = first_chunk
         self.end = first_chunk + self.pieces
-        self.steps = 3 * (n - 1)
-        self.missing = (n - 1) + 2 * (n - 1) * self.pieces  # packets still to receive: every step's
+        self.steps = 3 * (n - 1)  # and the DONE's step number; a collective of one half skips the other's steps
+        self.missing = (n - 1) + (self.reduces + self.gathers) * (n - 1) * self.pieces  # packets still to receive
         self.exp = spec.operator.exponent(self.tensor)
         self.scale: int | None = None
         self.quantized = np.zeros(0, np.int32)
@@ -302,8 +316,12 @@ class RingCall:
                 self._send(step + 1, 0, None, exp=running)
                 return
             self._agree(running)
+            first = n - 1 if self.reduces else 2 * (n - 1)  # all-gather alone: this rank's own segment goes round
+            if not self.reduces:
+                lo, hi = self.segments[(self.rank + 1) % n]
+                self.result_int[lo:hi] = self.quantized[lo:hi]
             for p in range(self.pieces):
-                self._send(n - 1, p, self._own(self._segment_sent(n - 1), p))
+                self._send(first, p, self._own(self._segment_sent(first), p))
             for pending in self.pending:
                 self._advance(*pending, 0)
             return
@@ -315,6 +333,8 @@ class RingCall:
             total = self.spec.operator.fn(received, self.quantized[lo:hi])
             if k == n - 2:  # fully reduced: this rank's result for ``seg``; it starts the all-gather
                 self.result_int[lo:hi] = total
+                if not self.gathers:
+                    return
             self._send(step + 1, j, total.astype(np.int32))
             return
         seg = (self.rank - (k - (n - 1))) % n

@@ -27,6 +27,8 @@ import numpy as np
 
 from innet.errors import AllreduceAborted, AllreduceTimeout
 from innet.hosts.training import Training, TrainingClock
+from innet.switch.routed import mark, replica_mark
+from innet.wire.collectives import COLLECTIVES
 from innet.wire.operators import SUM, Operator
 from innet.wire.packet import (
     ABORT,
@@ -70,6 +72,8 @@ class JobSpec:
     sparse: bool = False  # send a chunk as (index, value) pairs when that is shorter (innet.wire.sparse)
     band: int = 0  # the priority band (DSCP) of every frame the worker sends (0: most urgent)
     operator: Operator = SUM  # what the job reduces with: its fixed-point rule decides what workers agree on
+    collective: str = "allreduce"  # innet.wire.collectives: what goes in, and which ranks each result goes to
+    root: int = 0  # broadcast's and reduce's root rank
 
     def __post_init__(self) -> None:
         if isinstance(self.operator, dict):  # from JSON
@@ -176,6 +180,11 @@ class AllreduceCall:
         self.finished_at: float | None = None
         self.last_progress = 0.0
         self.error: Exception | None = None
+        chunks = self.end - self.first - 1  # a collective's rank for each data chunk (innet.switch.routed)
+        collective = COLLECTIVES[spec.collective]
+        self._dest = collective.dest(chunks, spec.nworkers, spec.root)  # the one rank its values go to
+        source = collective.source(chunks, spec.nworkers, spec.root)  # the one rank that sends its values
+        self._header_only = None if source is None else source != spec.rank
 
     @staticmethod
     def buffers(spec: JobSpec, length: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -205,6 +214,11 @@ class AllreduceCall:
         spec = self.spec
         hdr = np.zeros(len(chunks), HEADER_DTYPE)
         hdr["job"], hdr["rank"], hdr["nworkers"], hdr["exp"], hdr["count"] = spec.job, spec.rank, spec.nworkers, exp, counts
+        data = chunks > self.first
+        if self._dest is not None:  # each data chunk marked with the one rank its result is for
+            hdr["nworkers"][data] = mark(spec.nworkers, self._dest[chunks[data] - self.first - 1])
+        if self._header_only is not None:  # or as one whose values one rank gives (``_headers``)
+            hdr["nworkers"][data] = replica_mark(spec.nworkers)
         hdr["slot"], hdr["chunk"] = chunks % spec.slots, chunks
         hdr["flags"] = np.where((chunks // spec.slots) & 1, VER, 0) | (ROUTE if spec.pbox is not None else 0)
         return hdr
@@ -254,11 +268,18 @@ class AllreduceCall:
             body = hdr[k].tobytes() + payload.astype("<i4").tobytes()
             self.sparse.append(frame_prefix(self.spec.node, self._peer, len(body), self.spec.band) + body)
 
+    def _headers(self, chunks: np.ndarray, exp: int) -> np.ndarray:
+        """Frames of ``chunks`` without values: the exponent chunk's, and a replicating collective's chunks
+        another rank gives the values of."""
+        hdr = self._header(chunks, 0, exp)
+        return build_frames(self.spec.node, self._peer, hdr, np.zeros((len(chunks), 0), np.int32), self.spec.band)
+
     def _frame(self, chunk: int) -> np.ndarray:
         if chunk == self.first:
-            hdr = self._header(np.array([chunk]), 0, self.local_exp)
-            return build_frames(self.spec.node, self._peer, hdr, np.zeros((1, 0), np.int32), self.spec.band)[0]
+            return self._headers(np.array([chunk]), self.local_exp)[0]
         i = chunk - self.first - 1
+        if self._header_only is not None and self._header_only[i]:
+            return self._headers(np.array([chunk]), self._q)[0]
         if self.sparse:
             return np.frombuffer(self.sparse[i], np.uint8)
         self._ensure(i + 1)
@@ -276,6 +297,16 @@ class AllreduceCall:
         if chunks[0] == self.first:
             return [self._frame(self.first).tobytes()]
         index = chunks - self.first - 1
+        if self._header_only is not None and self._header_only[index].any():  # in chunk order, a run at a time
+            others = self._header_only[index]
+            out: Frames = []
+            for run in np.split(np.arange(len(chunks)), np.flatnonzero(np.diff(others)) + 1):
+                out += [self._headers(chunks[run], self._q)] if others[run[0]] else self._send_data(chunks[run], index[run])
+            return out
+        return self._send_data(chunks, index)
+
+    def _send_data(self, chunks: np.ndarray, index: np.ndarray) -> Frames:
+        """``_send``'s frames of data chunks ``chunks`` (rows ``index`` of the frames)."""
         if self.sparse:
             return [self.sparse[i] for i in index.tolist()]
         full = index < len(self.frames)
@@ -311,7 +342,7 @@ class AllreduceCall:
             return self.receive_block(parse_block(*pack_frames([frame])), now)
         slot = chunk % spec.slots
         offset = (chunk - self.first - 1) * spec.elements
-        if self.in_flight[slot] != chunk or count != min(spec.elements, len(self.tensor) - offset):
+        if self.in_flight[slot] != chunk or count != self._count_of(chunk, offset):
             return []  # stale, a duplicate, or a bad length
         self.in_flight[slot] = -1
         sent = float(self.sent_at[slot])
@@ -340,6 +371,8 @@ class AllreduceCall:
         self._oldest = None
         self.sent_all = self.sent_all or chunk == self.end - 1
         i = chunk - self.first - 1
+        if self._header_only is not None and self._header_only[i]:
+            return [self._frame(chunk).tobytes()]
         if self.sparse:
             return [self.sparse[i]]
         self._ensure(i + 1)
@@ -404,9 +437,19 @@ class AllreduceCall:
         return counts
 
     def _count(self, chunks: np.ndarray) -> np.ndarray:
-        """How many values the result of each chunk carries (none for the exponent chunk)."""
+        """How many values the result of each chunk carries (none for the exponent chunk, nor for a routed
+        collective's chunk whose values go to another rank)."""
         elements = self.spec.elements
-        return np.where(chunks == self.first, 0, np.minimum(elements, len(self.tensor) - (chunks - self.first - 1) * elements))
+        counts = np.where(chunks == self.first, 0, np.minimum(elements, len(self.tensor) - (chunks - self.first - 1) * elements))
+        if self._dest is not None:
+            counts[(chunks > self.first) & (self._dest[np.maximum(chunks - self.first - 1, 0)] != self.spec.rank)] = 0
+        return counts
+
+    def _count_of(self, chunk: int, offset: int) -> int:
+        """``_count`` of one data chunk at ``offset``."""
+        if self._dest is not None and self._dest[chunk - self.first - 1] != self.spec.rank:
+            return 0
+        return min(self.spec.elements, len(self.tensor) - offset)
 
     def _store(self, block: FrameBlock, rows: np.ndarray, chunks: np.ndarray) -> None:
         """Write the results' values into place: full chunks at once, the short last one alone."""

@@ -72,6 +72,7 @@ def worker_specs(graph: nx.Graph, plan: JobPlan, program: type[SwitchProgram], r
         w: JobSpec(job=plan.job, rank=rank, nworkers=len(plan.workers), slots=plan.slots,
                    elements=program.elements, node=index[w], first_hop=index[plan.first_hop[w]],
                    min_rto=run.min_rto, initial_rto=run.initial_rto, timeout=run.timeout, sparse=run.topk > 0,
-                   band=run.band(plan.job), operator=getattr(program, "operator", SUM))
+                   band=run.band(plan.job), operator=getattr(program, "operator", SUM),
+                   collective=run.collective, root=run.root)
         for rank, w in enumerate(plan.workers)
     }

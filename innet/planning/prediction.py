@@ -18,8 +18,9 @@ import networkx as nx
 import numpy as np
 
 from innet.graph import link_name, natural_key, next_hop, tier
-from innet.hosts.ring import ACK_EVERY, ACK_SPAN, ring_geometry
+from innet.hosts.ring import ACK_EVERY, ACK_SPAN, ring_geometry, ring_phases
 from innet.planning.planner import JobPlan
+from innet.wire.collectives import ALLREDUCE, Collective
 from innet.wire.packet import PAYLOAD_OFFSET
 
 
@@ -58,6 +59,20 @@ def stream_bytes(elements: int, per_packet: int, density: float = 1.0) -> float:
     if density >= 1.0:
         return frame_bytes(0) + full * frame_bytes(per_packet) + (frame_bytes(rest) if rest else 0)
     return frame_bytes(0) + full * chunk_bytes(per_packet, density) + (chunk_bytes(rest, density) if rest else 0)
+
+
+def routed_stream(elements: int, per_packet: int, dest: np.ndarray | None, ranks: set[int] | None) -> float:
+    """A call's results towards the workers of ``ranks`` (None: every rank): the exponent's, then each
+    data chunk's values where its ``dest`` rank is among them (or ``dest`` is None: every chunk's),
+    else its header alone (innet.switch.routed)."""
+    full, rest = divmod(elements, per_packet)
+    if dest is None or ranks is None:
+        return stream_bytes(elements, per_packet)
+    counts = np.full(full + (1 if rest else 0), per_packet, np.int64)
+    if rest:
+        counts[-1] = rest
+    counts[~np.isin(dest, sorted(ranks))] = 0
+    return float(frame_bytes(0) * (1 + len(counts)) + 4 * int(counts.sum()))
 
 
 def link_rate(graph: nx.Graph, u: str, v: str) -> float:
@@ -127,54 +142,101 @@ def innet_contributions(plan: JobPlan) -> dict[str, list[int]]:
     return crossing
 
 
+def innet_contributors(plan: JobPlan) -> dict[str, list[set[int]]]:
+    """``innet_contributions`` with each contribution as the set of ranks combined in it."""
+    rank = {w: r for r, w in enumerate(plan.workers)}
+    crossing: dict[str, list[set[int]]] = {}
+    aggregators = set(plan.aggregators)
+
+    def up(node: str) -> list[set[int]]:
+        below = [c for child in plan.children(node) for c in up(child)]
+        sent = [{rank[node]}] if node in rank else [set().union(*below)] if node in aggregators else below
+        if node in plan.parents:
+            crossing[node] = sent
+        return sent
+
+    assert plan.root is not None
+    up(plan.root)
+    return crossing
+
+
 def innet_crossings(plan: JobPlan) -> dict[str, int]:
     """In-network: per tree node below the root, how many contributions it sends up to its parent."""
     return {node: len(sent) for node, sent in innet_contributions(plan).items()}
 
 
-def innet_direction_bytes(plan: JobPlan, elements: int, per_packet: int, density: float = 1.0) -> dict[tuple[str, str], float]:
+def ranks_below(plan: JobPlan) -> dict[str, set[int]]:
+    """Per tree node, the ranks of the workers at or below it."""
+    rank = {w: r for r, w in enumerate(plan.workers)}
+    out: dict[str, set[int]] = {}
+
+    def below(node: str) -> set[int]:
+        out[node] = ({rank[node]} if node in rank else set()).union(*(below(c) for c in plan.children(node)))
+        return out[node]
+
+    assert plan.root is not None
+    below(plan.root)
+    return out
+
+
+def innet_direction_bytes(plan: JobPlan, elements: int, per_packet: int, density: float = 1.0,
+                          dest: np.ndarray | None = None, source: np.ndarray | None = None) -> dict[tuple[str, str], float]:
     """In-network: per tree edge, up one stream per contribution crossing it, and one stream down (with
-    top-k, a contribution summing m workers at the density of their union; the result at all N's)."""
+    top-k, a contribution summing m workers at the density of their union; the result at all N's; with
+    ``dest``, each chunk's values only towards its rank; with ``source``, each chunk's values only up from
+    the contribution holding its rank, headers from the others)."""
     down = stream_bytes(elements, per_packet, union_density(density, len(plan.workers)))
+    below = ranks_below(plan) if dest is not None else {}
     out: dict[tuple[str, str], float] = {}
     for child, sent in innet_contributions(plan).items():
         out[(child, plan.parents[child])] = sum(stream_bytes(elements, per_packet, union_density(density, m)) for m in sent)
-        out[(plan.parents[child], child)] = down
+        if source is not None:
+            out[(child, plan.parents[child])] = sum(routed_stream(elements, per_packet, source, ranks)
+                                                    for ranks in innet_contributors(plan)[child])
+        out[(plan.parents[child], child)] = down if dest is None else routed_stream(elements, per_packet, dest, below[child])
     return out
 
 
 def pbox_direction_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_packet: int,
-                         density: float = 1.0) -> dict[tuple[str, str], float]:
+                         density: float = 1.0, dest: np.ndarray | None = None,
+                         source: np.ndarray | None = None) -> dict[tuple[str, str], float]:
     """PBox: every worker's stream to the PBox and every result back (with top-k, the union of all N's
-    indices), on the routed paths."""
+    indices; with ``dest``, each chunk's values only to its rank), on the routed paths."""
     assert plan.pbox is not None
     stream = stream_bytes(elements, per_packet, density)
     result = stream_bytes(elements, per_packet, union_density(density, len(plan.workers)))
     out: defaultdict[tuple[str, str], float] = defaultdict(float)
-    for w in plan.workers:
+    for rank, w in enumerate(plan.workers):
+        if dest is not None:
+            result = routed_stream(elements, per_packet, dest, {rank})
+        if source is not None:
+            stream = routed_stream(elements, per_packet, source, {rank})
         for u, v in path_links(graph, w, plan.pbox):
             out[(u, v)] += stream
             out[(v, u)] += result
     return dict(out)
 
 
-def ring_direction_bytes(graph: nx.Graph, workers: Sequence[str], elements: int, per_packet: int) -> dict[tuple[str, str], int]:
-    """Ring, per link direction: each rank sends N-1 exponent packets, 2(N-1) segments and a DONE to the
-    next, and the next sends bitmap ACKs back."""
+def ring_direction_bytes(graph: nx.Graph, workers: Sequence[str], elements: int, per_packet: int,
+                         collective: str = "allreduce") -> dict[tuple[str, str], int]:
+    """Ring, per link direction: each rank sends N-1 exponent packets, 2(N-1) segments (N-1 for a collective of
+    one half: reduce-scatter, all-gather) and a DONE to the next, and the next sends bitmap ACKs back."""
     n = len(workers)
     if n < 2:
         return {}
-    segments, pieces = ring_geometry(elements, n, per_packet)
+    segments, pieces = ring_geometry(elements, n, per_packet, collective != "allreduce")
+    reduces, gathers = ring_phases(collective)
+    steps = [k for k in range(2 * (n - 1)) if (reduces if k < n - 1 else gathers)]
     ack = frame_bytes(1 + ACK_SPAN // 32)
     out: Counter[tuple[str, str]] = Counter()
     for r in range(n):
         src, dst = workers[r], workers[(r + 1) % n]
         sent = n * frame_bytes(0)  # the exponent packets and the DONE
-        for k in range(2 * (n - 1)):
+        for k in steps:
             seg = (r - k) % n if k < n - 1 else (r + 1 - (k - (n - 1))) % n
             size = segments[seg][1] - segments[seg][0]
             sent += sum(frame_bytes(max(0, min(per_packet, size - j * per_packet))) for j in range(pieces))
-        acks = (n - 1) * ack + 2 * (n - 1) * (-(-pieces // ACK_EVERY)) * ack
+        acks = (n - 1) * ack + len(steps) * (-(-pieces // ACK_EVERY)) * ack
         for u, v in path_links(graph, src, dst):
             out[(u, v)] += sent
             out[(v, u)] += acks
@@ -214,31 +276,35 @@ def tier_lower_bounds(graph: nx.Graph, workers: Sequence[str], elements: int, pe
 
 
 def direction_bytes(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int,
-                    density: float = 1.0) -> dict[tuple[str, str], float]:
-    """Bytes one call of ``mode`` puts on each link direction (``density``: top-k's fraction; the ring sends dense)."""
+                    density: float = 1.0, collective: Collective = ALLREDUCE, root: int = 0) -> dict[tuple[str, str], float]:
+    """Bytes one call of ``mode`` puts on each link direction (``density``: top-k's fraction; the ring sends dense;
+    ``collective``: which ranks each chunk's result goes to)."""
     if mode == "ring":
-        return dict(ring_direction_bytes(graph, plan.workers, elements, per_packet))
+        return dict(ring_direction_bytes(graph, plan.workers, elements, per_packet, collective.name))
+    chunks, n = -(-elements // per_packet), len(plan.workers)
+    dest, source = collective.dest(chunks, n, root), collective.source(chunks, n, root)
     if plan.method == "pbox":
-        return pbox_direction_bytes(graph, plan, elements, per_packet, density)
-    return innet_direction_bytes(plan, elements, per_packet, density)
+        return pbox_direction_bytes(graph, plan, elements, per_packet, density, dest, source)
+    return innet_direction_bytes(plan, elements, per_packet, density, dest, source)
 
 
 def predicted_link_bytes(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int,
-                         iterations: int = 1, density: float = 1.0) -> dict[str, int]:
+                         iterations: int = 1, density: float = 1.0, collective: Collective = ALLREDUCE,
+                         root: int = 0) -> dict[str, int]:
     """Predicted bytes per link, both directions (every link named, zero where the job sends nothing)."""
     per_call: defaultdict[str, float] = defaultdict(float)
-    for (u, v), b in direction_bytes(graph, mode, plan, elements, per_packet, density).items():
+    for (u, v), b in direction_bytes(graph, mode, plan, elements, per_packet, density, collective, root).items():
         per_call[link_name(u, v)] += b
     names = sorted((link_name(u, v) for u, v in graph.edges), key=natural_key)
     return {name: round(per_call.get(name, 0) * iterations) for name in names}
 
 
 def run_link_bytes(graph: nx.Graph, mode: str, plans: Sequence[JobPlan], per_packet: int, call_sizes: Sequence[int],
-                   density: float = 1.0) -> dict[str, int]:
+                   density: float = 1.0, collective: Collective = ALLREDUCE, root: int = 0) -> dict[str, int]:
     """Predicted bytes per link of a whole run: every job's plan, every call (of ``call_sizes`` elements)."""
     out: dict[str, int] = {}
     for plan in plans:
         for size, calls in Counter(call_sizes).items():
-            for name, b in predicted_link_bytes(graph, mode, plan, size, per_packet, calls, density).items():
+            for name, b in predicted_link_bytes(graph, mode, plan, size, per_packet, calls, density, collective, root).items():
                 out[name] = out.get(name, 0) + b
     return out

@@ -33,6 +33,7 @@ from innet.planning.planner import METHODS
 from innet.switch.loader import load_program
 from innet.switch.program import SwitchProgram
 from innet.switch.runtime import DEFAULT_SWITCH_MEMORY
+from innet.wire.collectives import COLLECTIVES, Collective
 from innet.wire.faults import FaultSpec, parse_link_fault
 from innet.wire.operators import SUM, Operator
 from innet.wire.packet import BANDS
@@ -64,6 +65,13 @@ class RunSpec:
                             "torch.distributed's gloo all-reduce between the same hosts (mininet, needs torch); all: "
                             "innet, pbox and ring (and gloo on mininet when torch is installed), same topology and "
                             "gradients, side by side (default innet)")
+    collective: str = option("allreduce", group="job", choices=tuple(COLLECTIVES),
+                             help="what the job runs (SHARP's set): allreduce, reduce_scatter (rank r keeps the r-th "
+                                  "shard of the reduction, whole packets), all_gather (rank r gives its shard, every "
+                                  "rank gets the whole), broadcast (from --root), reduce (to --root), barrier (no "
+                                  "payload) (default allreduce)")
+    root: int = option(0, group="job", metavar="RANK",
+                       help="the root rank of --collective broadcast and reduce (default 0)")
     program: str = option("", group="job", help="switch program: a name in switch_programs/ or a path to a .py file "
                                                  "(default sum_allreduce; topk_sparse with --topk)")
     placement: str = option("auto", group="job", choices=("auto", *METHODS, "pbox", "dynamic"),
@@ -277,7 +285,9 @@ class RunSpec:
         return out
 
     def call_sizes(self) -> list[int]:
-        """The elements of each all-reduce call of a worker, in FIFO order."""
+        """The elements of each all-reduce call of a worker, in FIFO order (a barrier's carry none)."""
+        if not self.collective_of.payload:
+            return [0] * self.iterations
         if not self.workload:
             return [self.elements] * self.iterations
         return [n for _, n, _ in self._slices()] * self.iterations
@@ -289,6 +299,11 @@ class RunSpec:
     def tensors(self, job: int, rank: int) -> list[np.ndarray]:
         """What worker ``rank`` of ``job`` all-reduces, call by call."""
         return worker_tensors(self.seed, job, rank, self.call_sizes(), self.topk, self.layers(), self.operator.rule == "bits")
+
+    @cached_property
+    def collective_of(self) -> Collective:
+        """The run's collective, as a value."""
+        return COLLECTIVES[self.collective]
 
     @cached_property
     def operator(self) -> Operator:
@@ -377,6 +392,25 @@ def _where(s: RunSpec) -> str | None:
     return None
 
 
+def _collective(s: RunSpec) -> str | None:
+    c = s.collective_of
+    if s.root < 0 or ("root" in s.given() and not c.rooted):
+        return f"{{root}} is the root rank of broadcast and reduce (at least 0): it means nothing with {{collective}} {c.name}"
+    if c.name != "allreduce" and (s.train or s.consistency or s.topk or s.input_elements or s.workload):
+        return (f"{{collective}} {c.name} runs on seeded tensors: it does not take {{train}}, {{consistency}}, {{topk}}, "
+                "{input_elements} or {workload}")
+    if c.name != "allreduce" and s.mode == "gloo":
+        return f"{{mode}} gloo runs torch.distributed's all-reduce: it does not run {{collective}} {c.name}"
+    served = program_of(s).collectives
+    if s.mode in ("innet", "all") and c.name not in served:
+        return (f"{{program}} {s.program} serves {', '.join(served)} only: it has no handler for {{collective}} {c.name} "
+                "(a Reduction subclass serves all six), or use {mode} pbox or ring")
+    if not c.combines and s.operator.rule == "select":
+        return (f"{{collective}} {c.name} replicates one rank's values with the identity elsewhere: {{program}} "
+                f"{s.program} reduces with {s.operator.name}, whose identity is no float; use a sum or bit program")
+    return None
+
+
 def _workload(s: RunSpec) -> str | None:
     if s.overlap != "layers" and not s.workload:
         return "{overlap} says when a workload's layers are all-reduced: it needs {workload}"
@@ -435,10 +469,13 @@ def _dynamic(s: RunSpec) -> str | None:
     if (s.placement == "dynamic") != bool(getattr(program_of(s), "dynamic", False)):
         return (f"{{placement}} {s.placement} and {{program}} {s.program} do not go together: dynamic trees need a "
                 "program written for them (dynamic_tree), and it needs {placement} dynamic")
+    if s.placement == "dynamic" and s.collective != "allreduce":
+        return f"{{placement}} dynamic builds all-reduce trees: it does not run {{collective}} {s.collective}"
     return None
 
 
-_RULES: tuple[Callable[[RunSpec], str | None], ...] = (_ranges, _where, _workload, _backend, _outputs, _dynamic)
+_RULES: tuple[Callable[[RunSpec], str | None], ...] = (_ranges, _where, _collective, _workload, _backend, _outputs,
+                                                       _dynamic)
 
 
 def _check_graph(s: RunSpec, graph: nx.Graph) -> None:
@@ -452,6 +489,9 @@ def _check_graph(s: RunSpec, graph: nx.Graph) -> None:
         ends = link.split("->") if "->" in link else link.split("--")
         if not graph.has_edge(*ends):
             raise UserError(f"{{link_faults}} names link {link}, which this topology does not have")
+    size = (s.workers or sum(1 for _, role in graph.nodes(data="role") if role == "host")) // max(1, s.jobs)
+    if s.collective_of.rooted and s.root >= size:
+        raise UserError(f"{{root}} {s.root} is not a rank of every job: ranks are 0..{size - 1}")
     if s.mode == "gloo" and host_link_rate(graph) > TCLINK_MAX_MBPS:
         raise UserError(f"{{mode}} gloo runs on undilated links, which TCLink shapes up to {TCLINK_MAX_MBPS:g} Mbit/s; "
                         f"this topology's hosts have {host_link_rate(graph):g} Mbit/s links")

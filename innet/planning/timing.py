@@ -34,12 +34,13 @@ from dataclasses import replace
 
 import networkx as nx
 
-from innet.hosts.ring import ACK_EVERY, WINDOW
+from innet.hosts.ring import ACK_EVERY, WINDOW, ring_phases
 from innet.hosts.training import Training, iteration_stats, p3_order, run_schedule
 from innet.planning.consistency import consistency_time
 from innet.planning.planner import JobPlan
 from innet.planning.prediction import chunk_bytes, direction_bytes, frame_bytes, link_rate, one_way, path_links
 from innet.planning.spec import RunSpec
+from innet.wire.collectives import ALLREDUCE, Collective
 
 MININET_HOP = 0.0006
 
@@ -64,16 +65,17 @@ def _hops(graph: nx.Graph, mode: str, plan: JobPlan) -> list[list[tuple[str, str
 
 def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int, hop: float,
               delay: Callable[[str, str], float] = lambda u, v: 0.0, density: float = 1.0,
-              sharing: Sequence[JobPlan] = ()) -> float:
+              sharing: Sequence[JobPlan] = (), collective: Collective = ALLREDUCE, root: int = 0) -> float:
     """Predicted seconds of one all-reduce call of ``elements`` per worker. ``delay(u, v)``: the extra
     one-way delay of frames from u to v (``--delay``, a link's ``delay=`` fault); ``density``: top-k's
     fraction (frames and streams at their expected sparse sizes; the ring sends dense); ``sharing``: the
-    other jobs calling at the same time (their bytes share the links)."""
+    other jobs calling at the same time (their bytes share the links); ``collective``: which ranks send and
+    get each chunk's values (innet.planning.prediction), and which halves of the ring run."""
     density = 1.0 if mode == "ring" else density
-    loads = direction_bytes(graph, mode, plan, elements, per_packet, density)
+    loads = direction_bytes(graph, mode, plan, elements, per_packet, density, collective, root)
     for other in sharing:
         if other is not plan:
-            for uv, b in direction_bytes(graph, mode, other, elements, per_packet, density).items():
+            for uv, b in direction_bytes(graph, mode, other, elements, per_packet, density, collective, root).items():
                 loads[uv] = loads.get(uv, 0.0) + b
     bw = busiest_direction(graph, loads)[1]
     slowest = min((link_rate(graph, u, v) for u, v in loads), default=1.0)
@@ -92,7 +94,7 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
     if mode == "ring":  # N-1 exponent hops; then each of 2(N-1) steps takes its stream or one piece's hop,
         if n < 2:       # whichever is longer, along the ring's slowest chain; the last piece still has to arrive
             return 0.0
-        steps = 2 * (n - 1)
+        steps = sum(ring_phases(collective.name)) * (n - 1)
 
         def chain(per_rank: list[float], length: int) -> float:  # ``length`` consecutive neighbour paths
             return max(sum(per_rank[(r - i) % n] for i in range(length)) for r in range(n))
@@ -115,6 +117,8 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
     small = max(trip(p, frame_bytes(0)) + trip(back(p), frame_bytes(0)) for p in paths)
     rtt = max(trip(p, full) + trip(back(p), full) for p in paths)
     chunks = -(-elements // per_packet)
+    if not chunks:  # a barrier: the exponent's round trip is the call (at a PBox, N frames in and N out)
+        return small + (2 * (n - 1) * full / slowest if plan.method == "pbox" else 0.0)
     windows, rest = divmod(max(chunks - 1, 0), max(plan.slots, 1))
     stream = max(bw, windows * rtt + bw * (rest + 1) / max(chunks, 1)) if windows else bw
     incast = (n - 1) * full / slowest if plan.method == "pbox" else 0.0
@@ -131,7 +135,8 @@ def call_times(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: 
 
     def time(plan: JobPlan, n: int) -> float:
         if (id(plan), n) not in known:
-            known[id(plan), n] = call_time(graph, run.mode, plan, n, per_packet, hop, delay, run.topk or 1.0, plans)
+            known[id(plan), n] = call_time(graph, run.mode, plan, n, per_packet, hop, delay, run.topk or 1.0, plans,
+                                           run.collective_of, run.root)
         return known[id(plan), n]
 
     slowest = max(plans, key=lambda p: time(p, max(sizes)))

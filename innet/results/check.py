@@ -8,6 +8,7 @@ import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import Protocol
 
 import networkx as nx
@@ -19,11 +20,12 @@ from innet.hosts.ssp import SSPWorker
 from innet.hosts.training import iteration_stats
 from innet.hosts.worker import WorkerProcess
 from innet.planning.planner import JobPlan
-from innet.planning.spec import RunSpec
+from innet.planning.spec import RunSpec, program_of
 from innet.results.learning import training_figures
 from innet.results.metrics import busiest_link, cross_rack_bytes, tier_bytes
 from innet.results.record import JobRecord, RunRecord
 from innet.wire import fixedpoint
+from innet.wire.collectives import ALLREDUCE, COLLECTIVES, Collective
 from innet.wire.operators import SUM, Operator
 
 
@@ -37,14 +39,18 @@ def result_digest(results_int: Sequence[Sequence[np.ndarray]]) -> str:
 
 
 def check(inputs: Sequence[Sequence[np.ndarray]], results_int: Sequence[Sequence[np.ndarray]],
-          results: Sequence[Sequence[np.ndarray]], operator: Operator = SUM) -> tuple[bool, float, str]:
+          results: Sequence[Sequence[np.ndarray]], operator: Operator = SUM, collective: Collective = ALLREDUCE,
+          root: int = 0, unit: int = 1) -> tuple[bool, float, str]:
     """(every worker got the exact reduction, max |result - exact float reduction|, the first difference).
 
     ``inputs[rank][it]`` are the float gradients (int32 bit sets for a bit operator); ``results_int[rank][it]``
     the integers each worker got back, ``results`` the floats. The reference is the operator's numpy
-    reduction of the values the workers put on the wire, at the scale they agreed on.
+    reduction of the values the workers put on the wire, at the scale they agreed on; of it, each rank
+    must hold what ``collective`` leaves it (its shard, the whole, or nothing; shards of ``unit`` packets).
     """
     nworkers = len(inputs)
+    inputs = [collective.streams(inputs[r], r, nworkers, root, unit, operator) for r in range(nworkers)]
+    keep = lambda a, r: collective.kept(a, r, nworkers, root, unit)  # noqa: E731
     correct, max_err, first = True, 0.0, ""
     for it in range(len(inputs[0])):
         q = max(operator.exponent(inputs[r][it]) for r in range(nworkers))
@@ -53,13 +59,14 @@ def check(inputs: Sequence[Sequence[np.ndarray]], results_int: Sequence[Sequence
         exact = operator.reduce(inputs[r][it] for r in range(nworkers))
         for r in range(nworkers):
             got = results_int[r][it] if it < len(results_int[r]) else None
-            if got is None or got.shape != expected.shape or not np.array_equal(got, expected):
+            expected_r, exact_r = keep(expected, r), keep(exact, r)
+            if got is None or got.shape != expected_r.shape or not np.array_equal(got, expected_r):
                 if correct:
-                    first = _difference(r, it, got, expected)
+                    first = _difference(r, it, got, expected_r)
                 correct = False
                 continue
-            if exact.size and operator.rule != "bits":
-                max_err = max(max_err, float(np.max(np.abs(results[r][it].astype(np.float64) - exact))))
+            if exact_r.size and operator.rule != "bits":
+                max_err = max(max_err, float(np.max(np.abs(results[r][it].astype(np.float64) - exact_r))))
     return correct, max_err, first
 
 
@@ -126,8 +133,10 @@ def outcome_of(proc: WorkerProcess) -> WorkerOutcome:
     """A finished WorkerProcess's outcome (the fabric's, or a Mininet host's before it saves it)."""
     calls = proc.calls_in_order()  # by tensor: a P3 worker begins them in another order
     done = [c for c in calls if c.finished_at is not None]
+    s = proc.spec
+    keep = partial(COLLECTIVES[s.collective].kept, rank=s.rank, nworkers=s.nworkers, root=s.root, unit=s.elements)
     return WorkerOutcome(
-        proc.spec.job, proc.spec.rank, [c.result_int for c in done], [c.result for c in done],
+        proc.spec.job, proc.spec.rank, [keep(c.result_int) for c in done], [keep(c.result) for c in done],
         [c.started_at if c.started_at is not None else float("nan") for c in calls],
         [c.finished_at if c.finished_at is not None else float("nan") for c in calls],
         sum(c.retransmissions for c in calls), str(proc.error) if proc.error else "", proc.compute_starts, [], 0,
@@ -193,7 +202,8 @@ def allreduce_summary(run: RunSpec, workers: Sequence[WorkerOutcome]) -> JobSumm
     """All-reduce calls' verdict: every call's exact sum, the median call time and, with a workload,
     the training schedule's figures."""
     inputs = [w.inputs or run.tensors(w.job, w.rank) for w in workers]
-    correct, max_err, first = check(inputs, [w.ints for w in workers], [w.floats for w in workers], run.operator)
+    correct, max_err, first = check(inputs, [w.ints for w in workers], [w.floats for w in workers], run.operator,
+                                    run.collective_of, run.root, program_of(run).elements)
     times = []
     for it in range(len(inputs[0]) if inputs else 0):
         starts = [w.started[it] for w in workers if it < len(w.started)]
@@ -239,7 +249,8 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Planned, backend: str, outcome
         out: dict[str, int] = {}
         for plan in rp.plans:
             for size, calls in Counter(run.call_sizes()).items():
-                for name, b in predicted_link_bytes(graph, run.mode, plan, size, rp.per_packet, calls, density).items():
+                for name, b in predicted_link_bytes(graph, run.mode, plan, size, rp.per_packet, calls, density,
+                                                    run.collective_of, run.root).items():
                     out[name] = out.get(name, 0) + b
         return out
 

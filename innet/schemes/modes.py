@@ -37,6 +37,7 @@ from innet.planning.spec import RunSpec
 from innet.planning.timing import planned_training, predict
 from innet.switch.program import SwitchProgram
 from innet.switch.runtime import SwitchConfig
+from innet.wire.collectives import COLLECTIVES
 from innet.wire.packet import BANDS
 
 MODES = ("innet", "pbox", "ring")
@@ -81,7 +82,8 @@ def auto_dilation(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram], f
     rp = plan_run(graph, run, program)
     loads: dict[tuple[str, str], float] = {}
     for plan in rp.plans:
-        for uv, b in direction_bytes(graph, run.mode, plan, max(run.call_sizes()), rp.per_packet, run.topk or 1.0).items():
+        for uv, b in direction_bytes(graph, run.mode, plan, max(run.call_sizes()), rp.per_packet, run.topk or 1.0,
+                                     run.collective_of, run.root).items():
             loads[uv] = loads.get(uv, 0.0) + b
     return auto_factor(host_link_rate(graph), faithful_mbps, carried_rate(graph, loads))
 
@@ -154,6 +156,9 @@ def worker_process(mode: str, spec: JobSpec, ring: list[int], tensors: Sequence[
                    training: Training | None = None) -> WorkerProcess:
     """The endpoint a worker host runs for ``mode`` (``training``: the compute schedule its calls follow)."""
     make_call = partial(_ring_call, ring) if mode == "ring" else AllreduceCall
+    if spec.collective != "allreduce":  # what the rank streams through the slots for its inputs
+        tensors = COLLECTIVES[spec.collective].streams(tensors, spec.rank, spec.nworkers, spec.root, spec.elements,
+                                                       spec.operator)
     return WorkerProcess(spec, tensors, make_call, training=training)
 
 

@@ -45,18 +45,20 @@ def plan_report(graph: nx.Graph, run: RunSpec) -> str:
     bounds: dict[str, int] = {}
     density = run.topk if run.topk and run.mode != "ring" else 1.0
     directions: dict[tuple[str, str], float] = {}
+    size, c = (run.elements if run.collective_of.payload else 0), run.collective_of
     for plan in rp.plans:
         lines += _job_lines(run, plan, rp.outcomes[plan.job])
-        for name, b in predicted_link_bytes(graph, run.mode, plan, run.elements, rp.per_packet, run.iterations,
-                                            density).items():
+        for name, b in predicted_link_bytes(graph, run.mode, plan, size, rp.per_packet, run.iterations,
+                                            density, c, run.root).items():
             links[name] = links.get(name, 0) + b
-        for uv, sent in direction_bytes(graph, run.mode, plan, run.elements, rp.per_packet, density).items():
+        for uv, sent in direction_bytes(graph, run.mode, plan, size, rp.per_packet, density, c, run.root).items():
             directions[uv] = directions.get(uv, 0.0) + sent
         for t, b in tier_lower_bounds(graph, plan.workers, run.elements, rp.per_packet).items():
             bounds[t] = bounds.get(t, 0) + b * run.iterations
-    lines.append(f"predicted bytes for {run.iterations} x {run.elements} elements per worker:")
-    for t, b in tier_bytes(graph, links).items():
-        lines.append(f"  {t:>12}: {b:>12}  (lower bound {bounds.get(t, 0)})")
+    lines.append(f"predicted bytes for {run.iterations} x {size} elements per worker" +
+                 ("" if c.name == "allreduce" else f", {c.name}") + ":")
+    for t, b in tier_bytes(graph, links).items():  # the bound is all-reduce's
+        lines.append(f"  {t:>12}: {b:>12}" + (f"  (lower bound {bounds.get(t, 0)})" if c.name == "allreduce" else ""))
     lines.append(f"  {'cross-rack':>12}: {cross_rack_bytes(graph, links):>12}")
     (u, v), seconds = busiest_direction(graph, directions)
     busiest = link_name(u, v)

@@ -86,11 +86,14 @@ class Engine:
         self.fn, self.identity = operator.fn, np.int32(operator.identity or 0)
 
     # -- one packet --------------------------------------------------------
-    def contribute(self, key: int, who: int, need: int, chunk: int, exp: int, values: np.ndarray, now: float) -> str:
+    def contribute(self, key: int, who: int, need: int, chunk: int, exp: int, values: np.ndarray, now: float,
+                   replicate: bool = False) -> str:
         """Fold contributor ``who``'s ``values`` of ``chunk`` into slot ``key``, which completes with
         ``need`` contributors. Returns what happened: ADDED, COMPLETE, STALE (an older chunk), ANSWER
         (a repeat of a finished slot: answer it with the result), RESEND_UP (a repeat of a slot waiting
-        for its parent: send the partial up again), DUPLICATE, BAD_COUNT (another length than the round's)."""
+        for its parent: send the partial up again), DUPLICATE, BAD_COUNT (another length than the round's).
+        ``replicate``: the round's values are the one contribution that has any (all-gather, broadcast:
+        innet.wire.collectives); the others are headers that only count."""
         r = self.r  # registers read with .item(): one packet's scalars as ints, without numpy scalars
         held = r.chunk.item(key)
         if chunk < held:
@@ -108,20 +111,29 @@ class Engine:
                 state = r.state.item(key)
                 return ANSWER if state == DONE else RESEND_UP if state == WAITING else DUPLICATE
             if n != r.count.item(key):
-                return BAD_COUNT
-            acc = r.pool[key, :n]
-            total = self.fn(acc, values)
-            if self.op.can_overflow:
-                wrapped = (acc ^ total) & (values ^ total)  # negative where int32 wrapped
-                if n and wrapped.min() < 0:
-                    r.overflow[key] = True
-            acc[:] = total
+                if not replicate or (n and r.count.item(key)):
+                    return BAD_COUNT
+                if n:  # the values, after headers: they are the round's
+                    r.pool[key, :n], r.count[key] = values, n
+            else:
+                self._combine(key, values)
             if exp > r.exp.item(key):
                 r.exp[key] = exp
         r.seen[key, word] = seen | bit
         have = r.have.item(key) + 1
         r.have[key] = have
         return COMPLETE if have >= need else ADDED
+
+    def _combine(self, key: int, values: np.ndarray) -> None:
+        """Slot ``key``'s values combined with ``values`` (as long), flagging an int32 overflow."""
+        r, n = self.r, len(values)
+        acc = r.pool[key, :n]
+        total = self.fn(acc, values)
+        if self.op.can_overflow:
+            wrapped = (acc ^ total) & (values ^ total)  # negative where int32 wrapped
+            if n and wrapped.min() < 0:
+                r.overflow[key] = True
+        acc[:] = total
 
     def finish(self, keys: Any, down: bool) -> None:
         """Mark complete slots: DONE when their result goes down, WAITING for the parent's otherwise."""

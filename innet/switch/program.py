@@ -331,6 +331,9 @@ class SwitchProgram:
     elements: ClassVar[int] = 256
     registers: ClassVar[tuple[Register, ...]] = ()
     source: ClassVar[str] = ""  # the file it was loaded from (set by the loader)
+    # the collectives (innet.wire.collectives) its handlers serve: a routed or replicating slot needs handlers
+    # that read the contributions' mark (innet.switch.routed), as ``Reduction``'s do
+    collectives: ClassVar[tuple[str, ...]] = ("allreduce",)
 
     @classmethod
     def memory_bytes(cls) -> int:

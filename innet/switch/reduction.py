@@ -38,6 +38,8 @@ from innet.switch.program import (
     on_packet,
     on_timer,
 )
+from innet.switch.routed import answer, for_rank, kept_field, kept_mark, replica_mark, replicates, result_down, results_down
+from innet.wire.collectives import COLLECTIVES
 from innet.wire.operators import SUM, Operator
 from innet.wire.packet import ABORT, ALL_RANKS, OVERFLOW, RESULT, RETX, SPARSE, VER, Packet, make_packet
 from innet.wire.sparse import densify, densify_rows, encode
@@ -52,6 +54,7 @@ class Reduction(SwitchProgram):
     elements = 2048  # values per packet: 8250-byte frames on jumbo links (README: "Packets")
     fan_in: ClassVar[int] = 64  # contributors one slot can track (the bitmap's width)
     sparse: ClassVar[bool] = False
+    collectives = tuple(COLLECTIVES)  # innet.switch.routed: where a slot's values go, and whether it combines
     registers = pool_registers(lambda p: 2 * p.slots, "elements", lambda p: words(p.fan_in))
 
     # -- contributions -------------------------------------------------------
@@ -75,16 +78,18 @@ class Reduction(SwitchProgram):
         self._heard(job)[index] = ctx.now
         key = self._key(job, dense)
         engine = self._engine(ctx)
-        what = engine.contribute(key, index, len(job.contributors), dense.chunk, dense.exp, dense.values, ctx.now)
+        what = engine.contribute(key, index, len(job.contributors), dense.chunk, dense.exp, dense.values, ctx.now,
+                                 replicates(job, int(dense.hdr["nworkers"])))
         if what == ADDED:
             return None
         if what == COMPLETE:
             engine.finish(key, job.is_root)
             if job.is_root:
-                return self._out(Multicast(job.children, self._packet(ctx, job, dense, key, RESULT, ALL_RANKS), job.priority))
+                return self._down(job, self._packet(ctx, job, dense, key, RESULT, ALL_RANKS))
             return self._out(Emit(job.parent, self._packet(ctx, job, dense, key, 0, job.rank), job.priority))  # type: ignore[arg-type]
         if what == ANSWER:
-            return self._out(Emit(pkt.port, self._packet(ctx, job, dense, key, RESULT, dense.rank), job.priority))
+            result = answer(job, self._packet(ctx, job, dense, key, RESULT, dense.rank), pkt.port)
+            return self._out(Emit(pkt.port, result, job.priority))
         if what == RESEND_UP:
             return self._out(Emit(job.parent, self._packet(ctx, job, dense, key, RETX, job.rank), job.priority))  # type: ignore[arg-type]
         return Drop(what)
@@ -108,7 +113,8 @@ class Reduction(SwitchProgram):
             known = rank < len(who)
             rank = np.where(known, rank, 0)
             slot = hdr["slot"][rows].astype(np.int64)
-            member = known & (who[rank] >= 0) & (port_of[rank] == batch.port) & (slot < job.slots)
+            member = (known & (who[rank] >= 0) & (port_of[rank] == batch.port) & (slot < job.slots)
+                      & (hdr["nworkers"][rows] != replica_mark(job.nworkers)))  # a replicating slot: packet by packet
             mine = rows[member]
             if len(mine) == len(jobs):  # every row is a member's: read the batch through views, not copies
                 sel: np.ndarray | slice = slice(None)
@@ -136,7 +142,7 @@ class Reduction(SwitchProgram):
             return Drop("unknown_job" if job is None else "result_from_child")
         if not job.aggregate:
             port = job.rank_ports.get(pkt.rank)
-            return Multicast(job.children, pkt, job.priority) if port is None else Emit(port, pkt, job.priority)
+            return result_down(job, pkt) if port is None else Emit(port, for_rank(job, pkt, pkt.rank), job.priority)
         dense = densify(pkt, self.elements) if self.sparse else pkt
         if dense is None:
             return Drop("bad_sparse")
@@ -145,7 +151,7 @@ class Reduction(SwitchProgram):
         key = self._key(job, dense)
         if not self._engine(ctx).take_result(key, dense.chunk, dense.exp, dense.has(OVERFLOW), dense.values):
             return Drop("stale")
-        return self._out(Multicast(job.children, self._packet(ctx, job, dense, key, RESULT, ALL_RANKS), job.priority))
+        return self._down(job, self._packet(ctx, job, dense, key, RESULT, ALL_RANKS))
 
     @on_batch("result")
     def results(self, ctx: Context, batch: Batch) -> tuple[list[Action], np.ndarray]:
@@ -255,7 +261,8 @@ class Reduction(SwitchProgram):
         r = ctx.regs
         flags |= (VER if key >= self.slots else 0) | (OVERFLOW if r.overflow[key] else 0)
         values = self._engine(ctx).values(key).copy()
-        return pkt.replace(values, rank=rank, flags=flags, exp=int(r.exp[key]), nworkers=job.nworkers)
+        nworkers = kept_field(job, int(pkt.hdr["nworkers"]))  # a collective's mark (innet.switch.routed), else the size
+        return pkt.replace(values, rank=rank, flags=flags, exp=int(r.exp[key]), nworkers=nworkers)
 
     def _send_slots(self, ctx: Context, job: JobPort, hdr: np.ndarray, keys: np.ndarray, down: bool,
                     actions: list[Action]) -> None:
@@ -264,11 +271,12 @@ class Reduction(SwitchProgram):
         r, out = ctx.regs, hdr.copy()
         count = int(r.count[keys[0]])
         flags = np.where(keys >= self.slots, VER, 0) | np.where(r.overflow[keys], OVERFLOW, 0)
-        out["count"], out["nworkers"], out["exp"] = count, job.nworkers, r.exp[keys]
+        out["count"], out["exp"] = count, r.exp[keys]
+        out["nworkers"] = kept_mark(job, out["nworkers"])
         values = r.pool[run_of(keys), :count]  # a view where the keys are consecutive (written out at once)
         if down:
             out["flags"], out["rank"] = flags | RESULT, ALL_RANKS
-            actions.extend(EmitMany(port, out, values, job.priority) for port in job.children)
+            actions.extend(results_down(job, out, values))
         else:
             out["flags"], out["rank"] = flags, job.rank
             actions.append(EmitMany(job.parent, out, values, job.priority))  # type: ignore[arg-type]
@@ -286,6 +294,11 @@ class Reduction(SwitchProgram):
         hdr["count"] = dense.shape[1]
         return (Batch(batch.port, hdr, dense[rows], batch.src[rows], batch.dst[rows], batch.band[rows], rows),
                 np.flatnonzero(~good))
+
+    def _down(self, job: JobPort, result: Packet) -> HandlerResult:
+        """A slot's result to the children: to all, or routed (innet.switch.routed)."""
+        actions = result_down(job, result)
+        return self._out(actions[0]) if len(actions) == 1 else actions  # type: ignore[arg-type]
 
     def _out(self, action: Emit | Multicast) -> Action:
         """An action with its packet in the shorter form (sparse programs)."""

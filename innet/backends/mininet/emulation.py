@@ -174,7 +174,8 @@ class Emulation(Network):
         tracked = {**self.switch_procs, **hosts}
         samples = Samples(lambda: {name: self.watch.times(p) for name, p in tracked.items()},
                           SAMPLE_S * max(1, len(tracked) / 50))
-        log(f"all-reduce: {sum(len(s) for s in rp.specs.values())} workers x {run.elements} elements x "
+        name = "all-reduce" if run.collective == "allreduce" else run.collective
+        log(f"{name}: {sum(len(s) for s in rp.specs.values())} workers x {run.elements} elements x "
             f"{run.iterations} iteration(s)")
         background = Background(self, self.graph, run) if run.background.active else None
         readings = self._go(starters)

@@ -51,9 +51,9 @@ def torch_available() -> bool:
 def gloo_applies(run: RunSpec) -> bool:
     """Whether gloo can run what ``run`` asks: sums of plain tensors for one job, on links without injected faults
     (innet's processes inject those; gloo's TCP would not see them)."""
-    return run.program == "sum_allreduce" and not (run.train or run.workload or run.topk or run.consistency
-                                                   or run.input_elements or run.jobs != 1
-                                                   or run.link_faults or run.faults != FaultSpec())
+    return run.program == "sum_allreduce" and run.collective == "allreduce" and not (
+        run.train or run.workload or run.topk or run.consistency or run.input_elements or run.jobs != 1
+        or run.link_faults or run.faults != FaultSpec())
 
 
 def _ranks(rp: RunPlan) -> list[tuple[str, JobSpec]]:
