@@ -506,7 +506,7 @@ class AllreduceCall:
             )
             return []
         out = self._resend(self._lost(now), now)
-        if now >= self._probe_due():  # every chunk still out, answered or not: one may have lost its result
+        if now >= self._probe_due():  # every chunk still out: each may have lost its contribution or its result
             self.probes += 1
             return out + self._resend(np.flatnonzero(self.in_flight >= 0), now)
         if now < self.last_progress + self.rto:
