@@ -109,8 +109,8 @@ class RingCall:
         self.next_in: dict[int, int] = {}  # step -> the first piece not yet received (all below it were)
         self.hole_acked: dict[int, int] = {}  # step -> the hole an out-of-order arrival last reported at once
         self.rack = Rack(spec.min_rto)
-        self.pace = 0.0  # smoothed time per packet acknowledged
         self.probes = 0  # tail probes since the last useful ACK
+        self.probed_at = 0.0  # the last tail probe
         self.spurious = 0
         self.sent_done = False
         self.predecessor_done = False  # the predecessor's DONE came: it will not probe this call again
@@ -284,22 +284,23 @@ class RingCall:
         held = {base + int(k) for k in np.flatnonzero(bits)}  # beyond the cumulative point
         acked = [(step, j) for j in pending if j < base or j in held]
         if acked:
-            gap = (now - self.last_ack) / len(acked)
-            if gap < self.timer.rto:  # a pause is not the pace
-                self.pace = gap if not self.pace else 0.875 * self.pace + 0.125 * gap
             self.probes = 0
+            self.timer.progress()
+        # the round trip is sampled from the newest packet acknowledged (the one whose arrival sent this ACK):
+        # an older one's includes the wait for the ACK (every ACK_EVERY packets, or a lost ACK's successor)
+        trigger = max(acked, key=self.sent_seq.__getitem__, default=None)
         for key in acked:
             sent = self.unacked.pop(key)
             pending.discard(key[1])
             del self.armed[key]
             self.last_progress = self.last_ack = now
             self.newest_acked[step] = max(self.newest_acked.get(step, -1), self.sent_seq.pop(key))
+            if key in self.retransmitted:
+                self.spurious += self.rack.answered(now - sent[0])
             # Karn; and the lone exponent packets never queue, so they would underestimate
-            if key not in self.retransmitted and step >= self.spec.nworkers - 1:
+            elif key == trigger and step >= self.spec.nworkers - 1:
                 self.timer.sample(now - sent[0])
                 self.rack.sample(now - sent[0])
-            elif key in self.retransmitted:
-                self.spurious += self.rack.answered(now - sent[0])
         newest = self.newest_acked.get(step)
         if newest is None:
             return []
@@ -381,13 +382,13 @@ class RingCall:
         return min(max(self.timers[0][0], self.last_ack) + self.timer.rto, give_up, self._probe_due())
 
     def _probe_due(self) -> float:
-        """When to probe (RFC 8985's TLP), once this call has lost something: no ACK for a reordering window plus
-        the time the packets still out take to be acknowledged at the measured pace, doubled per probe
-        unanswered; after two, only the RTO. Before any loss, never: a clean run is never probed."""
-        if not self.retransmissions or self.probes >= 2 or not self.unacked:
+        """When to probe (RFC 8985's TLP), once this call has lost something: no ACK for two round trips (at least
+        a reordering window), doubled per probe
+        unanswered up to four times (as ``AllreduceCall._probe_due``). Before any loss, never."""
+        if not self.retransmissions or not self.unacked:
             return float("inf")
-        drain = min(len(self.unacked), ACK_EVERY * len(self.open)) * self.pace
-        return self.last_ack + (self.rack.window(self.timer.srtt) + drain) * 2 ** self.probes
+        quiet = max(self.rack.window(self.timer.srtt), 2 * self.rack.min_rtt if self.rack.min_rtt < float("inf") else 0.0)
+        return max(self.last_ack, self.probed_at) + quiet * 2 ** min(self.probes, 2)
 
     def on_timeout(self, now: float) -> list[bytes]:
         if self.done:
@@ -407,6 +408,7 @@ class RingCall:
             if now < self._probe_due():
                 return []
             self.probes += 1  # a tail probe: each step's oldest packet asks for an ACK naming every hole
+            self.probed_at = now
             return [self._retransmit((step, min(js)), now) for step, js in sorted(self.open.items()) if js]
         probes: dict[int, tuple[int, int]] = {}  # step -> its oldest expired packet
         while self.timers and self.timers[0][0] + rto <= now:

@@ -117,6 +117,13 @@ class RetransmitTimer:
         self.backoff = min(self.backoff * 2, 64)
         self._update()
 
+    def progress(self) -> None:
+        """An answer to a retransmission: the path carries again, so the back-off ends (as Linux's does on
+        an ACK of new data) though Karn's rule keeps the answer out of SRTT."""
+        if self.backoff != 1:
+            self.backoff = 1
+            self._update()
+
 
 class Resident:
     """Tensor-sized arrays written page by page before the all-reduce starts, for the calls to take.
@@ -470,7 +477,8 @@ class AllreduceCall:
     def _probe_due(self) -> float:
         """When to probe the tail (RFC 8985's TLP), once this call has lost something: no result for a reordering
         window plus the time the chunks still out take to drain at the measured pace, doubled per probe
-        unanswered; after two, only the RTO. Before any loss, never: a clean run is never probed."""
+        unanswered; after two (each resends every chunk out), only the RTO. Before any loss, never: a clean
+        run is never probed."""
         if not self.retransmissions or self.probes >= 2 or self.sent_at.min() == np.inf:
             return np.inf
         out = np.count_nonzero(self.in_flight >= 0)
