@@ -28,16 +28,8 @@ SUBCOMMANDS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
              ("seed", "timeout", "pbox_cores", "job_priority", "predict", "hop_latency")),
     "train": ("train a real model (--train digits, the default) with its gradients all-reduced through the network",
               ("backend", "training", "topology", "job", "consistency", "faults", "output"),
-              ("elements", "iterations", "jobs", "job_slots", "job_priority", "straggler")),
+              ("elements", "iterations", "jobs", "job_slots", "job_priority", "stragglers")),
 }
-
-
-def _sub_parser(subs: argparse._SubParsersAction, name: str) -> argparse.ArgumentParser:
-    """Subcommand ``name``'s parser: its sections of the run's options."""
-    text, groups, left_out = SUBCOMMANDS[name]
-    p = subs.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
-    cli.add_options(p, groups, left_out)
-    return p
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,8 +37,8 @@ def parser() -> argparse.ArgumentParser:
                                               "in Mininet, or an in-process fabric in virtual time.",
                     epilog="`innet COMMAND --help` lists a command's flags. README.md is the guide.")
     subs = p.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=cli.Parser)
-    for name in SUBCOMMANDS:
-        _sub_parser(subs, name)
+    for name, (text, groups, left_out) in SUBCOMMANDS.items():  # each its sections of the run's options
+        cli.add_options(subs.add_parser(name, help=text, description=text[0].upper() + text[1:] + "."), groups, left_out)
     b = subs.add_parser("bench", help="run the benchmarks in scripts/ (bench_*.py), or one by name",
                         description="Run the benchmarks in scripts/bench_*.py, or one by name; flags after the name go "
                                     "to the benchmark (see `innet bench NAME --help`). Most need root (Mininet).")

@@ -29,7 +29,7 @@ def test_a_run_gives_typed_records_equal_to_the_command_lines(tmp_path):
     assert [r.mode for r in report.runs] == ["innet", "pbox", "ring"] and report.correct
     r = report.run("innet")
     assert r.correct and r.completion_s > 0 and sum(r.link_bytes.values()) == sum(r.tier_bytes.values())
-    assert r.link_bytes == r.predicted_link_bytes and r["fidelity"]["verdict"] == "faithful"
+    assert r.link_bytes == r.predicted_link_bytes and r.fidelity.verdict == "faithful"
     out = subprocess.run([sys.executable, "run_topology.py", "--backend", "local", "--topo", "star", "--workers", "4",
                           "--elements", "10000", "--mode", "all", "--no-plots", "--out", str(tmp_path)],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)

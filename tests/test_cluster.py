@@ -181,8 +181,8 @@ def test_an_unreachable_server_a_missing_or_refused_key_and_a_bad_value_are_one_
     for bad, says in ((["--cluster", "a,,b"], "--cluster wants servers as HOST1,HOST2,..."),
                       (["--cluster", f"{address},{address}"], f"--cluster names {address} more than once"),
                       (["--cluster=-oProxyCommand=x"], "--cluster wants servers"),
-                      (["--cluster", address, "--backend", "local"], "it needs the mininet backend"),
-                      (["--cluster-key", key], "go with --cluster")):
+                      (["--cluster", address, "--backend", "local"], "--cluster is Mininet's: it means nothing with --backend local"),
+                      (["--cluster-key", key], "--cluster-key means nothing without --cluster")):
         out, _ = run_topology(*RUN, *bad, tmp=str(tmp_path))
         _one_line_error(out, says)
     assert _leftovers() == before  # the server's own sshd is still up, and nothing else

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from innet.hosts.ring import ACK_BAND, RingCall
+from innet.hosts.ring import ACK_BAND, Linger, RingCall
 from innet.hosts.worker import JobSpec
 from innet.wire import fixedpoint
 from innet.wire.packet import RESULT, ROUTE, make_packet, pack_frames, parse_block, parse_frame
@@ -108,3 +108,22 @@ def test_the_ring_moves_the_bytes_the_prediction_says(elements):
     result = run_local(build("leaf-spine", racks=2, hosts_per_rack=2), RunSpec(mode="ring", elements=elements, iterations=2))
     assert result["correct"], result["errors"]
     assert result["link_bytes"] == result["predicted_link_bytes"]
+
+
+def test_a_rank_lingers_until_its_predecessors_done_or_the_last_resort_bound():
+    """innet.hosts.ring.Linger: after its call a rank keeps answering its predecessor; the predecessor's DONE ends
+    that at once, the bound (the run's timeout) only when no DONE comes; other calls have no linger."""
+    calls = ring_of(3000)
+    sent = run(calls, np.random.default_rng(2))
+    lingers = [Linger(call, 100.0, 5.0) for call in calls]
+    dones = [f for f in sent if parse_frame(f).has(RESULT) and parse_frame(f).slot == calls[0].steps]
+    assert len(dones) == len(NODES)  # every rank said it is done, once
+    for frame in dones:
+        call = calls[NODES.index(parse_frame(frame).dst)]
+        if not call.predecessor_done:  # still on its way when the ring finished
+            assert not lingers[calls.index(call)].over(100.0)
+            call.receive(frame, 100.0)
+    assert all(linger.over(100.0) for linger in lingers)
+    alone = ring_of(3000)[0]
+    assert not Linger(alone, 0.0, 5.0).over(4.9) and Linger(alone, 0.0, 5.0).over(5.0)  # its predecessor died
+    assert Linger(None, 0.0, 5.0).over(0.0)  # not a ring's call: nothing to wait for

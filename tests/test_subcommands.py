@@ -201,3 +201,14 @@ def test_a_field_added_to_the_run_spec_is_a_flag_of_innet_run(monkeypatch, capsy
         commands.main(["run", "--help"])
     text = capsys.readouterr().out
     assert "--warp-factor WARP_FACTOR" in text.split("\njob:\n")[1].split("\n\n")[0]
+
+
+def test_the_subcommands_name_only_sections_and_fields_that_exist():
+    import dataclasses
+
+    from innet.planning.options import GROUPS
+    from innet.planning.spec import RunSpec
+
+    fields = {f.name for f in dataclasses.fields(RunSpec)}
+    for name, (_, groups, left_out) in commands.SUBCOMMANDS.items():
+        assert set(groups) <= set(GROUPS) and set(left_out) <= fields, name

@@ -36,10 +36,6 @@ def from_json(cls: type[T], data: Any) -> T:
     return typing.cast(T, _read(cls, data))
 
 
-def dumps(value: Any) -> str:
-    return json.dumps(to_json(value))
-
-
 def write(path: str, value: Any) -> None:
     """Write ``value`` to ``path`` as JSON (a node's configuration file)."""
     with open(path, "w", encoding="utf-8") as fh:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import heapq
 import select
 import time
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
-from innet.hosts.worker import Frames
+from innet.hosts.endpoint import Endpoint
 from innet.io.rawport import RawPort
 from innet.node.config import Faults
 from innet.wire.faults import FaultInjector
@@ -42,7 +42,7 @@ class Egress:
         else:
             self.ports[port].send_block(block)
 
-    def send_all(self, port: int, frames: Frames, now: float) -> None:
+    def send_all(self, port: int, frames: Sequence[bytes | np.ndarray], now: float) -> None:
         """Send what an endpoint gave: frames, and blocks of frames."""
         for out in frames:
             if isinstance(out, bytes):
@@ -58,6 +58,13 @@ class Egress:
     def next_due(self) -> float | None:
         return self.held[0][0] if self.held else None
 
+    def drain(self) -> None:
+        """Send every frame still held for its link's delay, each when it is due: a host sends what it said
+        before it leaves (a ring rank's last ACKs and its DONE among them)."""
+        while self.held:
+            time.sleep(max(0.0, self.held[0][0] - time.monotonic()))
+            self.flush(time.monotonic())
+
     def lost(self) -> int:
         return sum(i.lost for i in self.injectors.values())
 
@@ -69,7 +76,7 @@ def wait_ms(*deadlines: float | None) -> int:
     return max(0, min(1000, int((min(due) - time.monotonic()) * 1000) + 1))
 
 
-def feed(port: RawPort, endpoint: Any, egress: Egress, now: float) -> None:
+def feed(port: RawPort, endpoint: Endpoint, egress: Egress, now: float) -> None:
     """Hand a host endpoint what its port has received, and send what it says."""
     if hasattr(endpoint, "receive_block"):
         block = port.recv_block()
@@ -80,7 +87,7 @@ def feed(port: RawPort, endpoint: Any, egress: Egress, now: float) -> None:
             egress.send_all(0, endpoint.receive(frame, now), now)
 
 
-def expire(endpoint: Any, egress: Egress, now: float) -> None:
+def expire(endpoint: Endpoint, egress: Egress, now: float) -> None:
     """A host endpoint's deadline, if it has passed; then the frames whose delay is over."""
     deadline = endpoint.next_deadline()
     if deadline is not None and deadline <= now:
@@ -88,7 +95,7 @@ def expire(endpoint: Any, egress: Egress, now: float) -> None:
     egress.flush(now)
 
 
-def serve_once(poller: select.poll, port: RawPort, endpoint: Any, egress: Egress, wake: float | None = None) -> bool:
+def serve_once(poller: select.poll, port: RawPort, endpoint: Endpoint, egress: Egress, wake: float | None = None) -> bool:
     """One wake-up of a host endpoint: wait for frames or its deadline, feed it, send what it says.
     Whether frames came."""
     woken = bool(poller.poll(wait_ms(endpoint.next_deadline(), egress.next_due(), wake)))

@@ -19,7 +19,7 @@ from dataclasses import asdict
 import numpy as np
 
 from innet.errors import UserError
-from innet.hosts.learner import Learner, bind_learner
+from innet.hosts.learner import Learner
 from innet.hosts.ring import Linger
 from innet.hosts.ssp import SSPWorker
 from innet.hosts.worker import WorkerProcess
@@ -29,7 +29,7 @@ from innet.node.config import WorkerConfig, WorkerGroup
 from innet.node.egress import expire, feed, wait_ms
 from innet.planning.spec import worker_tensors
 from innet.results.check import WorkerOutcome, outcome_of, training_outcome
-from innet.schemes.modes import worker_process
+from innet.schemes.modes import endpoint_of
 
 
 class WorkerNode:
@@ -43,14 +43,9 @@ class WorkerNode:
         learner = Learner(conf.task, spec.rank, conf.topk) if conf.task is not None else None
         tensors: Sequence[np.ndarray] = learner if learner is not None else worker_tensors(
             conf.seed, spec.job, spec.rank, conf.sizes, conf.topk, conf.layers, spec.operator.rule == "bits")
-        endpoint: WorkerProcess | SSPWorker
-        if conf.ssp is not None:
-            endpoint = SSPWorker(spec, tensors, list(conf.compute), conf.ssp)
-        else:
-            endpoint = worker_process(conf.mode, spec, list(conf.ring), tensors, conf.training)
-        if learner is not None:
-            bind_learner(endpoint, learner)
-        elif isinstance(endpoint, WorkerProcess):
+        ssp = (conf.ssp, list(conf.compute)) if conf.ssp is not None else None
+        endpoint = endpoint_of(spec, tensors, conf.mode, list(conf.ring), conf.training, ssp)
+        if learner is None and isinstance(endpoint, WorkerProcess):
             endpoint.prepare()  # before "go": the calls' buffers in memory, as a training loop's are
         self.client = AllreduceClient(spec, conf.port, conf.mode, list(conf.ring), conf.faults, conf.training,
                                       endpoint=endpoint)
@@ -151,6 +146,7 @@ def serve_worker(conf: WorkerConfig) -> int:
     status = node.save()
     if node.ok:
         node.client.linger(conf.linger_limit)
+    node.client.egress.drain()
     return status
 
 
@@ -182,7 +178,9 @@ def serve_workers(conf: WorkerGroup) -> int:
         for node in list(live):
             if node.state != "finished":
                 served(node, node.step)
-            if node.state == "finished":
+            else:
+                node.client.egress.flush(time.monotonic())
+            if node.state == "finished" and node.client.egress.next_due() is None:  # what it said is sent
                 live.discard(node)
                 poller.unregister(node.client.port.fileno())
                 status = max(status, node.status if node.status is not None else node.save())

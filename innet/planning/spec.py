@@ -398,16 +398,27 @@ def shapeable(s: RunSpec, factor: float) -> str | None:
 
 
 def _outputs(s: RunSpec) -> str | None:
-    """The output paths can be written: tried before the run, which may take an hour, not after it."""
-    for name, folder in (("out", s.out), ("json", os.path.dirname(s.json) if s.json else "")):
+    """The output paths can be written: tried before the run, which may take an hour, not after it. Nothing is
+    left behind: folders made for the try are removed again (the run makes them when it writes)."""
+    for name, folder in (("out", s.out), ("json", os.path.dirname(os.path.abspath(s.json)) if s.json else "")):
         if not folder:
             continue
+        made = []
         try:
-            os.makedirs(folder, exist_ok=True)
+            path = os.path.abspath(folder)
+            while not os.path.exists(path):
+                made.append(path)
+                path = os.path.dirname(path)
+            for new in reversed(made):
+                os.mkdir(new)
+            if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
+                return f"{{{name}}} {getattr(s, name)}: {folder} is not a writable folder"
         except OSError as exc:
             return f"{{{name}}} {getattr(s, name)}: cannot make {folder}: {exc.strerror}"
-        if not os.access(folder, os.W_OK | os.X_OK):
-            return f"{{{name}}} {getattr(s, name)}: {folder} is not writable"
+        finally:
+            for new in made:
+                if os.path.isdir(new):
+                    os.rmdir(new)
     return None
 
 

@@ -10,7 +10,7 @@ import networkx as nx
 
 from innet.graph import is_switch, link_name, natural_key, role, tier
 from innet.planning.prediction import link_rate
-from innet.results.record import RunRecord
+from innet.results.record import JsonObject, RunRecord
 
 
 def tier_bytes(graph: nx.Graph, link_bytes: dict[str, int]) -> dict[str, int]:
@@ -40,7 +40,8 @@ def busiest_link(graph: nx.Graph, link_bytes: dict[str, int]) -> str:
     return max(sorted(link_bytes, key=natural_key), key=lambda k: (seconds.get(k, 0.0), link_bytes[k]), default="")
 
 
-def topology_summary(graph: nx.Graph) -> dict[str, Any]:
+def topology_summary(graph: nx.Graph) -> JsonObject:
+    """results.json's ``topology``: every node's role, every link's tier and rate."""
     return {
         "name": graph.graph.get("name", "topology"),
         "nodes": {n: role(graph, n) for n in sorted(graph, key=natural_key)},

@@ -1,4 +1,5 @@
-"""Progress of a long run, on stderr: one line rewritten in place on a terminal, else a line every few seconds.
+"""Progress of a long run, on stderr: on a terminal a tqdm status line redrawn in place, elsewhere (a log, CI)
+a plain line every few seconds, which a log keeps readable where a redrawn line would pile up in ``\\r``s.
 
 Nothing is shown for a run that ends within ``after`` seconds, so short runs and
 tests print what they always did. ``update`` is cheap enough to call often: it
@@ -12,35 +13,39 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+from tqdm import tqdm
+
 
 class Progress:
     def __init__(self, label: str, stream: TextIO | None = None, after: float = 3.0, every: float | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        """``every``: seconds between lines (default 0.5 on a terminal, 5 elsewhere)."""
+        """``every``: seconds between updates (default 0.5 on a terminal, 5 elsewhere)."""
         self.label, self.stream, self.clock = label, stream or sys.stderr, clock
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.every = every if every is not None else 0.5 if self.tty else 5.0
         self.started = clock()
         self.next_at = self.started + after
-        self.shown = False
+        self.bar: tqdm | None = None
 
     def update(self, text: str | Callable[[], str]) -> None:
-        """Show ``text`` (or what the callable returns: built only when shown) if a line is due."""
+        """Show ``text`` (or what the callable returns: built only when shown) if an update is due."""
         now = self.clock()
         if now < self.next_at:
             return
         self.next_at = now + self.every
-        line = f"{self.label}: {text() if callable(text) else text} ({now - self.started:.0f}s)"
-        if self.tty:
-            self.stream.write("\r\x1b[K" + line)
-        else:
-            self.stream.write(line + "\n")
-        self.stream.flush()
-        self.shown = True
+        status = f"{text() if callable(text) else text} ({now - self.started:.0f}s)"
+        if not self.tty:
+            self.stream.write(f"{self.label}: {status}\n")
+            self.stream.flush()
+            return
+        if self.bar is None:
+            self.bar = tqdm(file=self.stream, bar_format="{desc}", mininterval=0, dynamic_ncols=True, delay=1e9)
+        self.bar.set_description_str(f"{self.label}: {status}")
 
     def close(self) -> None:
-        """End the line in place, if one was shown on a terminal."""
-        if self.shown and self.tty:
+        """End the line in place, if one was drawn on a terminal."""
+        if self.bar is not None:
+            self.bar.close()  # drawn only by set_description_str (delay): tqdm leaves the line unended
             self.stream.write("\n")
             self.stream.flush()
-        self.shown = False
+        self.bar = None

@@ -13,13 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import Any
 
+JsonObject = dict[str, Any]  # a record as results.json holds it: the one edge where records become plain JSON
+
 
 class _JsonView:
     """``to_json``, and reading its fields by name."""
 
     figures: Mapping[str, Any]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return _json(self)
 
     def __getitem__(self, name: str) -> Any:
@@ -84,9 +86,15 @@ class RunRecord(_JsonView):
         """The record with more figures (e.g. the model's prediction, or a backend's measurements)."""
         return replace(self, figures={**self.figures, **more})
 
+    @property
+    def fidelity(self) -> Any:
+        """How far the run's times can be trusted (innet.results.fidelity.Fidelity: dilation, verdict, CPU
+        shares, drops); None for a record without one."""
+        return self.figures.get("fidelity")
 
-def _json(record: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+
+def _json(record: Any) -> JsonObject:
+    out: JsonObject = {}
     for f in fields(record):
         value = getattr(record, f.name)
         if f.name == "figures":

@@ -22,10 +22,10 @@ import numpy as np
 from innet.errors import UserError
 from innet.graph import node_indices
 from innet.hosts.ensemble import InputPlan, group_tables, plan_input
-from innet.hosts.learner import bind_learner
+from innet.hosts.learner import Learner, bind_learner
 from innet.hosts.pbox import PBoxJob, PBoxServer
 from innet.hosts.ring import RingCall
-from innet.hosts.ssp import SSPWorker
+from innet.hosts.ssp import Consistency, SSPWorker
 from innet.hosts.training import Training
 from innet.hosts.worker import AllreduceCall, JobSpec, WorkerProcess
 from innet.planning.configs import pick_workers, switch_configs, worker_specs
@@ -161,13 +161,23 @@ def host_endpoint(run: RunSpec, rp: RunPlan, host: str, spec: JobSpec,
     with ``train``, on the gradients its learner computes step by step; ``given``: on these tensors instead."""
     learner = run.learner(spec.nworkers, spec.rank) if run.train and given is None else None
     tensors = learner if learner is not None else given if given is not None else run.tensors(spec.job, spec.rank)
+    ssp = (run.parameter_server(), run.compute_times(host, spec.job, spec.rank)) if run.consistency else None
+    return endpoint_of(spec, tensors, run.mode, rp.ring(spec.job), rp.training, ssp)
+
+
+def endpoint_of(spec: JobSpec, tensors: Sequence[np.ndarray], mode: str, ring: list[int], training: Training | None,
+                ssp: tuple[Consistency, list[float]] | None = None) -> WorkerProcess | SSPWorker:
+    """A worker's endpoint, the same on the fabric (``host_endpoint``) and in a Mininet worker process
+    (innet.node.worker): its all-reduce calls of ``tensors`` in ``mode``, or with ``ssp`` (the parameter server's
+    consistency, and the worker's compute times) its training loop against the PBox; ``tensors`` a Learner: its
+    gradients step by step, each reduction fed back to it."""
     endpoint: WorkerProcess | SSPWorker
-    if run.consistency:
-        endpoint = SSPWorker(spec, tensors, run.compute_times(host, spec.job, spec.rank), run.parameter_server())
+    if ssp is not None:
+        endpoint = SSPWorker(spec, tensors, ssp[1], ssp[0])
     else:
-        endpoint = worker_process(run.mode, spec, rp.ring(spec.job), tensors, rp.training)
-    if learner is not None:
-        bind_learner(endpoint, learner)
+        endpoint = worker_process(mode, spec, ring, tensors, training)
+    if isinstance(tensors, Learner):
+        bind_learner(endpoint, tensors)
     return endpoint
 
 

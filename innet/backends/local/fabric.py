@@ -13,36 +13,17 @@ import heapq
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import networkx as nx
 import numpy as np
 
 from innet.graph import link_name, ports
+from innet.hosts.endpoint import Endpoint
 from innet.results.progress import Progress
 from innet.switch.runtime import SwitchRuntime
 from innet.wire.faults import FaultInjector, FaultSpec, fault_seed
 from innet.wire.packet import BANDS, TOS_OFFSET
-
-
-class Endpoint(Protocol):
-    """What a host runs: a sans-I/O state machine (worker, PBox, ring peer).
-
-    A run ends when every endpoint is done, except daemons (``daemon = True``,
-    like the PBox) that serve until stopped.
-    """
-
-    @property
-    def done(self) -> bool: ...
-
-    def start(self, now: float) -> Sequence[bytes | np.ndarray]: ...
-
-    def receive(self, frame: bytes, now: float) -> Sequence[bytes | np.ndarray]: ...
-
-    def next_deadline(self) -> float | None: ...
-
-    def on_timeout(self, now: float) -> Sequence[bytes | np.ndarray]: ...
-
 
 Frame = bytes
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import networkx as nx
 import numpy as np
 
-from innet.backends.local.fabric import Endpoint, Fabric
+from innet.backends.local.fabric import Fabric
+from innet.hosts.endpoint import Endpoint
 from innet.hosts.ensemble import InputReceiver, InputServer, input_summary
 from innet.hosts.ssp import SSPWorker
 from innet.hosts.worker import AllreduceCall, Frames, WorkerProcess
@@ -58,7 +58,7 @@ class LocalRun:
     def attach(self, host: str, endpoint: Endpoint) -> None:
         self.fabric.attach(host, endpoint)
 
-    def finish(self, **extra: Any) -> RunRecord:
+    def finish(self, **extra: object) -> RunRecord:
         self.fabric.run()
         for proc in self.procs:
             for call in getattr(proc, "calls", []):

@@ -163,6 +163,6 @@ def measured_ratio(rate: float) -> float:
 
 
 def _log(msg: str) -> None:
-    from innet.backends.mininet.emulation import log
+    from innet.backends.mininet.network import log
 
     log(msg)

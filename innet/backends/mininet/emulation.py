@@ -94,7 +94,7 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     answer = program.elements + (1 if run.consistency else 0)  # a parameter server's answer leads with its clock
     if cluster is not None:
         cluster.check()
-    with built(wire_graph, link_mtu(answer), cluster, make=Emulation) as emu:
+    with built(wire_graph, link_mtu(answer), Emulation, cluster) as emu:
         emu.dilate(dilation, graph, run)
         emu.node_group = node_group
         emu.start_switches(wire_run, program, configs, pcap_dir)
@@ -108,7 +108,7 @@ def network(graph: nx.Graph, mtu: int = ETH_MTU, tag: str = "bench") -> Iterator
     from mininet.log import setLogLevel
 
     setLogLevel("critical")
-    with built(graph, mtu, tag=tag, make=Emulation) as emu:
+    with built(graph, mtu, Emulation, tag=tag) as emu:
         yield emu
 
 
@@ -126,6 +126,7 @@ class Readings:
 class Measured:
     """What the controller measured of the run when its workers had ended."""
 
+    link_bytes: dict[str, int]  # bytes each link carried from "go" to the workers' end
     stats: dict[str, SwitchStats]  # each switch's
     cpu_share: dict[str, float]  # each switch's share of a core over the calls' window
     busy: float  # cores the run's processes kept busy, on average over the window
@@ -183,7 +184,7 @@ class Emulation(Network):
             from mininet.cli import CLI
 
             CLI(self.net)
-        return self._record(run, rp, readings, measured, modelled=not crash and not intruders)
+        return self._record(run, rp, measured, modelled=not crash and not intruders)
 
     def _start_hosts(self, run: RunSpec, rp: RunPlan, pbox_cores: int, crash: dict[str, float]) -> tuple[Procs, Procs, Procs]:
         """The PBox shards, the workers and the input stream, started: every process (to say "ready"), those
@@ -212,6 +213,7 @@ class Emulation(Network):
         """The switches' stats (then stopped), and the fidelity verdict on the calls' window: every process's
         share of a core and the frames dropped at every interface, queue and switch socket."""
         wall = time.monotonic() - readings.started
+        link_bytes = link_bytes_between(self.graph, readings.interface_bytes, self.interface_bytes())
         drops_after = self.drop_counts()
         hosts = [w for specs in rp.specs.values() for w in specs]
         window = calls_window(self.run_dir, hosts) if self.cluster is None else None  # servers' clocks differ
@@ -228,11 +230,12 @@ class Emulation(Network):
                        {sw: sum(st.socket_drops.values()) for sw, st in stats.items()}, os.cpu_count() or 1, waits)
         # None: TCLink's per-frame shaping; cpu_over_s: the shares' span, the calls' window to the readings around it
         fid = replace(fid, shaper_burst_s=BURST_S if self.bursts else None, cpu_over_s=round(seconds, 3))
-        return Measured(stats, cpu_share, sum(cpu.values()), machine_busy, fid)
+        return Measured(link_bytes, stats, cpu_share, sum(cpu.values()), machine_busy, fid)
 
-    def _record(self, run: RunSpec, rp: RunPlan, readings: Readings, measured: Measured, modelled: bool = True) -> RunRecord:
-        stats = measured.stats
-        link_bytes = link_bytes_between(self.graph, readings.interface_bytes, self.interface_bytes())
+    def _record(self, run: RunSpec, rp: RunPlan, measured: Measured, modelled: bool = True) -> RunRecord:
+        """The run record (of the requested run, on its timeline), with the fidelity verdict and, where the
+        timing model predicts the run, the verdict against it too."""
+        stats, link_bytes = measured.stats, measured.link_bytes
         outcomes = [outcome(self.run_dir, w, spec, self.dilation) for plan in rp.plans for w, spec in rp.specs[plan.job].items()]
         inputs = input_record(self.graph, self.run_dir, rp.input, stats, self.dilation) if rp.input is not None else None
         graph, run = self.requested or (self.graph, run)  # the record is the requested run's, in its timeline

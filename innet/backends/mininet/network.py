@@ -19,12 +19,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 import networkx as nx
 
 from innet.backends.mininet.cleanup import RunState, delete_intfs, kill_recorded
 from innet.backends.mininet.cluster import Cluster, place
+from innet.backends.mininet.control import Control
 from innet.backends.mininet.shaper import burst_command, hold, release
 from innet.errors import UserError
 from innet.graph import link_name, natural_key, port_to
@@ -37,6 +38,7 @@ from innet.wire.packet import ETH_MTU
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 ETH_HEADER = 14  # bytes a VXLAN device's counters leave out of every frame (they count from the inner IP header)
 Counters = dict[str, dict[str, int]]  # node -> interface -> bytes sent
+N = TypeVar("N", bound="Network")
 
 
 def log(msg: str) -> None:
@@ -97,21 +99,20 @@ def signals_deferred() -> Iterator[None]:
 
 
 @contextmanager
-def built(graph: nx.Graph, mtu: int, cluster: Cluster | None = None, tag: str = "",
-          make: type[Network] | None = None) -> Iterator[Any]:
-    """The network of ``graph`` built (as ``make``, a Network by default), every link's MTU ``mtu``, with its
+def built(graph: nx.Graph, mtu: int, make: type[N], cluster: Cluster | None = None, tag: str = "") -> Iterator[N]:
+    """The network of ``graph`` built (as ``make``: a Network, or what runs on one), every link's MTU ``mtu``, with its
     run directory and state file; all of it removed on exit, SIGINT and SIGTERM included. The state file and
     run directory are made with those signals deferred, so an interrupt cannot land between creating them
     and recording that they exist."""
     state: RunState | None = None
-    net: Network | None = None
+    net: N | None = None
     run_dir = ""
     with signals_as_interrupts():
         try:
             with signals_deferred():
                 run_dir = tempfile.mkdtemp(prefix=f"innet-{tag}-" if tag else "innet-")
                 state = RunState(os.path.basename(run_dir), run_dir)
-            net = (make or Network)(graph, state, run_dir, mtu, cluster)
+            net = make(graph, state, run_dir, mtu, cluster)
             net.build()
             yield net
         finally:
@@ -136,7 +137,7 @@ class Network:
         self.run_dir = run_dir
         self.net: Any = None
         self.procs: list[subprocess.Popen[bytes]] = []
-        self.controls: list[Any] = []  # innet.backends.mininet.control.Control: closed at teardown
+        self.controls: list[Control] = []  # closed at teardown
         self.pcaps = False
         self.bursts = False  # shaped links send in bursts of BURST_S (innet.backends.mininet.shaper)
 

@@ -15,8 +15,8 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import Any
 
+import networkx as nx
 import numpy as np
 
 from innet.backends.mininet.emulation import Emulation, network
@@ -32,7 +32,7 @@ from innet.planning.spec import RunSpec, program_of
 from innet.results.check import WorkerOutcome, run_record
 from innet.results.fidelity import kernel_fidelity
 from innet.results.record import RunRecord
-from innet.schemes.modes import installed_configs, plan_run
+from innet.schemes.modes import RunPlan, installed_configs, plan_run
 from innet.wire.faults import FaultSpec
 from innet.wire.packet import link_mtu
 
@@ -56,7 +56,7 @@ def gloo_applies(run: RunSpec) -> bool:
                                                    or run.link_faults or run.faults != FaultSpec())
 
 
-def _ranks(rp: Any) -> list[tuple[str, JobSpec]]:
+def _ranks(rp: RunPlan) -> list[tuple[str, JobSpec]]:
     if len(rp.plans) != 1:
         raise UserError("torch ranks run one job: give {jobs} 1")
     return sorted(rp.specs[rp.plans[0].job].items(), key=lambda kv: kv[1].rank)
@@ -112,7 +112,7 @@ def _last_words(emu: Emulation, host: str, tag: str) -> str:
     return lines[-1] if lines else "no message"
 
 
-def run_gloo(graph: Any, run: RunSpec) -> RunRecord:
+def run_gloo(graph: nx.Graph, run: RunSpec) -> RunRecord:
     """``--mode gloo``: torch.distributed's gloo all-reduce of the run's tensors between the job's worker hosts, over
     the same links; its record beside innet's modes (predicted bytes: the ring's; correct: every rank's result is
     the float sum within float32 rounding)."""
@@ -145,8 +145,8 @@ def run_gloo(graph: Any, run: RunSpec) -> RunRecord:
     return gloo_record(graph, ring, rp, outcomes, link_bytes, host_cpu_s=round(host_cpu, 3), wall_s=round(wall, 3))
 
 
-def gloo_record(graph: Any, ring: RunSpec, rp: Any, outcomes: list[WorkerOutcome], link_bytes: dict[str, int],
-                **extra: Any) -> RunRecord:
+def gloo_record(graph: nx.Graph, ring: RunSpec, rp: RunPlan, outcomes: list[WorkerOutcome], link_bytes: dict[str, int],
+                **extra: object) -> RunRecord:
     """gloo's run record: laid out as the ring's (same plan and predicted bytes), its verdict in floats: every
     rank's every result within float32 rounding of the float64 sum (N ulps of the largest partial sum)."""
     record = run_record(graph, ring, rp, "mininet", outcomes, link_bytes, {}, **extra)
@@ -177,7 +177,7 @@ class DdpOutcome:
     link_bytes: dict[str, int]
 
 
-def ddp_mininet(graph: Any, run: RunSpec, train: Task, hooks: tuple[str, ...] = ("innet", "plain")) -> dict[str, DdpOutcome]:
+def ddp_mininet(graph: nx.Graph, run: RunSpec, train: Task, hooks: tuple[str, ...] = ("innet", "plain")) -> dict[str, DdpOutcome]:
     """Train the torch example with DDP, one rank per worker host, once per hook: "innet" (every bucket through the
     switches: ClientState, ``run.mode`` innet, pbox or ring) and "plain" (DDP's own gloo all-reduce). Per hook:
     every rank's test accuracy and seconds, and the bytes per link."""
