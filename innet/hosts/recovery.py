@@ -7,10 +7,12 @@ result) was lost: RACK marks the earlier one *suspect* when that evidence first 
 lost a reordering window later, when nothing came for it meanwhile. Order, not send time, decides
 (a window sent in one burst has one send time, and RACK's time test would never fire on it).
 
-The reordering window starts at a quarter of the minimum round trip (RFC 8985 6.2), never below a
-quarter of the RTO floor (the machine's scheduling jitter on Mininet), and doubles whenever a
-retransmission turns out spurious, up to the smoothed round trip. A retransmission is spurious when
-its answer comes back sooner than the minimum round trip after it: that answer was the original's.
+The reordering window is the RTO floor (on Mininet, the machine's scheduling jitter; RFC 8985 starts from a
+quarter of the minimum round trip, but here every round trip queues behind a window, and a FIFO path does
+not reorder), doubled (twice at most) whenever a retransmission order asked for turns out spurious, and
+never above the smoothed RTT. A retransmission is spurious when its answer comes back sooner than the
+minimum round trip after it: that answer was the original's. (An answer that waited for another worker's
+lost contribution looks spurious too, which is why the window widens only so far.)
 Timeouts (``RetransmitTimer``) remain for what order cannot show: a lost last chunk, or silence.
 """
 
@@ -34,17 +36,16 @@ class Rack:
         if rtt < self.min_rtt:
             self.min_rtt = rtt
 
-    def answered(self, since_resent: float) -> bool:
+    def answered(self, since_resent: float, by_order: bool = True) -> bool:
         """A retransmitted chunk's answer came ``since_resent`` after the retransmission: was that spurious?
-        A spurious one widens the window."""
+        A spurious one that order declared lost (``by_order``; not a timer's or a probe's) widens the window."""
         if since_resent < self.min_rtt < float("inf"):
-            self.mult = min(self.mult * 2, 1 << 10)
+            if by_order:
+                self.mult = min(self.mult * 2, 4)
             return True
         return False
 
     def window(self, srtt: float | None) -> float:
-        """How long a suspect may still be only reordered."""
-        if self.min_rtt == float("inf"):
-            return max(self.floor, srtt or 0.0)
-        reo = self.min_rtt / 4 * self.mult
-        return max(self.floor, min(reo, srtt) if srtt else reo)
+        """How long a suspect may still be only reordered: the RTO floor (a FIFO path reorders nothing; the
+        floor is the machine's jitter), doubled per proven spurious retransmission, at most the smoothed RTT."""
+        return max(self.floor, min(self.floor * self.mult, srtt or 0.0))

@@ -49,7 +49,7 @@ from collections import deque
 import numpy as np
 
 from innet.hosts.recovery import Rack
-from innet.hosts.worker import Frames, JobSpec, RetransmitTimer
+from innet.hosts.worker import Frames, JobSpec, RetransmitTimer, first_window_rto
 from innet.wire.packet import FLAGS_OFFSET, HEADER_DTYPE, RESULT, RETX, ROUTE, FrameBlock, build_frames, make_packet, parse_frame
 
 ACK_EVERY = 16
@@ -149,7 +149,7 @@ class RingCall:
 
     def _agree(self, q: int) -> None:
         if self.timer.srtt is None:  # the exponent steps' lone packets are done: a window of data may queue
-            self.timer = RetransmitTimer(self.spec, self.spec.initial_rto * WINDOW / 8)
+            self.timer = RetransmitTimer(self.spec, first_window_rto(self.spec))
         self.q = q
         self.scale = self.spec.operator.scale(q, self.spec.nworkers)
         self.quantized = self.spec.operator.quantize(self.tensor, self.scale)

@@ -85,6 +85,14 @@ class JobSpec:
         return 1 + -(-length // self.elements)
 
 
+def first_window_rto(spec: JobSpec) -> float:
+    """The RTO of a call's first window of data, before its first answer: a window may queue behind a slow
+    link or a hundred other workers' windows, so the initial RTO only if larger than the RTO's cap (a 32nd
+    of the no-progress timeout, what RFC 6298's 1 s came to here). The lone exponent packet before it takes
+    ``spec.initial_rto``, the plan's few round trips."""
+    return max(spec.initial_rto, spec.timeout / 32)
+
+
 class RetransmitTimer:
     """Adaptive retransmission timeout: SRTT + 4 RTTVAR (RFC 6298), Karn's rule, back-off.
 
@@ -176,10 +184,12 @@ class AllreduceCall:
         self.sent_seq = np.full(spec.slots, UNSENT, np.int64)  # each slot's transmission number (RACK's order)
         self.seq = 0  # transmissions so far: a later number was sent later
         self.suspect_at = np.full(spec.slots, np.inf)  # when a result for a later transmission first came back
+        self.by_order = np.zeros(spec.slots, np.bool_)  # the last retransmission was RACK's (not a timer's)
         self.rack = Rack(spec.min_rto)
         self.newest_seq = -1  # the newest transmission whose result came back
         self.pace = 0.0  # smoothed time between results: how fast the window drains
         self.probes = 0  # tail probes since the last result
+        self.probed_at = -np.inf  # the last tail probe
         self.frames = np.zeros((0, 0), np.uint8)  # row i: data chunk first + 1 + i (full chunks only)
         self.built = 0  # rows of ``frames`` built so far (innet.hosts.worker.AllreduceCall._ensure)
         self.tail = np.zeros((0, 0), np.uint8)  # the last data chunk's frame when it is shorter than the others
@@ -229,6 +239,8 @@ class AllreduceCall:
         """Take the agreed exponent: the scale, and the data chunks' frames (full chunks a window at a time,
         as sending reaches them: ``_ensure``)."""
         spec, n = self.spec, len(self.tensor)
+        if self.timer.srtt is None:  # the lone exponent packet is answered: now a whole window may queue
+            self.timer = RetransmitTimer(spec, first_window_rto(spec))
         self._q = exp
         self.scale = spec.operator.scale(exp, spec.nworkers)
         if spec.sparse:
@@ -336,7 +348,7 @@ class AllreduceCall:
         if not self.resent[slot]:
             self.timer.sample(now - sent)
             self.rack.sample(now - sent)
-        elif self.rack.answered(now - sent):
+        elif self.rack.answered(now - sent, bool(self.by_order[slot])):
             self.spurious += 1
         seq = int(self.sent_seq[slot])
         if seq > self.newest_seq:
@@ -345,7 +357,7 @@ class AllreduceCall:
         self._progress(now, 1)
         self._padded[offset : offset + count] = np.frombuffer(frame, VALUE_DTYPE, count, PAYLOAD_OFFSET)
         out = self._send_one(chunk + spec.slots, now)
-        out += self._resend(self._lost(now), now)
+        out += self._resend(self._lost(now), now, by_order=True)
         if self.sent_all and (self.in_flight < 0).all():
             self.finished_at = now
         return out
@@ -394,8 +406,9 @@ class AllreduceCall:
             rtts = now - self.sent_at[slots][clean]
             self.timer.sample(float(np.max(rtts)))
             self.rack.sample(float(np.min(rtts)))
-        for since in (now - self.sent_at[slots][resent]).tolist():
-            self.spurious += self.rack.answered(since)
+        for since, by_order in zip((now - self.sent_at[slots][resent]).tolist(), self.by_order[slots][resent].tolist(),
+                                   strict=True):
+            self.spurious += self.rack.answered(since, by_order)
         self.newest_seq = max(self.newest_seq, int(self.sent_seq[slots].max()))
         self.sent_seq[slots], self.suspect_at[slots], self.sent_at[slots] = UNSENT, np.inf, np.inf
         self._oldest = None
@@ -413,7 +426,7 @@ class AllreduceCall:
         if self.error is not None:
             return []
         out += self._send(chunks + self.spec.slots, now)  # a result frees its slot for the chunk ``slots`` later
-        out += self._resend(self._lost(now), now)
+        out += self._resend(self._lost(now), now, by_order=True)
         if self.sent_all and (self.in_flight < 0).all():
             self.finished_at = now
         return out
@@ -477,12 +490,15 @@ class AllreduceCall:
     def _probe_due(self) -> float:
         """When to probe the tail (RFC 8985's TLP), once this call has lost something: no result for a reordering
         window plus the time the chunks still out take to drain at the measured pace, doubled per probe
-        unanswered; after two (each resends every chunk out), only the RTO. Before any loss, never: a clean
-        run is never probed."""
-        if not self.retransmissions or self.probes >= 2 or self.sent_at.min() == np.inf:
+        unanswered up to four times. The first two resend every chunk out; mid-stream the RTO follows, but once
+        every chunk is sent the probes go on, each with only the newest chunk out (RFC 8985's TLP: its answer
+        marks the older ones lost), so a lost tail costs round trips, not backed-off RTOs.
+        Before any loss, never: a clean run is never probed."""
+        if not self.retransmissions or (self.probes >= 2 and not self.sent_all) or self.sent_at.min() == np.inf:
             return np.inf
         out = np.count_nonzero(self.in_flight >= 0)
-        return self.last_progress + (self.rack.window(self.timer.srtt) + out * self.pace) * 2 ** self.probes
+        spell = (self.rack.window(self.timer.srtt) + out * self.pace) * 2 ** min(self.probes, 2)
+        return max(self.last_progress, self.probed_at) + spell
 
     def _lost(self, now: float) -> np.ndarray:
         """Slots whose chunk was sent before one whose result came back, and that stayed unanswered for a
@@ -513,9 +529,12 @@ class AllreduceCall:
                 f"(chunks {outstanding[:4].tolist()}... outstanding)"
             )
             return []
-        out = self._resend(self._lost(now), now)
+        out = self._resend(self._lost(now), now, by_order=True)
         if now >= self._probe_due():  # every chunk still out: each may have lost its contribution or its result
             self.probes += 1
+            self.probed_at = now
+            if self.probes > 2:  # the tail, probed again: only the newest chunk out, whose answer marks the rest (RACK)
+                return out + self._resend(np.array([int(np.argmax(np.where(self.in_flight >= 0, self.sent_seq, -1)))]), now)
             return out + self._resend(np.flatnonzero(self.in_flight >= 0), now)
         if now < self.last_progress + self.rto:
             return out
@@ -524,7 +543,7 @@ class AllreduceCall:
             self.timer.expired()
         return out + self._resend(expired, now)
 
-    def _resend(self, slots: np.ndarray, now: float) -> Frames:
+    def _resend(self, slots: np.ndarray, now: float, by_order: bool = False) -> Frames:
         """Retransmit the chunks in ``slots`` (oldest first), flagged RETX."""
         out: Frames = []
         if not len(slots):
@@ -535,6 +554,7 @@ class AllreduceCall:
             frame[FLAGS_OFFSET] |= RETX
             out.append(frame.tobytes())
         self.sent_at[slots], self.resent[slots], self.suspect_at[slots] = now, True, np.inf
+        self.by_order[slots] = by_order
         self.sent_seq[slots] = np.arange(self.seq, self.seq + len(slots))
         self.seq += len(slots)
         self._oldest = None

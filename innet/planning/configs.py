@@ -73,9 +73,9 @@ def initial_rto(graph: nx.Graph, plan: JobPlan, worker: str, elements: int, run:
     never below the RTO floor. RFC 6298's 1 s is for paths nobody knows; the plan knows this one."""
     if run.initial_rto:
         return run.initial_rto
-    bits = 8 * (PAYLOAD_OFFSET + 4 * elements)
-    far = nx.single_source_dijkstra_path_length(
-        graph, worker, weight=lambda u, v, d: d.get("latency", 0.0) + bits / (d.get("bw", 1000.0) * 1e6))
+    bits, extra = 8 * (PAYLOAD_OFFSET + 4 * elements), run.faults.delay + max((f.delay for _, f in run.link_faults), default=0.0)
+    far = nx.single_source_dijkstra_path_length(  # a link's injected --delay is part of its round trip
+        graph, worker, weight=lambda u, v, d: d.get("latency", 0.0) + extra + bits / (d.get("bw", 1000.0) * 1e6))
     peers = [n for n in (plan.root, plan.pbox, *plan.workers) if n in far]
     return max(run.min_rto, 8 * max((far[n] for n in peers), default=0.0))
 
