@@ -20,6 +20,7 @@ from innet.planning.options import GROUPS, default_of, flag_of, options_of
 from innet.planning.spec import FAULT_HELP, RunSpec
 
 ACTIONS = ("plan_only", "clean")  # the command's own flags, not options of a run
+Options = dict[str, Any]  # innet.run's keyword options, as the flags give them: the edge where text becomes values
 
 
 class Parser(argparse.ArgumentParser):
@@ -58,13 +59,13 @@ def add_options(p: argparse.ArgumentParser, groups: Sequence[str] = GROUPS, left
                 section.add_argument(f"--{name}", dest=f"faults.{name}", type=float, default=argparse.SUPPRESS, help=text,
                                      metavar=name.upper())
             continue
-        kw: dict[str, Any] = {"dest": f.name, "default": argparse.SUPPRESS, "help": opt.help}
         if opt.switch:
-            kw["action"] = "store_false" if default_of(f) is True else "store_true"
+            section.add_argument(flag_of(f), dest=f.name, default=argparse.SUPPRESS, help=opt.help,
+                                 action="store_false" if default_of(f) is True else "store_true")
         else:
-            kw.update(type=_typed(opt.parse) if opt.parse else _base(hints[f.name]), metavar=opt.metavar,
-                      choices=opt.choices, action="append" if opt.repeat else "store")
-        section.add_argument(flag_of(f), **kw)
+            section.add_argument(flag_of(f), dest=f.name, default=argparse.SUPPRESS, help=opt.help,
+                                 type=_typed(opt.parse) if opt.parse else _base(hints[f.name]), metavar=opt.metavar,
+                                 choices=opt.choices, action="append" if opt.repeat else "store")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -79,14 +80,14 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def options(args: argparse.Namespace) -> dict[str, Any]:
+def options(args: argparse.Namespace) -> Options:
     """The options the flags of ``args`` give, as ``innet.run`` takes them."""
     given = {k: v for k, v in vars(args).items() if k not in ACTIONS and k != "command"}
     out = {k.removeprefix("faults."): tuple(v) if isinstance(v, list) else v for k, v in given.items()}
     return out
 
 
-def parse_options(argv: Sequence[str]) -> dict[str, Any]:
+def parse_options(argv: Sequence[str]) -> Options:
     """The options of an ``innet run`` command line (a ``UserError`` for bad flags)."""
     return options(parser().parse_args(list(argv)))
 
@@ -139,7 +140,7 @@ def _clean() -> int:
     return 0
 
 
-def _plan(given: dict[str, Any]) -> int:
+def _plan(given: Options) -> int:
     from innet.api import plan
 
     result = plan(**given)
@@ -149,7 +150,7 @@ def _plan(given: dict[str, Any]) -> int:
     return 0
 
 
-def _run(given: dict[str, Any]) -> int:
+def _run(given: Options) -> int:
     from innet.api import run
 
     given.setdefault("out", os.path.join("results", time.strftime("%Y%m%d-%H%M%S")))

@@ -10,11 +10,13 @@ from typing import Any
 
 from innet.experiments.file import Experiment
 from innet.results.plots import plot_sweep
+from innet.results.record import JsonObject
 
+Row = dict[str, Any]  # a point as points.csv and points.json hold it: the edge where results become a table
 PAYS = 0.99  # a ratio to the baseline "breaks even" where it saves less than 1%
 
 
-def metric(record: dict[str, Any], name: str) -> Any:
+def metric(record: JsonObject, name: str) -> Any:
     """A run record's field by name: ``a.b`` is field b of field a; ``total_bytes`` is every link's bytes."""
     if name == "total_bytes":
         return sum(record["link_bytes"].values())
@@ -24,7 +26,7 @@ def metric(record: dict[str, Any], name: str) -> Any:
     return value
 
 
-def rows_with_ratios(experiment: Experiment, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def rows_with_ratios(experiment: Experiment, rows: list[Row]) -> list[Row]:
     """The rows, each metric also as ``metric/baseline``: over the baseline series' at the same point."""
     if not experiment.baseline:
         return rows
@@ -49,12 +51,12 @@ def crossing(points: list[tuple[float, float]], level: float = PAYS) -> float | 
     return None
 
 
-def summary(experiment: Experiment, rows: list[dict[str, Any]]) -> dict[str, Any]:
+def summary(experiment: Experiment, rows: list[Row]) -> Row:
     """Per series and swept value, the speed-up over the baseline by the first metric: the baseline's time
     over this series' for a time (a name ending in ``_s``, not ``per_s``), this series' rate over the baseline's
     otherwise;
     and where ``breakeven`` is set, the swept value where that ratio reaches 0.99, per series."""
-    out: dict[str, Any] = {}
+    out: Row = {}
     if experiment.baseline:
         first = f"{experiment.metrics[0]}/{experiment.baseline}"
         time = experiment.metrics[0].endswith("_s") and not experiment.metrics[0].endswith("per_s")
@@ -67,7 +69,7 @@ def summary(experiment: Experiment, rows: list[dict[str, Any]]) -> dict[str, Any
     return out
 
 
-def write_outputs(experiment: Experiment, rows: list[dict[str, Any]], out: str) -> list[str]:
+def write_outputs(experiment: Experiment, rows: list[Row], out: str) -> list[str]:
     """points.csv, points.json and NAME.png in ``out``; their paths."""
     os.makedirs(out, exist_ok=True)
     files = [os.path.join(out, f) for f in ("points.csv", "points.json", f"{experiment.name}.png")]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any
 
 from tqdm import tqdm
 
@@ -14,8 +13,8 @@ from innet import cli
 from innet.api import run
 from innet.errors import UserError
 from innet.experiments.file import Experiment, Value, argv_of
-from innet.experiments.report import metric, rows_with_ratios, write_outputs
-from innet.results.record import RunRecord
+from innet.experiments.report import Row, metric, rows_with_ratios, write_outputs
+from innet.results.record import JsonObject, RunRecord
 
 
 def run_point(argv: list[str], out: str) -> RunRecord:
@@ -49,8 +48,8 @@ def reproduce(experiment: Experiment, backend: str = "local", quick: bool = Fals
     return write_outputs(experiment, rows_with_ratios(experiment, rows), out)
 
 
-def _row(experiment: Experiment, series: str, value: Value, record: dict[str, Any], cmd: str) -> dict[str, Any]:
-    row: dict[str, Any] = {"series": series, experiment.flag: value}
+def _row(experiment: Experiment, series: str, value: Value, record: JsonObject, cmd: str) -> Row:
+    row: Row = {"series": series, experiment.flag: value}
     row.update({m: metric(record, m) for m in experiment.metrics})
     row.update(correct=record["correct"], command=cmd)
     return row

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
 import networkx as nx
 
@@ -21,7 +20,7 @@ from innet.results.metrics import (
     training_lines,
     write_link_csv,
 )
-from innet.results.record import RunRecord
+from innet.results.record import JsonObject, RunRecord
 
 
 @dataclass(frozen=True)
@@ -34,7 +33,7 @@ class ExactTraining:
     def accuracy(self) -> float:
         return self.epochs[-1][0]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"accuracy_exact": self.accuracy,
                 "exact_epochs": [{"epoch": e + 1, "accuracy": a, "loss": loss} for e, (a, loss) in enumerate(self.epochs)]}
 
@@ -74,7 +73,7 @@ class Report:
         out += learning_lines(runs, self.exact.accuracy if self.exact else None) + cluster_lines(runs)
         return out + ([self.prediction] if self.prediction else [])
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """results.json's content."""
         return {"topology": topology_summary(self.graph), **(self.exact.to_json() if self.exact else {}),
                 "runs": [r.to_json() for r in self.runs]}
