@@ -46,6 +46,7 @@ bench: deps
 	$(SUDO) $(PYTHON) scripts/bench_scale.py
 	$(SUDO) $(PYTHON) scripts/bench_dilation.py
 	$(SUDO) $(PYTHON) scripts/bench_fabric.py
+	$(PYTHON) scripts/bench_loss.py
 	$(PYTHON) scripts/bench_blocks.py
 	$(PYTHON) scripts/plot_performance.py
 

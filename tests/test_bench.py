@@ -129,3 +129,15 @@ def test_the_performance_figure_takes_each_benchmarks_latest_table(tmp_path):
     assert pp.main(["--bench", str(bench), "--out", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert pp.main(["--bench", str(tmp_path / "none.jsonl"), "--out", str(out)]) == 2
+
+
+def test_bench_loss_quick_gives_every_mode_its_ratio_under_loss(tmp_path):
+    """Each mode's time under loss over its own lossless time (the script checks every run exact)."""
+    rows = _bench(tmp_path, "bench_loss.py", "--quick", "--topo", "star")
+    assert rows[0][:3] == ["topology", "mode", "lossless_s"] and len(rows) == 4
+    assert [row[1] for row in rows[1:]] == ["innet", "pbox", "ring"]
+    for row in rows[1:]:
+        ratios = [float(row[k]) for k in (3, 5)]
+        assert all(r >= 1 for r in ratios) and ratios[1] >= ratios[0]  # 20% loss costs more than 1%
+        retx, spurious = map(int, row[6].split("/"))
+        assert retx > 0 and 0 <= spurious <= retx

@@ -152,3 +152,37 @@ def test_prepared_buffers_are_in_memory_before_the_run_and_the_calls_fill_exactl
     for call, tensor in zip(proc.calls, tensors, strict=True):
         assert call.error is None
         np.testing.assert_array_equal(call.result_int, fixedpoint.quantize(tensor, call.scale))
+
+
+def test_a_result_for_a_later_chunk_resends_the_earlier_one_a_reordering_window_later():
+    """RACK by order (innet.hosts.recovery): chunk 15's result back while 14's is not marks 14 lost, resent once a
+    reordering window (the RTO floor here) passed, long before its RTO; the original's late answer is spurious."""
+    call = AllreduceCall(spec(0, 2), np.ones(100, np.float32), first_chunk=13)
+    call.start(0.0)
+    agreed = make_packet(None, job=1, rank=0, nworkers=2, slot=13 % 8, chunk=13, flags=RESULT | VER, exp=call.local_exp)
+    window = frames_of(call.receive(agreed.to_frame(SWITCH, 0), 0.0))
+    assert [parse_frame(f).chunk for f in window] == list(range(14, 21))
+
+    def result(chunk, now):
+        pkt = make_packet(np.zeros(16, np.int32), job=1, rank=0, nworkers=2, slot=chunk % 8, chunk=chunk,
+                          flags=RESULT | (VER if (chunk // 8) & 1 else 0))
+        return frames_of(call.receive(pkt.to_frame(SWITCH, 0), now))
+
+    assert result(15, 0.001) == []  # only a suspect yet: it may just be reordered
+    due = call.next_deadline()
+    assert due == 0.001 + call.spec.min_rto < call.last_progress + call.rto
+    resent = frames_of(call.on_timeout(due))
+    assert [parse_frame(f).chunk for f in resent] == [14] and parse_frame(resent[0]).has(RETX)
+    assert call.retransmissions == 1 and call.spurious == 0
+    result(14, due + 0.0001)  # sooner than any round trip after the retransmission: the original's answer
+    assert call.spurious == 1
+
+
+def test_a_call_that_lost_nothing_never_probes():
+    """Tail probes only after a loss: a clean call waits for its RTO, so a slow answer is never retransmitted early."""
+    call = AllreduceCall(spec(0, 2), np.ones(100, np.float32), first_chunk=13)
+    call.start(0.0)
+    agreed = make_packet(None, job=1, rank=0, nworkers=2, slot=13 % 8, chunk=13, flags=RESULT | VER, exp=call.local_exp)
+    call.receive(agreed.to_frame(SWITCH, 0), 0.0)
+    assert call._probe_due() == np.inf
+    assert call.next_deadline() == call.rto  # the RTO, from the last progress (0.0)

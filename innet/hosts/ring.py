@@ -48,7 +48,8 @@ from collections import deque
 
 import numpy as np
 
-from innet.hosts.worker import Frames, JobSpec, RetransmitTimer
+from innet.hosts.recovery import Rack
+from innet.hosts.worker import Frames, JobSpec, RetransmitTimer, first_window_rto
 from innet.wire.collectives import Collective
 from innet.wire.packet import FLAGS_OFFSET, HEADER_DTYPE, RESULT, RETX, ROUTE, FrameBlock, build_frames, make_packet, parse_frame
 
@@ -116,7 +117,15 @@ class RingCall:
         self.error: Exception | None = None
         self.timer = RetransmitTimer(spec)
         self.retransmitted: set[tuple[int, int]] = set()
-        self.newest_acked: dict[int, float] = {}  # step -> send time of the newest packet acknowledged
+        self.seq = 0  # transmissions so far: a later number was sent later
+        self.sent_seq: dict[tuple[int, int], int] = {}  # each unacknowledged packet's transmission number
+        self.newest_acked: dict[int, int] = {}  # step -> the newest transmission acknowledged
+        self.next_in: dict[int, int] = {}  # step -> the first piece not yet received (all below it were)
+        self.hole_acked: dict[int, int] = {}  # step -> the hole an out-of-order arrival last reported at once
+        self.rack = Rack(spec.min_rto)
+        self.probes = 0  # tail probes since the last useful ACK
+        self.probed_at = 0.0  # the last tail probe
+        self.spurious = 0
         self.sent_done = False
         self.predecessor_done = False  # the predecessor's DONE came: it will not probe this call again
 
@@ -153,6 +162,8 @@ class RingCall:
         return self._drain(now)
 
     def _agree(self, q: int) -> None:
+        if self.timer.srtt is None:  # the exponent steps' lone packets are done: a window of data may queue
+            self.timer = RetransmitTimer(self.spec, first_window_rto(self.spec))
         self.q = q
         self.scale = self.spec.operator.scale(q, self.spec.nworkers)
         self.quantized = self.spec.operator.quantize(self.tensor, self.scale)
@@ -182,6 +193,8 @@ class RingCall:
         block = build_frames(spec.node, self.next_node, hdr, values, self.data_band)
         for (step, j, _, _), row in zip(items, block, strict=True):
             self.unacked[(step, j)] = (now, row.tobytes())
+            self.sent_seq[(step, j)] = self.seq
+            self.seq += 1
             self.open.setdefault(step, set()).add(j)
             self._arm((step, j), now)
         return block
@@ -236,8 +249,17 @@ class RingCall:
         j = chunk - self.first
         pieces = self.got.setdefault(step, {})
         fresh = j not in pieces
+        hole = False
         if fresh:
             pieces[j] = values.astype(np.int64)
+            first = self.next_in.get(step, 0)
+            if j == first:
+                while first in pieces:
+                    first += 1
+                self.next_in[step] = first
+            elif self.hole_acked.get(step) != first:  # out of order on a FIFO path: say so at once (one ACK a hole)
+                self.hole_acked[step] = first
+                hole = True
             self.missing -= 1
             self.last_progress = now
             if step >= self.spec.nworkers - 1 and self.scale is None:
@@ -245,7 +267,8 @@ class RingCall:
             else:
                 self._advance(step, j, exp)
         self.since_ack[step] = self.since_ack.get(step, 0) + 1
-        if not fresh or flags & RETX or self.since_ack[step] >= ACK_EVERY or len(pieces) == self._expected(step):
+        if (not fresh or hole or flags & RETX or self.since_ack[step] >= ACK_EVERY
+                or len(pieces) == self._expected(step)):
             self.since_ack[step] = 0
             acks.append(self._ack(step, pieces))
         self._check_finished(now)
@@ -274,19 +297,29 @@ class RingCall:
         pending = self.open.get(step, set())
         held = {base + int(k) for k in np.flatnonzero(bits)}  # beyond the cumulative point
         acked = [(step, j) for j in pending if j < base or j in held]
+        if acked:
+            self.probes = 0
+            self.timer.progress()
+        # the round trip is sampled from the newest packet acknowledged (the one whose arrival sent this ACK):
+        # an older one's includes the wait for the ACK (every ACK_EVERY packets, or a lost ACK's successor)
+        trigger = max(acked, key=self.sent_seq.__getitem__, default=None)
         for key in acked:
             sent = self.unacked.pop(key)
             pending.discard(key[1])
             del self.armed[key]
             self.last_progress = self.last_ack = now
-            self.newest_acked[step] = max(self.newest_acked.get(step, sent[0]), sent[0])
+            self.newest_acked[step] = max(self.newest_acked.get(step, -1), self.sent_seq.pop(key))
+            if key in self.retransmitted:
+                self.spurious += self.rack.answered(now - sent[0])
             # Karn; and the lone exponent packets never queue, so they would underestimate
-            if key not in self.retransmitted and step >= self.spec.nworkers - 1:
+            elif key == trigger and step >= self.spec.nworkers - 1:
                 self.timer.sample(now - sent[0])
+                self.rack.sample(now - sent[0])
         newest = self.newest_acked.get(step)
         if newest is None:
             return []
-        lost = [(step, j) for j in pending if self.unacked[(step, j)][0] < newest]
+        # the path is FIFO: a packet sent before one acknowledged, and still not acknowledged, was lost
+        lost = [(step, j) for j in pending if self.sent_seq[(step, j)] < newest]
         return [self._retransmit(key, now) for key in sorted(lost)]
 
     def _fin(self) -> Frames:
@@ -304,6 +337,8 @@ class RingCall:
         self.retransmissions += 1
         self.retransmitted.add(key)
         self.unacked[key] = (now, bytes(frame))
+        self.sent_seq[key] = self.seq
+        self.seq += 1
         self._arm(key, now)
         return bytes(frame)
 
@@ -361,8 +396,19 @@ class RingCall:
         while self.timers and self.armed.get(self.timers[0][1:]) != self.timers[0][0]:
             heapq.heappop(self.timers)
         give_up = self.last_progress + self.spec.timeout
+        if not self.timers:
+            return give_up
         # the timer restarts whenever an ACK makes progress (RFC 6298 5.3): a queue that grows is not a loss
-        return min(max(self.timers[0][0], self.last_ack) + self.timer.rto, give_up) if self.timers else give_up
+        return min(max(self.timers[0][0], self.last_ack) + self.timer.rto, give_up, self._probe_due())
+
+    def _probe_due(self) -> float:
+        """When to probe (RFC 8985's TLP), once this call has lost something: no ACK for two round trips (at least
+        a reordering window), doubled per probe
+        unanswered up to four times (as ``AllreduceCall._probe_due``). Before any loss, never."""
+        if not self.retransmissions or not self.unacked:
+            return float("inf")
+        quiet = max(self.rack.window(self.timer.srtt), 2 * self.rack.min_rtt if self.rack.min_rtt < float("inf") else 0.0)
+        return max(self.last_ack, self.probed_at) + quiet * 2 ** min(self.probes, 2)
 
     def on_timeout(self, now: float) -> list[bytes]:
         if self.done:
@@ -378,8 +424,12 @@ class RingCall:
             self.error = AllreduceTimeout(f"job {self.spec.job} rank {self.rank}: {blame} for {timeout:g}s")
             return []
         rto = self.timer.rto
-        if now < self.last_ack + rto:
-            return []
+        if now < self.last_ack + rto or now >= self._probe_due():
+            if now < self._probe_due():
+                return []
+            self.probes += 1  # a tail probe: each step's oldest packet asks for an ACK naming every hole
+            self.probed_at = now
+            return [self._retransmit((step, min(js)), now) for step, js in sorted(self.open.items()) if js]
         probes: dict[int, tuple[int, int]] = {}  # step -> its oldest expired packet
         while self.timers and self.timers[0][0] + rto <= now:
             armed_at, step, j = heapq.heappop(self.timers)

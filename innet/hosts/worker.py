@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from innet.errors import AllreduceAborted, AllreduceTimeout
+from innet.hosts.recovery import UNSENT, Rack
 from innet.hosts.training import Training, TrainingClock
 from innet.switch.routed import mark, replica_mark
 from innet.wire.collectives import COLLECTIVES
@@ -88,14 +89,23 @@ class JobSpec:
         return 1 + -(-length // self.elements)
 
 
+def first_window_rto(spec: JobSpec) -> float:
+    """The RTO of a call's first window of data, before its first answer: a window may queue behind a slow
+    link or a hundred other workers' windows, so the initial RTO only if larger than the RTO's cap (a 32nd
+    of the no-progress timeout, what RFC 6298's 1 s came to here). The lone exponent packet before it takes
+    ``spec.initial_rto``, the plan's few round trips."""
+    return max(spec.initial_rto, spec.timeout / 32)
+
+
 class RetransmitTimer:
     """Adaptive retransmission timeout: SRTT + 4 RTTVAR (RFC 6298), Karn's rule, back-off.
 
     The back-off is capped so that ~32 tries fit in the no-progress timeout.
     """
 
-    def __init__(self, spec: JobSpec) -> None:
+    def __init__(self, spec: JobSpec, initial: float | None = None) -> None:
         self.spec = spec
+        self.initial = spec.initial_rto if initial is None else initial  # the RTO before a sample
         self.srtt: float | None = None
         self.rttvar = 0.0
         self.backoff = 1
@@ -103,7 +113,7 @@ class RetransmitTimer:
 
     def _update(self) -> None:
         """Recompute ``rto`` (read a few times per result; it changes only with a sample or an expiry)."""
-        base = self.spec.initial_rto if self.srtt is None else 2 * self.srtt + 4 * self.rttvar
+        base = self.initial if self.srtt is None else 2 * self.srtt + 4 * self.rttvar
         self.rto = min(max(self.spec.min_rto, base) * self.backoff, max(self.spec.min_rto, self.spec.timeout / 32))
 
     def sample(self, rtt: float) -> None:
@@ -118,6 +128,13 @@ class RetransmitTimer:
     def expired(self) -> None:
         self.backoff = min(self.backoff * 2, 64)
         self._update()
+
+    def progress(self) -> None:
+        """An answer to a retransmission: the path carries again, so the back-off ends (as Linux's does on
+        an ACK of new data) though Karn's rule keeps the answer out of SRTT."""
+        if self.backoff != 1:
+            self.backoff = 1
+            self._update()
 
 
 class Resident:
@@ -168,14 +185,23 @@ class AllreduceCall:
         self.sent_at = np.full(spec.slots, np.inf)
         self._oldest: float | None = None  # sent_at.min(), when the one-frame path just found it (else None)
         self.resent = np.zeros(spec.slots, np.bool_)
+        self.sent_seq = np.full(spec.slots, UNSENT, np.int64)  # each slot's transmission number (RACK's order)
+        self.seq = 0  # transmissions so far: a later number was sent later
+        self.suspect_at = np.full(spec.slots, np.inf)  # when a result for a later transmission first came back
+        self.by_order = np.zeros(spec.slots, np.bool_)  # the last retransmission was RACK's (not a timer's)
+        self.rack = Rack(spec.min_rto)
+        self.newest_seq = -1  # the newest transmission whose result came back
+        self.pace = 0.0  # smoothed time between results: how fast the window drains
+        self.probes = 0  # tail probes since the last result
+        self.probed_at = -np.inf  # the last tail probe
         self.frames = np.zeros((0, 0), np.uint8)  # row i: data chunk first + 1 + i (full chunks only)
         self.built = 0  # rows of ``frames`` built so far (innet.hosts.worker.AllreduceCall._ensure)
         self.tail = np.zeros((0, 0), np.uint8)  # the last data chunk's frame when it is shorter than the others
         self.sparse: list[bytes] = []  # with spec.sparse: every data chunk's frame, each in its shorter form
         self.timer = RetransmitTimer(spec)
-        self.newest_result = -np.inf  # when the newest chunk whose result came back was sent
         self.sent_all = False  # the last chunk has been sent (so every chunk has: each follows its slot's last)
         self.retransmissions = 0
+        self.spurious = 0  # retransmissions whose result came back sooner than a round trip could (the original's)
         self.started_at: float | None = None
         self.finished_at: float | None = None
         self.last_progress = 0.0
@@ -227,6 +253,8 @@ class AllreduceCall:
         """Take the agreed exponent: the scale, and the data chunks' frames (full chunks a window at a time,
         as sending reaches them: ``_ensure``)."""
         spec, n = self.spec, len(self.tensor)
+        if self.timer.srtt is None:  # the lone exponent packet is answered: now a whole window may queue
+            self.timer = RetransmitTimer(spec, first_window_rto(spec))
         self._q = exp
         self.scale = spec.operator.scale(exp, spec.nworkers)
         if spec.sparse:
@@ -292,6 +320,8 @@ class AllreduceCall:
             return []
         slots = chunks % self.spec.slots
         self.in_flight[slots], self.sent_at[slots], self.resent[slots] = chunks, now, False
+        self.sent_seq[slots] = np.arange(self.seq, self.seq + len(chunks))
+        self.seq += len(chunks)
         self._oldest = None
         self.sent_all = self.sent_all or int(chunks[-1]) == self.end - 1  # chunks come sorted
         if chunks[0] == self.first:
@@ -348,16 +378,17 @@ class AllreduceCall:
         sent = float(self.sent_at[slot])
         if not self.resent[slot]:
             self.timer.sample(now - sent)
-        self.newest_result = max(self.newest_result, sent)
-        self.sent_at[slot] = np.inf
-        self.last_progress = now
+            self.rack.sample(now - sent)
+        elif self.rack.answered(now - sent, bool(self.by_order[slot])):
+            self.spurious += 1
+        seq = int(self.sent_seq[slot])
+        if seq > self.newest_seq:
+            self.newest_seq = seq
+        self.sent_seq[slot], self.suspect_at[slot], self.sent_at[slot] = UNSENT, np.inf, np.inf
+        self._progress(now, 1)
         self._padded[offset : offset + count] = np.frombuffer(frame, VALUE_DTYPE, count, PAYLOAD_OFFSET)
         out = self._send_one(chunk + spec.slots, now)
-        oldest = float(self.sent_at.min())
-        if oldest + self.rto <= now:  # else no chunk is old enough for _lost
-            out += self._resend(self._lost(now), now)
-        else:
-            self._oldest = oldest  # for next_deadline, which the fabric asks next
+        out += self._resend(self._lost(now), now, by_order=True)
         if self.sent_all and (self.in_flight < 0).all():
             self.finished_at = now
         return out
@@ -368,6 +399,8 @@ class AllreduceCall:
             return []
         slot = chunk % self.spec.slots
         self.in_flight[slot], self.sent_at[slot], self.resent[slot] = chunk, now, False
+        self.sent_seq[slot] = self.seq
+        self.seq += 1
         self._oldest = None
         self.sent_all = self.sent_all or chunk == self.end - 1
         i = chunk - self.first - 1
@@ -400,13 +433,19 @@ class AllreduceCall:
             return []
         rows, slots = rows[fresh][first], slots[fresh][first]
         self.in_flight[slots] = -1
-        clean = ~self.resent[slots] & (chunks != self.first)  # Karn; the lone exponent packet never queues
+        resent = self.resent[slots]
+        clean = ~resent & (chunks != self.first)  # Karn; the lone exponent packet never queues
         if clean.any():
-            self.timer.sample(float(np.max(now - self.sent_at[slots][clean])))
-        self.newest_result = max(self.newest_result, float(self.sent_at[slots].max()))
-        self.sent_at[slots] = np.inf
+            rtts = now - self.sent_at[slots][clean]
+            self.timer.sample(float(np.max(rtts)))
+            self.rack.sample(float(np.min(rtts)))
+        for since, by_order in zip((now - self.sent_at[slots][resent]).tolist(), self.by_order[slots][resent].tolist(),
+                                   strict=True):
+            self.spurious += self.rack.answered(since, by_order)
+        self.newest_seq = max(self.newest_seq, int(self.sent_seq[slots].max()))
+        self.sent_seq[slots], self.suspect_at[slots], self.sent_at[slots] = UNSENT, np.inf, np.inf
         self._oldest = None
-        self.last_progress = now
+        self._progress(now, len(slots))
         flags = hdr["flags"][rows]
         if (flags & OVERFLOW).any():
             self.error = OverflowError(f"job {self.spec.job}: int32 overflow in chunk {chunks[(flags & OVERFLOW) != 0][0]}")
@@ -420,7 +459,7 @@ class AllreduceCall:
         if self.error is not None:
             return []
         out += self._send(chunks + self.spec.slots, now)  # a result frees its slot for the chunk ``slots`` later
-        out += self._resend(self._lost(now), now)
+        out += self._resend(self._lost(now), now, by_order=True)
         if self.sent_all and (self.in_flight < 0).all():
             self.finished_at = now
         return out
@@ -483,13 +522,35 @@ class AllreduceCall:
             return 0.0
         return min(self.timer.srtt / 4, self.rto / 8)
 
+    def _progress(self, now: float, results: int) -> None:
+        """``results`` fresh results came: the pace at which the window drains, and the timers restart."""
+        gap = (now - self.last_progress) / results
+        if gap < self.rto:  # a pause (the call's start, a straggler) is not the pace
+            self.pace = gap if not self.pace else 0.875 * self.pace + 0.125 * gap
+        self.last_progress = now
+        self.probes = 0
+
+    def _probe_due(self) -> float:
+        """When to probe the tail (RFC 8985's TLP), once this call has lost something: no result for a reordering
+        window plus the time the chunks still out take to drain at the measured pace, doubled per probe
+        unanswered up to four times. The first two resend every chunk out; mid-stream the RTO follows, but once
+        every chunk is sent the probes go on, each with only the newest chunk out (RFC 8985's TLP: its answer
+        marks the older ones lost), so a lost tail costs round trips, not backed-off RTOs.
+        Before any loss, never: a clean run is never probed."""
+        if not self.retransmissions or (self.probes >= 2 and not self.sent_all) or self.sent_at.min() == np.inf:
+            return np.inf
+        out = np.count_nonzero(self.in_flight >= 0)
+        spell = (self.rack.window(self.timer.srtt) + out * self.pace) * 2 ** min(self.probes, 2)
+        return max(self.last_progress, self.probed_at) + spell
+
     def _lost(self, now: float) -> np.ndarray:
-        """Slots whose chunk is older than the RTO and was sent a reordering window before one whose
-        result came back (RACK): results return in about the order chunks were sent, so these chunks
-        (or their results) were lost. Both tests are needed: the newer result alone may just have
-        been read before older ones still queued in the socket, and age alone may be a growing queue."""
-        reorder = max(self.spec.min_rto, (self.timer.srtt or 0.0) / 4)
-        return np.flatnonzero((self.sent_at < self.newest_result - reorder) & (self.sent_at + self.rto <= now))
+        """Slots whose chunk was sent before one whose result came back, and that stayed unanswered for a
+        reordering window since that evidence came (RACK by order: innet.hosts.recovery)."""
+        if self.sent_seq.min() >= self.newest_seq:  # nothing outstanding older than the newest answered
+            return np.zeros(0, np.int64)
+        fresh = (self.sent_seq < self.newest_seq) & (self.suspect_at == np.inf)
+        self.suspect_at[fresh] = now
+        return np.flatnonzero(self.suspect_at + self.rack.window(self.timer.srtt) <= now)
 
     def next_deadline(self) -> float | None:
         if self.finished_at is not None or self.error is not None:  # done (asked after every result)
@@ -498,7 +559,8 @@ class AllreduceCall:
         # grows behind a slow link is not a loss
         oldest = max(float(self.sent_at.min()) if self._oldest is None else self._oldest, self.last_progress)
         give_up = self.last_progress + self.spec.timeout
-        return min(oldest + self.rto, give_up)
+        return min(oldest + self.rto, give_up, float(self.suspect_at.min()) + self.rack.window(self.timer.srtt),
+                   self._probe_due())
 
     def on_timeout(self, now: float) -> Frames:
         if self.done:
@@ -510,21 +572,34 @@ class AllreduceCall:
                 f"(chunks {outstanding[:4].tolist()}... outstanding)"
             )
             return []
+        out = self._resend(self._lost(now), now, by_order=True)
+        if now >= self._probe_due():  # every chunk still out: each may have lost its contribution or its result
+            self.probes += 1
+            self.probed_at = now
+            if self.probes > 2:  # the tail, probed again: only the newest chunk out, whose answer marks the rest (RACK)
+                return out + self._resend(np.array([int(np.argmax(np.where(self.in_flight >= 0, self.sent_seq, -1)))]), now)
+            return out + self._resend(np.flatnonzero(self.in_flight >= 0), now)
         if now < self.last_progress + self.rto:
-            return []
+            return out
         expired = np.flatnonzero(self.sent_at + self.rto <= now)
         if len(expired):
             self.timer.expired()
-        return self._resend(expired, now)
+        return out + self._resend(expired, now)
 
-    def _resend(self, slots: np.ndarray, now: float) -> Frames:
+    def _resend(self, slots: np.ndarray, now: float, by_order: bool = False) -> Frames:
         """Retransmit the chunks in ``slots`` (oldest first), flagged RETX."""
         out: Frames = []
-        for slot in slots[np.argsort(self.in_flight[slots])]:
+        if not len(slots):
+            return out
+        slots = slots[np.argsort(self.in_flight[slots])]
+        for slot in slots:
             frame = np.array(self._frame(int(self.in_flight[slot])))
             frame[FLAGS_OFFSET] |= RETX
             out.append(frame.tobytes())
-        self.sent_at[slots], self.resent[slots] = now, True
+        self.sent_at[slots], self.resent[slots], self.suspect_at[slots] = now, True, np.inf
+        self.by_order[slots] = by_order
+        self.sent_seq[slots] = np.arange(self.seq, self.seq + len(slots))
+        self.seq += len(slots)
         self._oldest = None
         self.retransmissions += len(slots)
         return out

@@ -103,6 +103,7 @@ class WorkerNode:
                 started=np.array(outcome.started, dtype=float),
                 finished=np.array(outcome.finished, dtype=float),
                 retransmissions=np.array(outcome.retransmissions),
+                spurious=np.array(outcome.spurious),
                 error=np.array(outcome.error),
                 spec=np.array(json.dumps(asdict(spec))),
                 compute_starts=np.array(outcome.compute_starts, dtype=float),

@@ -16,6 +16,7 @@ from innet.planning.spec import RunSpec
 from innet.switch.program import SwitchProgram
 from innet.switch.runtime import DEFAULT_SWITCH_MEMORY, SwitchConfig
 from innet.wire.operators import SUM
+from innet.wire.packet import PAYLOAD_OFFSET
 
 
 def pick_workers(graph: nx.Graph, count: int | None) -> list[str]:
@@ -66,13 +67,26 @@ def _route_ports(graph: nx.Graph, switch: str, by_neighbor: dict[str, int]) -> d
     return dict(zip(dst.tolist(), port_of[first[dst]].tolist(), strict=True))
 
 
+def initial_rto(graph: nx.Graph, plan: JobPlan, worker: str, elements: int, run: RunSpec) -> float:
+    """The RTO before a round trip is measured: the run's, else (``initial_rto`` 0, auto) four unloaded round
+    trips of a full frame to the farthest node the worker's job answers from (root, PBox or a ring peer),
+    never below the RTO floor. RFC 6298's 1 s is for paths nobody knows; the plan knows this one."""
+    if run.initial_rto:
+        return run.initial_rto
+    bits, extra = 8 * (PAYLOAD_OFFSET + 4 * elements), run.faults.delay + max((f.delay for _, f in run.link_faults), default=0.0)
+    far = nx.single_source_dijkstra_path_length(  # a link's injected --delay is part of its round trip
+        graph, worker, weight=lambda u, v, d: d.get("latency", 0.0) + extra + bits / (d.get("bw", 1000.0) * 1e6))
+    peers = [n for n in (plan.root, plan.pbox, *plan.workers) if n in far]
+    return max(run.min_rto, 8 * max((far[n] for n in peers), default=0.0))
+
+
 def worker_specs(graph: nx.Graph, plan: JobPlan, program: type[SwitchProgram], run: RunSpec) -> dict[str, JobSpec]:
     index = node_indices(graph)
     return {
         w: JobSpec(job=plan.job, rank=rank, nworkers=len(plan.workers), slots=plan.slots,
                    elements=program.elements, node=index[w], first_hop=index[plan.first_hop[w]],
-                   min_rto=run.min_rto, initial_rto=run.initial_rto, timeout=run.timeout, sparse=run.topk > 0,
-                   band=run.band(plan.job), operator=getattr(program, "operator", SUM),
-                   collective=run.collective, root=run.root)
+                   min_rto=run.min_rto, initial_rto=initial_rto(graph, plan, w, program.elements, run),
+                   timeout=run.timeout, sparse=run.topk > 0, band=run.band(plan.job),
+                   operator=getattr(program, "operator", SUM), collective=run.collective, root=run.root)
         for rank, w in enumerate(plan.workers)
     }

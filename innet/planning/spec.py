@@ -89,8 +89,8 @@ class RunSpec:
                                 help="register memory per switch, bytes (default 4 MiB)")
     min_rto: float = option(0.0, group="job", help="the retransmission timer's floor, seconds (default "
                             f"{LOCAL_MIN_RTO:g} on local, {MININET_MIN_RTO:g} on mininet)")
-    initial_rto: float = option(1.0, group="job", help="the retransmission timer before a round trip is measured, "
-                                "seconds (default 1, RFC 6298's: the first window may queue behind a slow link)")
+    initial_rto: float = option(0.0, group="job", help="the retransmission timer before a round trip is measured, "
+                                "seconds (default: four of the plan's unloaded round trips, at least the RTO floor)")
     timeout: float = option(10.0, group="job", help="seconds without progress before an all-reduce fails (default 10)")
     jobs: int = option(1, group="job", help="jobs at once, hosts dealt round-robin, each its own seed (default 1)")
     pool_slots: int = option(0, group="job", metavar="N",

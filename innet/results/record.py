@@ -47,6 +47,7 @@ class JobRecord(_JsonView):
     errors: tuple[str, ...]
     result_digest: str
     figures: Mapping[str, Any] = field(default_factory=dict)
+    spurious_retransmissions: int = 0  # answered sooner than a round trip could: the original was not lost
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class RunRecord(_JsonView):
     result_digest: str
     jobs: tuple[JobRecord, ...]
     figures: Mapping[str, Any] = field(default_factory=dict)
+    spurious_retransmissions: int = 0  # of ``retransmissions``: answered sooner than a round trip could
 
     def with_figures(self, **more: Any) -> RunRecord:
         """The record with more figures (e.g. the model's prediction, or a backend's measurements)."""

@@ -99,7 +99,8 @@ def outcome(run_dir: str, host: str, spec: JobSpec, dilation: float) -> WorkerOu
                          virtual(list(data["finished"]), f), int(data["retransmissions"]), str(data["error"]),
                          virtual(list(data["compute_starts"]), f),
                          [int(s) for s in data["staleness"]], int(data["scale"]), list(data["inputs"]),
-                         [(float(a), float(loss)) for a, loss in data["history"]])
+                         [(float(a), float(loss)) for a, loss in data["history"]],
+                         int(data["spurious"]) if "spurious" in data else 0)
 
 
 def input_record(graph: nx.Graph, run_dir: str, plan: InputPlan, stats: dict[str, SwitchStats],

@@ -1,0 +1,51 @@
+"""Loss detection by order (RACK, RFC 8985), shared by the in-network, PBox and ring senders.
+
+Every path innet's senders use is FIFO: a worker's chunks reach its switch (or the PBox) in the order
+they were sent, and a slot's result leaves once the last contribution is in, so results come back in
+send order too. A result for a later transmission is then evidence that an earlier one (or its
+result) was lost: RACK marks the earlier one *suspect* when that evidence first comes and declares it
+lost a reordering window later, when nothing came for it meanwhile. Order, not send time, decides
+(a window sent in one burst has one send time, and RACK's time test would never fire on it).
+
+The reordering window is the RTO floor (on Mininet, the machine's scheduling jitter; RFC 8985 starts from a
+quarter of the minimum round trip, but here every round trip queues behind a window, and a FIFO path does
+not reorder), doubled (twice at most) whenever a retransmission order asked for turns out spurious, and
+never above the smoothed RTT. A retransmission is spurious when its answer comes back sooner than the
+minimum round trip after it: that answer was the original's. (An answer that waited for another worker's
+lost contribution looks spurious too, which is why the window widens only so far.)
+Timeouts (``RetransmitTimer``) remain for what order cannot show: a lost last chunk, or silence.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+UNSENT = np.iinfo(np.int64).max  # a free slot's transmission number: never older than a sent one
+
+
+class Rack:
+    """The reordering window and the minimum round trip of one sender."""
+
+    def __init__(self, min_rto: float) -> None:
+        self.floor = min_rto
+        self.min_rtt = float("inf")
+        self.mult = 1
+
+    def sample(self, rtt: float) -> None:
+        """A round trip of a chunk sent once (Karn)."""
+        if rtt < self.min_rtt:
+            self.min_rtt = rtt
+
+    def answered(self, since_resent: float, by_order: bool = True) -> bool:
+        """A retransmitted chunk's answer came ``since_resent`` after the retransmission: was that spurious?
+        A spurious one that order declared lost (``by_order``; not a timer's or a probe's) widens the window."""
+        if since_resent < self.min_rtt < float("inf"):
+            if by_order:
+                self.mult = min(self.mult * 2, 4)
+            return True
+        return False
+
+    def window(self, srtt: float | None) -> float:
+        """How long a suspect may still be only reordered: the RTO floor (a FIFO path reorders nothing; the
+        floor is the machine's jitter), doubled per proven spurious retransmission, at most the smoothed RTT."""
+        return max(self.floor, min(self.floor * self.mult, srtt or 0.0))
