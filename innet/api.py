@@ -164,7 +164,7 @@ def _cluster(spec: RunSpec) -> Any:
     """The servers of ``cluster`` (None without it), checked for form here and reached only when the run starts."""
     if not spec.cluster:
         return None
-    from innet.backends.mininet.cluster import Cluster, parse_servers
+    from innet.backends.cluster.servers import Cluster, parse_servers
 
     return Cluster(parse_servers(spec.cluster), key=spec.cluster_key, known_hosts=spec.cluster_known_hosts)
 

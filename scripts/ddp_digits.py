@@ -43,7 +43,7 @@ def _train(rank: int, world: int, rendezvous: str, args: argparse.Namespace, out
 
 
 def _task(args: argparse.Namespace, world: int) -> Any:
-    from innet.hosts.model import Task
+    from innet.hosts.learning.model import Task
 
     return Task(epochs=args.epochs, batch=args.batch, lr=args.lr, hidden=args.hidden, seed=args.seed, workers=world)
 

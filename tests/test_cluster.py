@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from innet.backends.mininet.cluster import Cluster, cluster_figures, parse_servers, place, tunnels
+from innet.backends.cluster.servers import Cluster, cluster_figures, parse_servers, place, tunnels
 from innet.errors import UserError
 from innet.graph import switches
 from topologies import build

@@ -79,12 +79,12 @@ def test_each_layer_imports_only_from_layers_below_it():
     assert wrong == []
 
 
-def test_only_the_mininet_backend_imports_mininet():  # and its cluster nodes and links (innet.backends.mininet.remote)
+def test_only_the_mininet_backend_imports_mininet():  # and its cluster nodes and links (innet.backends.cluster.remote)
     users = [m for m, path in innet_modules().items()
              if any(isinstance(n, (ast.Import, ast.ImportFrom))
                     and any((getattr(n, "module", None) or a.name).startswith("mininet") for a in n.names)
                     for n in ast.walk(parse(path)))]
-    assert sorted(users) == ["innet.backends.mininet.emulation", "innet.backends.mininet.network", "innet.backends.mininet.remote"]
+    assert sorted(users) == ["innet.backends.cluster.remote", "innet.backends.mininet.emulation", "innet.backends.mininet.network"]
 
 
 def test_library_errors_name_parameters_not_flags():

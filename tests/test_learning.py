@@ -1,4 +1,4 @@
-"""Training a real model through the network (innet.hosts.model, innet.hosts.learner, ``--train``): the model's
+"""Training a real model through the network (innet.hosts.learning.model, innet.hosts.learning.learner, ``--train``): the model's
 gradient, the exact baseline, every scheme on the fabric against it, and bad input as one line."""
 
 import json
@@ -13,8 +13,8 @@ import pytest
 from innet.backends.local.run import run_local
 from innet.cli import main
 from innet.errors import UserError
-from innet.hosts.learner import Learner, exact_training
-from innet.hosts.model import Task
+from innet.hosts.learning.learner import Learner, exact_training
+from innet.hosts.learning.model import Task
 from innet.planning.spec import RunSpec
 from topologies import build
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from innet.backends.mininet.emulation import run_mininet
-from innet.hosts.learner import exact_training
+from innet.hosts.learning.learner import exact_training
 from innet.planning.spec import RunSpec
 from innet.schemes.learn import scheme_spec
 from tests.test_emulation import assert_nothing_left

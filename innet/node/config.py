@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from innet.hosts.ensemble import InputPlan, Receiver
-from innet.hosts.model import Task
+from innet.hosts.learning.model import Task
 from innet.hosts.pbox import PBoxJob
 from innet.hosts.ssp import Consistency
 from innet.hosts.training import Training

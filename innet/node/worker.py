@@ -19,7 +19,7 @@ from dataclasses import asdict
 import numpy as np
 
 from innet.errors import UserError
-from innet.hosts.learner import Learner
+from innet.hosts.learning.learner import Learner
 from innet.hosts.ring import Linger
 from innet.hosts.ssp import SSPWorker
 from innet.hosts.worker import WorkerProcess

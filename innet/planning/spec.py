@@ -14,8 +14,8 @@ import numpy as np
 from innet.errors import UserError
 from innet.graph import host_link_rate, link_name
 from innet.hosts.background import BackgroundSpec, parse_background
-from innet.hosts.learner import Learner
-from innet.hosts.model import Task
+from innet.hosts.learning.learner import Learner
+from innet.hosts.learning.model import Task
 from innet.hosts.ssp import Consistency
 from innet.hosts.training import Training
 from innet.hosts.workloads import WORKLOADS, load_workload

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import re
 import statistics
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
@@ -15,7 +14,7 @@ import networkx as nx
 import numpy as np
 
 from innet.graph import natural_key
-from innet.hosts.learner import Learner
+from innet.hosts.learning.learner import Learner
 from innet.hosts.ssp import SSPWorker
 from innet.hosts.training import iteration_stats
 from innet.hosts.worker import WorkerProcess
@@ -240,7 +239,7 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Planned, backend: str, outcome
     With several jobs, ``jobs`` holds each one's verdict; the top-level fields
     are over all jobs (correct: all of them; completion: the slowest job's).
     """
-    from innet.planning.prediction import predicted_link_bytes
+    from innet.planning.prediction import run_link_bytes
 
     names = dict(enumerate(sorted(graph, key=natural_key)))
     jobs = []
@@ -249,13 +248,8 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Planned, backend: str, outcome
         jobs.append(replace(job, errors=tuple(re.sub(r"node (\d+)", lambda m: names.get(int(m.group(1)), m.group(0)), e)
                                               for e in job.errors)))  # name the nodes an error mentions
     def predict(density: float) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for plan in rp.plans:
-            for size, calls in Counter(run.call_sizes()).items():
-                for name, b in predicted_link_bytes(graph, run.mode, plan, size, rp.per_packet, calls, density,
-                                                    run.collective_of, run.root).items():
-                    out[name] = out.get(name, 0) + b
-        return out
+        return run_link_bytes(graph, run.mode, rp.plans, rp.per_packet, run.call_sizes(), density, run.collective_of,
+                              run.root)
 
     predicted = predict(run.topk if run.topk and run.mode != "ring" else 1.0)  # top-k: expected bytes
     dense = predict(1.0) if run.topk else predicted

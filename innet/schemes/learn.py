@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from innet.hosts.learner import exact_training
+from innet.hosts.learning.learner import exact_training
 from innet.planning.spec import RunSpec
 
 SCHEMES = ("innet", "pbox", "ring", "topk", "ssp", "asp")

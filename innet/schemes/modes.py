@@ -22,7 +22,7 @@ import numpy as np
 from innet.errors import UserError
 from innet.graph import node_indices
 from innet.hosts.ensemble import InputPlan, group_tables, plan_input
-from innet.hosts.learner import Learner, bind_learner
+from innet.hosts.learning.learner import Learner, bind_learner
 from innet.hosts.pbox import PBoxJob, PBoxServer
 from innet.hosts.ring import RingCall
 from innet.hosts.ssp import Consistency, SSPWorker

@@ -19,9 +19,9 @@ from dataclasses import dataclass, replace
 
 import networkx as nx
 
+from innet.backends.cluster.servers import Cluster, cluster_figures
 from innet.backends.mininet.background import Background
 from innet.backends.mininet.cleanup import RunState
-from innet.backends.mininet.cluster import Cluster, cluster_figures
 from innet.backends.mininet.collect import Procs, Watch, calls_window, input_record, outcome, switch_drops
 from innet.backends.mininet.control import Control
 from innet.backends.mininet.network import Counters, Network, built, link_bytes_between, log
@@ -79,7 +79,7 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     ``crash`` kills the named worker hosts' processes (SIGKILL) that many seconds
     after the start; ``intruders`` are extra commands started on hosts with the
     workers (the tests' spoofers and fuzzers); ``cluster`` spreads the network over
-    servers (innet.backends.mininet.cluster), every one of them checked before anything starts.
+    servers (innet.backends.cluster.servers), every one of them checked before anything starts.
     ``dilation``: the time dilation factor
     (innet.planning.dilation): the network is built and the run given its times ``dilation``
     times slower, and the record's times are the requested (virtual) ones. ``node_group``: switches

@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 
 import networkx as nx
 
+from innet.backends.cluster.servers import Cluster, place
 from innet.backends.mininet.cleanup import RunState, delete_intfs, kill_recorded
-from innet.backends.mininet.cluster import Cluster, place
 from innet.backends.mininet.control import Control
 from innet.backends.mininet.shaper import burst_command, hold, release
 from innet.errors import UserError
@@ -146,7 +146,7 @@ class Network:
         from mininet.net import Mininet
         from mininet.node import Host
 
-        from innet.backends.mininet.remote import RemoteHost, VxlanLink
+        from innet.backends.cluster.remote import RemoteHost, VxlanLink
 
         graph = self.graph
         log(f"building {graph.graph.get('name', 'topology')}: {graph.number_of_nodes()} nodes, "
@@ -194,7 +194,7 @@ class Network:
                 raise UserError(f"cannot set up the shaper of {intf}: {error.strip()}")
 
     def _connect(self) -> None:
-        """One ssh login per server for the run (innet.backends.mininet.cluster.Cluster.master), recorded like every process;
+        """One ssh login per server for the run (innet.backends.cluster.servers.Cluster.master), recorded like every process;
         teardown ends them last, after Mininet has stopped the nodes through them."""
         assert self.cluster is not None
         self.cluster = dataclasses.replace(self.cluster, control_dir=self.run_dir)

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from innet.backends.local.run import LocalRun
-from innet.hosts.model import Task
+from innet.hosts.learning.model import Task
 from innet.hosts.worker import WorkerProcess
 from innet.node.client import AllreduceClient
 from innet.planning.spec import RunSpec
@@ -80,7 +80,7 @@ def train_ddp(rank: int, world: int, task: Task, state: Any = None) -> float:
     through ``innet_hook``, else through DDP's own (gloo) all-reduce. The test accuracy at the end."""
     from torch.nn.parallel import DistributedDataParallel
 
-    from innet.hosts.model import load_data
+    from innet.hosts.learning.model import load_data
 
     seed, batch = task.seed, task.batch
     data = load_data("digits", seed, world)

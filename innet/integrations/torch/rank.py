@@ -22,7 +22,7 @@ from datetime import timedelta
 
 import numpy as np
 
-from innet.hosts.model import Task
+from innet.hosts.learning.model import Task
 from innet.hosts.worker import JobSpec, WorkerProcess
 from innet.node.codec import read, write
 from innet.node.config import NO_FAULTS, Faults

@@ -24,7 +24,7 @@ from innet.backends.mininet.iplane import host_address
 from innet.backends.mininet.network import link_bytes_between, log
 from innet.backends.mininet.nodes import port_faults
 from innet.errors import UserError
-from innet.hosts.model import Task
+from innet.hosts.learning.model import Task
 from innet.hosts.worker import JobSpec
 from innet.integrations.torch.rank import DdpHook, DdpResult, GlooCalls, RankConfig
 from innet.node.codec import read

@@ -1,6 +1,6 @@
-"""Mininet nodes and links on servers (innet.backends.mininet.cluster): a host whose shell runs there, a link that tunnels.
+"""Mininet nodes and links on servers (innet.backends.cluster.servers): a host whose shell runs there, a link that tunnels.
 
-The Mininet side of ``--cluster``, apart so that innet.backends.mininet.cluster (the servers, the placement, the figures)
+The Mininet side of ``--cluster``, apart so that innet.backends.cluster.servers (the servers, the placement, the figures)
 imports no Mininet.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 from mininet.link import Link, TCLink
 from mininet.node import Host
 
-from innet.backends.mininet.cluster import Cluster
+from innet.backends.cluster.servers import Cluster
 from innet.errors import UserError
 
 VXLAN_PORT = 4789

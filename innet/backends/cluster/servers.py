@@ -6,7 +6,7 @@ everything innet starts in that node goes through ssh the same way (``RemoteHost
 over the servers and every host goes with its switch (Mininet's SwitchBinPlacer, ``place``). A link between two
 nodes on one server is a veth pair made there; a link between servers is a VXLAN tunnel (``VxlanLink``, where
 Mininet has GRE and ssh tunnels): one VXLAN device on each server, over the servers' own network, moved into its
-node's namespace under the link's interface name (those node and link classes: innet.backends.mininet.remote). The emulated
+node's namespace under the link's interface name (those node and link classes: innet.backends.cluster.remote). The emulated
 network is the one a single machine builds — the same names, ports and TCLink shaping — so the same all-reduce
 moves the same bytes on every link.
 

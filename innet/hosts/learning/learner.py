@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from innet.errors import UserError
-from innet.hosts.model import Task
+from innet.hosts.learning.model import Task
 from innet.hosts.ssp import SSPWorker
 from innet.hosts.worker import WorkerProcess
 from innet.wire import fixedpoint
