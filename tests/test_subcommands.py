@@ -159,7 +159,7 @@ def test_innet_bench_lists_the_benchmarks_and_refuses_an_unknown_one():
     assert out.returncode == 0 and names == commands.bench_names() == ["allreduce", "blocks", "dilation", "fabric", "loss", "scale", "switch"]
     out = innet("bench", "nope")
     assert (out.returncode, out.stderr) == (2, "error: unknown benchmark 'nope'; choose one of "
-                                               "allreduce, blocks, dilation, fabric, scale, switch\n")
+                                               "allreduce, blocks, dilation, fabric, loss, scale, switch\n")
 
 
 def test_innet_bench_runs_one_by_name_with_its_own_flags():
