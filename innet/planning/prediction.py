@@ -127,23 +127,12 @@ def _switch_path(graph: nx.Graph, src: str, dst: str) -> tuple[tuple[str, str], 
 def innet_contributions(plan: JobPlan) -> dict[str, list[int]]:
     """In-network: per tree node below the root, the contributions it sends up to its parent, each as
     the number of workers summed in it (one where it aggregates or is a worker, else its children's)."""
-    crossing: dict[str, list[int]] = {}
-    workers, aggregators = set(plan.workers), set(plan.aggregators)
-
-    def up(node: str) -> list[int]:
-        below = [c for child in plan.children(node) for c in up(child)]
-        sent = [1] if node in workers else [sum(below)] if node in aggregators else below
-        if node in plan.parents:
-            crossing[node] = sent
-        return sent
-
-    assert plan.root is not None
-    up(plan.root)
-    return crossing
+    return {node: [len(ranks) for ranks in sent] for node, sent in innet_contributors(plan).items()}
 
 
 def innet_contributors(plan: JobPlan) -> dict[str, list[set[int]]]:
-    """``innet_contributions`` with each contribution as the set of ranks combined in it."""
+    """In-network: per tree node below the root, the contributions it sends up to its parent, each as the
+    set of ranks combined in it (a worker's own; an aggregator's, the union of its children's; a relay's, theirs)."""
     rank = {w: r for r, w in enumerate(plan.workers)}
     crossing: dict[str, list[set[int]]] = {}
     aggregators = set(plan.aggregators)
