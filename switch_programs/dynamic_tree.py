@@ -86,12 +86,10 @@ class DynamicTree(SwitchProgram):
             return self._at_root(ctx, job, pkt, bits, values)
         if pkt.flags & RETX:  # straight on to the root, unaggregated
             return self._emit(ctx, job.parent, self._partial(job, pkt, bits, values, pkt.flags), job)
-        r, key = ctx.regs, self._key(job, pkt)
-        held = int(r.chunk[key])
-        if pkt.chunk < held:
+        key = self._current(ctx, job, pkt)
+        if key is None:
             return Drop("stale")
-        if pkt.chunk > held:
-            self._open(ctx, job, key, pkt)
+        r = ctx.regs
         have, sent = self._get(r.bits[key]), self._get(r.sent[key])
         if bits & ~(have | sent) != bits:  # some of it was here already
             if bits & (have | sent) == bits:
@@ -109,13 +107,21 @@ class DynamicTree(SwitchProgram):
             return self._flush(ctx, job, key)
         return None
 
-    def _at_root(self, ctx, job, pkt, bits, values):
-        r, key = ctx.regs, self._key(job, pkt)
-        held = int(r.chunk[key])
+    def _current(self, ctx, job, pkt):
+        """The packet's chunk's register row, opened afresh for a newer chunk; None for a stale packet."""
+        key = self._key(job, pkt)
+        held = int(ctx.regs.chunk[key])
         if pkt.chunk < held:
-            return Drop("stale")
+            return None
         if pkt.chunk > held:
             self._open(ctx, job, key, pkt)
+        return key
+
+    def _at_root(self, ctx, job, pkt, bits, values):
+        key = self._current(ctx, job, pkt)
+        if key is None:
+            return Drop("stale")
+        r = ctx.regs
         have, everyone = self._get(r.bits[key]), self._cone(job)
         if have == everyone:  # done: a repeat is answered with the result
             return self._result(ctx, job, key) if bits & have == bits and pkt.flags & RETX else Drop("duplicate")
