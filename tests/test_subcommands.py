@@ -156,7 +156,8 @@ def test_innet_train_trains_digits_by_default(tmp_path):
 def test_innet_bench_lists_the_benchmarks_and_refuses_an_unknown_one():
     out = innet("bench", "--list")
     names = [line.split()[0] for line in out.stdout.splitlines()]
-    assert out.returncode == 0 and names == commands.bench_names() == ["allreduce", "blocks", "dilation", "fabric", "loss", "scale", "switch"]
+    expected = ["allreduce", "blocks", "dilation", "fabric", "loss", "scale", "switch"]
+    assert out.returncode == 0 and names == commands.bench_names() == expected
     out = innet("bench", "nope")
     assert (out.returncode, out.stderr) == (2, "error: unknown benchmark 'nope'; choose one of "
                                                "allreduce, blocks, dilation, fabric, loss, scale, switch\n")
