@@ -20,16 +20,19 @@ from __future__ import annotations
 
 import numpy as np
 
+REORDER_CAP = 4  # the reordering window's bound, in RTO floors: a loss is still noticed within a few
 UNSENT = np.iinfo(np.int64).max  # a free slot's transmission number: never older than a sent one
 
 
 class Rack:
     """The reordering window and the minimum round trip of one sender."""
 
-    def __init__(self, min_rto: float) -> None:
+    def __init__(self, min_rto: float, reorder: float = 0.0) -> None:
         self.floor = min_rto
+        self.reorder = reorder  # how long the links are known to hold a frame back (the run's --reorder)
         self.min_rtt = float("inf")
         self.mult = 1
+        self.late = 0.0  # the longest an answer came after order made it suspect, though it was never resent
 
     def sample(self, rtt: float) -> None:
         """A round trip of a chunk sent once (Karn)."""
@@ -45,7 +48,38 @@ class Rack:
             return True
         return False
 
+    def reordered(self, late: float) -> None:
+        """An answer came ``late`` after order had made its transmission suspect, and it was never resent: the
+        path reorders by that much (RACK's reordering adaptivity, measured rather than inferred)."""
+        if late > self.late:
+            self.late = late
+
     def window(self, srtt: float | None) -> float:
         """How long a suspect may still be only reordered: the RTO floor (a FIFO path reorders nothing; the
-        floor is the machine's jitter), doubled per proven spurious retransmission, at most the smoothed RTT."""
-        return max(self.floor, min(self.floor * self.mult, srtt or 0.0))
+        floor is the machine's jitter), doubled per proven spurious retransmission, at most the smoothed RTT;
+        or a quarter more than the longest reordering measured, at most REORDER_CAP floors."""
+        return max(self.floor, min(self.floor * self.mult, srtt or 0.0), self.reorder,
+                   min(1.25 * self.late, max(REORDER_CAP * self.floor, srtt or 0.0) if self.reorder else REORDER_CAP * self.floor))
+
+
+class Undo:
+    """Proof that a retransmission was spurious, as TCP's DSACK gives it (RFC 2883, 3708): a second answer
+    for a chunk already answered, when that chunk was resent. The switch (or the PBox) answers a RETX of a
+    completed slot from its shadow copy, so a retransmission whose original got through is answered twice.
+    The first answer was then the original's, late by how long it had been suspect: the reordering the
+    window must cover (``Rack.reordered``). Kept per slot, for the chunk it last carried."""
+
+    def __init__(self, slots: int) -> None:
+        self.chunk = np.full(slots, -1, np.int64)  # the chunk each slot last carried, once answered
+        self.late = np.full(slots, np.nan)  # how long it was suspect before its answer, if it had been resent
+
+    def answered(self, slots: np.ndarray, chunks: np.ndarray, resent: np.ndarray, late: np.ndarray) -> None:
+        self.chunk[slots] = chunks
+        self.late[slots] = np.where(resent & np.isfinite(late), late, np.nan)
+
+    def duplicates(self, slots: np.ndarray, chunks: np.ndarray) -> np.ndarray:
+        """The lateness each spurious retransmission proven by these stale answers shows (each proven once)."""
+        hit = slots[(self.chunk[slots] == chunks) & ~np.isnan(self.late[slots])]
+        late = self.late[hit]
+        self.late[hit] = np.nan
+        return late

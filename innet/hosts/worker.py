@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from innet.errors import AllreduceAborted, AllreduceTimeout
-from innet.hosts.recovery import UNSENT, Rack
+from innet.hosts.recovery import UNSENT, Rack, Undo
 from innet.hosts.training import Training, TrainingClock
 from innet.switch.routed import mark, replica_mark
 from innet.wire.collectives import COLLECTIVES
@@ -69,6 +69,7 @@ class JobSpec:
     min_rto: float = 0.001
     initial_rto: float = 1.0  # RFC 6298's: the first window may queue behind a slow link
     timeout: float = 10.0
+    reorder_window: float = 0.0  # how long reordering may hold a frame back (innet.planning.configs.reorder_window)
     pbox: int | None = None  # set: send every chunk to this PBox node instead of into the network
     sparse: bool = False  # send a chunk as (index, value) pairs when that is shorter (innet.wire.sparse)
     band: int = 0  # the priority band (DSCP) of every frame the worker sends (0: most urgent)
@@ -189,7 +190,9 @@ class AllreduceCall:
         self.seq = 0  # transmissions so far: a later number was sent later
         self.suspect_at = np.full(spec.slots, np.inf)  # when a result for a later transmission first came back
         self.by_order = np.zeros(spec.slots, np.bool_)  # the last retransmission was RACK's (not a timer's)
-        self.rack = Rack(spec.min_rto)
+        self.first_suspect = np.full(spec.slots, np.inf)  # suspect_at before any retransmission of the chunk
+        self.undo = Undo(spec.slots)
+        self.rack = Rack(spec.min_rto, spec.reorder_window)
         self.newest_seq = -1  # the newest transmission whose result came back
         self.pace = 0.0  # smoothed time between results: how fast the window drains
         self.probes = 0  # tail probes since the last result
@@ -373,12 +376,16 @@ class AllreduceCall:
         slot = chunk % spec.slots
         offset = (chunk - self.first - 1) * spec.elements
         if self.in_flight[slot] != chunk or count != self._count_of(chunk, offset):
+            self._undo(np.array([slot]), np.array([chunk]))
             return []  # stale, a duplicate, or a bad length
         self.in_flight[slot] = -1
         sent = float(self.sent_at[slot])
+        self.undo.answered(np.array([slot]), np.array([chunk]), self.resent[slot:slot + 1], now - self.first_suspect[slot:slot + 1])
+        self.first_suspect[slot] = np.inf
         if not self.resent[slot]:
             self.timer.sample(now - sent)
             self.rack.sample(now - sent)
+            self.rack.reordered(now - float(self.suspect_at[slot]))
         elif self.rack.answered(now - sent, bool(self.by_order[slot])):
             self.spurious += 1
         seq = int(self.sent_seq[slot])
@@ -428,17 +435,21 @@ class AllreduceCall:
         chunks = hdr["chunk"][rows].astype(np.int64)
         slots = chunks % self.spec.slots
         fresh = (self.in_flight[slots] == chunks) & (self._dense_counts(block, rows) == self._count(chunks))
+        self._undo(slots[~fresh], chunks[~fresh])
         chunks, first = np.unique(chunks[fresh], return_index=True)  # a duplicate result counts once
         if not len(chunks):
             return []
         rows, slots = rows[fresh][first], slots[fresh][first]
         self.in_flight[slots] = -1
         resent = self.resent[slots]
+        self.undo.answered(slots, chunks, resent, now - self.first_suspect[slots])
+        self.first_suspect[slots] = np.inf
         clean = ~resent & (chunks != self.first)  # Karn; the lone exponent packet never queues
         if clean.any():
             rtts = now - self.sent_at[slots][clean]
             self.timer.sample(float(np.max(rtts)))
             self.rack.sample(float(np.min(rtts)))
+            self.rack.reordered(float(np.max(now - self.suspect_at[slots][clean])))
         for since, by_order in zip((now - self.sent_at[slots][resent]).tolist(), self.by_order[slots][resent].tolist(),
                                    strict=True):
             self.spurious += self.rack.answered(since, by_order)
@@ -537,7 +548,7 @@ class AllreduceCall:
         every chunk is sent the probes go on, each with only the newest chunk out (RFC 8985's TLP: its answer
         marks the older ones lost), so a lost tail costs round trips, not backed-off RTOs.
         Before any loss, never: a clean run is never probed."""
-        if not self.retransmissions or (self.probes >= 2 and not self.sent_all) or self.sent_at.min() == np.inf:
+        if not self.retransmissions or self.sent_at.min() == np.inf:
             return np.inf
         out = np.count_nonzero(self.in_flight >= 0)
         spell = (self.rack.window(self.timer.srtt) + out * self.pace) * 2 ** min(self.probes, 2)
@@ -550,7 +561,15 @@ class AllreduceCall:
             return np.zeros(0, np.int64)
         fresh = (self.sent_seq < self.newest_seq) & (self.suspect_at == np.inf)
         self.suspect_at[fresh] = now
+        self.first_suspect[fresh] = np.minimum(self.first_suspect[fresh], now)
         return np.flatnonzero(self.suspect_at + self.rack.window(self.timer.srtt) <= now)
+
+    def _undo(self, slots: np.ndarray, chunks: np.ndarray) -> None:
+        """Stale answers: each that proves a retransmission spurious (``Undo``) counts, and widens the window."""
+        for late in self.undo.duplicates(slots, chunks).tolist():
+            self.spurious += 1
+            if self.rack.reorder:
+                self.rack.reordered(late)
 
     def next_deadline(self) -> float | None:
         if self.finished_at is not None or self.error is not None:  # done (asked after every result)

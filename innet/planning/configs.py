@@ -80,12 +80,20 @@ def initial_rto(graph: nx.Graph, plan: JobPlan, worker: str, elements: int, run:
     return max(run.min_rto, 8 * max((far[n] for n in peers), default=0.0))
 
 
+def reorder_window(run: RunSpec) -> float:
+    """How long a worker waits before it takes a suspect for lost, when the run injects reordering: a held-back
+    frame waits up to 1.5 ``reorder_delay`` (innet.wire.faults), so order alone proves nothing for that long.
+    The run knows its links as a TCP stack knows its ``tcp_reordering``; 0 without reordering."""
+    return max((1.5 * f.reorder_delay for f in (run.faults, *(f for _, f in run.link_faults)) if f.reorder > 0), default=0.0)
+
+
 def worker_specs(graph: nx.Graph, plan: JobPlan, program: type[SwitchProgram], run: RunSpec) -> dict[str, JobSpec]:
     index = node_indices(graph)
     return {
         w: JobSpec(job=plan.job, rank=rank, nworkers=len(plan.workers), slots=plan.slots,
                    elements=program.elements, node=index[w], first_hop=index[plan.first_hop[w]],
                    min_rto=run.min_rto, initial_rto=initial_rto(graph, plan, w, program.elements, run),
+                   reorder_window=reorder_window(run),
                    timeout=run.timeout, sparse=run.topk > 0, band=run.band(plan.job),
                    operator=getattr(program, "operator", SUM), collective=run.collective, root=run.root)
         for rank, w in enumerate(plan.workers)
