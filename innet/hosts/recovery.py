@@ -58,8 +58,13 @@ class Rack:
         """How long a suspect may still be only reordered: the RTO floor (a FIFO path reorders nothing; the
         floor is the machine's jitter), doubled per proven spurious retransmission, at most the smoothed RTT;
         or a quarter more than the longest reordering measured, at most REORDER_CAP floors."""
-        return max(self.floor, min(self.floor * self.mult, srtt or 0.0), self.reorder,
-                   min(1.25 * self.late, max(REORDER_CAP * self.floor, srtt or 0.0) if self.reorder else REORDER_CAP * self.floor))
+        return max(self.floor, min(self.floor * self.mult, srtt or 0.0), self.reordering(srtt))
+
+    def reordering(self, srtt: float | None) -> float:
+        """The reordering known (the run's) or measured: a quarter more than the latest answer seen, at most
+        REORDER_CAP floors, or the smoothed RTT where the run reorders (RFC 8985's bound); 0 if none."""
+        cap = max(REORDER_CAP * self.floor, srtt or 0.0) if self.reorder else REORDER_CAP * self.floor
+        return max(self.reorder, min(1.25 * self.late, cap))
 
 
 class Undo:

@@ -125,6 +125,7 @@ class RingCall:
         self.rack = Rack(spec.min_rto, spec.reorder_window)
         self.probes = 0  # tail probes since the last useful ACK
         self.probed_at = 0.0  # the last tail probe
+        self.suspect: dict[tuple[int, int], float] = {}  # unacknowledged, though sent before one acknowledged: since when
         self.spurious = 0
         self.sent_done = False
         self.predecessor_done = False  # the predecessor's DONE came: it will not probe this call again
@@ -257,6 +258,7 @@ class RingCall:
                 while first in pieces:
                     first += 1
                 self.next_in[step] = first
+                hole = first > j + 1  # a hole filled (the piece was late, or resent): say so at once too
             elif self.hole_acked.get(step) != first:  # out of order on a FIFO path: say so at once (one ACK a hole)
                 self.hole_acked[step] = first
                 hole = True
@@ -309,8 +311,11 @@ class RingCall:
             del self.armed[key]
             self.last_progress = self.last_ack = now
             self.newest_acked[step] = max(self.newest_acked.get(step, -1), self.sent_seq.pop(key))
+            suspect = self.suspect.pop(key, None)
             if key in self.retransmitted:
                 self.spurious += self.rack.answered(now - sent[0])
+            elif suspect is not None:  # late, not lost: the path reorders by that much
+                self.rack.reordered(now - suspect)
             # Karn; and the lone exponent packets never queue, so they would underestimate
             elif key == trigger and step >= self.spec.nworkers - 1:
                 self.timer.sample(now - sent[0])
@@ -318,9 +323,22 @@ class RingCall:
         newest = self.newest_acked.get(step)
         if newest is None:
             return []
-        # the path is FIFO: a packet sent before one acknowledged, and still not acknowledged, was lost
-        lost = [(step, j) for j in pending if self.sent_seq[(step, j)] < newest]
-        return [self._retransmit(key, now) for key in sorted(lost)]
+        # the path is FIFO: a packet sent before one acknowledged, and still not acknowledged, was lost, unless the
+        # path reorders: it is resent once it stayed so for a reordering window (innet.hosts.recovery)
+        for j in pending:
+            if self.sent_seq[(step, j)] < newest:
+                self.suspect.setdefault((step, j), now)
+        return self._resend_lost(now)
+
+    def _resend_lost(self, now: float) -> Frames:
+        """Retransmit the suspects a reordering window old."""
+        if not self.suspect:
+            return []
+        window = self.rack.reordering(self.timer.srtt)  # the receiver ACKs a hole at once: no jitter to wait out
+        lost = sorted(key for key, since in self.suspect.items() if since + window <= now)
+        for key in lost:
+            del self.suspect[key]
+        return [self._retransmit(key, now) for key in lost]
 
     def _fin(self) -> Frames:
         """The DONE frame for the successor, the first time this call is done without an error."""
@@ -334,6 +352,7 @@ class RingCall:
     def _retransmit(self, key: tuple[int, int], now: float) -> bytes:
         frame = bytearray(self.unacked[key][1])
         frame[FLAGS_OFFSET] |= RETX
+        self.suspect.pop(key, None)
         self.retransmissions += 1
         self.retransmitted.add(key)
         self.unacked[key] = (now, bytes(frame))
@@ -399,7 +418,8 @@ class RingCall:
         if not self.timers:
             return give_up
         # the timer restarts whenever an ACK makes progress (RFC 6298 5.3): a queue that grows is not a loss
-        return min(max(self.timers[0][0], self.last_ack) + self.timer.rto, give_up, self._probe_due())
+        lost = min(self.suspect.values(), default=float("inf")) + self.rack.reordering(self.timer.srtt)
+        return min(max(self.timers[0][0], self.last_ack) + self.timer.rto, give_up, self._probe_due(), lost)
 
     def _probe_due(self) -> float:
         """When to probe (RFC 8985's TLP), once this call has lost something: no ACK for two round trips (at least
@@ -408,7 +428,7 @@ class RingCall:
         if not self.retransmissions or not self.unacked:
             return float("inf")
         quiet = max(self.rack.window(self.timer.srtt), 2 * self.rack.min_rtt if self.rack.min_rtt < float("inf") else 0.0)
-        return max(self.last_ack, self.probed_at) + quiet * 2 ** min(self.probes, 2)
+        return max(self.last_ack, self.probed_at) + quiet
 
     def on_timeout(self, now: float) -> list[bytes]:
         if self.done:
@@ -424,12 +444,13 @@ class RingCall:
             self.error = AllreduceTimeout(f"job {self.spec.job} rank {self.rank}: {blame} for {timeout:g}s")
             return []
         rto = self.timer.rto
+        lost = self._resend_lost(now)
         if now < self.last_ack + rto or now >= self._probe_due():
             if now < self._probe_due():
-                return []
+                return lost
             self.probes += 1  # a tail probe: each step's oldest packet asks for an ACK naming every hole
             self.probed_at = now
-            return [self._retransmit((step, min(js)), now) for step, js in sorted(self.open.items()) if js]
+            return lost + [self._retransmit((step, min(js)), now) for step, js in sorted(self.open.items()) if js]
         probes: dict[int, tuple[int, int]] = {}  # step -> its oldest expired packet
         while self.timers and self.timers[0][0] + rto <= now:
             armed_at, step, j = heapq.heappop(self.timers)
@@ -442,7 +463,7 @@ class RingCall:
         out = [self._retransmit(key, now) for key in probes.values()]
         if out:
             self.timer.expired()
-        return out
+        return lost + out
 
 
 class Linger:

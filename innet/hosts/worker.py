@@ -551,7 +551,8 @@ class AllreduceCall:
         if not self.retransmissions or self.sent_at.min() == np.inf:
             return np.inf
         out = np.count_nonzero(self.in_flight >= 0)
-        spell = (self.rack.window(self.timer.srtt) + out * self.pace) * 2 ** min(self.probes, 2)
+        backoff = 1 if self.scale is None else 2 ** min(self.probes, 2)  # the lone exponent packet: no queue to spare
+        spell = (self.rack.window(self.timer.srtt) + out * self.pace) * backoff
         return max(self.last_progress, self.probed_at) + spell
 
     def _lost(self, now: float) -> np.ndarray:
