@@ -388,6 +388,7 @@ class AllreduceCall:
             self.rack.reordered(now - float(self.suspect_at[slot]))
         elif self.rack.answered(now - sent, bool(self.by_order[slot])):
             self.spurious += 1
+            self.undo.late[slot] = np.nan  # counted: a second answer will not prove it again
         seq = int(self.sent_seq[slot])
         if seq > self.newest_seq:
             self.newest_seq = seq
@@ -450,9 +451,10 @@ class AllreduceCall:
             self.timer.sample(float(np.max(rtts)))
             self.rack.sample(float(np.min(rtts)))
             self.rack.reordered(float(np.max(now - self.suspect_at[slots][clean])))
-        for since, by_order in zip((now - self.sent_at[slots][resent]).tolist(), self.by_order[slots][resent].tolist(),
-                                   strict=True):
-            self.spurious += self.rack.answered(since, by_order)
+        proven = np.array([self.rack.answered(since, by_order) for since, by_order in
+                           zip((now - self.sent_at[slots][resent]).tolist(), self.by_order[slots][resent].tolist(), strict=True)], bool)
+        self.spurious += int(proven.sum())
+        self.undo.late[slots[resent][proven]] = np.nan  # counted: a second answer will not prove it again
         self.newest_seq = max(self.newest_seq, int(self.sent_seq[slots].max()))
         self.sent_seq[slots], self.suspect_at[slots], self.sent_at[slots] = UNSENT, np.inf, np.inf
         self._oldest = None
