@@ -328,9 +328,9 @@ class RingCall:
         for j in pending:
             if self.sent_seq[(step, j)] < newest:
                 self.suspect.setdefault((step, j), now)
-        return self._resend_lost(now)
+        return list(self._resend_lost(now))
 
-    def _resend_lost(self, now: float) -> Frames:
+    def _resend_lost(self, now: float) -> list[bytes]:
         """Retransmit the suspects a reordering window old."""
         if not self.suspect:
             return []
