@@ -127,3 +127,26 @@ def test_a_rank_lingers_until_its_predecessors_done_or_the_last_resort_bound():
     alone = ring_of(3000)[0]
     assert not Linger(alone, 0.0, 5.0).over(4.9) and Linger(alone, 0.0, 5.0).over(5.0)  # its predecessor died
     assert Linger(None, 0.0, 5.0).over(0.0)  # not a ring's call: nothing to wait for
+
+
+def test_a_call_that_lost_something_resends_its_done_while_it_lingers():
+    """A lost DONE held the successor for the whole timeout (2000 s on Mininet at x200): a call whose links
+    lose resends it DONE_REPEATS times, a probe's spacing apart, and lingers until they are out; a clean one never."""
+    from innet.hosts.ring import DONE_REPEATS
+
+    calls = ring_of(3000)
+    run(calls, np.random.default_rng(2))
+    clean = Linger(calls[0], 100.0, 5.0)
+    assert clean.due() == float("inf") and clean.repeat(100.0) == []
+    calls[0].retransmissions = 1  # as after a loss
+    calls[0].predecessor_done = True
+    linger = Linger(calls[0], 100.0, 5.0)
+    sent, now = [], 100.0
+    while not linger.over(now):
+        assert now < 105.0
+        sent += linger.repeat(now)
+        now = max(now, linger.due()) if linger.due() < float("inf") else now
+    assert len(sent) == DONE_REPEATS and len(set(sent)) == 1
+    done = parse_frame(sent[0])
+    assert done.has(RESULT) and done.slot == calls[0].steps and done.dst == calls[0].next_node
+    assert now < 100.0 + DONE_REPEATS * calls[0].quiet() + 1e-9  # then over, long before the bound

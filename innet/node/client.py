@@ -72,7 +72,9 @@ class AllreduceClient:
         this rank's last ACKs, until its DONE came, ``limit`` seconds at most."""
         linger = Linger(self.proc.current if isinstance(self.proc, WorkerProcess) else None, time.monotonic(), limit)
         while not linger.over(time.monotonic()):
-            self.serve_once(linger.end)
+            self.serve_once(min(linger.end, linger.due()))
+            now = time.monotonic()
+            self.egress.send_all(0, linger.repeat(now), now)
 
     def close(self) -> None:
         self.port.close()

@@ -66,7 +66,7 @@ class WorkerNode:
     def next_wake(self) -> float | None:
         due = [t for t in (self.client.proc.next_deadline(), self.client.egress.next_due()) if t is not None]
         if self.linger is not None:
-            due.append(self.linger.end)
+            due += [self.linger.end, self.linger.due()]
         return min(due) if due else None
 
     def feed(self, now: float) -> None:
@@ -82,8 +82,10 @@ class WorkerNode:
             self.state = "lingering" if self.ok else "finished"
             last = client.proc.current if isinstance(client.proc, WorkerProcess) else None
             self.linger = Linger(last, now, self.conf.linger_limit)
-        if self.state == "lingering" and self.linger is not None and self.linger.over(now):
-            self.state = "finished"
+        if self.state == "lingering" and self.linger is not None:
+            client.egress.send_all(0, self.linger.repeat(now), now)
+            if self.linger.over(now):
+                self.state = "finished"
 
     def save(self) -> int:
         """Write what came back to the worker's result file, whole or not at all (the controller reads it once
