@@ -152,6 +152,21 @@ class RingCall:
     def done(self) -> bool:
         return (self.finished_at is not None and not self.unacked and not self.backlog) or self.error is not None
 
+    def waiting(self) -> str:
+        """What this rank waits for, for a progress line: the first piece missing from its predecessor, else the
+        oldest ACK its successor owes."""
+        if self.done:
+            return ""
+        n, tail = self.spec.nworkers, f", {self.retransmissions} retransmissions"
+        for step in range(self.steps):
+            if self.missing and len(self.got.get(step, ())) < self._expected(step):
+                return (f"ring: rank {self.rank} waiting for piece {self.next_in.get(step, 0)} of step {step} "
+                        f"from rank {(self.rank - 1) % n}{tail}")
+        if self.unacked:
+            step, j = min(self.unacked)
+            return f"ring: rank {self.rank} waiting for rank {(self.rank + 1) % n} to acknowledge piece {j} of step {step}{tail}"
+        return ""
+
     def start(self, now: float) -> Frames:
         self.started_at = self.last_progress = self.last_ack = now
         if self.spec.nworkers == 1:

@@ -230,6 +230,15 @@ class AllreduceCall:
         assert self.scale is not None
         return self.spec.operator.dequantize(self.result_int, self.scale)
 
+    def waiting(self) -> str:
+        """What this call waits for, for a progress line: its oldest chunk still unanswered."""
+        out = self.in_flight[self.in_flight >= 0]
+        if self.done or not len(out):
+            return ""
+        scheme, peer = ("PBox", "the PBox") if self.spec.pbox is not None else ("in-network", "its switch")
+        return (f"{scheme}: rank {self.spec.rank} waiting for chunk {int(out.min()) - self.first} from {peer}, "
+                f"{self.retransmissions} retransmissions")
+
     @property
     def rto(self) -> float:
         return self.timer.rto
@@ -760,6 +769,12 @@ class WorkerProcess:
             return None
         k, when = self._next(float("-inf"))  # when the next tensor's gradient exists, if that is known
         return when if k is None else -float("inf")
+
+    def waiting(self) -> str:
+        """What the current call waits for (``AllreduceCall.waiting``, ``RingCall.waiting``), for a progress line."""
+        call = self.current
+        said = call.waiting() if call is not None and hasattr(call, "waiting") else ""
+        return f"call {len(self.calls)}/{len(self.tensors)}, {said}" if said and len(self.tensors) > 1 else said
 
     def holdoff(self) -> float:
         call = self.current

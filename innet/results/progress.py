@@ -10,10 +10,17 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TextIO
 
 from tqdm import tqdm
+
+
+def waits(endpoints: Iterable[object], most: int = 2) -> str:
+    """``"; "`` and what the first ``most`` endpoints still busy say they wait for (their ``waiting()``: a worker's
+    oldest chunk unanswered, a ring rank's missing piece, and their retransmissions), or nothing."""
+    said = [text for e in endpoints if not getattr(e, "done", True) and (text := getattr(e, "waiting", str)())]
+    return "".join(f"; {text}" for text in said[:most])
 
 
 class Progress:

@@ -21,7 +21,7 @@ import numpy as np
 from innet.graph import link_name, ports
 from innet.hosts.background import BACKGROUND_JOB
 from innet.hosts.endpoint import Endpoint
-from innet.results.progress import Progress
+from innet.results.progress import Progress, waits
 from innet.switch.runtime import SwitchRuntime
 from innet.wire.faults import FaultInjector, FaultSpec, fault_seed
 from innet.wire.packet import BANDS, HEADER_OFFSET, TOS_OFFSET
@@ -237,7 +237,7 @@ class Fabric:
                 if not ran & 4095:
                     self.events_run = ran
                     progress.update(lambda: f"virtual time {self.now:.6f}s, {self.events_run} events, "
-                                            f"{sum(e.done for e in finite)}/{len(finite)} hosts done")
+                                            f"{sum(e.done for e in finite)}/{len(finite)} hosts done{waits(left)}")
             del events[:k]
             if not events:
                 heapq.heappop(self._times)
