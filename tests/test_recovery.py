@@ -39,3 +39,29 @@ def test_reordering_without_loss_is_not_taken_for_loss(mode):
     assert run.correct
     assert run.retransmissions <= 0.05 * 512, run.retransmissions
     assert 0 <= run.spurious_retransmissions
+
+
+def test_a_slow_call_says_what_it_waits_for():
+    """The progress line's words (innet.results.progress.waits): a worker's oldest chunk unanswered and from
+    whom, a ring rank's first missing piece and from which rank, each with its retransmissions; nothing once done."""
+    from innet.hosts.ring import RingCall
+    from innet.hosts.worker import AllreduceCall, JobSpec
+    from innet.results.progress import waits
+
+    def spec(rank, **kw):
+        return JobSpec(job=1, rank=rank, nworkers=4, slots=8, elements=16, node=rank, first_hop=9, **kw)
+
+    call = AllreduceCall(spec(2), np.ones(100, np.float32), first_chunk=0)
+    call.start(0.0)
+    assert call.waiting() == "in-network: rank 2 waiting for chunk 0 from its switch, 0 retransmissions"
+    call.on_timeout(call.rto)
+    pbox = AllreduceCall(spec(1, pbox=7), np.ones(100, np.float32), first_chunk=0)
+    pbox.start(0.0)
+    ring = RingCall(spec(3), [0, 1, 2, 3], np.ones(100, np.float32), 0)
+    ring.start(0.0)
+    assert waits([call, pbox, ring], most=3) == (
+        "; in-network: rank 2 waiting for chunk 0 from its switch, 1 retransmissions"
+        "; PBox: rank 1 waiting for chunk 0 from the PBox, 0 retransmissions"
+        "; ring: rank 3 waiting for piece 0 of step 0 from rank 2, 0 retransmissions")
+    call.finished_at = 1.0
+    assert waits([call]) == ""

@@ -7,6 +7,7 @@ processes inside Mininet hosts; usable from any program running in a host.
 
 from __future__ import annotations
 
+import os
 import select
 import time
 
@@ -20,6 +21,8 @@ from innet.io.rawport import RawPort
 from innet.node.config import NO_FAULTS, Faults
 from innet.node.egress import Egress, serve_once
 from innet.schemes.modes import worker_process
+
+STATUS_EVERY = 2.0  # seconds between a worker's status writes
 
 
 class AllreduceClient:
@@ -37,6 +40,8 @@ class AllreduceClient:
         self.proc: WorkerProcess | SSPWorker = worker_process(mode, spec, ring or [], [], training) if endpoint is None else endpoint
         self.poller = select.poll()
         self.poller.register(self.port.fileno(), select.POLLIN)
+        self.status = ""  # a file to keep saying what the worker waits for in (the controller's progress line)
+        self.status_at = 0.0
 
     def run(self, tensors: list[np.ndarray]) -> None:
         """All-reduce ``tensors`` in order (following the training schedule, if any) until done or failed."""
@@ -65,7 +70,18 @@ class AllreduceClient:
 
     def serve_once(self, wake: float | None = None) -> bool:
         """One wake-up: wait for frames or a deadline, feed them, send what comes out; whether frames came."""
-        return serve_once(self.poller, self.port, self.proc, self.egress, wake)
+        woken = serve_once(self.poller, self.port, self.proc, self.egress, wake)
+        self.report(time.monotonic())
+        return woken
+
+    def report(self, now: float) -> None:
+        """Every STATUS_EVERY seconds, write what the worker waits for (``waiting()``) to ``status``, whole."""
+        if not self.status or now < self.status_at or not hasattr(self.proc, "waiting"):
+            return
+        self.status_at = now + STATUS_EVERY
+        with open(self.status + ".part", "w") as fh:
+            fh.write(self.proc.waiting())
+        os.replace(self.status + ".part", self.status)
 
     def linger(self, limit: float) -> None:
         """A ring rank's linger (innet.hosts.ring.Linger): keep answering the predecessor, which may have missed

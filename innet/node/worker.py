@@ -49,6 +49,7 @@ class WorkerNode:
             endpoint.prepare()  # before "go": the calls' buffers in memory, as a training loop's are
         self.client = AllreduceClient(spec, conf.port, conf.mode, list(conf.ring), conf.faults, conf.training,
                                       endpoint=endpoint)
+        self.client.status = conf.result + ".status"  # innet.backends.mininet.collect reads it for the progress line
         self.user_error = ""  # a learner's (training diverged): the controller says it as one line, naming the flag
         self.state = "running"
         self.linger: Linger | None = None
@@ -77,6 +78,7 @@ class WorkerNode:
         """Timers that are due, frames whose delay is over; then on to lingering, or finished."""
         client = self.client
         expire(client.proc, client.egress, now)
+        client.report(now)
         if self.state == "running" and client.proc.done:
             self.status = self.save()
             self.state = "lingering" if self.ok else "finished"

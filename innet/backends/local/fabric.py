@@ -13,6 +13,7 @@ import heapq
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import networkx as nx
@@ -236,8 +237,7 @@ class Fabric:
                 fn(*args)
                 if not ran & 4095:
                     self.events_run = ran
-                    progress.update(lambda: f"virtual time {self.now:.6f}s, {self.events_run} events, "
-                                            f"{sum(e.done for e in finite)}/{len(finite)} hosts done{waits(left)}")
+                    progress.update(partial(self._status, finite, left))
             del events[:k]
             if not events:
                 heapq.heappop(self._times)
@@ -249,6 +249,11 @@ class Fabric:
             self._drain()
         return ended
 
+
+    def _status(self, finite: list[Any], busy: list[Any]) -> str:
+        """The progress line: virtual time, events, hosts done, and what the first busy ones wait for."""
+        return (f"virtual time {self.now:.6f}s, {self.events_run} events, "
+                f"{sum(e.done for e in finite)}/{len(finite)} hosts done{waits(busy)}")
     def _drain(self) -> None:
         """Every endpoint is done: deliver the frames still on their way (a ring rank's DONE to its
         successor), as the wires of a real network would, and fire no timer: the run is over."""

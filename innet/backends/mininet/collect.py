@@ -7,6 +7,7 @@ shares); a dilated run's are put back on the requested timeline (innet.planning.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -47,9 +48,11 @@ class Watch:
         """``proc``'s (CPU s, run-queue wait s) so far; a process that has exited, until it exited."""
         return self.at_exit.get(proc.pid) if proc.returncode is not None else process_times(proc.pid)
 
-    def wait(self, procs: Procs, run: RunSpec, started: float, crash: dict[str, float], samples: Samples) -> None:
+    def wait(self, procs: Procs, run: RunSpec, started: float, crash: dict[str, float], samples: Samples,
+             run_dir: str = "") -> None:
         """Wait for ``procs`` to end (a ring rank ends its own linger: innet.hosts.ring.Linger), crashing the
-        workers ``crash`` names on time, reading ``samples`` as they fall due."""
+        workers ``crash`` names on time, reading ``samples`` as they fall due; the progress line also says what
+        the first workers still running wait for (their ``run_dir/HOST.npz.status``)."""
         limit = started + 30 + run.timeout * (len(run.call_sizes()) + 1)
         progress = Progress("innet")
         crash = dict(crash)
@@ -62,10 +65,28 @@ class Watch:
                     del crash[host]
             if now > limit:
                 raise UserError(f"workers did not finish within {limit - started:.0f}s; see {{timeout}}")
-            progress.update(lambda: f"{sum(p.poll() is not None for p in procs.values())}/{len(procs)} worker processes finished")
+            progress.update(lambda: f"{sum(p.poll() is not None for p in procs.values())}/{len(procs)} worker processes "
+                                    f"finished{statuses(run_dir, [h for h, p in procs.items() if p.poll() is None])}")
             samples.due()
             time.sleep(0.01)
         progress.close()
+        for host in procs if run_dir else ():
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(run_dir, f"{host}.npz.status"))
+
+
+def statuses(run_dir: str, hosts: list[str], most: int = 2) -> str:
+    """``"; "`` and what the first ``most`` of ``hosts`` last wrote they wait for (innet.node.client.report)."""
+    said = []
+    for host in hosts:
+        try:
+            with open(os.path.join(run_dir, f"{host}.npz.status")) as fh:
+                text = fh.read().strip()
+        except OSError:
+            continue
+        if text:
+            said.append(f"{host}: {text}")
+    return "".join(f"; {text}" for text in said[:most]) if run_dir else ""
 
 
 def calls_window(run_dir: str, hosts: list[str]) -> tuple[float, float] | None:

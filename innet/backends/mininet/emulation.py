@@ -180,7 +180,7 @@ class Emulation(Network):
         background = Background(self, self.graph, run) if run.background.active else None
         readings = self._go(starters)
         others = {f"{name}!{i}": self.spawn(name, argv, stdout=subprocess.DEVNULL) for i, (name, argv) in enumerate(intruders)}
-        self.watch.wait(waited, run, readings.started, crash, samples)
+        self.watch.wait(waited, run, readings.started, crash, samples, self.run_dir)
         self.watch.wait(others, run, readings.started, {}, samples)
         bg = background.stop((self.requested or (self.graph, run))[0], self.dilation) if background else None
         samples.take()
