@@ -51,7 +51,7 @@ import numpy as np
 from innet.hosts.recovery import Rack
 from innet.hosts.worker import Frames, JobSpec, RetransmitTimer, first_window_rto
 from innet.wire.collectives import Collective
-from innet.wire.packet import FLAGS_OFFSET, HEADER_DTYPE, RESULT, RETX, ROUTE, FrameBlock, build_frames, make_packet, parse_frame
+from innet.wire.packet import FLAGS_OFFSET, HEADER_DTYPE, PAYLOAD_OFFSET, RESULT, RETX, ROUTE, FrameBlock, build_frames, make_packet, parse_frame
 
 ACK_EVERY = 16
 ACK_BAND = 0  # ACKs jump the queue of data on the way back (see the module notes)
@@ -311,8 +311,9 @@ class RingCall:
             self.newest_acked[step] = max(self.newest_acked.get(step, -1), self.sent_seq.pop(key))
             if key in self.retransmitted:
                 self.spurious += self.rack.answered(now - sent[0])
-            # Karn; and the lone exponent packets never queue, so they would underestimate
-            elif key == trigger and step >= self.spec.nworkers - 1:
+            # Karn; and the lone exponent packets never queue, so they would underestimate, as would the
+            # empty pieces of a collective's empty or short shards (innet.wire.collectives)
+            elif key == trigger and step >= self.spec.nworkers - 1 and len(sent[1]) > PAYLOAD_OFFSET:
                 self.timer.sample(now - sent[0])
                 self.rack.sample(now - sent[0])
         newest = self.newest_acked.get(step)

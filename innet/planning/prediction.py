@@ -288,12 +288,13 @@ def predicted_link_bytes(graph: nx.Graph, mode: str, plan: JobPlan, elements: in
     return {name: round(per_call.get(name, 0) * iterations) for name in names}
 
 
-def run_link_bytes(graph: nx.Graph, mode: str, plans: Sequence[JobPlan], per_packet: int, call_sizes: Sequence[int],
-                   density: float = 1.0, collective: Collective = ALLREDUCE, root: int = 0) -> dict[str, int]:
-    """Predicted bytes per link of a whole run: every job's plan, every call (of ``call_sizes`` elements)."""
+def run_link_bytes(graph: nx.Graph, mode: str, plans: Sequence[JobPlan], per_packet: int,
+                   calls: Sequence[tuple[int, Collective]], density: float = 1.0, root: int = 0) -> dict[str, int]:
+    """Predicted bytes per link of a whole run: every job's plan, every call (``calls``: its elements and
+    collective, ``RunSpec.calls``)."""
     out: dict[str, int] = {}
     for plan in plans:
-        for size, calls in Counter(call_sizes).items():
-            for name, b in predicted_link_bytes(graph, mode, plan, size, per_packet, calls, density, collective, root).items():
+        for (size, collective), count in Counter(calls).items():
+            for name, b in predicted_link_bytes(graph, mode, plan, size, per_packet, count, density, collective, root).items():
                 out[name] = out.get(name, 0) + b
     return out

@@ -127,20 +127,20 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
 
 def call_times(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int, hop: float) -> list[float]:
     """The model's time of each call of a worker (FIFO order), for the slowest job."""
-    sizes = run.call_sizes()
+    calls = run.calls()
     def delay(u: str, v: str) -> float:
         return run.faults_on(u, v).delay
 
-    known: dict[tuple[int, int], float] = {}
+    known: dict[tuple[int, int, Collective], float] = {}
 
-    def time(plan: JobPlan, n: int) -> float:
-        if (id(plan), n) not in known:
-            known[id(plan), n] = call_time(graph, run.mode, plan, n, per_packet, hop, delay, run.topk or 1.0, plans,
-                                           run.collective_of, run.root)
-        return known[id(plan), n]
+    def time(plan: JobPlan, n: int, collective: Collective) -> float:
+        if (id(plan), n, collective) not in known:
+            known[id(plan), n, collective] = call_time(graph, run.mode, plan, n, per_packet, hop, delay, run.topk or 1.0,
+                                                       plans, collective, run.root)
+        return known[id(plan), n, collective]
 
-    slowest = max(plans, key=lambda p: time(p, max(sizes)))
-    return [time(slowest, n) for n in sizes]
+    slowest = max(plans, key=lambda p: time(p, *max(calls, key=lambda c: c[0])))
+    return [time(slowest, n, c) for n, c in calls]
 
 
 def planned_training(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int) -> Training | None:
