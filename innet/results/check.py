@@ -284,7 +284,7 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Planned, backend: str, outcome
             **({"topk": run.topk, "bytes_vs_dense": round(sum(link_bytes.values()) / max(1, sum(dense.values())), 4)}
                if run.topk else {}),
             **({"workload": run.workload, "workload_scale": run.workload_scale, "pipeline": run.pipeline,
-                "slice_elements": run.slice_elements, "priority": run.priority,
+                "slice_elements": run.slice_elements, "priority": run.priority, "sharded": run.sharded,
                 **{k: max(figures(k)) for k in ("iteration_s", "compute_s", "comm_wait_s", "next_forward_wait_s")
                    if k in jobs[0].figures}}
                if run.workload else {}),
