@@ -51,7 +51,18 @@ import numpy as np
 from innet.hosts.recovery import Rack
 from innet.hosts.worker import Frames, JobSpec, RetransmitTimer, first_window_rto
 from innet.wire.collectives import Collective
-from innet.wire.packet import FLAGS_OFFSET, HEADER_DTYPE, PAYLOAD_OFFSET, RESULT, RETX, ROUTE, FrameBlock, build_frames, make_packet, parse_frame
+from innet.wire.packet import (
+    FLAGS_OFFSET,
+    HEADER_DTYPE,
+    PAYLOAD_OFFSET,
+    RESULT,
+    RETX,
+    ROUTE,
+    FrameBlock,
+    build_frames,
+    make_packet,
+    parse_frame,
+)
 
 ACK_EVERY = 16
 ACK_BAND = 0  # ACKs jump the queue of data on the way back (see the module notes)

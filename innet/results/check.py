@@ -53,14 +53,13 @@ def check(inputs: Sequence[Sequence[np.ndarray]], results_int: Sequence[Sequence
               for r in range(nworkers)]
     correct, max_err, first = True, 0.0, ""
     for it in range(calls):
-        keep = lambda a, r: of[it].kept(a, r, nworkers, root, unit)  # noqa: E731
         q = max(operator.exponent(inputs[r][it]) for r in range(nworkers))
         scale = operator.scale(q, nworkers)
         expected = operator.reduce(operator.quantize(inputs[r][it], scale) for r in range(nworkers))
         exact = operator.reduce(inputs[r][it] for r in range(nworkers))
         for r in range(nworkers):
             got = results_int[r][it] if it < len(results_int[r]) else None
-            expected_r, exact_r = keep(expected, r), keep(exact, r)
+            expected_r, exact_r = (of[it].kept(a, r, nworkers, root, unit) for a in (expected, exact))
             if got is None or got.shape != expected_r.shape or not np.array_equal(got, expected_r):
                 if correct:
                     first = _difference(r, it, got, expected_r)
