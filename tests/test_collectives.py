@@ -154,6 +154,22 @@ def test_reduce_scatter_in_the_switches_sends_each_worker_a_shard():
     assert up == [headers + 4 * int(s) for s in shard] and down == got["allreduce"][0]
 
 
+@pytest.mark.parametrize("name", ("broadcast", "reduce"))
+def test_ring_broadcast_and_reduce_are_pipelined_chains(name):
+    """Star of 4, root 1, 100,003 elements: the values go round once, as a chain (broadcast from the root to its
+    predecessor, reduce from the root's successor to the root): three ranks' uplinks carry the tensor once, the
+    fourth's (the chain's end) only headers, ACKs and the exponent; and the call takes the tensor's time on one
+    link, not the ring all-reduce's 1.5 (4 ranks)."""
+    spec, _, local, record = measured("star", workers=4, elements=100_003, collective=name, root=1, mode="ring")
+    d = directions(local)
+    up = [d[f"h{r + 1}", "s1"] for r in range(4)]
+    tensor = 4 * 100_003
+    end = 0 if name == "broadcast" else 1  # the rank that sends no values: the root's predecessor, or the root
+    assert all(tensor < b < 1.05 * tensor for r, b in enumerate(up) if r != end) and up[end] < 0.05 * tensor
+    allreduce = measured("star", workers=4, elements=100_003, mode="ring")[3]
+    assert record.completion_s < 0.8 * allreduce.completion_s  # S on a link against the all-reduce's 2(N-1)/N S
+
+
 def test_a_program_without_the_handlers_is_refused_in_one_line():
     with pytest.raises(UserError, match="program forward serves allreduce only: it has no handler for collective reduce"):
         spec_of("star", default_backend="local", collective="reduce", program="forward")
