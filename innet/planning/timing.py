@@ -101,7 +101,11 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
 
         exponent = chain([trip(p, frame_bytes(0)) for p in paths], n - 1)
         last = max(trip(p, full) for p in paths)
-        linked = exponent + chain([max(bw / steps, trip(p, full)) for p in paths], steps) + last - full / slowest
+        if collective.name in ("broadcast", "reduce"):  # a chain: the whole tensor down N-1 hops, pipelined by
+            piece = chunk_bytes(min(per_packet, elements))  # piece: the first fills it, the rest follow at the
+            linked = exponent + chain([trip(p, piece) for p in paths], steps) + bw - piece / slowest  # busiest rate
+        else:
+            linked = exponent + chain([max(bw / steps, trip(p, full)) for p in paths], steps) + last - full / slowest
         # a rank has at most ``window`` packets unacknowledged: with long round trips the window paces it
         window = max(WINDOW, ACK_EVERY * steps)
         piece = -(-elements // n)  # a rank's segment, in elements
