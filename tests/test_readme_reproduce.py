@@ -108,12 +108,12 @@ def _stated(name: str, points: dict) -> list[str]:
             return at[f"fsdp-{mode}", n][metric] / at[f"ddp-{mode}", n][metric]
 
         assert all(r["correct"] for r in rows)
-        time = {(s, n): f"{at[s, n]['iteration_s']:.3f} s" for s in ("fsdp-ring", "fsdp-innet") for n in (2, 4)}
+        time = {(s, n): f"{at[s, n]['iteration_s']:.3f} s" for s in ("fsdp-ring", "fsdp-innet") for n in (1, 2)}
         return [f"takes {over_ddp('innet', 2):.2f}× DDP's in the switches, {over_ddp('pbox', 2):.2f}× at the PBox, "
                 f"{over_ddp('ring', 2):.2f}× as a ring", f"puts {over_ddp('innet', 2, 'tier_bytes.host-tor'):.2f}× DDP's bytes",
                 f"({over_ddp('ring', 2, 'tier_bytes.host-tor'):.2f}× as a ring)",
-                f"FSDP as a ring ({time['fsdp-ring', 2]}) beats FSDP in the switches ({time['fsdp-innet', 2]}) with 2 per "
-                f"rack, not with 4 ({time['fsdp-ring', 4]}, {time['fsdp-innet', 4]})"]
+                f"Sharded, the ring beats the switches: {time['fsdp-ring', 1]} against {time['fsdp-innet', 1]} with 1 per "
+                f"rack, {time['fsdp-ring', 2]} against {time['fsdp-innet', 2]} with 2"]
     raise AssertionError(f"no figures known for {name}")
 
 
