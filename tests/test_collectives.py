@@ -3,7 +3,6 @@ in every mode against numpy (bit sets: exact integers, no fixed point between th
 
 import json
 import os
-import re
 import subprocess
 import sys
 
