@@ -464,7 +464,12 @@ class RingCall:
         # while new packets go out (a chain's one step sends its pieces at its predecessor's pace, each ACK after
         # ACK_EVERY of them, which can outlast the RTO), their ACKs are still to come
         lost = min(self.suspect.values(), default=float("inf")) + self.rack.reordering(self.timer.srtt)
-        return min(max(self.timers[0][0], self.last_ack, self.last_sent) + self.timer.rto, give_up, self._probe_due(), lost)
+        return min(max(self.timers[0][0], self.last_ack, self._sending()) + self.timer.rto, give_up, self._probe_due(), lost)
+
+    def _sending(self) -> float:
+        """``last_sent``, while this call has lost nothing: once it has, its ACKs are no longer just late (a lossy
+        ring's RTO restarted by every packet sent waited too long: 5% loss on the leaf-spine 2.7x -> 3.5x)."""
+        return self.last_sent if not self.retransmissions else 0.0
 
     def _probe_due(self) -> float:
         """When to probe (RFC 8985's TLP), once this call has lost something: no ACK for two round trips (at least
@@ -489,7 +494,7 @@ class RingCall:
             return []
         rto = self.timer.rto
         lost = self._resend_lost(now)
-        if now < max(self.last_ack, self.last_sent) + rto or now >= self._probe_due():
+        if now < max(self.last_ack, self._sending()) + rto or now >= self._probe_due():
             if now < self._probe_due():
                 return lost
             self.probes += 1  # a tail probe: each step's oldest packet asks for an ACK naming every hole
