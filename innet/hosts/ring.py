@@ -467,9 +467,10 @@ class RingCall:
         return min(max(self.timers[0][0], self.last_ack, self._sending()) + self.timer.rto, give_up, self._probe_due(), lost)
 
     def _sending(self) -> float:
-        """``last_sent``, while this call has lost nothing: once it has, its ACKs are no longer just late (a lossy
-        ring's RTO restarted by every packet sent waited too long: 5% loss on the leaf-spine 2.7x -> 3.5x)."""
-        return self.last_sent if not self.retransmissions else 0.0
+        """``last_sent``, while this call has lost nothing or its links reorder: once a FIFO path has lost
+        something, its ACKs are no longer just late (a lossy ring's RTO restarted by every packet sent waited too
+        long: 20% loss on the leaf-spine 6.5x -> 10.1x), but where frames are held back they may well be."""
+        return self.last_sent if not self.retransmissions or self.rack.reorder else 0.0
 
     def _probe_due(self) -> float:
         """When to probe (RFC 8985's TLP), once this call has lost something: no ACK for two round trips (at least
