@@ -5,8 +5,10 @@
     innet.torch.set_mode(group, "ring")    # a group's scheme: innet (default), pbox or ring
 """
 
+import os
+
 from innet.integrations.torch.group import InnetGroup, register, set_mode
 
-register()
+register(default=bool(os.environ.get("INNET_RUN")))  # under innet launch: the default backend of CPU tensors
 
 __all__ = ["InnetGroup", "register", "set_mode"]

@@ -14,6 +14,7 @@ large for it, half floats) goes over the side plane, with a warning naming it on
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 from dataclasses import replace
@@ -88,6 +89,8 @@ class InnetGroup(dist.ProcessGroup):
         self.fabric = _fabric_of(size) if rank == 0 else None
         self.mode = self.fabric.run.mode if self.fabric and self.fabric.run.mode in MODES else "innet"
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="innet")
+        if self.fabric is not None:  # a script that never destroys its group still has its bytes counted
+            atexit.register(self.shutdown)
 
     # -- the calls, in order, on the group's worker thread --------------------------------------------------
     def _submit(self, call: Callable[[], None], result: Any) -> InnetWork:
@@ -225,6 +228,7 @@ class InnetGroup(dist.ProcessGroup):
         self.pool.shutdown(wait=True)
         if self.fabric is not None:
             write_tally(self.fabric)
+            self.fabric = None
 
 
 def write_tally(fabric: FabricCollectives) -> None:
@@ -265,7 +269,10 @@ def create(store: dist.Store, rank: int, size: int, timeout: timedelta) -> Innet
     return InnetGroup(store, rank, size, timeout)
 
 
-def register() -> None:
-    """Make ``backend="innet"`` known to torch.distributed (once)."""
+def register(default: bool = False) -> None:
+    """Make ``backend="innet"`` known to torch.distributed (once); with ``default``, also the backend of CPU tensors
+    for ``init_process_group()`` without a backend (what ``innet launch`` does in every rank)."""
     if "innet" not in dist.Backend.backend_list:
         dist.Backend.register_backend("innet", create, devices=["cpu"])
+    if default:
+        dist.Backend.default_device_backend_map["cpu"] = "innet"

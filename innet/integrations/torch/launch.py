@@ -1,0 +1,172 @@
+"""``innet launch [run flags] -- python train.py ARGS``: one torch rank per worker host, torchrun's environment, every
+collective of the script's default backend through the emulated network (innet.integrations.torch.group).
+
+Each rank gets RANK, WORLD_SIZE, LOCAL_RANK (0: one rank per host), LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT,
+and a ``sitecustomize`` that imports innet.torch, which makes "innet" the backend of CPU tensors: a script that names
+no backend (``dist.init_process_group()``) runs through innet unchanged, and under plain torchrun on gloo. The run's
+options (topology, scheme, faults) reach the group's rank 0 in files (INNET_RUN, INNET_GRAPH); its fabric counts
+the bytes per link into INNET_STATS, which the launcher prints at the end, per link and per tier.
+
+A rank that fails ends the run with one line (its last words); Ctrl-C or SIGTERM at any point ends every rank
+(each in its own session, so the terminal's signal reaches the launcher alone) and removes the run's folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from innet.errors import UserError
+from innet.graph import is_switch
+from innet.node.codec import write
+from innet.planning.spec import RunSpec
+from innet.results.fidelity import verdict_line, virtual_fidelity
+from innet.results.metrics import tier_bytes
+
+SITE = "import innet.torch  # noqa: F401  (innet launch: the default backend of CPU tensors is innet)\n"
+GRACE_S = 5.0  # for a rank to leave after SIGTERM before SIGKILL
+
+
+@dataclass
+class Tally:
+    """What the ranks' fabrics counted, summed (innet.integrations.torch.group.write_tally)."""
+
+    link_bytes: Counter[str] = field(default_factory=Counter)
+    virtual_s: float = 0.0
+    calls: Counter[str] = field(default_factory=Counter)
+    side_plane: set[str] = field(default_factory=set)
+
+
+def workers_of(graph: nx.Graph, run: RunSpec) -> int:
+    """How many ranks: the run's workers, else every host of the topology."""
+    hosts = sum(1 for n in graph if not is_switch(graph, n))
+    return run.workers if run.workers is not None else hosts
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def rank_env(folder: str, rank: int, world: int, port: int) -> dict[str, str]:
+    """Rank ``rank``'s environment: torchrun's variables and innet's files; innet and ``folder`` (its
+    sitecustomize) first on the path."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    path = os.pathsep.join(filter(None, [folder, root, os.environ.get("PYTHONPATH")]))
+    return dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                GROUP_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), PYTHONPATH=path,
+                INNET_RUN=os.path.join(folder, "run.json"), INNET_GRAPH=os.path.join(folder, "graph.json"),
+                INNET_STATS=os.path.join(folder, "stats.jsonl"), OMP_NUM_THREADS="1")
+
+
+def launch_local(graph: nx.Graph, run: RunSpec, command: list[str]) -> int:
+    """Run ``command`` as every rank on this machine, the collectives on the fabric; print what they cost."""
+    if not command:
+        raise UserError("innet launch needs a command after --, e.g. innet launch --backend local -- python train.py")
+    from topologies.files import save_file
+
+    world = workers_of(graph, run)
+    folder = tempfile.mkdtemp(prefix="innet-launch-")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        write(os.path.join(folder, "run.json"), run)
+        save_file(graph, os.path.join(folder, "graph.json"))
+        with open(os.path.join(folder, "sitecustomize.py"), "w", encoding="utf-8") as fh:
+            fh.write(SITE)
+        port = free_port()
+        for rank in range(world):
+            with open(os.path.join(folder, f"rank{rank}.err"), "wb") as err:
+                procs.append(subprocess.Popen(command, env=rank_env(folder, rank, world, port), stderr=err,
+                                              start_new_session=True))
+        started = time.monotonic()
+        _wait(procs, folder)
+        wall = time.monotonic() - started
+        tally = read_tally(os.path.join(folder, "stats.jsonl"))
+    finally:
+        stop(procs)
+        shutil.rmtree(folder, ignore_errors=True)
+    for line in summary(graph, run, tally, world, wall):
+        print(line)
+    return 0
+
+
+def _wait(procs: list[subprocess.Popen[bytes]], folder: str) -> None:
+    """Until every rank has exited; the first to fail ends the run with its last words."""
+    while any(p.poll() is None for p in procs) or any(p.returncode for p in procs):
+        failed = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
+        if failed:
+            rank = failed[0]
+            raise UserError(f"rank {rank} failed (exit {procs[rank].returncode}): {last_words(folder, rank)}")
+        time.sleep(0.05)
+
+
+def last_words(folder: str, rank: int) -> str:
+    """The last line rank ``rank`` wrote to stderr that says something (not a traceback's frame)."""
+    try:
+        with open(os.path.join(folder, f"rank{rank}.err"), encoding="utf-8", errors="replace") as fh:
+            lines = [ln.strip() for ln in fh if ln.strip() and not ln.startswith((" ", "Traceback"))]
+    except OSError:
+        lines = []
+    return lines[-1] if lines else "no message"
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """End every rank still running, and all it started: SIGTERM to its session, SIGKILL after a grace."""
+    alive = [p for p in procs if p.poll() is None]
+    for p in alive:
+        _signal(p, signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_S
+    for p in alive:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal(p, signal.SIGKILL)
+            p.wait()
+    for p in procs:  # a rank's own children (torch's workers) go with its session
+        _signal(p, signal.SIGKILL)
+
+
+def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def read_tally(path: str) -> Tally:
+    tally = Tally()
+    if not os.path.exists(path):
+        return tally
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            rec = json.loads(line)
+            tally.link_bytes.update(rec["link_bytes"])
+            tally.virtual_s += rec["virtual_s"]
+            tally.calls.update(rec["calls"])
+            tally.side_plane.update(rec["side_plane"])
+    return tally
+
+
+def summary(graph: nx.Graph, run: RunSpec, tally: Tally, world: int, wall: float) -> list[str]:
+    """What the launcher prints at the end: the collectives, bytes per tier and per link, the fidelity line."""
+    calls = ", ".join(f"{n} {c}" for n, c in sorted(tally.calls.items())) or "none (did the script use backend innet?)"
+    out = [f"innet launch: {world} ranks, {run.mode}, {wall:.1f} s; collectives through the network: {calls}; "
+           f"{tally.virtual_s:.3f} virtual seconds in them"]
+    if tally.side_plane:
+        out.append(f"over the TCP side plane (not counted): {', '.join(sorted(tally.side_plane))}")
+    tiers = tier_bytes(graph, dict(tally.link_bytes))
+    out.append("bytes per tier: " + (", ".join(f"{t} {b}" for t, b in sorted(tiers.items())) or "none"))
+    out.append("bytes per link: " + (", ".join(f"{name} {b}" for name, b in sorted(tally.link_bytes.items())) or "none"))
+    return [*out, verdict_line(f"launch {run.mode}", virtual_fidelity().to_json())]
