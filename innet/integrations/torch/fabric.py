@@ -19,6 +19,7 @@ import numpy as np
 from innet.backends.local.run import LocalRun
 from innet.hosts.worker import WorkerProcess
 from innet.planning.spec import RunSpec
+from innet.wire import fixedpoint
 from innet.wire.collectives import COLLECTIVES
 
 PROGRAMS = {"sum": "sum_allreduce", "avg": "sum_allreduce", "min": "min_allreduce", "max": "max_allreduce",
@@ -38,11 +39,13 @@ class FabricTally:
 
 def exact_ints(tensors: list[np.ndarray], op: str) -> bool:
     """Whether integer ``tensors`` reduce exactly on the wire with ``op``: bit operators on int32 values; sums,
-    minima and maxima whose every partial result a float32 holds exactly."""
+    minima and maxima whose fixed-point scale is whole (no bit dropped) and whose every partial result a float32
+    holds exactly."""
     if op in ("bor", "band"):
         return all(np.all((t >= -(2**31)) & (t < 2**31)) for t in tensors)
+    q = max(fixedpoint.magnitude_exponent(t.astype(np.float64)) for t in tensors)
     bound = sum(int(np.abs(t.astype(np.int64)).max(initial=0)) for t in tensors)
-    return bound < EXACT_FLOAT
+    return bound < EXACT_FLOAT and fixedpoint.scale_for(q, len(tensors) if op == "sum" else 1) >= 0
 
 
 def as_words(tensor: np.ndarray) -> np.ndarray:

@@ -33,6 +33,18 @@ from innet.integrations.torch.fabric import FabricCollectives, compute
 from innet.node.codec import read
 from innet.planning.spec import RunSpec
 
+TORCH_RANGE = ((2, 13), (3, 0))  # torch versions the backend takes (tested on 2.13.0): the names it overrides
+
+
+def check_torch(version: str) -> None:
+    """One clear line for a torch outside ``TORCH_RANGE``."""
+    major, minor = (int("".join(c for c in part if c.isdigit()) or 0) for part in version.split(".")[:2])
+    if not TORCH_RANGE[0] <= (major, minor) < TORCH_RANGE[1]:
+        raise ImportError(f"innet.torch needs torch >= 2.13 and < 3 (tested on 2.13.0), not {version}: "
+                          "pip install -e '.[torch]'")
+
+
+check_torch(torch.__version__)
 MODES = ("innet", "pbox", "ring")
 OPS = {"SUM": "sum", "AVG": "avg", "MIN": "min", "MAX": "max", "BAND": "band", "BOR": "bor"}
 _warned: set[str] = set()
@@ -186,12 +198,13 @@ class InnetGroup(dist.ProcessGroup):
             self._collective(name, tensor, op, root)
         return self._collective(name, tensors[-1], op, root, result=tensors)
 
-    def _side(self, what: str, *args: Any) -> InnetWork:
+    def _side(self, what: str, *args: Any, method: str = "") -> InnetWork:
+        """``what`` over the side plane: the gloo group's ``method`` (default: the same name), in order."""
         side_plane_warning(what)
-        return self._submit(lambda: getattr(self.side, what)(*args).wait(), None)
+        return self._submit(lambda: getattr(self.side, method or what)(*args).wait(), None)
 
     def all_to_all_single(self, *args: Any) -> InnetWork:  # type: ignore[override]
-        return self._side("all_to_all_single", *args)
+        return self._side("all_to_all_single", *args, method="alltoall_base")
 
     def alltoall_base(self, *args: Any) -> InnetWork:  # type: ignore[override]
         return self._side("alltoall_base", *args)
