@@ -101,8 +101,17 @@ class InnetGroup(dist.ProcessGroup):
         self.fabric = _fabric_of(size) if rank == 0 else None
         self.mode = self.fabric.run.mode if self.fabric and self.fabric.run.mode in MODES else "innet"
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="innet")
+        self._name = ""
         if self.fabric is not None:  # a script that never destroys its group still has its bytes counted
             atexit.register(self.shutdown)
+
+    # torch names a group through its backend; this group is its own (DeviceMesh and FSDP ask for the name)
+    def _set_group_name(self, name: str) -> None:
+        self._name = name
+
+    @property
+    def group_name(self) -> str:  # type: ignore[override]
+        return self._name
 
     # -- the calls, in order, on the group's worker thread --------------------------------------------------
     def _submit(self, call: Callable[[], None], result: Any) -> InnetWork:
