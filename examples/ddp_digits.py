@@ -1,74 +1,12 @@
 #!/usr/bin/env python3
-"""PyTorch DDP on scikit-learn's digits: a small MLP, CPU, one process per rank, torchrun's environment.
+"""PyTorch DDP on scikit-learn's digits (examples/digits.py): an unmodified torch.distributed script.
 
-An ordinary torch.distributed script: it names no backend, so it runs on gloo under torchrun and through the
-emulated network under innet launch (which makes "innet" the default backend)::
-
-    torchrun --nproc-per-node 4 examples/ddp_digits.py
-    innet launch --backend local --topo star --workers 4 -- python examples/ddp_digits.py
-
-Rank 0 prints the test accuracy, the mean seconds per step and the bytes its gradients took.
+    torchrun --nproc-per-node 4 examples/ddp_digits.py                                    # gloo
+    innet launch --backend local --topo star --workers 4 -- python examples/ddp_digits.py  # through innet
 """
 
-from __future__ import annotations
-
-import argparse
-import time
-
-import numpy as np
-import torch
-import torch.distributed as dist
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
+from digits import train
 from torch.nn.parallel import DistributedDataParallel
 
-
-def digits(seed: int) -> tuple[torch.Tensor, ...]:
-    """The digits scaled to [0, 1], split 80/20 with ``seed``: x_train, y_train, x_test, y_test."""
-    x, y = load_digits(return_X_y=True)
-    x_train, x_test, y_train, y_test = train_test_split((x / 16.0).astype(np.float32), y.astype(np.int64),
-                                                        test_size=0.2, random_state=seed)
-    return tuple(torch.from_numpy(p) for p in (x_train, y_train, x_test, y_test))
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--batch", type=int, default=32, help="global batch, split evenly over the ranks")
-    p.add_argument("--lr", type=float, default=0.5)
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args()
-    torch.set_num_threads(1)
-    dist.init_process_group()  # the default backend: gloo, or innet under innet launch
-    rank, world = dist.get_rank(), dist.get_world_size()
-    x, y, x_test, y_test = digits(args.seed)
-    steps = len(y) // world // (args.batch // world)  # the same on every rank
-    x, y = x[rank::world], y[rank::world]
-    torch.manual_seed(args.seed)
-    net = torch.nn.Sequential(torch.nn.Linear(64, args.hidden), torch.nn.ReLU(), torch.nn.Linear(args.hidden, 10))
-    model = DistributedDataParallel(net)
-    opt = torch.optim.SGD(model.parameters(), lr=args.lr)
-    per_rank = args.batch // world
-    started = time.perf_counter()
-    for epoch in range(args.epochs):
-        order = torch.from_numpy(np.random.default_rng([args.seed, rank, epoch]).permutation(len(y)))
-        for step in range(steps):
-            take = order[step * per_rank : (step + 1) * per_rank]
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(model(x[take]), y[take]).backward()
-            opt.step()
-    seconds = time.perf_counter() - started
-    with torch.no_grad():
-        accuracy = float((net(x_test).argmax(dim=1) == y_test).float().mean())
-    params = sum(q.numel() for q in net.parameters())
-    if rank == 0:
-        print(f"ddp_digits: backend {dist.get_backend_config()}, {world} ranks: test accuracy {accuracy:.4f}, "
-              f"{1000 * seconds / (args.epochs * steps):.2f} ms per step, {args.epochs * steps} steps, "
-              f"{4 * params} gradient bytes per rank per step", flush=True)
-    dist.barrier()  # no rank tears the group down while another still uses it
-    dist.destroy_process_group()
-
-
 if __name__ == "__main__":
-    main()
+    train("ddp_digits", DistributedDataParallel)

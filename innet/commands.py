@@ -131,9 +131,9 @@ def _launch(args: argparse.Namespace, command: list[str]) -> int:
     from innet.integrations.torch.launch import launch_local
 
     options = cli.options(args)
+    if options.get("mode", "innet") not in ("innet", "pbox", "ring"):
+        raise UserError(f"innet launch runs the script's collectives as innet, pbox or ring, not {{mode}} {options['mode']}")
     run, graph = spec_of(default_backend="local", **options)
-    if run.mode not in ("innet", "pbox", "ring"):
-        raise UserError(f"innet launch runs the script's collectives as innet, pbox or ring, not {{mode}} {run.mode}")
     if run.backend != "local":
         raise UserError("innet launch runs on {backend} local only for now (Mininet ranks are not built yet)")
     return launch_local(graph, run, command)
