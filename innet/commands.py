@@ -94,9 +94,9 @@ def _main(argv: list[str]) -> int:
     if argv[:1] == ["bench"]:  # the rest of a bench's line is the benchmark's own
         args, rest = p.parse_known_args(argv)
         return _bench(args.name, args.list, rest)
-    rest: list[str] = []
+    command: list[str] = []
     if argv[:1] == ["launch"] and "--" in argv:  # the rest of a launch's line is the ranks' command
-        argv, rest = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
+        argv, command = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
     args = p.parse_args(argv)
     if args.command == "train" and not getattr(args, "train", ""):
         args.train = "digits"
@@ -106,7 +106,7 @@ def _main(argv: list[str]) -> int:
         "train": lambda: cli.execute(args),
         "clean": lambda: cli.execute(argparse.Namespace(clean=True)),
         "reproduce": lambda: _reproduce(args),
-        "launch": lambda: _launch(args, rest),
+        "launch": lambda: _launch(args, command),
     }
     return commands[args.command]()
 

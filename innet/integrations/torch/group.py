@@ -17,11 +17,12 @@ from __future__ import annotations
 import atexit
 import json
 import os
-from dataclasses import replace
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import networkx as nx
@@ -96,8 +97,8 @@ class InnetGroup(dist.ProcessGroup):
     ring), the launcher's ``--mode`` unless ``innet.torch.set_mode`` says otherwise."""
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta) -> None:
-        super().__init__(rank, size)
-        self.side = dist.ProcessGroupGloo(dist.PrefixStore("innet-side", store), rank, size, timeout)
+        super().__init__(rank, size)  # type: ignore[call-arg]
+        self.side: Any = dist.ProcessGroupGloo(dist.PrefixStore("innet-side", store), rank, size, timeout)
         self.fabric = _fabric_of(size) if rank == 0 else None
         self.mode = self.fabric.run.mode if self.fabric and self.fabric.run.mode in MODES else "innet"
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="innet")
@@ -178,28 +179,26 @@ class InnetGroup(dist.ProcessGroup):
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> InnetWork:  # type: ignore[override]
         return self._many("broadcast", tensors, "bits", opts.rootRank)
 
-    def barrier(self, opts: Any = None) -> InnetWork:  # type: ignore[override]
+    def barrier(self, opts: Any = None) -> InnetWork:
         return self._collective("barrier", torch.zeros(1), result=[])
 
-    def reduce_scatter_single(self, output: torch.Tensor, tensor: torch.Tensor, opts: Any = None) -> InnetWork:  # type: ignore[override]
+    def reduce_scatter_single(self, output: torch.Tensor, tensor: torch.Tensor, opts: Any = None) -> InnetWork:
         """``reduce_scatter_tensor`` (torch before 2.13 calls it ``_reduce_scatter_base``)."""
         return self._collective("reduce_scatter", tensor, _op(opts), into=output, result=[output])
 
-    def all_gather_single(self, output: torch.Tensor, tensor: torch.Tensor, opts: Any = None) -> InnetWork:  # type: ignore[override]
+    def all_gather_single(self, output: torch.Tensor, tensor: torch.Tensor, opts: Any = None) -> InnetWork:
         """``all_gather_into_tensor`` (torch before 2.13 calls it ``_allgather_base``)."""
         return self._collective("all_gather", tensor, "bits", into=output, result=[output])
 
-    _reduce_scatter_base = reduce_scatter_single
-    _allgather_base = all_gather_single
+    _reduce_scatter_base = reduce_scatter_single  # type: ignore[assignment]
+    _allgather_base = all_gather_single  # type: ignore[assignment]
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> InnetWork:  # type: ignore[override]
         """All-gather of lists: each input gathered whole, then cut into the output list."""
-        works = []
         for out, tensor in zip(outputs, inputs, strict=True):
             whole = torch.empty(len(out) * tensor.numel(), dtype=tensor.dtype)
-            works.append(self._collective("all_gather", tensor, "bits", into=whole, result=whole))
-            self._submit(lambda out=out, whole=whole: [o.copy_(w.view_as(o)) for o, w in zip(out, whole.chunk(len(out)))],
-                         None)
+            self._collective("all_gather", tensor, "bits", into=whole, result=whole)
+            self._submit(partial(_cut, whole, out), None)
         return self._submit(lambda: None, outputs)
 
     def _many(self, name: str, tensors: list[torch.Tensor], op: str, root: int = 0) -> InnetWork:
@@ -212,37 +211,37 @@ class InnetGroup(dist.ProcessGroup):
         side_plane_warning(what)
         return self._submit(lambda: getattr(self.side, method or what)(*args).wait(), None)
 
-    def all_to_all_single(self, *args: Any) -> InnetWork:  # type: ignore[override]
+    def all_to_all_single(self, *args: Any) -> InnetWork:
         return self._side("all_to_all_single", *args, method="alltoall_base")
 
-    def alltoall_base(self, *args: Any) -> InnetWork:  # type: ignore[override]
+    def alltoall_base(self, *args: Any) -> InnetWork:
         return self._side("alltoall_base", *args)
 
-    def alltoall(self, *args: Any) -> InnetWork:  # type: ignore[override]
+    def alltoall(self, *args: Any) -> InnetWork:
         return self._side("alltoall", *args)
 
-    def send(self, *args: Any) -> InnetWork:  # type: ignore[override]
+    def send(self, *args: Any) -> InnetWork:
         return self._side("send", *args)
 
-    def recv(self, *args: Any) -> InnetWork:  # type: ignore[override]
+    def recv(self, *args: Any) -> InnetWork:
         return self._side("recv", *args)
 
-    def recv_anysource(self, *args: Any) -> InnetWork:  # type: ignore[override]
+    def recv_anysource(self, *args: Any) -> InnetWork:
         return self._side("recv_anysource", *args)
 
-    def gather(self, *args: Any) -> InnetWork:  # type: ignore[override]
+    def gather(self, *args: Any) -> InnetWork:
         return self._side("gather", *args)
 
-    def scatter(self, *args: Any) -> InnetWork:  # type: ignore[override]
+    def scatter(self, *args: Any) -> InnetWork:
         return self._side("scatter", *args)
 
-    def reduce_scatter(self, *args: Any) -> InnetWork:  # type: ignore[override]
+    def reduce_scatter(self, *args: Any) -> InnetWork:
         return self._side("reduce_scatter", *args)
 
-    def allreduce_coalesced(self, *args: Any) -> InnetWork:  # type: ignore[override]
+    def allreduce_coalesced(self, *args: Any) -> InnetWork:
         return self._side("allreduce_coalesced", *args)
 
-    def allgather_coalesced(self, *args: Any) -> InnetWork:  # type: ignore[override]
+    def allgather_coalesced(self, *args: Any) -> InnetWork:
         return self._side("allgather_coalesced", *args)
 
     def shutdown(self) -> None:
@@ -265,6 +264,12 @@ def write_tally(fabric: FabricCollectives) -> None:
         fh.write(json.dumps(record) + "\n")
 
 
+
+
+def _cut(whole: torch.Tensor, parts: list[torch.Tensor]) -> None:
+    """``whole`` into the tensors ``parts``, in order."""
+    for part, piece in zip(parts, whole.chunk(len(parts)), strict=True):
+        part.copy_(piece.view_as(part))
 
 
 def _op(opts: Any) -> str:

@@ -19,7 +19,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -74,7 +73,7 @@ def rank_env(folder: str, rank: int, world: int, port: int) -> dict[str, str]:
 def launch_local(graph: nx.Graph, run: RunSpec, command: list[str]) -> int:
     """Run ``command`` as every rank on this machine, the collectives on the fabric; print what they cost."""
     if not command:
-        raise UserError("innet launch needs a command after --, e.g. innet launch --backend local -- python train.py")
+        raise UserError("innet launch needs a command after --, e.g. innet launch {backend} local -- python train.py")
     from topologies.files import save_file
 
     world = workers_of(graph, run)
