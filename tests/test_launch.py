@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from tests.test_guide import readme_commands
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=ROOT)
 
@@ -45,14 +47,25 @@ def leftovers(marker: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("example", ["ddp_digits", "fsdp_digits"])
-def test_an_example_trains_through_innet_as_on_gloo_under_torchrun(example):
-    """Same seeds, 2 epochs, 2 ranks: the accuracy through innet within 0.5 points of gloo's; the script's
-    collectives counted on the network's links (FSDP: its reduce-scatters and all-gathers)."""
-    script = f"examples/{example}.py"
+LAUNCHES = [c for t, c in readme_commands() if t == "PyTorch: `innet launch`" and c.startswith("innet launch")]
+
+
+def test_readme_launches_both_examples_on_the_star_of_4():
+    assert [c.split()[-1] for c in LAUNCHES] == ["examples/ddp_digits.py", "examples/fsdp_digits.py"]
+    assert all(c.split()[:-2] == "innet launch --backend local --topo star --workers 4 --".split() for c in LAUNCHES)
+
+
+@pytest.mark.parametrize("command", LAUNCHES)
+def test_readmes_launch_trains_through_innet_as_gloo_under_torchrun(command):
+    """README's command on 2 ranks for 2 epochs, and the script under torchrun on gloo, same seeds: the accuracy
+    through innet within 0.5 points of gloo's; the script's collectives counted on the network's links (FSDP: its
+    reduce-scatters and all-gathers)."""
+    script = command.split()[-1]
+    example = os.path.basename(script)[:-3]
     gloo = torchrun(script, "--epochs", "2")
     assert gloo.returncode == 0, gloo.stderr[-2000:]
-    out = launch("--backend", "local", "--topo", "star", "--workers", "2", "--", sys.executable, script, "--epochs", "2")
+    flags = command.replace("--workers 4", "--workers 2").split()[2:-2]
+    out = launch(*flags, sys.executable, script, "--epochs", "2")
     assert out.returncode == 0, out.stderr[-2000:]
     assert abs(accuracy(out.stdout, "innet") - accuracy(gloo.stdout, "gloo")) <= 0.005
     steps = int(re.search(r"(\d+) steps", out.stdout).group(1))
