@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -28,13 +29,24 @@ EXACT_FLOAT = 2**24  # integers a float32 holds exactly: fixed point carries an 
 
 
 @dataclass
-class FabricTally:
-    """What a process group's collectives cost on the fabric, summed over its calls."""
+class Tally:
+    """What collectives cost on the fabric, summed over calls (a group's, or a launch's over its groups)."""
 
     link_bytes: Counter[str] = field(default_factory=Counter)
     virtual_s: float = 0.0
     calls: Counter[str] = field(default_factory=Counter)
-    side_plane: Counter[str] = field(default_factory=Counter)
+    side_plane: set[str] = field(default_factory=set)  # the calls that went over the side plane instead
+
+    def to_json(self) -> dict[str, Any]:
+        return {"link_bytes": dict(self.link_bytes), "virtual_s": self.virtual_s, "calls": dict(self.calls),
+                "side_plane": sorted(self.side_plane)}
+
+    def add(self, record: dict[str, Any]) -> None:
+        """Add another tally's ``to_json``."""
+        self.link_bytes.update(record["link_bytes"])
+        self.virtual_s += record["virtual_s"]
+        self.calls.update(record["calls"])
+        self.side_plane.update(record["side_plane"])
 
 
 def exact_ints(tensors: list[np.ndarray], op: str) -> bool:
@@ -64,7 +76,7 @@ class FabricCollectives:
 
     def __init__(self, graph: nx.Graph, run: RunSpec) -> None:
         self.graph, self.run = graph, run
-        self.tally = FabricTally()
+        self.tally = Tally()
 
     def collective(self, name: str, op: str, inputs: list[np.ndarray], root: int = 0) -> list[np.ndarray]:
         """Every rank's result of collective ``name`` (innet.wire.collectives) with operator ``op`` over ``inputs``

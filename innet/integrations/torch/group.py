@@ -255,15 +255,10 @@ class InnetGroup(dist.ProcessGroup):
 def write_tally(fabric: FabricCollectives) -> None:
     """Add rank 0's counts to the launcher's file (INNET_STATS), if it gave one."""
     path = os.environ.get("INNET_STATS")
-    if not path:
-        return
-    t = fabric.tally
-    record = {"link_bytes": dict(t.link_bytes), "virtual_s": t.virtual_s, "calls": dict(t.calls),
-              "side_plane": sorted(_warned)}
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(record) + "\n")
-
-
+    if path:
+        fabric.tally.side_plane |= _warned
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(fabric.tally.to_json()) + "\n")
 
 
 def _cut(whole: torch.Tensor, parts: list[torch.Tensor]) -> None:

@@ -21,13 +21,12 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 
 import networkx as nx
 
 from innet.errors import UserError
 from innet.graph import is_switch
+from innet.integrations.torch.fabric import Tally
 from innet.node.codec import write
 from innet.planning.spec import RunSpec
 from innet.results.fidelity import verdict_line, virtual_fidelity
@@ -35,16 +34,6 @@ from innet.results.metrics import tier_bytes
 
 SITE = "import innet.torch  # noqa: F401  (innet launch: the default backend of CPU tensors is innet)\n"
 GRACE_S = 5.0  # for a rank to leave after SIGTERM before SIGKILL
-
-
-@dataclass
-class Tally:
-    """What the ranks' fabrics counted, summed (innet.integrations.torch.group.write_tally)."""
-
-    link_bytes: Counter[str] = field(default_factory=Counter)
-    virtual_s: float = 0.0
-    calls: Counter[str] = field(default_factory=Counter)
-    side_plane: set[str] = field(default_factory=set)
 
 
 def workers_of(graph: nx.Graph, run: RunSpec) -> int:
@@ -145,16 +134,12 @@ def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
 
 
 def read_tally(path: str) -> Tally:
+    """The sum of the tallies the groups' rank 0s wrote (none: nothing ran through innet)."""
     tally = Tally()
-    if not os.path.exists(path):
-        return tally
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            rec = json.loads(line)
-            tally.link_bytes.update(rec["link_bytes"])
-            tally.virtual_s += rec["virtual_s"]
-            tally.calls.update(rec["calls"])
-            tally.side_plane.update(rec["side_plane"])
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                tally.add(json.loads(line))
     return tally
 
 
