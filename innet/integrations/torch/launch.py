@@ -25,7 +25,7 @@ import time
 import networkx as nx
 
 from innet.errors import UserError
-from innet.graph import is_switch
+from innet.graph import hosts
 from innet.integrations.torch.fabric import Tally
 from innet.node.codec import write
 from innet.planning.spec import RunSpec
@@ -38,8 +38,7 @@ GRACE_S = 5.0  # for a rank to leave after SIGTERM before SIGKILL
 
 def workers_of(graph: nx.Graph, run: RunSpec) -> int:
     """How many ranks: the run's workers, else every host of the topology."""
-    hosts = sum(1 for n in graph if not is_switch(graph, n))
-    return run.workers if run.workers is not None else hosts
+    return run.workers if run.workers is not None else len(hosts(graph))
 
 
 def free_port() -> int:
