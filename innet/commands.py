@@ -126,17 +126,15 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 
 def _launch(args: argparse.Namespace, command: list[str]) -> int:
-    """``innet launch [run flags] -- COMMAND``: the local fabric (the default), or Mininet (root)."""
+    """``innet launch [run flags] -- COMMAND``: on Mininet as root (the default there), else on the local fabric."""
     from innet.api import spec_of
-    from innet.integrations.torch.launch import launch_local
+    from innet.integrations.torch.launch import launch
 
     options = cli.options(args)
     if options.get("mode", "innet") not in ("innet", "pbox", "ring"):
         raise UserError(f"innet launch runs the script's collectives as innet, pbox or ring, not {{mode}} {options['mode']}")
-    run, graph = spec_of(default_backend="local", **options)
-    if run.backend != "local":
-        raise UserError("innet launch runs on {backend} local only for now (Mininet ranks are not built yet)")
-    return launch_local(graph, run, command)
+    run, graph = spec_of(default_backend="local" if os.geteuid() else "mininet", **options)
+    return launch(graph, run, command)
 
 
 def _interrupt(*_: object) -> None:

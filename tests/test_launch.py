@@ -34,6 +34,12 @@ def accuracy(out: str, backend: str) -> float:
     return float(found.group(1))
 
 
+def collectives(out: str) -> dict[str, int]:
+    """The launcher's count of each collective through the network."""
+    line = re.search(r"collectives through the network: (.*)", out).group(1).split(";")[0]
+    return {name: int(count) for name, count in (part.split() for part in line.split(", "))}
+
+
 def leftovers(marker: str) -> list[str]:
     """Processes whose command line names ``marker``, and launch folders left in the temp dir."""
     found = []
@@ -69,7 +75,7 @@ def test_readmes_launch_trains_through_innet_as_gloo_under_torchrun(command):
     assert out.returncode == 0, out.stderr[-2000:]
     assert abs(accuracy(out.stdout, "innet") - accuracy(gloo.stdout, "gloo")) <= 0.005
     steps = int(re.search(r"(\d+) steps", out.stdout).group(1))
-    calls = dict((n, int(c)) for n, c in re.findall(r"(\w+) (\d+)[,;]", out.stdout.split("through the network:")[1]))
+    calls = collectives(out.stdout)
     if example == "ddp_digits":
         assert calls["allreduce"] == steps  # one bucket a step
     else:

@@ -121,7 +121,7 @@ def async_and_groups(innet_g, gloo_g) -> None:
     assert torch.equal(big, sum(value(r, torch.int64, 10, big=True) for r in range(WORLD)))
     assert out.tolist() == list(range(WORLD))
     if rank == 0:
-        assert any("ReduceOp.SUM on int64" in str(w.message) for w in caught), [str(w.message) for w in caught]
+        assert any("allreduce ReduceOp.SUM on int64" in str(w.message) for w in caught), [str(w.message) for w in caught]
     assert any("all_to_all_single" in str(w.message) for w in caught)
 
 

@@ -113,22 +113,29 @@ def served(dtype: np.dtype, op: str, inputs: list[np.ndarray]) -> bool:
     return dtype.kind in "iu" and op != "avg" and exact_ints(inputs, op)
 
 
-def compute(fabric: FabricCollectives, name: str, op: str, inputs: list[np.ndarray], root: int,
+def compute(fabric: FabricCollectives | None, name: str, op: str, inputs: list[np.ndarray], root: int,
             warn: Callable[[str], None]) -> list[np.ndarray]:
     """Every rank's result (each of one length and ``inputs``' dtype) of torch collective ``name``: allreduce,
     reduce_scatter and reduce (the whole reduction: each rank takes its part), all_gather (the concatenation),
-    broadcast (the root's), barrier. What the wire cannot carry is reduced here, after ``warn`` names it."""
+    broadcast (the root's), barrier. What the wire cannot carry (with no ``fabric``: anything) is done here, after
+    ``warn`` names it."""
     dtype, size = inputs[0].dtype, len(inputs)
     if name in ("all_gather", "broadcast"):
         whole = np.concatenate(inputs) if name == "all_gather" else inputs[root]
+        if fabric is None:
+            warn(name)
+            return [whole] * size
         words = as_words(whole)
         got = fabric.collective(name, "bits", [words] * size, root)  # all-gather: each rank sends its shard of it
         return [from_words(g, whole, len(whole)) for g in got]
     if name == "barrier":
-        fabric.collective(name, "sum", [np.zeros(1, np.float32)] * size)
+        if fabric is None:
+            warn(name)
+        else:
+            fabric.collective(name, "sum", [np.zeros(1, np.float32)] * size)
         return list(inputs)
-    if not served(dtype, op, inputs):
-        warn(f"ReduceOp.{op.upper()} on {dtype}")
+    if fabric is None or not served(dtype, op, inputs):
+        warn(f"{name} ReduceOp.{op.upper()} on {dtype}")
         exact = UFUNCS[op].reduce(np.stack(inputs), axis=0)
         total = exact / size if op == "avg" else exact
         return [np.asarray(total).astype(dtype) for _ in inputs]
@@ -137,4 +144,3 @@ def compute(fabric: FabricCollectives, name: str, op: str, inputs: list[np.ndarr
     if dtype.kind in "iu":
         return [np.rint(g).astype(dtype) if g.dtype.kind == "f" else g.astype(dtype) for g in got]
     return [(g / size if op == "avg" else g).astype(dtype) for g in got]
-

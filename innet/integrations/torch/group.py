@@ -30,7 +30,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from innet.integrations.torch.fabric import FabricCollectives, compute
+from innet.integrations.torch.fabric import FabricCollectives, Tally, compute
+from innet.node.client import AllreduceClient
 from innet.node.codec import read
 from innet.planning.spec import RunSpec
 
@@ -92,6 +93,14 @@ def _fabric_of(size: int) -> FabricCollectives:
     return FabricCollectives(graph, run)
 
 
+def _client_of(path: str) -> AllreduceClient:
+    """This rank's worker client on its Mininet host's interface (innet.integrations.torch.mininet.ClientConf)."""
+    from innet.integrations.torch.mininet import ClientConf
+
+    conf = read(ClientConf, path)
+    return AllreduceClient(conf.spec, conf.iface, conf.mode, list(conf.ring), conf.faults)
+
+
 class InnetGroup(dist.ProcessGroup):
     """The backend's process group (see module doc). ``mode``: the scheme its collectives run as (innet, pbox or
     ring), the launcher's ``--mode`` unless ``innet.torch.set_mode`` says otherwise."""
@@ -99,11 +108,14 @@ class InnetGroup(dist.ProcessGroup):
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta) -> None:
         super().__init__(rank, size)  # type: ignore[call-arg]
         self.side: Any = dist.ProcessGroupGloo(dist.PrefixStore("innet-side", store), rank, size, timeout)
-        self.fabric = _fabric_of(size) if rank == 0 else None
+        on_mininet = bool(os.environ.get("INNET_CLIENT"))  # innet launch on Mininet: this rank is in a host
+        self.client = _client_of(os.environ["INNET_CLIENT"]) if on_mininet and size == int(os.environ.get("WORLD_SIZE", size)) else None
+        self.fabric = _fabric_of(size) if rank == 0 and not on_mininet else None
+        self.tally: Tally | None = self.fabric.tally if self.fabric else Tally() if rank == 0 else None
         self.mode = self.fabric.run.mode if self.fabric and self.fabric.run.mode in MODES else "innet"
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="innet")
         self._name = ""
-        if self.fabric is not None:  # a script that never destroys its group still has its bytes counted
+        if self.tally is not None:  # a script that never destroys its group still has its bytes counted
             atexit.register(self.shutdown)
 
     # torch names a group through its backend; this group is its own (DeviceMesh and FSDP ask for the name)
@@ -144,8 +156,8 @@ class InnetGroup(dist.ProcessGroup):
             got = torch.empty(len(mine), dtype=kind)
             self.side.recv([got], r, 0).wait()
             inputs.append(got.numpy())
-        assert self.fabric is not None
-        self.fabric.run = replace(self.fabric.run, mode=self.mode)
+        if self.fabric is not None:
+            self.fabric.run = replace(self.fabric.run, mode=self.mode)
         results = compute(self.fabric, name, op, inputs, root, side_plane_warning)
         for r in range(1, size):
             self.side.send([torch.from_numpy(np.ascontiguousarray(results[r]))], r, 0).wait()
@@ -159,6 +171,8 @@ class InnetGroup(dist.ProcessGroup):
 
         def call() -> None:
             mine = np.ascontiguousarray(tensor.detach().reshape(-1).numpy())
+            if self.client is not None and name == "allreduce" and op in ("sum", "avg") and mine.dtype.kind == "f":
+                return self._client_allreduce(mine, op, target)
             out_len = mine.size * (self.size() if name == "all_gather" else 1)
             got = self._exchange(name, op, mine, out_len, root)
             if name == "reduce_scatter":
@@ -168,6 +182,16 @@ class InnetGroup(dist.ProcessGroup):
                     target.copy_(torch.from_numpy(got).view_as(target))
 
         return self._submit(call, [target] if result is None else result)
+
+    def _client_allreduce(self, mine: np.ndarray, op: str, target: torch.Tensor) -> None:
+        """A float sum or mean through the switches, with the worker client on this rank's interface."""
+        assert self.client is not None
+        total = self.client.allreduce(mine.astype(np.float32)) if mine.size else mine
+        got = np.asarray(total, np.float64) / (self.size() if op == "avg" else 1)
+        with torch.no_grad():
+            target.copy_(torch.from_numpy(got.astype(mine.dtype)).view_as(target))
+        if self.tally is not None:
+            self.tally.calls["allreduce"] += 1
 
     # -- torch's collectives --------------------------------------------------------------------------------
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> InnetWork:  # type: ignore[override]
@@ -247,18 +271,21 @@ class InnetGroup(dist.ProcessGroup):
     def shutdown(self) -> None:
         """``destroy_process_group``: the calls in flight end, then rank 0 writes what its fabric counted."""
         self.pool.shutdown(wait=True)
-        if self.fabric is not None:
-            write_tally(self.fabric)
-            self.fabric = None
+        if self.tally is not None:
+            write_tally(self.tally)
+            self.tally = None
+        if self.client is not None:
+            self.client.close()
+            self.client = None
 
 
-def write_tally(fabric: FabricCollectives) -> None:
+def write_tally(tally: Tally) -> None:
     """Add rank 0's counts to the launcher's file (INNET_STATS), if it gave one."""
     path = os.environ.get("INNET_STATS")
     if path:
-        fabric.tally.side_plane |= _warned
+        tally.side_plane |= _warned
         with open(path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(fabric.tally.to_json()) + "\n")
+            fh.write(json.dumps(tally.to_json()) + "\n")
 
 
 def _cut(whole: torch.Tensor, parts: list[torch.Tensor]) -> None:

@@ -21,6 +21,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections import Counter
 
 import networkx as nx
 
@@ -29,7 +30,7 @@ from innet.graph import hosts
 from innet.integrations.torch.fabric import Tally
 from innet.node.codec import write
 from innet.planning.spec import RunSpec
-from innet.results.fidelity import verdict_line, virtual_fidelity
+from innet.results.fidelity import Fidelity, verdict_line, virtual_fidelity
 from innet.results.metrics import tier_bytes
 
 SITE = "import innet.torch  # noqa: F401  (innet launch: the default backend of CPU tensors is innet)\n"
@@ -47,21 +48,40 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def rank_env(folder: str, rank: int, world: int, port: int) -> dict[str, str]:
+def rank_env(folder: str, rank: int, world: int, port: int, master: str = "127.0.0.1") -> dict[str, str]:
     """Rank ``rank``'s environment: torchrun's variables and innet's files; innet and ``folder`` (its
     sitecustomize) first on the path."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     path = os.pathsep.join(filter(None, [folder, root, os.environ.get("PYTHONPATH")]))
     return dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
-                GROUP_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), PYTHONPATH=path,
+                GROUP_RANK=str(rank), MASTER_ADDR=master, MASTER_PORT=str(port), PYTHONPATH=path,
                 INNET_RUN=os.path.join(folder, "run.json"), INNET_GRAPH=os.path.join(folder, "graph.json"),
                 INNET_STATS=os.path.join(folder, "stats.jsonl"), OMP_NUM_THREADS="1")
 
 
-def launch_local(graph: nx.Graph, run: RunSpec, command: list[str]) -> int:
-    """Run ``command`` as every rank on this machine, the collectives on the fabric; print what they cost."""
+def launch(graph: nx.Graph, run: RunSpec, command: list[str]) -> int:
+    """Run ``command`` as every rank (``run.backend``: on this machine with the fabric, or in Mininet hosts); print
+    what the collectives cost."""
     if not command:
         raise UserError("innet launch needs a command after --, e.g. innet launch {backend} local -- python train.py")
+    if run.backend == "mininet":
+        from innet.integrations.torch.mininet import launch_mininet
+
+        link_bytes, wall, tally = launch_mininet(graph, run, command, SITE)
+        tally.link_bytes = Counter(link_bytes)
+        fid = Fidelity(1.0, "not judged", ("Mininet: the side plane's TCP shares the links and is counted; the "
+                                           "ranks' and switches' CPU are not measured",), {}, {}, {})
+    else:
+        tally, wall = launch_local(graph, run, command)
+        fid = virtual_fidelity()
+    for line in summary(graph, run, tally, workers_of(graph, run), wall):
+        print(line)
+    print(verdict_line(f"launch {run.mode}", fid.to_json()))
+    return 0
+
+
+def launch_local(graph: nx.Graph, run: RunSpec, command: list[str]) -> tuple[Tally, float]:
+    """Run ``command`` as every rank on this machine, the collectives on the fabric: what they cost, the seconds."""
     from topologies.files import save_file
 
     world = workers_of(graph, run)
@@ -78,18 +98,14 @@ def launch_local(graph: nx.Graph, run: RunSpec, command: list[str]) -> int:
                 procs.append(subprocess.Popen(command, env=rank_env(folder, rank, world, port), stderr=err,
                                               start_new_session=True))
         started = time.monotonic()
-        _wait(procs, folder)
-        wall = time.monotonic() - started
-        tally = read_tally(os.path.join(folder, "stats.jsonl"))
+        wait_ranks(procs, folder)
+        return read_tally(os.path.join(folder, "stats.jsonl")), time.monotonic() - started
     finally:
         stop(procs)
         shutil.rmtree(folder, ignore_errors=True)
-    for line in summary(graph, run, tally, world, wall):
-        print(line)
-    return 0
 
 
-def _wait(procs: list[subprocess.Popen[bytes]], folder: str) -> None:
+def wait_ranks(procs: list[subprocess.Popen[bytes]], folder: str) -> None:
     """Until every rank has exited; the first to fail ends the run with its last words."""
     while any(p.poll() is None for p in procs) or any(p.returncode for p in procs):
         failed = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
@@ -143,13 +159,14 @@ def read_tally(path: str) -> Tally:
 
 
 def summary(graph: nx.Graph, run: RunSpec, tally: Tally, world: int, wall: float) -> list[str]:
-    """What the launcher prints at the end: the collectives, bytes per tier and per link, the fidelity line."""
+    """What the launcher prints at the end: the collectives, bytes per tier and per link."""
     calls = ", ".join(f"{n} {c}" for n, c in sorted(tally.calls.items())) or "none (did the script use backend innet?)"
-    out = [f"innet launch: {world} ranks, {run.mode}, {wall:.1f} s; collectives through the network: {calls}; "
-           f"{tally.virtual_s:.3f} virtual seconds in them"]
+    virtual = f"; {tally.virtual_s:.3f} virtual seconds in them" if run.backend == "local" else ""
+    out = [f"innet launch: {world} ranks, {run.mode}, {wall:.1f} s; collectives through the network: {calls}{virtual}"]
     if tally.side_plane:
-        out.append(f"over the TCP side plane (not counted): {', '.join(sorted(tally.side_plane))}")
+        counted = "counted on the links" if run.backend == "mininet" else "not counted"
+        out.append(f"over the TCP side plane ({counted}): {', '.join(sorted(tally.side_plane))}")
     tiers = tier_bytes(graph, dict(tally.link_bytes))
     out.append("bytes per tier: " + (", ".join(f"{t} {b}" for t, b in sorted(tiers.items())) or "none"))
     out.append("bytes per link: " + (", ".join(f"{name} {b}" for name, b in sorted(tally.link_bytes.items())) or "none"))
-    return [*out, verdict_line(f"launch {run.mode}", virtual_fidelity().to_json())]
+    return out
