@@ -61,6 +61,7 @@ def test_readme_launches_both_examples_on_the_star_of_4():
     assert all(c.split()[:-2] == "innet launch --backend local --topo star --workers 4 --".split() for c in LAUNCHES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", LAUNCHES)
 def test_readmes_launch_trains_through_innet_as_gloo_under_torchrun(command):
     """README's command on 2 ranks for 2 epochs, and the script under torchrun on gloo, same seeds: the accuracy
@@ -128,3 +129,51 @@ def test_a_launch_without_a_command_or_in_a_gloo_mode_is_one_line():
         "error: innet launch needs a command after --, e.g. innet launch --backend local -- python train.py"]
     out = launch("--backend", "local", "--mode", "gloo", "--", "true")
     assert out.returncode == 2 and "innet, pbox or ring, not --mode gloo" in out.stderr
+
+
+MININET_SCRIPT = """import sys, time, torch
+import torch.distributed as dist
+dist.init_process_group()
+rank, world = dist.get_rank(), dist.get_world_size()
+t = torch.full((5000,), rank + 1.0)
+dist.all_reduce(t)
+mean = torch.full((3,), float(rank), dtype=torch.float64)
+dist.all_reduce(mean, op=dist.ReduceOp.AVG)
+out = torch.empty(world, dtype=torch.int64)
+dist.all_to_all_single(out, torch.full((world,), rank, dtype=torch.int64))
+print('got', t.min().item(), t.max().item(), mean.tolist(), out.tolist(), flush=True)
+while len(sys.argv) > 1:
+    dist.all_reduce(t)
+    time.sleep(0.01)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.mininet
+def test_on_mininet_float_sums_go_through_the_switch_and_ctrl_c_leaves_nothing(tmp_path):
+    """Each rank in its host: a float sum and a mean through the switch (the worker client), an all-to-all over
+    the side plane, counted on the links; then a run interrupted mid-training leaves no interface or state."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (Mininet)")
+    from tests.test_emulation import assert_nothing_left
+
+    script = tmp_path / "sums.py"
+    script.write_text(MININET_SCRIPT)
+    out = launch("--backend", "mininet", "--topo", "star", "--workers", "2", "--", sys.executable, str(script))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.count("got 3.0 3.0 [0.5, 0.5, 0.5] [0, 1]") == 2, out.stdout
+    assert collectives(out.stdout) == {"allreduce": 2}
+    assert "over the TCP side plane (counted on the links): all_to_all_single" in out.stdout
+    links = {name: int(b) for name, b in re.findall(r"(h\d--s1) (\d+)", out.stdout)}
+    assert set(links) == {"h1--s1", "h2--s1"} and all(b > 2 * 5000 * 4 for b in links.values())
+    assert "fidelity: launch innet: not judged" in out.stdout
+    proc = subprocess.Popen([sys.executable, "-m", "innet", "launch", "--backend", "mininet", "--topo", "star", "--workers",
+                             "2", "--", sys.executable, str(script), "loop"], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert [proc.stdout.readline()[:3] for _ in range(2)] == ["got", "got"]
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert leftovers(str(script)) == []
+    assert_nothing_left()
