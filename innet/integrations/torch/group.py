@@ -109,7 +109,8 @@ class InnetGroup(dist.ProcessGroup):
         super().__init__(rank, size)  # type: ignore[call-arg]
         self.side: Any = dist.ProcessGroupGloo(dist.PrefixStore("innet-side", store), rank, size, timeout)
         on_mininet = bool(os.environ.get("INNET_CLIENT"))  # innet launch on Mininet: this rank is in a host
-        self.client = _client_of(os.environ["INNET_CLIENT"]) if on_mininet and size == int(os.environ.get("WORLD_SIZE", size)) else None
+        world = size == int(os.environ.get("WORLD_SIZE", size))  # the client serves the world's group only
+        self.client = _client_of(os.environ["INNET_CLIENT"]) if on_mininet and world else None
         self.fabric = _fabric_of(size) if rank == 0 and not on_mininet else None
         self.tally: Tally | None = self.fabric.tally if self.fabric else Tally() if rank == 0 else None
         self.mode = self.fabric.run.mode if self.fabric and self.fabric.run.mode in MODES else "innet"
