@@ -115,7 +115,11 @@ def test_ctrl_c_at_any_point_leaves_no_process_and_no_folder(tmp_path, when):
             time.sleep(0.01)
         time.sleep(0.2)
     else:
-        assert [proc.stdout.readline() for _ in range(2)] == ["up\n", "up\n"]
+        said = ""
+        while said.count("up") < 2:  # both ranks are in their loops (their lines may interleave)
+            line = proc.stdout.readline()
+            assert line, "the launch ended before both ranks were in their loops"
+            said += line
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in err, err
@@ -171,7 +175,11 @@ def test_on_mininet_float_sums_go_through_the_switch_and_ctrl_c_leaves_nothing(t
     proc = subprocess.Popen([sys.executable, "-m", "innet", "launch", "--backend", "mininet", "--topo", "star", "--workers",
                              "2", "--", sys.executable, str(script), "loop"], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    assert [proc.stdout.readline()[:3] for _ in range(2)] == ["got", "got"]
+    said = ""
+    while said.count("got") < 2:  # both ranks are in their loops (their lines may interleave)
+        line = proc.stdout.readline()
+        assert line, "the launch ended before both ranks were in their loops"
+        said += line
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err

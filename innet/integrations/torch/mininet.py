@@ -20,6 +20,7 @@ import networkx as nx
 
 from innet.errors import UserError
 from innet.hosts.worker import JobSpec
+from innet.integrations.torch.procs import rank_env, read_tally, wait_ranks
 from innet.node.config import NO_FAULTS, Faults
 from innet.planning.spec import RunSpec, program_of
 
@@ -44,7 +45,6 @@ def launch_mininet(graph: nx.Graph, run: RunSpec, command: list[str], site: str)
     from innet.backends.mininet.iplane import host_address
     from innet.backends.mininet.network import link_bytes_between
     from innet.backends.mininet.nodes import port_faults
-    from innet.integrations.torch.launch import rank_env, read_tally, wait_ranks
     from innet.integrations.torch.ranks import job_ranks
     from innet.schemes.modes import installed_configs, plan_run
     from innet.wire.packet import link_mtu
