@@ -40,6 +40,15 @@ def collectives(out: str) -> dict[str, int]:
     return {name: int(count) for name, count in (part.split() for part in line.split(", "))}
 
 
+def both_said(proc, word: str) -> None:
+    """Read the launch's output until both ranks said ``word`` (their lines may interleave)."""
+    said = ""
+    while said.count(word) < 2:
+        line = proc.stdout.readline()
+        assert line, "the launch ended before both ranks said " + word
+        said += line
+
+
 def leftovers(marker: str) -> list[str]:
     """Processes whose command line names ``marker``, and launch folders left in the temp dir."""
     found = []
@@ -115,11 +124,7 @@ def test_ctrl_c_at_any_point_leaves_no_process_and_no_folder(tmp_path, when):
             time.sleep(0.01)
         time.sleep(0.2)
     else:
-        said = ""
-        while said.count("up") < 2:  # both ranks are in their loops (their lines may interleave)
-            line = proc.stdout.readline()
-            assert line, "the launch ended before both ranks were in their loops"
-            said += line
+        both_said(proc, "up")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in err, err
@@ -175,11 +180,7 @@ def test_on_mininet_float_sums_go_through_the_switch_and_ctrl_c_leaves_nothing(t
     proc = subprocess.Popen([sys.executable, "-m", "innet", "launch", "--backend", "mininet", "--topo", "star", "--workers",
                              "2", "--", sys.executable, str(script), "loop"], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    said = ""
-    while said.count("got") < 2:  # both ranks are in their loops (their lines may interleave)
-        line = proc.stdout.readline()
-        assert line, "the launch ended before both ranks were in their loops"
-        said += line
+    both_said(proc, "got")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
