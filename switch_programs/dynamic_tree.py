@@ -54,6 +54,8 @@ class DynamicTree(SwitchProgram):
     fan_in = 256  # ranks a bitmap holds
     extra_values = 8  # a partial's bitmap after its values: links carry frames this much longer than a chunk's
     window = 2e-4  # seconds a partial waits for more contributions before it goes on
+    tick = 100e-6  # seconds between the timer's looks for partials that waited ``window``
+    hold = window + tick  # the most a switch holds a chunk's partial: results come back out of order by this much
     tau = 200e-6  # seconds over which a port's byte count decays (its congestion estimate)
     margin = 1.5  # leave the rotation's uplink when its cross traffic is this much more than the least's
     slack = 6000  # ... and this many bytes more (a few frames: light traffic moves nothing)
@@ -132,7 +134,7 @@ class DynamicTree(SwitchProgram):
         self._fold(r, key, pkt, bits, have, values)
         return self._result(ctx, job, key) if have | bits == everyone else None
 
-    @on_timer(100e-6)
+    @on_timer(tick)
     def timeouts(self, ctx):
         """Send on every partial that has waited ``window``: incomplete, as Canary does."""
         r, out = ctx.regs, []

@@ -334,6 +334,10 @@ class SwitchProgram:
     # the collectives (innet.wire.collectives) its handlers serve: a routed or replicating slot needs handlers
     # that read the contributions' mark (innet.switch.routed), as ``Reduction``'s do
     collectives: ClassVar[tuple[str, ...]] = ("allreduce",)
+    # seconds a switch may hold a chunk's contribution past a later chunk's before it sends it on (a timeout-based
+    # program's window): results then come back out of order by design, and the workers' loss detection by order
+    # allows that much per switch on their way (innet.planning.configs.reorder_allowance)
+    hold: ClassVar[float] = 0.0
 
     @classmethod
     def memory_bytes(cls) -> int:
