@@ -138,7 +138,7 @@ class DynamicTree(SwitchProgram):
     def timeouts(self, ctx):
         """Send on every partial that has waited ``window``: incomplete, as Canary does."""
         r, out = ctx.regs, []
-        late = np.flatnonzero((r.since >= 0) & (r.since + self.window <= ctx.now))
+        late = np.flatnonzero((r.since >= 0) & (r.since + self.window * ctx.clock <= ctx.now))
         for key in late.tolist():
             ctx.count("partial_on_timeout")
             out += self._flush(ctx, ctx.jobs[int(r.owner[key])], key)
@@ -260,7 +260,7 @@ class DynamicTree(SwitchProgram):
     def _load(self, ctx, port):
         """Port ``port``'s decayed byte count, decayed to now."""
         r = ctx.regs
-        r.load[port] *= math.exp(-(ctx.now - r.stamp[port]) / self.tau)
+        r.load[port] *= math.exp(-(ctx.now - r.stamp[port]) / (self.tau * ctx.clock))
         r.stamp[port] = ctx.now
         return float(r.load[port])
 

@@ -233,19 +233,18 @@ class Planned(Protocol):
 
 
 def background_model(graph: nx.Graph, run: RunSpec, rp: Planned) -> dict[str, float]:
-    """``background_model_s``: the timing model's completion beside the run's background traffic, for a switch
-    all-reduce under background or on dynamic trees (innet.planning.dynamic.background_model_s; the slowest job's)."""
+    """``background_model_s``: the timing model's completion beside the run's background traffic (none: at link
+    rate or the window's pace) for a plain switch all-reduce, the slowest job's (innet.planning.dynamic)."""
     from innet.hosts.background import background_flows
     from innet.planning.dynamic import background_model_s
     from innet.wire.packet import PAYLOAD_OFFSET
 
-    dynamic = any(p.method == "dynamic" for p in rp.plans)
-    if run.mode != "innet" or run.collective != "allreduce" or not (run.background.active or dynamic) \
+    if run.mode != "innet" or run.collective != "allreduce" or run.workload or run.train or run.consistency or run.topk \
             or any(p.method == "pbox" for p in rp.plans):
         return {}
     flows = [(f.src, f.dst, f.bps) for f in background_flows(graph, run.background, run.seed)]
     frame = PAYLOAD_OFFSET + 4 * (rp.per_packet + getattr(program_of(run), "extra_values", 0))
-    chunks = -(-run.elements // rp.per_packet)
+    chunks = sum(-(-n // rp.per_packet) for n in run.call_sizes())
     return {"background_model_s": round(max(background_model_s(graph, p, flows, chunks, frame) for p in rp.plans), 6)}
 
 

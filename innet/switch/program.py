@@ -200,6 +200,7 @@ class Context:
     groups: dict[int, tuple[int, ...]] = field(default_factory=dict)  # multicast group address -> ports
     counters: dict[str, int] = field(default_factory=dict)
     now: float = 0.0
+    clock: float = 1.0  # seconds of ``now`` per second of the run's timeline (dilation): a program's own times times it
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n
