@@ -86,14 +86,7 @@ def reorder_allowance(plan: JobPlan, program: type[SwitchProgram]) -> float:
     a chunk's result waits for its slowest partial, whoever's)."""
     if not program.hold:
         return 0.0
-    return program.hold * max(_switches_below_root(plan, w) for w in plan.workers)
-
-
-def _switches_below_root(plan: JobPlan, worker: str) -> int:
-    switches, node = 0, plan.first_hop[worker]
-    while node != plan.root and node in plan.parents:
-        switches, node = switches + 1, plan.parents[node]
-    return switches
+    return program.hold * max(len(plan.way_up(w)) - 2 for w in plan.workers)  # the switches below the root
 
 
 def worker_specs(graph: nx.Graph, plan: JobPlan, program: type[SwitchProgram], run: RunSpec) -> dict[str, JobSpec]:

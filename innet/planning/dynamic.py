@@ -154,8 +154,6 @@ def background_model_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str
 
 def _way_s(graph: nx.Graph, plan: JobPlan, worker: str, frame_bytes: int) -> float:
     """Seconds a frame takes from ``worker`` to the root, unloaded."""
-    seconds, node = 0.0, worker
-    while node != plan.root and node in plan.parents:
-        edge = graph.edges[node, plan.parents[node]]
-        seconds, node = seconds + edge.get("latency", 0.0) + 8 * frame_bytes / (edge["bw"] * 1e6), plan.parents[node]
-    return seconds
+    way = plan.way_up(worker)
+    return sum(graph.edges[a, b].get("latency", 0.0) + 8 * frame_bytes / (graph.edges[a, b]["bw"] * 1e6)
+               for a, b in zip(way, way[1:], strict=False))
