@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -37,16 +36,12 @@ class Tally:
     calls: Counter[str] = field(default_factory=Counter)
     side_plane: set[str] = field(default_factory=set)  # the calls that went over the side plane instead
 
-    def to_json(self) -> dict[str, Any]:
-        return {"link_bytes": dict(self.link_bytes), "virtual_s": self.virtual_s, "calls": dict(self.calls),
-                "side_plane": sorted(self.side_plane)}
-
-    def add(self, record: dict[str, Any]) -> None:
-        """Add another tally's ``to_json``."""
-        self.link_bytes.update(record["link_bytes"])
-        self.virtual_s += record["virtual_s"]
-        self.calls.update(record["calls"])
-        self.side_plane.update(record["side_plane"])
+    def add(self, other: Tally) -> None:
+        """Add ``other``'s counts to these."""
+        self.link_bytes.update(other.link_bytes)
+        self.virtual_s += other.virtual_s
+        self.calls.update(other.calls)
+        self.side_plane.update(other.side_plane)
 
 
 def exact_ints(tensors: list[np.ndarray], op: str) -> bool:

@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from innet.integrations.torch.fabric import FabricCollectives, Tally, compute
+from innet.node import codec
 from innet.node.client import AllreduceClient
 from innet.node.codec import read
 from innet.planning.spec import RunSpec
@@ -286,7 +287,7 @@ def write_tally(tally: Tally) -> None:
     if path:
         tally.side_plane |= _warned
         with open(path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(tally.to_json()) + "\n")
+            fh.write(json.dumps(codec.to_json(tally)) + "\n")
 
 
 def _cut(whole: torch.Tensor, parts: list[torch.Tensor]) -> None:

@@ -12,6 +12,7 @@ import time
 
 from innet.errors import UserError
 from innet.integrations.torch.fabric import Tally
+from innet.node import codec
 
 SITE = "import innet.torch  # noqa: F401  (innet launch: the default backend of CPU tensors is innet)\n"
 GRACE_S = 5.0  # for a rank to leave after SIGTERM before SIGKILL
@@ -83,5 +84,5 @@ def read_tally(path: str) -> Tally:
     if os.path.exists(path):
         with open(path, encoding="utf-8") as fh:
             for line in fh:
-                tally.add(json.loads(line))
+                tally.add(codec.from_json(Tally, json.loads(line)))
     return tally
