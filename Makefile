@@ -23,7 +23,7 @@ demo: deps
 	$(SUDO) $(PYTHON) run_topology.py
 
 lint: deps
-	$(PYTHON) -m ruff check innet topologies switch_programs tests scripts run_topology.py
+	$(PYTHON) -m ruff check innet topologies switch_programs tests scripts examples run_topology.py
 	$(PYTHON) -m mypy innet
 
 test: lint

@@ -29,6 +29,10 @@ SUBCOMMANDS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "train": ("train a real model (--train digits, the default) with its gradients all-reduced through the network",
               ("backend", "training", "topology", "job", "consistency", "faults", "output"),
               ("elements", "iterations", "jobs", "job_slots", "job_priority", "stragglers")),
+    "launch": ("run a torch.distributed script (after --), one rank per worker host, its collectives through the network",
+               ("backend", "topology", "job", "faults"),
+               ("collective", "root", "program", "elements", "iterations", "jobs", "job_slots", "job_priority", "topk",
+                "crash", "background", "link_faults", "pcap", "cli", "cluster", "cluster_key", "cluster_known_hosts")),
 }
 
 
@@ -90,6 +94,9 @@ def _main(argv: list[str]) -> int:
     if argv[:1] == ["bench"]:  # the rest of a bench's line is the benchmark's own
         args, rest = p.parse_known_args(argv)
         return _bench(args.name, args.list, rest)
+    command: list[str] = []
+    if argv[:1] == ["launch"] and "--" in argv:  # the rest of a launch's line is the ranks' command
+        argv, command = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
     args = p.parse_args(argv)
     if args.command == "train" and not getattr(args, "train", ""):
         args.train = "digits"
@@ -99,6 +106,7 @@ def _main(argv: list[str]) -> int:
         "train": lambda: cli.execute(args),
         "clean": lambda: cli.execute(argparse.Namespace(clean=True)),
         "reproduce": lambda: _reproduce(args),
+        "launch": lambda: _launch(args, command),
     }
     return commands[args.command]()
 
@@ -115,6 +123,18 @@ def _reproduce(args: argparse.Namespace) -> int:
     files = reproduce(load(args.name), backend=args.backend, quick=args.quick, out=args.out)
     print(f"results: {', '.join(files)}")
     return 0
+
+
+def _launch(args: argparse.Namespace, command: list[str]) -> int:
+    """``innet launch [run flags] -- COMMAND``: on Mininet as root (the default there), else on the local fabric."""
+    from innet.api import spec_of
+    from innet.integrations.torch.launch import launch
+
+    options = cli.options(args)
+    if options.get("mode", "innet") not in ("innet", "pbox", "ring"):
+        raise UserError(f"innet launch runs the script's collectives as innet, pbox or ring, not {{mode}} {options['mode']}")
+    run, graph = spec_of(default_backend="local" if os.geteuid() else "mininet", **options)
+    return launch(graph, run, command)
 
 
 def _interrupt(*_: object) -> None:

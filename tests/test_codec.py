@@ -57,3 +57,15 @@ def test_what_a_switch_is_told_and_says_comes_back_equal():
                         SwitchReport("s1", 100, 4096, {2: JobSlots(True, 0, 8)}, {"s1-eth0": PortStats(1, 2, 3, 4)},
                                      {"drop:stale": 1}))
     assert round_trip(stats) == stats and round_trip(stats).counters == {"drop:stale": 1}
+
+
+def test_a_launch_tally_with_counters_and_a_set_comes_back_equal_and_adds_up():
+    from collections import Counter
+
+    from innet.integrations.torch.fabric import Tally
+
+    tally = Tally(Counter({"h1-s1": 5, "h2-s1": 7}), 0.25, Counter({"allreduce": 2}), {"send", "all_to_all"})
+    back = round_trip(tally)
+    assert back == tally and isinstance(back.link_bytes, Counter) and isinstance(back.side_plane, set)
+    back.add(tally)
+    assert (back.link_bytes["h2-s1"], back.calls["allreduce"], back.virtual_s) == (14, 4, 0.5)

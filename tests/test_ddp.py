@@ -12,7 +12,7 @@ import torch
 from innet.integrations.torch.ddp import fabric_allreduce, innet_hook
 from innet.planning.spec import RunSpec
 from innet.wire import fixedpoint
-from tests.test_learning import readme_commands
+from tests.test_guide import readme_commands
 from topologies import build
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,7 +49,7 @@ def test_the_hook_hands_ddp_the_mean_in_the_bucket_itself():
 
 def test_the_readme_example_trains_to_plain_ddps_accuracy():
     """README's command as written: 2 processes, 10 epochs, the hook's accuracy within 0.5 points of plain DDP's."""
-    (command,) = [c for c in readme_commands() if "ddp_digits.py" in c]
+    (command,) = [c for _, c in readme_commands() if "scripts/ddp_digits.py" in c]
     argv = command.split()
     assert argv[:2] == ["python", "scripts/ddp_digits.py"]
     out = subprocess.run([sys.executable, os.path.join(ROOT, argv[1]), *argv[2:]], capture_output=True, text=True, timeout=600)

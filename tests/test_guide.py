@@ -20,7 +20,7 @@ TESTED_ELSEWHERE = {
     "Writing a switch program": "tests/test_readme.py::test_each_command_runs_as_written",
     "Reproducing the papers": "tests/test_experiments.py runs each innet reproduce command (its quick sweep)",
     "Training a real model (`--train digits`)": "tests/test_learning.py runs its command",
-    "PyTorch: a DDP communication hook": "tests/test_ddp.py runs its command",
+    "PyTorch: `innet launch`": "tests/test_launch.py runs its launches (2 ranks, 2 epochs), tests/test_ddp.py the hook's",
     "Scaling up": "tests/test_scale.py::test_the_readme_scaling_commands_run_as_written (the bench at small sizes)",
     "Performance": "tests/test_bench.py runs every benchmark make bench runs, small",
 }

@@ -32,7 +32,8 @@ def test_a_bad_operator_is_one_clear_error(kwargs, message):
 
 
 @pytest.mark.parametrize("mode", ["innet", "pbox", "ring"])
-@pytest.mark.parametrize("program", ["sum_allreduce", "max_allreduce", "min_allreduce", "or_allreduce", "topk_sparse"])
+@pytest.mark.parametrize("program", ["sum_allreduce", "max_allreduce", "min_allreduce", "or_allreduce", "and_allreduce",
+                                     "topk_sparse"])
 def test_every_program_is_exact_in_every_mode(program, mode):
     graph = build("leaf-spine", racks=2, hosts_per_rack=3)
     run = RunSpec(mode=mode, program=program, elements=3001, iterations=2, topk=0.05 if program == "topk_sparse" else 0)
@@ -91,7 +92,7 @@ def test_an_operator_without_identity_in_a_program_file_names_the_file_and_the_f
 def test_reduction_programs_are_short():
     """The programming model's promise: a reduction is a few lines on Reduction."""
     here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "switch_programs")
-    for name in ("sum_allreduce", "max_allreduce", "min_allreduce", "or_allreduce", "topk_sparse"):
+    for name in ("sum_allreduce", "max_allreduce", "min_allreduce", "or_allreduce", "and_allreduce", "topk_sparse"):
         with open(os.path.join(here, name + ".py")) as f:
             text = f.read()
         code = [line for line in text.split('"""')[2].splitlines() if line.strip() and not line.strip().startswith("#")]

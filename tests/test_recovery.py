@@ -69,7 +69,7 @@ def test_a_slow_call_says_what_it_waits_for():
 
 def test_the_run_tells_its_workers_how_long_its_links_hold_frames_back():
     """innet.planning.configs.reorder_window: 1.5 reorder_delay where a link reorders (the worst held-back frame),
-    four RTO floors for dynamic trees (they reorder by design), else nothing: a FIFO path waits no longer."""
+    else nothing: a FIFO path waits no longer."""
     from innet.planning.configs import reorder_window
     from innet.planning.spec import RunSpec
     from innet.wire.faults import FaultSpec
@@ -78,4 +78,3 @@ def test_the_run_tells_its_workers_how_long_its_links_hold_frames_back():
     assert reorder_window(RunSpec(faults=FaultSpec(loss=0.2))) == 0.0
     assert reorder_window(RunSpec(faults=FaultSpec(reorder=0.05))) == pytest.approx(0.003)
     assert reorder_window(RunSpec(link_faults=(("h1--s1", FaultSpec(reorder=0.1, reorder_delay=0.01)),))) == pytest.approx(0.015)
-    assert reorder_window(RunSpec(placement="dynamic")) == pytest.approx(REORDER_CAP * RunSpec().min_rto)

@@ -76,6 +76,7 @@ class JobSpec:
     operator: Operator = SUM  # what the job reduces with: its fixed-point rule decides what workers agree on
     collective: str = "allreduce"  # innet.wire.collectives: what goes in, and which ranks each result goes to
     root: int = 0  # broadcast's and reduce's root rank
+    reorder: float = 0.0  # seconds results may come back out of order by design (switches that hold partials)
 
     def __post_init__(self) -> None:
         if isinstance(self.operator, dict):  # from JSON
@@ -192,7 +193,7 @@ class AllreduceCall:
         self.by_order = np.zeros(spec.slots, np.bool_)  # the last retransmission was RACK's (not a timer's)
         self.first_suspect = np.full(spec.slots, np.inf)  # suspect_at before any retransmission of the chunk
         self.undo = Undo(spec.slots)
-        self.rack = Rack(spec.min_rto, spec.reorder_window)
+        self.rack = Rack(spec.min_rto + spec.reorder, spec.reorder_window)  # reordering by design is no evidence of loss
         self.newest_seq = -1  # the newest transmission whose result came back
         self.pace = 0.0  # smoothed time between results: how fast the window drains
         self.probes = 0  # tail probes since the last result

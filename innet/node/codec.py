@@ -4,11 +4,12 @@ The controller writes node configurations (innet.node.config) as JSON files and 
 JSON lines; the node processes read them back as the very dataclasses that were written. ``to_json``
 turns a dataclass (nested ones, tuples, dicts, None) into JSON values; ``from_json(cls, data)`` reads
 them back by ``cls``'s type hints: JSON's string keys become the ``int`` keys a ``dict[int, ...]``
-field declares, lists become the tuples a field declares. No type has a hand-written codec of its own.
+field declares, lists become the tuples (or sets) a field declares. No type has a hand-written codec of its own.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import types
@@ -28,6 +29,8 @@ def to_json(value: Any) -> Any:
         return {str(k): to_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [to_json(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(to_json(v) for v in value)
     return value
 
 
@@ -75,8 +78,10 @@ def _read(tp: Any, data: Any) -> Any:
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_read(args[0], v) for v in data)
         return tuple(_read(a, v) for a, v in zip(args, data, strict=True)) if args else tuple(data)
-    if origin is list:
-        return [_read(args[0] if args else Any, v) for v in data]
+    if origin in (list, set, frozenset):
+        return origin(_read(args[0] if args else Any, v) for v in data)
+    if origin is collections.Counter:
+        return collections.Counter({_read(args[0], k): v for k, v in data.items()})
     if tp is int and isinstance(data, str):  # a dict[int, ...]'s key
         return int(data)
     return data

@@ -10,7 +10,6 @@ import numpy as np
 
 from innet.errors import UserError
 from innet.graph import first_hops, hosts, indexed, node_indices, ports, role, switches
-from innet.hosts.recovery import REORDER_CAP
 from innet.hosts.worker import JobSpec
 from innet.planning.planner import JobPlan
 from innet.planning.spec import RunSpec
@@ -84,13 +83,18 @@ def initial_rto(graph: nx.Graph, plan: JobPlan, worker: str, elements: int, run:
 def reorder_window(run: RunSpec) -> float:
     """How long a worker waits before it takes a suspect for lost, when the run injects reordering: a held-back
     frame waits up to 1.5 ``reorder_delay`` (innet.wire.faults), so order alone proves nothing for that long.
-    The run knows its links as a TCP stack knows its ``tcp_reordering``; 0 without reordering. Dynamic trees
-    (switch_programs/dynamic_tree.py) reorder results by design: at 75% background on the fat-tree, their
-    workers took that for loss (658 retransmissions, 0.70x static); from a window of REORDER_CAP floors, none."""
-    held = max((1.5 * f.reorder_delay for f in (run.faults, *(f for _, f in run.link_faults)) if f.reorder > 0), default=0.0)
-    if run.placement == "dynamic":  # partials take different ways by design: results come back out of order
-        return max(held, REORDER_CAP * run.min_rto)  # from the start, as wide as a measured window may grow
-    return held
+    The run knows its links as a TCP stack knows its ``tcp_reordering``; 0 without reordering. (What a switch
+    program reorders by design is ``reorder_allowance``.)"""
+    return max((1.5 * f.reorder_delay for f in (run.faults, *(f for _, f in run.link_faults)) if f.reorder > 0), default=0.0)
+
+
+def reorder_allowance(plan: JobPlan, program: type[SwitchProgram]) -> float:
+    """Seconds a job's results may come back out of order by design: the program's ``hold`` at each switch on the
+    longest way from a worker to the root (dynamic trees' partials wait out a window at every switch but the root;
+    a chunk's result waits for its slowest partial, whoever's)."""
+    if not program.hold:
+        return 0.0
+    return program.hold * max(len(plan.way_up(w)) - 2 for w in plan.workers)  # the switches below the root
 
 
 def worker_specs(graph: nx.Graph, plan: JobPlan, program: type[SwitchProgram], run: RunSpec) -> dict[str, JobSpec]:
@@ -101,6 +105,7 @@ def worker_specs(graph: nx.Graph, plan: JobPlan, program: type[SwitchProgram], r
                    min_rto=run.min_rto, initial_rto=initial_rto(graph, plan, w, program.elements, run),
                    reorder_window=reorder_window(run),
                    timeout=run.timeout, sparse=run.topk > 0, band=run.band(plan.job),
-                   operator=getattr(program, "operator", SUM), collective=run.collective, root=run.root)
+                   operator=getattr(program, "operator", SUM), collective=run.collective, root=run.root,
+                   reorder=reorder_allowance(plan, program))
         for rank, w in enumerate(plan.workers)
     }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from innet.graph import natural_key
 from innet.results.record import RunRecord
@@ -112,7 +113,11 @@ def kernel_fidelity() -> Fidelity:
 
 def fidelity_line(record: RunRecord) -> str:
     """One line for the summary: the verdict, the dilation, and why."""
-    fid = record["fidelity"]  # its JSON view: a Fidelity, or the dict a record read back from results.json has
+    return verdict_line(record["mode"], record["fidelity"])  # a Fidelity, or the dict a record read back from results.json has
+
+
+def verdict_line(mode: str, fid: Any) -> str:
+    """``fidelity_line`` of ``mode``'s ``fid`` (a Fidelity or its JSON view)."""
     factor = f"dilation {fid['dilation']:g}" if fid["dilation"] != 1 else "no dilation"
     why = f": {'; '.join(fid['reasons'])}" if fid["reasons"] else ""
-    return f"fidelity: {record['mode']}: {fid['verdict']} ({factor}){why}"
+    return f"fidelity: {mode}: {fid['verdict']} ({factor}){why}"

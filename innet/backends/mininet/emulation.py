@@ -91,7 +91,9 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     wire_graph, wire_run = dilate_graph(graph, dilation), dilate_spec(run, dilation)
     rp = plan_run(wire_graph, wire_run, program_of(wire_run))
     program = program_of(wire_run, rp.fan_in)
-    configs = installed_configs(wire_graph, wire_run, rp)
+    rp = replace(rp, specs={j: {w: replace(s, reorder=s.reorder * dilation) for w, s in specs.items()}  # a program's
+                            for j, specs in rp.specs.items()})  # times are on the run's timeline: switches' and workers'
+    configs = {n: replace(c, clock=dilation) for n, c in installed_configs(wire_graph, wire_run, rp).items()}
     answer = program.elements + (1 if run.consistency else 0)  # a parameter server's answer leads with its clock
     answer += getattr(program, "extra_values", 0)  # values a program's own frames carry beyond a chunk (a bitmap)
     if cluster is not None:

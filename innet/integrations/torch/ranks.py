@@ -56,7 +56,7 @@ def gloo_applies(run: RunSpec) -> bool:
         or run.link_faults or run.faults != FaultSpec())
 
 
-def _ranks(rp: RunPlan) -> list[tuple[str, JobSpec]]:
+def job_ranks(rp: RunPlan) -> list[tuple[str, JobSpec]]:
     if len(rp.plans) != 1:
         raise UserError("torch ranks run one job: give {jobs} 1")
     return sorted(rp.specs[rp.plans[0].job].items(), key=lambda kv: kv[1].rank)
@@ -124,7 +124,7 @@ def run_gloo(graph: nx.Graph, run: RunSpec) -> RunRecord:
         raise UserError("{mode} gloo needs torch: pip install -e '.[torch]' (torch==2.13.0, the CPU build)")
     ring = replace(run, mode="ring")
     rp = plan_run(graph, ring, program_of(ring))
-    ranks = _ranks(rp)
+    ranks = job_ranks(rp)
     timeout = STARTUP_S + run.timeout * run.iterations
     with network(graph, link_mtu(0), "gloo") as emu:
         emu.add_ip_network()
@@ -185,7 +185,7 @@ def ddp_mininet(graph: nx.Graph, run: RunSpec, train: Task, hooks: tuple[str, ..
         raise UserError("the DDP example needs torch: pip install -e '.[torch]' (torch==2.13.0, the CPU build)")
     rp = plan_run(graph, run, program_of(run))
     program = program_of(run, rp.fan_in)
-    ranks = _ranks(rp)
+    ranks = job_ranks(rp)
     job = rp.plans[0].job
     timeout = STARTUP_S + 60.0 * train.epochs
     out: dict[str, DdpOutcome] = {}

@@ -1,0 +1,97 @@
+"""``innet launch [run flags] -- python train.py ARGS``: one torch rank per worker host, torchrun's environment, every
+collective of the script's default backend through the emulated network (innet.integrations.torch.group).
+
+Each rank gets RANK, WORLD_SIZE, LOCAL_RANK (0: one rank per host), LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT,
+and a ``sitecustomize`` that imports innet.torch, which makes "innet" the backend of CPU tensors: a script that names
+no backend (``dist.init_process_group()``) runs through innet unchanged, and under plain torchrun on gloo. The run's
+options (topology, scheme, faults) reach the group's rank 0 in files (INNET_RUN, INNET_GRAPH); its fabric counts
+the bytes per link into INNET_STATS, which the launcher prints at the end, per link and per tier.
+
+A rank that fails ends the run with one line (its last words); Ctrl-C or SIGTERM at any point ends every rank
+(each in its own session, so the terminal's signal reaches the launcher alone) and removes the run's folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections import Counter
+
+import networkx as nx
+
+from innet.errors import UserError
+from innet.graph import hosts
+from innet.integrations.torch.fabric import Tally
+from innet.integrations.torch.procs import SITE, free_port, rank_env, read_tally, stop, wait_ranks
+from innet.node.codec import write
+from innet.planning.spec import RunSpec
+from innet.results.fidelity import Fidelity, verdict_line, virtual_fidelity
+from innet.results.metrics import tier_bytes
+
+
+def workers_of(graph: nx.Graph, run: RunSpec) -> int:
+    """How many ranks: the run's workers, else every host of the topology."""
+    return run.workers if run.workers is not None else len(hosts(graph))
+
+
+def launch(graph: nx.Graph, run: RunSpec, command: list[str]) -> int:
+    """Run ``command`` as every rank (``run.backend``: on this machine with the fabric, or in Mininet hosts); print
+    what the collectives cost."""
+    if not command:
+        raise UserError("innet launch needs a command after --, e.g. innet launch {backend} local -- python train.py")
+    if run.backend == "mininet":
+        from innet.integrations.torch.mininet import launch_mininet
+
+        link_bytes, wall, tally = launch_mininet(graph, run, command, SITE)
+        tally.link_bytes = Counter(link_bytes)
+        fid = Fidelity(1.0, "not judged", ("Mininet: the side plane's TCP shares the links and is counted; the "
+                                           "ranks' and switches' CPU are not measured",), {}, {}, {})
+    else:
+        tally, wall = launch_local(graph, run, command)
+        fid = virtual_fidelity()
+    for line in summary(graph, run, tally, workers_of(graph, run), wall):
+        print(line)
+    print(verdict_line(f"launch {run.mode}", fid.to_json()))
+    return 0
+
+
+def launch_local(graph: nx.Graph, run: RunSpec, command: list[str]) -> tuple[Tally, float]:
+    """Run ``command`` as every rank on this machine, the collectives on the fabric: what they cost, the seconds."""
+    from topologies.files import save_file
+
+    world = workers_of(graph, run)
+    folder = tempfile.mkdtemp(prefix="innet-launch-")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        write(os.path.join(folder, "run.json"), run)
+        save_file(graph, os.path.join(folder, "graph.json"))
+        with open(os.path.join(folder, "sitecustomize.py"), "w", encoding="utf-8") as fh:
+            fh.write(SITE)
+        port = free_port()
+        for rank in range(world):
+            with open(os.path.join(folder, f"rank{rank}.err"), "wb") as err:
+                procs.append(subprocess.Popen(command, env=rank_env(folder, rank, world, port), stderr=err,
+                                              start_new_session=True))
+        started = time.monotonic()
+        wait_ranks(procs, folder)
+        return read_tally(os.path.join(folder, "stats.jsonl")), time.monotonic() - started
+    finally:
+        stop(procs)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def summary(graph: nx.Graph, run: RunSpec, tally: Tally, world: int, wall: float) -> list[str]:
+    """What the launcher prints at the end: the collectives, bytes per tier and per link."""
+    calls = ", ".join(f"{n} {c}" for n, c in sorted(tally.calls.items())) or "none (did the script use backend innet?)"
+    virtual = f"; {tally.virtual_s:.3f} virtual seconds in them" if run.backend == "local" else ""
+    out = [f"innet launch: {world} ranks, {run.mode}, {wall:.1f} s; collectives through the network: {calls}{virtual}"]
+    if tally.side_plane:
+        counted = "counted on the links" if run.backend == "mininet" else "not counted"
+        out.append(f"over the TCP side plane ({counted}): {', '.join(sorted(tally.side_plane))}")
+    tiers = tier_bytes(graph, dict(tally.link_bytes))
+    out.append("bytes per tier: " + (", ".join(f"{t} {b}" for t, b in sorted(tiers.items())) or "none"))
+    out.append("bytes per link: " + (", ".join(f"{name} {b}" for name, b in sorted(tally.link_bytes.items())) or "none"))
+    return out

@@ -1,0 +1,80 @@
+"""``innet launch --backend mininet``: every rank inside its worker host's namespace, over the shaped links.
+
+The topology comes up as for any Mininet run (innet.backends.mininet.emulation: every process recorded and removed
+on success, error, Ctrl-C and SIGTERM) with the switches running the sum program and an IP network beside innet's
+frames for the TCP side plane (innet.backends.mininet.iplane). Each rank's group all-reduces float sums and means
+of the whole world with the worker client on its host's interface (``ClientConf``), through the switches; every
+other call takes the side plane over the same links. The bytes per link are the interfaces' counters, side plane
+included.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import networkx as nx
+
+from innet.errors import UserError
+from innet.hosts.worker import JobSpec
+from innet.integrations.torch.procs import rank_env, read_tally, wait_ranks
+from innet.node.config import NO_FAULTS, Faults
+from innet.planning.spec import RunSpec, program_of
+
+TORCH_PORT = 29500
+
+
+@dataclass(frozen=True)
+class ClientConf:
+    """A rank's worker client: its job's spec, its interface, the scheme, the ring's order and its ports' faults."""
+
+    spec: JobSpec
+    iface: str
+    mode: str
+    ring: tuple[int, ...]
+    faults: Faults = field(default_factory=lambda: dict(NO_FAULTS))
+
+
+def launch_mininet(graph: nx.Graph, run: RunSpec, command: list[str], site: str) -> tuple[dict[str, int], float, Any]:
+    """Run ``command`` as every rank, each in its worker host; the bytes per link, the seconds, rank 0's tally.
+    ``site``: the sitecustomize every rank imports."""
+    from innet.backends.mininet.emulation import network
+    from innet.backends.mininet.iplane import host_address
+    from innet.backends.mininet.network import link_bytes_between
+    from innet.backends.mininet.nodes import port_faults
+    from innet.integrations.torch.ranks import job_ranks
+    from innet.schemes.modes import installed_configs, plan_run
+    from innet.wire.packet import link_mtu
+
+    if run.mode == "pbox":
+        raise UserError("innet launch on Mininet runs {mode} innet or ring (no PBox process is started)")
+    rp = plan_run(graph, run, program_of(run))
+    program = program_of(run, rp.fan_in)
+    ranks = job_ranks(rp)
+    ring = tuple(rp.ring(rp.plans[0].job))
+    with network(graph, link_mtu(program.elements), "launch") as emu:
+        emu.add_ip_network()
+        emu.start_switches(run, program, installed_configs(graph, run, rp), None)
+        with open(os.path.join(emu.run_dir, "sitecustomize.py"), "w", encoding="utf-8") as fh:
+            fh.write(site)
+        master = host_address(emu.graph, ranks[0][0])
+        procs: list[subprocess.Popen[bytes]] = []
+        for rank, (host, spec) in enumerate(ranks):
+            conf = emu.write(f"{host}-client.json", ClientConf(spec, f"{host}-eth0", run.mode, ring,
+                                                                  port_faults(graph, run, host)))
+            env = rank_env(emu.run_dir, rank, len(ranks), TORCH_PORT, master)
+            env.update(INNET_CLIENT=conf, GLOO_SOCKET_IFNAME=f"{host}-eth0")
+            given = [f"{k}={v}" for k, v in env.items() if k.startswith(("INNET_", "GLOO_", "OMP_", "PYTHONPATH"))
+                     or k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+                              "MASTER_PORT")]
+            with open(os.path.join(emu.run_dir, f"rank{rank}.err"), "wb") as err:
+                procs.append(emu.spawn(host, ["env", *given, *command], stdin=subprocess.DEVNULL, stdout=None, stderr=err))
+        before, started = emu.interface_bytes(), time.monotonic()
+        wait_ranks(procs, emu.run_dir)
+        wall = time.monotonic() - started
+        link_bytes = link_bytes_between(emu.graph, before, emu.interface_bytes())
+        tally = read_tally(os.path.join(emu.run_dir, "stats.jsonl"))
+    return link_bytes, wall, tally

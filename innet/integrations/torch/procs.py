@@ -1,0 +1,88 @@
+"""The processes of ``innet launch``'s ranks, on this machine or in Mininet hosts: their environment, waiting for
+them (the first to fail ends the run with its last words), stopping them, and the counts their groups wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+
+from innet.errors import UserError
+from innet.integrations.torch.fabric import Tally
+from innet.node import codec
+
+SITE = "import innet.torch  # noqa: F401  (innet launch: the default backend of CPU tensors is innet)\n"
+GRACE_S = 5.0  # for a rank to leave after SIGTERM before SIGKILL
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def rank_env(folder: str, rank: int, world: int, port: int, master: str = "127.0.0.1") -> dict[str, str]:
+    """Rank ``rank``'s environment: torchrun's variables and innet's files; innet and ``folder`` (its
+    sitecustomize) first on the path."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    path = os.pathsep.join(filter(None, [folder, root, os.environ.get("PYTHONPATH")]))
+    return dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK="0", LOCAL_WORLD_SIZE="1",
+                GROUP_RANK=str(rank), MASTER_ADDR=master, MASTER_PORT=str(port), PYTHONPATH=path,
+                INNET_RUN=os.path.join(folder, "run.json"), INNET_GRAPH=os.path.join(folder, "graph.json"),
+                INNET_STATS=os.path.join(folder, "stats.jsonl"), OMP_NUM_THREADS="1")
+
+
+def wait_ranks(procs: list[subprocess.Popen[bytes]], folder: str) -> None:
+    """Until every rank has exited; the first to fail ends the run with its last words."""
+    while any(p.poll() is None for p in procs) or any(p.returncode for p in procs):
+        failed = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
+        if failed:
+            rank = failed[0]
+            raise UserError(f"rank {rank} failed (exit {procs[rank].returncode}): {last_words(folder, rank)}")
+        time.sleep(0.05)
+
+
+def last_words(folder: str, rank: int) -> str:
+    """The last line rank ``rank`` wrote to stderr that says something (not a traceback's frame)."""
+    try:
+        with open(os.path.join(folder, f"rank{rank}.err"), encoding="utf-8", errors="replace") as fh:
+            lines = [ln.strip() for ln in fh if ln.strip() and not ln.startswith((" ", "Traceback"))]
+    except OSError:
+        lines = []
+    return lines[-1] if lines else "no message"
+
+
+def stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """End every rank still running, and all it started: SIGTERM to its session, SIGKILL after a grace."""
+    alive = [p for p in procs if p.poll() is None]
+    for p in alive:
+        _signal(p, signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_S
+    for p in alive:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            _signal(p, signal.SIGKILL)
+            p.wait()
+    for p in procs:  # a rank's own children (torch's workers) go with its session
+        _signal(p, signal.SIGKILL)
+
+
+def _signal(proc: subprocess.Popen[bytes], sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def read_tally(path: str) -> Tally:
+    """The sum of the tallies the groups' rank 0s wrote (none: nothing ran through innet)."""
+    tally = Tally()
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                tally.add(codec.from_json(Tally, json.loads(line)))
+    return tally

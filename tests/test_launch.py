@@ -1,0 +1,188 @@
+"""``innet launch -- python train.py``: the examples train through the network as they do on gloo under torchrun; a
+failing rank is one line; Ctrl-C at any point leaves no process and no folder behind."""
+
+import glob
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from tests.test_guide import readme_commands
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ENV = dict(os.environ, PYTHONPATH=ROOT)
+
+
+def launch(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "innet", "launch", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=ENV, timeout=timeout)
+
+
+def torchrun(*args, ranks=2):
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
+                           "--standalone", *args], capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=600)
+
+
+def accuracy(out: str, backend: str) -> float:
+    found = re.search(rf"backend cpu:{backend}, 2 ranks: test accuracy ([\d.]+), [\d.]+ ms per step, (\d+) steps", out)
+    assert found, out
+    return float(found.group(1))
+
+
+def collectives(out: str) -> dict[str, int]:
+    """The launcher's count of each collective through the network."""
+    line = re.search(r"collectives through the network: (.*)", out).group(1).split(";")[0]
+    return {name: int(count) for name, count in (part.split() for part in line.split(", "))}
+
+
+def both_said(proc, word: str) -> None:
+    """Read the launch's output until both ranks said ``word`` (their lines may interleave)."""
+    said = ""
+    while said.count(word) < 2:
+        line = proc.stdout.readline()
+        assert line, "the launch ended before both ranks said " + word
+        said += line
+
+
+def leftovers(marker: str) -> list[str]:
+    """Processes whose command line names ``marker``, and launch folders left in the temp dir."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if marker.encode() in fh.read():
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+LAUNCHES = [c for t, c in readme_commands() if t == "PyTorch: `innet launch`" and c.startswith("innet launch")]
+
+
+def test_readme_launches_both_examples_on_the_star_of_4():
+    assert [c.split()[-1] for c in LAUNCHES] == ["examples/ddp_digits.py", "examples/fsdp_digits.py"]
+    assert all(c.split()[:-2] == "innet launch --backend local --topo star --workers 4 --".split() for c in LAUNCHES)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", LAUNCHES)
+def test_readmes_launch_trains_through_innet_as_gloo_under_torchrun(command):
+    """README's command on 2 ranks for 2 epochs, and the script under torchrun on gloo, same seeds: the accuracy
+    through innet within 0.5 points of gloo's; the script's collectives counted on the network's links (FSDP: its
+    reduce-scatters and all-gathers)."""
+    script = command.split()[-1]
+    example = os.path.basename(script)[:-3]
+    gloo = torchrun(script, "--epochs", "2")
+    assert gloo.returncode == 0, gloo.stderr[-2000:]
+    flags = command.replace("--workers 4", "--workers 2").split()[2:-2]
+    out = launch(*flags, sys.executable, script, "--epochs", "2")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert abs(accuracy(out.stdout, "innet") - accuracy(gloo.stdout, "gloo")) <= 0.005
+    steps = int(re.search(r"(\d+) steps", out.stdout).group(1))
+    calls = collectives(out.stdout)
+    if example == "ddp_digits":
+        assert calls["allreduce"] == steps  # one bucket a step
+    else:
+        assert calls["reduce_scatter"] == 2 * steps and calls["all_gather"] >= 4 * steps  # per layer
+    links = dict(re.findall(r"(h\d--s1) (\d+)", out.stdout))
+    assert set(links) == {"h1--s1", "h2--s1"} and all(int(b) > 0 for b in links.values())
+    tiers = re.search(r"bytes per tier: host-tor (\d+)", out.stdout)
+    assert int(tiers.group(1)) == sum(int(b) for b in links.values())
+    assert "fidelity: launch innet: faithful" in out.stdout
+
+
+def test_a_failing_rank_ends_the_run_in_one_line_and_leaves_nothing(tmp_path):
+    script = tmp_path / "fails.py"
+    script.write_text("import os, time\nimport torch.distributed as dist\ndist.init_process_group()\n"
+                      "if os.environ['RANK'] == '1':\n    raise SystemExit('rank one gives up on purpose')\ntime.sleep(600)\n")
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*")))
+    out = launch("--backend", "local", "--topo", "star", "--workers", "3", "--", sys.executable, str(script), timeout=300)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == ["error: rank 1 failed (exit 1): rank one gives up on purpose"]
+    assert leftovers(str(script)) == []
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*"))) == before
+
+
+@pytest.mark.parametrize("when", ["starting", "training"])
+def test_ctrl_c_at_any_point_leaves_no_process_and_no_folder(tmp_path, when):
+    script = tmp_path / "trains.py"
+    script.write_text("import time, torch\nimport torch.distributed as dist\ndist.init_process_group()\n"
+                      "t = torch.ones(3)\ndist.all_reduce(t)\nprint('up', flush=True)\n"
+                      "while True:\n    dist.all_reduce(t)\n    time.sleep(0.01)\n")
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*")))
+    proc = subprocess.Popen([sys.executable, "-m", "innet", "launch", "--backend", "local", "--topo", "star", "--workers",
+                             "2", "--", sys.executable, str(script)], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    if when == "starting":  # the run's folder is there: the ranks are being started, importing torch
+        while set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*"))) == before:
+            time.sleep(0.01)
+        time.sleep(0.2)
+    else:
+        both_said(proc, "up")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err, err
+    assert leftovers(str(script)) == []
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*"))) == before
+
+
+def test_a_launch_without_a_command_or_in_a_gloo_mode_is_one_line():
+    out = launch("--backend", "local", "--topo", "star", "--workers", "2")
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        "error: innet launch needs a command after --, e.g. innet launch --backend local -- python train.py"]
+    out = launch("--backend", "local", "--mode", "gloo", "--", "true")
+    assert out.returncode == 2 and "innet, pbox or ring, not --mode gloo" in out.stderr
+
+
+MININET_SCRIPT = """import sys, time, torch
+import torch.distributed as dist
+dist.init_process_group()
+rank, world = dist.get_rank(), dist.get_world_size()
+t = torch.full((5000,), rank + 1.0)
+dist.all_reduce(t)
+mean = torch.full((3,), float(rank), dtype=torch.float64)
+dist.all_reduce(mean, op=dist.ReduceOp.AVG)
+out = torch.empty(world, dtype=torch.int64)
+dist.all_to_all_single(out, torch.full((world,), rank, dtype=torch.int64))
+print('got', t.min().item(), t.max().item(), mean.tolist(), out.tolist(), flush=True)
+while len(sys.argv) > 1:
+    dist.all_reduce(t)
+    time.sleep(0.01)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.mininet
+def test_on_mininet_float_sums_go_through_the_switch_and_ctrl_c_leaves_nothing(tmp_path):
+    """Each rank in its host: a float sum and a mean through the switch (the worker client), an all-to-all over
+    the side plane, counted on the links; then a run interrupted mid-training leaves no interface or state."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (Mininet)")
+    from tests.test_emulation import assert_nothing_left
+
+    script = tmp_path / "sums.py"
+    script.write_text(MININET_SCRIPT)
+    out = launch("--backend", "mininet", "--topo", "star", "--workers", "2", "--", sys.executable, str(script))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.count("got 3.0 3.0 [0.5, 0.5, 0.5] [0, 1]") == 2, out.stdout
+    assert collectives(out.stdout) == {"allreduce": 2}
+    assert "over the TCP side plane (counted on the links): all_to_all_single" in out.stdout
+    links = {name: int(b) for name, b in re.findall(r"(h\d--s1) (\d+)", out.stdout)}
+    assert set(links) == {"h1--s1", "h2--s1"} and all(b > 2 * 5000 * 4 for b in links.values())
+    assert "fidelity: launch innet: not judged" in out.stdout
+    proc = subprocess.Popen([sys.executable, "-m", "innet", "launch", "--backend", "mininet", "--topo", "star", "--workers",
+                             "2", "--", sys.executable, str(script), "loop"], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    both_said(proc, "got")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert leftovers(str(script)) == []
+    assert_nothing_left()
