@@ -33,13 +33,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import networkx as nx
+import numpy as np
 
 from innet.hosts.ring import ACK_EVERY, WINDOW, ring_phases
 from innet.hosts.training import Training, iteration_stats, p3_order, run_schedule
 from innet.planning.consistency import consistency_time
 from innet.planning.planner import JobPlan
 from innet.planning.prediction import chunk_bytes, direction_bytes, frame_bytes, link_rate, one_way, path_links
-from innet.planning.spec import RunSpec
+from innet.planning.spec import LOCAL_MIN_RTO, RunSpec
 from innet.wire.collectives import ALLREDUCE, Collective
 
 MININET_HOP = 0.0006
@@ -125,18 +126,96 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
     return small + stream + rtt - full / slowest + incast
 
 
+def _retry_delays(fail: float, first: float, pace: float, units: int, limit: int = 24) -> np.ndarray:
+    """Where the k-th retransmission of a unit lost ``k`` times answers, after its first send would have
+    (k = 0..limit): each loss costs a reordering window and a round trip (``first``) plus the units still
+    out at that round draining at ``pace`` (a tail probe waits for them), doubled per probe up to four times."""
+    spells = [(first + units * fail ** k * pace) * 2 ** min(k - 1, 2) for k in range(1, limit + 1)]
+    return np.concatenate([[0.0], np.cumsum(spells)])
+
+
+def _expected_last(starts: np.ndarray, fails: list[float], first: float, pace: float) -> float:
+    """E[the last unit's end]: unit i of every copy ends at ``starts[i]`` plus its retransmissions' delay, copy c
+    losing each try with probability ``fails[c]`` (independently): one minus the product of the ends' CDFs,
+    integrated."""
+    ends = [(_retry_delays(f, first, pace, len(starts)), f) for f in fails]
+    top = float(starts.max() + max(d[-1] for d, _ in ends))
+    x = np.linspace(0.0, top, 8000)
+    log_cdf = np.zeros_like(x)
+    for delays, f in ends:
+        cdf = np.cumsum((1 - f) * f ** np.arange(len(delays)))
+        cdf[-1] = 1.0
+        for t in starts:  # P(end <= x): the tries whose delay has passed by x
+            k = np.searchsorted(delays, x - t, side="right") - 1
+            with np.errstate(divide="ignore"):
+                log_cdf += np.log(np.where(k < 0, 0.0, cdf[np.clip(k, 0, None)]))
+    return float(np.sum(1.0 - np.exp(log_cdf)) * (x[1] - x[0]))
+
+
+def lossy_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int, lossless: float,
+               loss: Callable[[str, str], float], window: float) -> float:
+    """The expected time of a call that takes ``lossless`` without loss, when a frame from u to v is lost with
+    probability ``loss(u, v)`` (innet.hosts.recovery: RACK declares a frame lost a reordering window,
+    ``window``, after a later one's answer; tail probes; every retransmission repaired from a shadow copy).
+
+    In-network and PBox: every chunk is in flight at once (a slot each), so a loss only delays its own
+    chunk: each unit of the call, chunk i over an independent leg (in-network: a link of the tree, whose one
+    aggregate or result frame crosses it each way; PBox: one worker's path there and back, N frames on the
+    PBox's link), ends at its lossless end, the stream stretched by the retransmissions it carries, plus a
+    delay per try lost (``_retry_delays``): the expected last end is the call's. Ring: a rank forwards a
+    step's pieces in order, so a hole stalls its stream for the window and a round trip: each span of the
+    stream that long stalls when any of its pieces is lost, and a lost retransmission stalls it again."""
+    paths = _hops(graph, mode, plan)
+    lossy = [1.0 - float(np.prod([1.0 - loss(u, v) for u, v in p])) for p in paths]
+    loads = direction_bytes(graph, mode, plan, elements, per_packet)
+    stream = busiest_direction(graph, loads)[1]
+    full, ack = frame_bytes(min(per_packet, elements)), frame_bytes(0)
+    rtt = max(one_way(graph, p, full, 0.0, lambda u, v: 0.0) + one_way(graph, [(v, u) for u, v in reversed(p)], ack, 0.0,
+                                                                       lambda u, v: 0.0) for p in paths)
+    first = window + rtt
+    if mode == "ring":
+        fail = sum(lossy) / len(lossy)
+        segment = -(-elements // len(plan.workers))
+        pieces = sum(ring_phases("allreduce")) * (len(plan.workers) - 1) * -(-segment // per_packet)
+        stretched = lossless / (1 - fail)
+        span = max(1.0, first * pieces / stretched)  # pieces a stall's span of the stream holds
+        again = sum(min(2 ** k, 4) * fail ** k for k in range(32))  # a stall, and its retransmission's own losses
+        return stretched + pieces / span * (1 - (1 - fail) ** span) * first * again
+    chunks = -(-elements // per_packet)
+    if mode == "innet":  # each link of the tree, both ways
+        legs = {tuple(sorted(uv)) for p in paths for uv in p}
+        fails = [1.0 - (1.0 - loss(u, v)) * (1.0 - loss(v, u)) for u, v in sorted(legs)]
+    else:
+        fails = [1.0 - (1.0 - f) * (1.0 - b) for f, b in zip(lossy, _back_losses(paths, loss), strict=True)]
+    worst = max(fails)
+    stretched = stream / (1 - worst)
+    starts = (lossless - stream) + stretched * np.arange(1, chunks + 1) / chunks
+    return max(lossless, _expected_last(starts, fails, first, stream / chunks))
+
+
+def _back_losses(paths: list[list[tuple[str, str]]], loss: Callable[[str, str], float]) -> list[float]:
+    return [1.0 - float(np.prod([1.0 - loss(v, u) for u, v in p])) for p in paths]
+
+
 def call_times(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int, hop: float) -> list[float]:
-    """The model's time of each call of a worker (FIFO order), for the slowest job."""
+    """The model's time of each call of a worker (FIFO order), for the slowest job; under loss (``--loss``, a
+    link's ``loss=``), its expected time (``lossy_time``)."""
     sizes = run.call_sizes()
     def delay(u: str, v: str) -> float:
         return run.faults_on(u, v).delay
 
+    def loss(u: str, v: str) -> float:
+        return run.faults_on(u, v).loss
+
+    lossy = any(loss(u, v) or loss(v, u) for u, v in graph.edges)
     known: dict[tuple[int, int], float] = {}
 
     def time(plan: JobPlan, n: int) -> float:
         if (id(plan), n) not in known:
-            known[id(plan), n] = call_time(graph, run.mode, plan, n, per_packet, hop, delay, run.topk or 1.0, plans,
-                                           run.collective_of, run.root)
+            t = call_time(graph, run.mode, plan, n, per_packet, hop, delay, run.topk or 1.0, plans, run.collective_of, run.root)
+            if lossy and run.mode in ("innet", "pbox", "ring"):
+                t = lossy_time(graph, run.mode, plan, n, per_packet, t, loss, LOCAL_MIN_RTO if hop else run.min_rto)
+            known[id(plan), n] = t
         return known[id(plan), n]
 
     slowest = max(plans, key=lambda p: time(p, max(sizes)))
