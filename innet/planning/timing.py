@@ -29,6 +29,7 @@ several share 2 cores (``MININET_HOP``: measured with ``run_topology.py
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -44,6 +45,7 @@ from innet.planning.spec import LOCAL_MIN_RTO, RunSpec
 from innet.wire.collectives import ALLREDUCE, Collective
 
 MININET_HOP = 0.0006
+QUEUED_FRAMES = 20000  # a PBox call of at most this many frames is followed frame by frame (_pbox_queue)
 
 
 def busiest_direction(graph: nx.Graph, loads: dict[tuple[str, str], float]) -> tuple[tuple[str, str], float]:
@@ -102,7 +104,11 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
 
         exponent = chain([trip(p, frame_bytes(0)) for p in paths], n - 1)
         last = max(trip(p, full) for p in paths)
-        linked = exponent + chain([max(bw / steps, trip(p, full)) for p in paths], steps) + last - full / slowest
+        trips, seg = [trip(p, full) for p in paths], bw / steps  # paths[r]: rank r to its successor
+        starts = [exponent] * n
+        for _ in range(steps - 1):  # a rank's next step: its last step sent, its predecessor's first piece in
+            starts = [max(starts[r] + seg, starts[r - 1] + trips[r - 1]) for r in range(n)]
+        linked = max(starts[r] + seg + trips[r] for r in range(n)) - full / slowest
         # a rank has at most ``window`` packets unacknowledged: with long round trips the window paces it
         window = max(WINDOW, ACK_EVERY * steps)
         piece = -(-elements // n)  # a rank's segment, in elements
@@ -123,7 +129,34 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
     windows, rest = divmod(max(chunks - 1, 0), max(plan.slots, 1))
     stream = max(bw, windows * rtt + bw * (rest + 1) / max(chunks, 1)) if windows else bw
     incast = (n - 1) * full / slowest if plan.method == "pbox" else 0.0
+    if plan.method == "pbox" and chunks <= plan.slots and collective is ALLREDUCE and n * chunks <= QUEUED_FRAMES:
+        return small + max(stream + rtt - full / slowest + incast, _pbox_queue(graph, paths, chunks, full, trip))
     return small + stream + rtt - full / slowest + incast
+
+
+def _pbox_queue(graph: nx.Graph, paths: list[list[tuple[str, str]]], chunks: int, full: float,
+                trip: Callable[[list[tuple[str, str]], float], float]) -> float:
+    """A PBox call's data phase, frame by frame: every worker's chunks cross their paths' links, each link
+    serving frames in arrival order (paths that meet share it); a key's N results leave the PBox, in turn, once
+    its last contribution is in, and the last reaches the farthest worker. Over long, unequal paths the near
+    workers' streams fill the PBox's queue before a far worker's first chunk joins it."""
+    events = [(0.0, w, c, 0) for w in range(len(paths)) for c in range(chunks)]
+    heapq.heapify(events)
+    free: dict[tuple[str, str], float] = {}
+    complete = [0.0] * chunks
+    while events:
+        at, w, c, i = heapq.heappop(events)
+        link = paths[w][i]
+        free[link] = max(at, free.get(link, 0.0)) + full / link_rate(graph, *link)
+        if i + 1 < len(paths[w]):
+            heapq.heappush(events, (free[link] + trip([link], 0.0), w, c, i + 1))
+        else:
+            complete[c] = max(complete[c], free[link] + trip([link], 0.0))
+    out = [(v, u) for u, v in reversed(paths[0])][0]
+    send, busy = len(paths) * full / link_rate(graph, *out), 0.0
+    for done in sorted(complete):
+        busy = max(done, busy) + send
+    return busy + max(trip([(v, u) for u, v in reversed(p)], full) for p in paths) - full / link_rate(graph, *out)
 
 
 def _retry_delays(fail: float, first: float, pace: float, units: int, limit: int = 24) -> np.ndarray:
