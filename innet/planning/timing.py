@@ -105,10 +105,12 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
         exponent = chain([trip(p, frame_bytes(0)) for p in paths], n - 1)
         last = max(trip(p, full) for p in paths)
         trips, seg = [trip(p, full) for p in paths], bw / steps  # paths[r]: rank r to its successor
-        starts = [exponent] * n
-        for _ in range(steps - 1):  # a rank's next step: its last step sent, its predecessor's first piece in
-            starts = [max(starts[r] + seg, starts[r - 1] + trips[r - 1]) for r in range(n)]
-        linked = max(starts[r] + seg + trips[r] for r in range(n)) - full / slowest
+        frame = full / slowest  # ``ends``: when each rank's step starts sending its last piece
+        starts, ends = [exponent] * n, [exponent + seg - frame] * n
+        for _ in range(steps - 1):  # a step starts once the last is sent and the predecessor's first piece is in,
+            starts = [max(ends[r] + frame, starts[r - 1] + trips[r - 1]) for r in range(n)]  # its last piece goes once
+            ends = [max(starts[r] + seg - frame, ends[r - 1] + trips[r - 1]) for r in range(n)]  # the predecessor's is in
+        linked = max(ends[r] + trips[r] for r in range(n))
         # a rank has at most ``window`` packets unacknowledged: with long round trips the window paces it
         window = max(WINDOW, ACK_EVERY * steps)
         piece = -(-elements // n)  # a rank's segment, in elements
@@ -129,34 +131,36 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
     windows, rest = divmod(max(chunks - 1, 0), max(plan.slots, 1))
     stream = max(bw, windows * rtt + bw * (rest + 1) / max(chunks, 1)) if windows else bw
     incast = (n - 1) * full / slowest if plan.method == "pbox" else 0.0
-    if plan.method == "pbox" and chunks <= plan.slots and collective is ALLREDUCE and n * chunks <= QUEUED_FRAMES:
-        return small + max(stream + rtt - full / slowest + incast, _pbox_queue(graph, paths, chunks, full, trip))
+    if plan.method == "pbox" and density >= 1.0 and chunks <= plan.slots and collective is ALLREDUCE and n * chunks <= QUEUED_FRAMES:
+        return small + max(stream + rtt - full / slowest + incast, _pbox_queue(graph, paths, [
+            frame_bytes(min(per_packet, elements - c * per_packet)) for c in range(chunks)], trip))
     return small + stream + rtt - full / slowest + incast
 
 
-def _pbox_queue(graph: nx.Graph, paths: list[list[tuple[str, str]]], chunks: int, full: float,
+def _pbox_queue(graph: nx.Graph, paths: list[list[tuple[str, str]]], sizes: list[int],
                 trip: Callable[[list[tuple[str, str]], float], float]) -> float:
-    """A PBox call's data phase, frame by frame: every worker's chunks cross their paths' links, each link
-    serving frames in arrival order (paths that meet share it); a key's N results leave the PBox, in turn, once
-    its last contribution is in, and the last reaches the farthest worker. Over long, unequal paths the near
-    workers' streams fill the PBox's queue before a far worker's first chunk joins it."""
-    events = [(0.0, w, c, 0) for w in range(len(paths)) for c in range(chunks)]
+    """A PBox call's data phase, frame by frame (chunk c's frame of ``sizes[c]`` bytes): every worker's chunks cross
+    their paths' links, each link serving frames in arrival order (paths that meet share it); a key's N results
+    leave the PBox, in turn, once its last contribution is in, and the last reaches the farthest worker. Over long,
+    unequal paths the near workers' streams fill the PBox's queue before a far worker's first chunk joins it."""
+    events = [(0.0, w, c, 0) for w in range(len(paths)) for c in range(len(sizes))]
     heapq.heapify(events)
     free: dict[tuple[str, str], float] = {}
-    complete = [0.0] * chunks
+    complete = [0.0] * len(sizes)
     while events:
         at, w, c, i = heapq.heappop(events)
         link = paths[w][i]
-        free[link] = max(at, free.get(link, 0.0)) + full / link_rate(graph, *link)
+        free[link] = max(at, free.get(link, 0.0)) + sizes[c] / link_rate(graph, *link)
         if i + 1 < len(paths[w]):
             heapq.heappush(events, (free[link] + trip([link], 0.0), w, c, i + 1))
         else:
             complete[c] = max(complete[c], free[link] + trip([link], 0.0))
     out = [(v, u) for u, v in reversed(paths[0])][0]
-    send, busy = len(paths) * full / link_rate(graph, *out), 0.0
-    for done in sorted(complete):
-        busy = max(done, busy) + send
-    return busy + max(trip([(v, u) for u, v in reversed(p)], full) for p in paths) - full / link_rate(graph, *out)
+    busy = 0.0
+    for done, c in sorted(zip(complete, range(len(sizes)), strict=True)):
+        busy = max(done, busy) + len(paths) * sizes[c] / link_rate(graph, *out)
+    last = sizes[max(range(len(sizes)), key=complete.__getitem__)]
+    return busy + max(trip([(v, u) for u, v in reversed(p)], last) for p in paths) - last / link_rate(graph, *out)
 
 
 def _retry_delays(fail: float, first: float, pace: float, units: int, limit: int = 24) -> np.ndarray:
