@@ -41,6 +41,9 @@ Counters = dict[str, dict[str, int]]  # node -> interface -> bytes sent
 N = TypeVar("N", bound="Network")
 
 
+QUEUE_FRAMES = 1000  # a veth's default txqueuelen: the frames its queue holds, unless a run needs more
+
+
 def log(msg: str) -> None:
     print(f"innet: {msg}", file=sys.stderr, flush=True)
 
@@ -186,7 +189,10 @@ class Network:
                     if self.mtu != ETH_MTU:  # frames longer than Ethernet's (--packet-elements): jumbo links
                         node.cmd(f"ip link set {intf} mtu {self.mtu}")
         self.bursts = bool(shaped) and self.cluster is None and hold(self.state)
+        queue = max(QUEUE_FRAMES, int(self.graph.graph.get("queue_frames", 0)))
         for name, intf, bw in shaped:  # strict-priority queues under the shaper (innet.rawport.SOCKET_PRIORITY)
+            if queue > QUEUE_FRAMES:  # pfifo_fast holds the interface's txqueuelen of frames
+                net.get(name).cmd(f"ip link set {intf} txqueuelen {queue}")
             error = net.get(name).cmd(f"tc qdisc add dev {intf} parent 5:1 handle 10: pfifo_fast")
             if self.bursts and not error.strip():  # the shaper's bursts (innet.backends.mininet.shaper)
                 error = net.get(name).cmd(burst_command(intf, bw, self.mtu + ETH_HEADER))
