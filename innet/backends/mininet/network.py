@@ -169,10 +169,11 @@ class Network:
                 self.state.add_pid(f"mininet:{name}", node.shell.pid)  # here: a remote node's is its ssh
         unshaped = 0
         shaped: list[tuple[str, str, float]] = []
+        netem_loss = float(graph.graph.get("netem_loss", 0.0))  # another program's traffic (gloo): the kernel drops
         for u, v, data in sorted(graph.edges(data=True), key=lambda e: link_name(e[0], e[1])):
-            params: dict[str, float] = {}
+            params: dict[str, float] = {"loss": 100 * netem_loss} if netem_loss else {}
             if data["bw"] <= TCLINK_MAX_MBPS:
-                params = {"bw": data["bw"]}
+                params["bw"] = data["bw"]
                 shaped += [(u, f"{u}-eth{port_to(graph, u, v)}", data["bw"]), (v, f"{v}-eth{port_to(graph, v, u)}", data["bw"])]
             else:
                 unshaped += 1
@@ -190,8 +191,10 @@ class Network:
                         node.cmd(f"ip link set {intf} mtu {self.mtu}")
         self.bursts = bool(shaped) and self.cluster is None and hold(self.state)
         queue = max(QUEUE_FRAMES, int(self.graph.graph.get("queue_frames", 0)))
-        for name, intf, bw in shaped:  # strict-priority queues under the shaper (innet.rawport.SOCKET_PRIORITY)
-            if queue > QUEUE_FRAMES:  # pfifo_fast holds the interface's txqueuelen of frames
+        # strict-priority queues under the shaper (innet.rawport.SOCKET_PRIORITY), each holding ``queue`` frames
+        # (pfifo_fast's: the interface's txqueuelen); on a lossy link netem holds that place
+        for name, intf, bw in [] if netem_loss else shaped:
+            if queue > QUEUE_FRAMES:
                 net.get(name).cmd(f"ip link set {intf} txqueuelen {queue}")
             error = net.get(name).cmd(f"tc qdisc add dev {intf} parent 5:1 handle 10: pfifo_fast")
             if self.bursts and not error.strip():  # the shaper's bursts (innet.backends.mininet.shaper)
