@@ -104,13 +104,7 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
 
         exponent = chain([trip(p, frame_bytes(0)) for p in paths], n - 1)
         last = max(trip(p, full) for p in paths)
-        trips, seg = [trip(p, full) for p in paths], bw / steps  # paths[r]: rank r to its successor
-        frame = full / slowest  # ``ends``: when each rank's step starts sending its last piece
-        starts, ends = [exponent] * n, [exponent + seg - frame] * n
-        for _ in range(steps - 1):  # a step starts once the last is sent and the predecessor's first piece is in,
-            starts = [max(ends[r] + frame, starts[r - 1] + trips[r - 1]) for r in range(n)]  # its last piece goes once
-            ends = [max(starts[r] + seg - frame, ends[r - 1] + trips[r - 1]) for r in range(n)]  # the predecessor's is in
-        linked = max(ends[r] + trips[r] for r in range(n))
+        linked = _ring_steps(exponent, bw / steps, full / slowest, [trip(p, full) for p in paths], steps)
         # a rank has at most ``window`` packets unacknowledged: with long round trips the window paces it
         window = max(WINDOW, ACK_EVERY * steps)
         piece = -(-elements // n)  # a rank's segment, in elements
@@ -135,6 +129,18 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
         return small + max(stream + rtt - full / slowest + incast, _pbox_queue(graph, paths, [
             frame_bytes(min(per_packet, elements - c * per_packet)) for c in range(chunks)], trip))
     return small + stream + rtt - full / slowest + incast
+
+
+def _ring_steps(exponent: float, seg: float, frame: float, trips: list[float], steps: int) -> float:
+    """When the ring's last piece arrives: every rank sends ``steps`` steps of ``seg`` seconds each (``frame`` a piece),
+    ``trips[r]`` being a piece's trip from rank r to its successor. A step starts once the rank's last one is sent and
+    its predecessor's first piece is in; its last piece goes once the predecessor's last is in."""
+    n = len(trips)
+    starts, ends = [exponent] * n, [exponent + seg - frame] * n  # ``ends``: when each step starts its last piece
+    for _ in range(steps - 1):
+        starts = [max(ends[r] + frame, starts[r - 1] + trips[r - 1]) for r in range(n)]
+        ends = [max(starts[r] + seg - frame, ends[r - 1] + trips[r - 1]) for r in range(n)]
+    return max(ends[r] + trips[r] for r in range(n))
 
 
 def _pbox_queue(graph: nx.Graph, paths: list[list[tuple[str, str]]], sizes: list[int],

@@ -190,15 +190,19 @@ class Network:
                     if self.mtu != ETH_MTU:  # frames longer than Ethernet's (--packet-elements): jumbo links
                         node.cmd(f"ip link set {intf} mtu {self.mtu}")
         self.bursts = bool(shaped) and self.cluster is None and hold(self.state)
+        self._queues([] if netem_loss else shaped)  # on a lossy link netem holds their place
+
+    def _queues(self, shaped: list[tuple[str, str, float]]) -> None:
+        """Strict-priority queues under the shaper (innet.rawport.SOCKET_PRIORITY), each holding the frames the run
+        can have in flight (pfifo_fast's limit: the interface's txqueuelen), and the shaper's bursts."""
         queue = max(QUEUE_FRAMES, int(self.graph.graph.get("queue_frames", 0)))
-        # strict-priority queues under the shaper (innet.rawport.SOCKET_PRIORITY), each holding ``queue`` frames
-        # (pfifo_fast's: the interface's txqueuelen); on a lossy link netem holds that place
-        for name, intf, bw in [] if netem_loss else shaped:
+        for name, intf, bw in shaped:
+            node = self.net.get(name)
             if queue > QUEUE_FRAMES:
-                net.get(name).cmd(f"ip link set {intf} txqueuelen {queue}")
-            error = net.get(name).cmd(f"tc qdisc add dev {intf} parent 5:1 handle 10: pfifo_fast")
+                node.cmd(f"ip link set {intf} txqueuelen {queue}")
+            error = node.cmd(f"tc qdisc add dev {intf} parent 5:1 handle 10: pfifo_fast")
             if self.bursts and not error.strip():  # the shaper's bursts (innet.backends.mininet.shaper)
-                error = net.get(name).cmd(burst_command(intf, bw, self.mtu + ETH_HEADER))
+                error = node.cmd(burst_command(intf, bw, self.mtu + ETH_HEADER))
             if error.strip():
                 raise UserError(f"cannot set up the shaper of {intf}: {error.strip()}")
 
