@@ -156,7 +156,7 @@ def test_gloo_is_left_out_of_what_it_cannot_run():
     from innet.integrations.torch.ranks import gloo_applies
 
     assert gloo_applies(RunSpec())
-    assert gloo_applies(replace(RunSpec(), faults=replace(RunSpec().faults, loss=0.01)))  # netem loses as innet's ports
+    assert gloo_applies(replace(RunSpec(), faults=replace(RunSpec().faults, loss=0.01)))  # the kernel loses as innet's ports do
     for run in (RunSpec(program="max_allreduce"), RunSpec(topk=0.1), RunSpec(jobs=2), RunSpec(train="digits"),
                 replace(RunSpec(), faults=replace(RunSpec().faults, loss=0.01, dup=0.01)),
                 replace(RunSpec(), link_faults=(("h1--s1", replace(RunSpec().faults, loss=0.01)),))):

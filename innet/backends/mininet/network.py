@@ -169,11 +169,10 @@ class Network:
                 self.state.add_pid(f"mininet:{name}", node.shell.pid)  # here: a remote node's is its ssh
         unshaped = 0
         shaped: list[tuple[str, str, float]] = []
-        netem_loss = float(graph.graph.get("netem_loss", 0.0))  # another program's traffic (gloo): the kernel drops
         for u, v, data in sorted(graph.edges(data=True), key=lambda e: link_name(e[0], e[1])):
-            params: dict[str, float] = {"loss": 100 * netem_loss} if netem_loss else {}
+            params: dict[str, float] = {}
             if data["bw"] <= TCLINK_MAX_MBPS:
-                params["bw"] = data["bw"]
+                params = {"bw": data["bw"]}
                 shaped += [(u, f"{u}-eth{port_to(graph, u, v)}", data["bw"]), (v, f"{v}-eth{port_to(graph, v, u)}", data["bw"])]
             else:
                 unshaped += 1
@@ -190,7 +189,10 @@ class Network:
                     if self.mtu != ETH_MTU:  # frames longer than Ethernet's (--packet-elements): jumbo links
                         node.cmd(f"ip link set {intf} mtu {self.mtu}")
         self.bursts = bool(shaped) and self.cluster is None and hold(self.state)
-        self._queues([] if netem_loss else shaped)  # on a lossy link netem holds their place
+        self._queues(shaped)
+        loss = float(graph.graph.get("kernel_loss", 0.0))  # another program's traffic (gloo's TCP): the kernel drops
+        if loss:
+            self._kernel_loss(shaped, loss)
 
     def _queues(self, shaped: list[tuple[str, str, float]]) -> None:
         """Strict-priority queues under the shaper (innet.rawport.SOCKET_PRIORITY), each holding the frames the run
@@ -205,6 +207,21 @@ class Network:
                 error = node.cmd(burst_command(intf, bw, self.mtu + ETH_HEADER))
             if error.strip():
                 raise UserError(f"cannot set up the shaper of {intf}: {error.strip()}")
+
+    def _kernel_loss(self, shaped: list[tuple[str, str, float]], loss: float) -> None:
+        """Drop ``loss`` of every shaped interface's frames in the kernel, for traffic innet's ports do not send (gloo's
+        TCP): a classic-BPF filter draws a random number per frame (``ld rand``) and sends that share to a class whose
+        queue holds nothing. (netem would do it, but this kernel has no sch_netem, nor tc's gact action.)"""
+        threshold = min(int(loss * 2**32), 2**32 - 1)
+        program = f"4,32 0 0 {2**32 - 4040},53 1 0 {threshold},6 0 0 {2**32 - 1},6 0 0 0"  # ld rand; jge T; drop; pass
+        for name, intf, bw in shaped:
+            node = self.net.get(name)
+            for command in (f"tc class add dev {intf} parent 5: classid 5:2 htb rate {bw:f}Mbit",
+                            f"tc qdisc add dev {intf} parent 5:2 handle 20: pfifo limit 0",
+                            f'tc filter add dev {intf} parent 5: protocol all prio 1 bpf bytecode "{program}" classid 5:2'):
+                error = node.cmd(command + " 2>&1 | grep -v '^Warning'")
+                if error.strip():
+                    raise UserError(f"cannot make {intf} lossy: {error.strip()}")
 
     def _connect(self) -> None:
         """One ssh login per server for the run (innet.backends.cluster.servers.Cluster.master), recorded like every process;

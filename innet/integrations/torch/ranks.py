@@ -51,7 +51,7 @@ def torch_available() -> bool:
 def gloo_applies(run: RunSpec) -> bool:
     """Whether gloo can run what ``run`` asks: sums of plain tensors for one job, on links without injected faults
     but loss on every link (innet's processes inject faults, which gloo's TCP would not see; the same loss rate the
-    kernel's netem gives on every link direction)."""
+    kernel gives on every link direction: innet.backends.mininet.network)."""
     return run.program == "sum_allreduce" and run.collective == "allreduce" and not (
         run.train or run.workload or run.topk or run.consistency or run.input_elements or run.jobs != 1
         or run.link_faults or run.faults != FaultSpec(loss=run.faults.loss))
@@ -128,7 +128,7 @@ def run_gloo(graph: nx.Graph, run: RunSpec) -> RunRecord:
     ranks = _ranks(rp)
     timeout = STARTUP_S + run.timeout * run.iterations
     lossy = graph.copy()
-    lossy.graph["netem_loss"] = run.faults.loss  # gloo's TCP under the loss innet's ports inject: netem's
+    lossy.graph["kernel_loss"] = run.faults.loss  # gloo's TCP under the loss innet's ports inject, the kernel's
     with network(lossy, link_mtu(0), "gloo") as emu:
         emu.add_ip_network()
         job = rp.plans[0].job
