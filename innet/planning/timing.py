@@ -30,6 +30,7 @@ several share 2 cores (``MININET_HOP``: measured with ``run_topology.py
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
@@ -45,6 +46,7 @@ from innet.planning.spec import LOCAL_MIN_RTO, RunSpec
 from innet.wire.collectives import ALLREDUCE, Collective
 
 MININET_HOP = 0.0006
+MOST_LOST = 0.999  # a try's chance of loss the loss term reckons with, at most (all of them: the call never ends)
 QUEUED_FRAMES = 20000  # a PBox call of at most this many frames is followed frame by frame (_pbox_queue)
 
 
@@ -181,17 +183,16 @@ def _expected_last(starts: np.ndarray, fails: list[float], first: float, pace: f
     """E[the last unit's end]: unit i of every copy ends at ``starts[i]`` plus its retransmissions' delay, copy c
     losing each try with probability ``fails[c]`` (independently): one minus the product of the ends' CDFs,
     integrated."""
-    ends = [(_retry_delays(f, first, pace, len(starts)), f) for f in fails]
-    top = float(starts.max() + max(d[-1] for d, _ in ends))
-    x = np.linspace(0.0, top, 8000)
+    copies = Counter(fails)  # with the same loss everywhere, every copy alike: reckoned once
+    ends = {f: _retry_delays(f, first, pace, len(starts)) for f in copies}
+    x = np.linspace(0.0, float(starts.max() + max(d[-1] for d in ends.values())), 8000)
     log_cdf = np.zeros_like(x)
-    for delays, f in ends:
+    for f, delays in ends.items():
         cdf = np.cumsum((1 - f) * f ** np.arange(len(delays)))
         cdf[-1] = 1.0
-        for t in starts:  # P(end <= x): the tries whose delay has passed by x
-            k = np.searchsorted(delays, x - t, side="right") - 1
-            with np.errstate(divide="ignore"):
-                log_cdf += np.log(np.where(k < 0, 0.0, cdf[np.clip(k, 0, None)]))
+        k = np.searchsorted(delays, x[None, :] - starts[:, None], side="right") - 1  # the tries over by x, per unit
+        with np.errstate(divide="ignore"):
+            log_cdf += copies[f] * np.log(np.where(k < 0, 0.0, cdf[np.clip(k, 0, None)])).sum(axis=0)
     return float(np.sum(1.0 - np.exp(log_cdf)) * (x[1] - x[0]))
 
 
@@ -209,7 +210,7 @@ def lossy_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pac
     step's pieces in order, so a hole stalls its stream for the window and a round trip: each span of the
     stream that long stalls when any of its pieces is lost, and a lost retransmission stalls it again."""
     paths = _hops(graph, mode, plan)
-    lossy = [1.0 - float(np.prod([1.0 - loss(u, v) for u, v in p])) for p in paths]
+    lossy = [min(MOST_LOST, 1.0 - float(np.prod([1.0 - loss(u, v) for u, v in p]))) for p in paths]
     loads = direction_bytes(graph, mode, plan, elements, per_packet)
     stream = busiest_direction(graph, loads)[1]
     full, ack = frame_bytes(min(per_packet, elements)), frame_bytes(0)
@@ -227,9 +228,9 @@ def lossy_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pac
     chunks = -(-elements // per_packet)
     if mode == "innet":  # each link of the tree, both ways
         legs = {tuple(sorted(uv)) for p in paths for uv in p}
-        fails = [1.0 - (1.0 - loss(u, v)) * (1.0 - loss(v, u)) for u, v in sorted(legs)]
+        fails = [min(MOST_LOST, 1.0 - (1.0 - loss(u, v)) * (1.0 - loss(v, u))) for u, v in sorted(legs)]
     else:
-        fails = [1.0 - (1.0 - f) * (1.0 - b) for f, b in zip(lossy, _back_losses(paths, loss), strict=True)]
+        fails = [min(MOST_LOST, 1.0 - (1.0 - f) * (1.0 - b)) for f, b in zip(lossy, _back_losses(paths, loss), strict=True)]
     worst = max(fails)
     stretched = stream / (1 - worst)
     starts = (lossless - stream) + stretched * np.arange(1, chunks + 1) / chunks
