@@ -210,6 +210,6 @@ def plan(topology: str | nx.Graph | os.PathLike[str] | None = None, **options: A
     for s in [replace(spec, mode=m) for m in MODES] if spec.mode == "all" else mode_specs(spec, graph):
         rp = plan_run(graph, s, program_of(s))
         density = s.topk if s.topk and s.mode != "ring" else 1.0
-        modes.append(ModePlan(s.mode, rp.plans, run_link_bytes(graph, s.mode, rp.plans, rp.per_packet, s.call_sizes(),
-                                                               density, s.collective_of, s.root), plan_report(graph, s)))
+        modes.append(ModePlan(s.mode, rp.plans, run_link_bytes(graph, s.mode, rp.plans, rp.per_packet, s.calls(), density,
+                                                               s.root), plan_report(graph, s)))
     return Plan(spec, graph, tuple(modes))

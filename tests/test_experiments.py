@@ -14,7 +14,7 @@ import pytest
 from innet.experiments.file import load, shipped
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SEEDS = ["phub", "topk", "ensemble", "pipesgd", "p3", "ssp", "canary"]
+SEEDS = ["phub", "topk", "ensemble", "pipesgd", "p3", "ssp", "canary", "fsdp"]
 
 
 def innet(*args, cwd=None):

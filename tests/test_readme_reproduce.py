@@ -14,6 +14,7 @@ from tests.test_readme import blocks, section
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPRODUCE = section("Reproducing the papers")
+PAPERS = ("phub", "topk", "ensemble", "pipesgd", "p3", "ssp", "canary", "fsdp")
 COMMANDS = [line for b in blocks(REPRODUCE, "sh") for line in b.strip().splitlines()]
 with open(os.path.join(ROOT, "docs", "experiments.md")) as f:
     DOC = f.read()
@@ -29,7 +30,7 @@ def innet(command: str, cwd) -> subprocess.CompletedProcess:
 def test_every_shipped_experiment_has_its_command_and_its_figure():
     """Each command is ``innet reproduce NAME`` for a shipped NAME: tests/test_experiments.py runs every one of
     them (with ``--quick``: the full sweeps take minutes each; their figures are the ones committed)."""
-    assert COMMANDS == [f"innet reproduce {name}" for name in ("phub", "topk", "ensemble", "pipesgd", "p3", "ssp", "canary")]
+    assert COMMANDS == [f"innet reproduce {name}" for name in PAPERS]
     assert sorted(c.split()[-1] for c in COMMANDS) == sorted(shipped())
     figures = re.findall(r"!\[[^]]*\]\((docs/figures/(\w+)\.png)\)", REPRODUCE)
     assert [name for _, name in figures] == [c.split()[-1] for c in COMMANDS]
@@ -102,10 +103,21 @@ def _stated(name: str, points: dict) -> list[str]:
         loads = ("permutation:0.25", "permutation:0.5", "permutation:0.75")
         return [", ".join(f"{fat[k]:.2f}×" for k in loads) + " faster on the fat-tree",
                 ", ".join(f"{leaf[k]:.2f}×" for k in loads) + " on the leaf-spine"]
+    if name == "fsdp":
+        def over_ddp(mode, n, metric="iteration_s"):
+            return at[f"fsdp-{mode}", n][metric] / at[f"ddp-{mode}", n][metric]
+
+        assert all(r["correct"] for r in rows)
+        time = {(s, n): f"{at[s, n]['iteration_s']:.3f} s" for s in ("fsdp-ring", "fsdp-innet") for n in (1, 2)}
+        return [f"takes {over_ddp('innet', 2):.2f}× DDP's in the switches, {over_ddp('pbox', 2):.2f}× at the PBox, "
+                f"{over_ddp('ring', 2):.2f}× as a ring", f"puts {over_ddp('innet', 2, 'tier_bytes.host-tor'):.2f}× DDP's bytes",
+                f"({over_ddp('ring', 2, 'tier_bytes.host-tor'):.2f}× as a ring)",
+                f"Sharded, the ring beats the switches: {time['fsdp-ring', 1]} against {time['fsdp-innet', 1]} with 1 per "
+                f"rack, {time['fsdp-ring', 2]} against {time['fsdp-innet', 2]} with 2"]
     raise AssertionError(f"no figures known for {name}")
 
 
-@pytest.mark.parametrize("name", ["phub", "topk", "ensemble", "pipesgd", "p3", "ssp", "canary"])
+@pytest.mark.parametrize("name", PAPERS)
 def test_the_papers_figures_are_what_innet_reproduce_draws(name, tmp_path):
     """Each figure README states for a paper is what its ``innet reproduce NAME`` command (the full sweep, on the
     fabric in virtual time: seconds) writes in points.json, as README rounds it."""

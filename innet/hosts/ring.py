@@ -51,7 +51,18 @@ import numpy as np
 from innet.hosts.recovery import Rack
 from innet.hosts.worker import Frames, JobSpec, RetransmitTimer, first_window_rto
 from innet.wire.collectives import Collective
-from innet.wire.packet import FLAGS_OFFSET, HEADER_DTYPE, RESULT, RETX, ROUTE, FrameBlock, build_frames, make_packet, parse_frame
+from innet.wire.packet import (
+    FLAGS_OFFSET,
+    HEADER_DTYPE,
+    PAYLOAD_OFFSET,
+    RESULT,
+    RETX,
+    ROUTE,
+    FrameBlock,
+    build_frames,
+    make_packet,
+    parse_frame,
+)
 
 ACK_EVERY = 16
 ACK_BAND = 0  # ACKs jump the queue of data on the way back (see the module notes)
@@ -59,12 +70,17 @@ ACK_SPAN = 1024  # pieces an ACK's bitmap covers above its cumulative point (128
 WINDOW = 256
 
 
-def ring_geometry(length: int, n: int, per_packet: int, shards: bool = False) -> tuple[list[tuple[int, int]], int]:
+def ring_geometry(length: int, n: int, per_packet: int, collective: str = "allreduce",
+                  root: int = 0) -> tuple[list[tuple[int, int]], int]:
     """The ring's ``n`` segments of a tensor of ``length`` values (sizes differ by at most one), and the
     pieces every step sends: as many as the longest segment needs, so a shorter segment's last may be empty.
-    With ``shards``: the collective's shards (whole packets, innet.wire.collectives), segment s being shard
-    s-1, so that rank r ends the reduce-scatter holding shard r."""
-    if shards:
+    For another collective: its shards (whole packets, innet.wire.collectives), segment s being shard
+    s-1, so that rank r ends the reduce-scatter holding shard r; for broadcast and reduce the root's
+    segment (root+1) is the whole tensor and the others are empty, so the one half they run is a
+    pipelined chain: from the root round to its predecessor, or from its successor round to the root."""
+    if collective in ("broadcast", "reduce"):
+        segments = [(0, length) if s == (root + 1) % n else (0, 0) for s in range(n)]
+    elif collective != "allreduce":
         b = Collective.shards(length, n, per_packet).tolist()
         segments = [(b[(s - 1) % n], b[(s - 1) % n + 1]) for s in range(n)]
     else:
@@ -74,8 +90,10 @@ def ring_geometry(length: int, n: int, per_packet: int, shards: bool = False) ->
 
 def ring_phases(collective: str) -> tuple[bool, bool]:
     """Which halves of the ring all-reduce a collective runs: (reduce-scatter, all-gather). Ring reduce-scatter
-    and all-gather are one each; every other collective runs both (on its streams, innet.wire.collectives)."""
-    return {"reduce_scatter": (True, False), "all_gather": (False, True)}.get(collective, (True, True))
+    and reduce are the first (the chain to the root), all-gather and broadcast the second (the chain from it);
+    all-reduce and barrier run both."""
+    return {"reduce_scatter": (True, False), "reduce": (True, False), "all_gather": (False, True),
+            "broadcast": (False, True)}.get(collective, (True, True))
 
 
 class RingCall:
@@ -90,7 +108,7 @@ class RingCall:
         self.next_node, self.prev_node = ring[(spec.rank + 1) % n], ring[(spec.rank - 1) % n]
         self.tensor = spec.as_input(tensor)
         self.reduces, self.gathers = ring_phases(spec.collective)
-        self.segments, self.pieces = ring_geometry(len(self.tensor), n, spec.elements, spec.collective != "allreduce")
+        self.segments, self.pieces = ring_geometry(len(self.tensor), n, spec.elements, spec.collective, spec.root)
         self.first = first_chunk
         self.end = first_chunk + self.pieces
         self.steps = 3 * (n - 1)  # and the DONE's step number; a collective of one half skips the other's steps
@@ -114,6 +132,7 @@ class RingCall:
         self.finished_at: float | None = None
         self.last_progress = 0.0
         self.last_ack = 0.0  # the successor's last useful ACK
+        self.last_sent = 0.0  # the newest new packet: an ACK waits for up to ACK_EVERY packets after the one it covers
         self.error: Exception | None = None
         self.timer = RetransmitTimer(spec)
         self.retransmitted: set[tuple[int, int]] = set()
@@ -197,6 +216,7 @@ class RingCall:
             self.seq += 1
             self.open.setdefault(step, set()).add(j)
             self._arm((step, j), now)
+        self.last_sent = now
         return block
 
     def _arm(self, key: tuple[int, int], now: float) -> None:
@@ -311,8 +331,9 @@ class RingCall:
             self.newest_acked[step] = max(self.newest_acked.get(step, -1), self.sent_seq.pop(key))
             if key in self.retransmitted:
                 self.spurious += self.rack.answered(now - sent[0])
-            # Karn; and the lone exponent packets never queue, so they would underestimate
-            elif key == trigger and step >= self.spec.nworkers - 1:
+            # Karn; and the lone exponent packets never queue, so they would underestimate, as would the
+            # empty pieces of a collective's empty or short shards (innet.wire.collectives)
+            elif key == trigger and step >= self.spec.nworkers - 1 and len(sent[1]) > PAYLOAD_OFFSET:
                 self.timer.sample(now - sent[0])
                 self.rack.sample(now - sent[0])
         newest = self.newest_acked.get(step)
@@ -398,8 +419,10 @@ class RingCall:
         give_up = self.last_progress + self.spec.timeout
         if not self.timers:
             return give_up
-        # the timer restarts whenever an ACK makes progress (RFC 6298 5.3): a queue that grows is not a loss
-        return min(max(self.timers[0][0], self.last_ack) + self.timer.rto, give_up, self._probe_due())
+        # the timer restarts whenever an ACK makes progress (RFC 6298 5.3): a queue that grows is not a loss; and
+        # while new packets go out (a chain's one step sends its pieces at its predecessor's pace, each ACK after
+        # ACK_EVERY of them, which can outlast the RTO), their ACKs are still to come
+        return min(max(self.timers[0][0], self.last_ack, self.last_sent) + self.timer.rto, give_up, self._probe_due())
 
     def _probe_due(self) -> float:
         """When to probe (RFC 8985's TLP), once this call has lost something: no ACK for two round trips (at least
@@ -424,7 +447,7 @@ class RingCall:
             self.error = AllreduceTimeout(f"job {self.spec.job} rank {self.rank}: {blame} for {timeout:g}s")
             return []
         rto = self.timer.rto
-        if now < self.last_ack + rto or now >= self._probe_due():
+        if now < max(self.last_ack, self.last_sent) + rto or now >= self._probe_due():
             if now < self._probe_due():
                 return []
             self.probes += 1  # a tail probe: each step's oldest packet asks for an ACK naming every hole

@@ -24,6 +24,13 @@ layer 0's early return lets the forward pass overlap the rest's communication.
 communicates, on weights one iteration stale. The worker (emulation, with
 measured all-reduce times) and the timing model (innet.planning.timing, with predicted
 ones) run this same schedule.
+
+Sharded training (FSDP, ZeRO-3: ``phases``) keeps only a shard of each layer: every iteration
+all-gathers layer l's parameters before its forward pass and again before its backward pass, and
+reduce-scatters its gradient after it (``ShardedClock``). The calls run one at a time in FSDP's
+order (forward all-gathers; then backward-prefetch: the all-gather of layer l-1 before the
+reduce-scatter of layer l); each all-gather is issued when the compute step before the one it feeds
+begins (one layer of prefetch), and a step begins once its parameters are back.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ class Training:
     order: tuple[int, ...] = ()  # the calls of an iteration in send order (P3's, from p3_order); () = FIFO
     forward_layers: tuple[float, ...] = ()  # seconds of each layer's forward pass, by forward index
     layerwise: bool = False  # P3: layer l's next forward pass starts once layer l's parameters are back
+    phases: tuple[str, ...] = ()  # sharded: each call's PHASES entry (FSDP's schedule); () = all-reduce (DDP)
 
     def __post_init__(self) -> None:
         if self.width not in (1, 2):
@@ -56,6 +64,76 @@ class Training:
     @property
     def compute(self) -> float:
         return self.forward + sum(self.backward)
+
+    def collective(self, k: int) -> str | None:
+        """Call k's collective in a sharded schedule (None: the run's own)."""
+        return PHASES[self.phases[k % len(self.phases)]] if self.phases else None
+
+
+PHASES = {"forward": "all_gather", "backward": "all_gather", "gradient": "reduce_scatter"}  # a sharded call's collective
+
+
+def sharded_calls(layers: int) -> list[tuple[str, int]]:
+    """One sharded iteration's calls in FSDP's order, as (phase, layer by forward index): the forward
+    all-gathers, then backward-prefetch's (the all-gather of layer l-1 before layer l's reduce-scatter)."""
+    out = [("forward", i) for i in range(layers)] + [("backward", layers - 1)]
+    for i in reversed(range(layers)):
+        out += ([("backward", i - 1)] if i else []) + [("gradient", i)]
+    return out
+
+
+class ShardedClock:
+    """``TrainingClock``'s interface for a sharded schedule (module doc): the calls go in their fixed order,
+    each once its trigger step (compute) has begun, or for a reduce-scatter once its layer's backward ended."""
+
+    def __init__(self, training: Training, start: float) -> None:
+        self.training = training
+        self.starts = [start]  # compute start of each iteration known so far
+        self.first = 0
+        t, n = training, len(training.forward_layers)
+        backward = dict(zip(t.layer, t.backward, strict=True))  # a gradient call carries its layer's backward time
+        self.seconds = list(t.forward_layers) + [backward.get(i, 0.0) for i in reversed(range(n))]  # step by step
+        self.step = [i if p == "forward" else 2 * n - 1 - i for p, i in zip(t.phases, t.layer, strict=True)]
+
+    def _steps(self, i: int, finished: Callable[[int], float | None]) -> list[tuple[float, float]]:
+        """Iteration i's compute steps (forward 0..n-1, backward n-1..0) as (start, end), as far as known."""
+        base, out, at = i * len(self.step), [], self.starts[i]
+        gate = {s: base + j for j, s in enumerate(self.step) if self.training.phases[j] != "gradient"}
+        for s, seconds in enumerate(self.seconds):
+            back = finished(gate[s])
+            if back is None:
+                break
+            out.append((max(at, back), max(at, back) + seconds))
+            at = out[-1][1]
+        return out
+
+    def ready(self, k: int, finished: Callable[[int], float | None]) -> float | None:
+        """When call k may begin; None while that depends on calls not yet finished."""
+        i, j = divmod(k, len(self.step))
+        while len(self.starts) <= i:  # the next iteration's forward follows this one's backward
+            steps = self._steps(len(self.starts) - 1, finished)
+            if len(steps) < len(self.seconds):
+                return None
+            self.starts.append(steps[-1][1])
+        steps, s = self._steps(i, finished), self.step[j]
+        if self.training.phases[j] == "gradient":
+            return steps[s][1] if s < len(steps) else None
+        return self.starts[i] if s == 0 else steps[s - 1][0] if s - 1 < len(steps) else None
+
+    def next_call(self, begun: Container[int], total: int, now: float,
+                  finished: Callable[[int], float | None]) -> tuple[int | None, float | None]:
+        """As ``TrainingClock.next_call``, in the fixed order."""
+        while self.first < total and self.first in begun:
+            self.first += 1
+        if self.first == total:
+            return None, None
+        ready = self.ready(self.first, finished)
+        return (self.first, None) if ready is not None and ready <= now else (None, ready)
+
+
+def clock_of(training: Training, start: float) -> TrainingClock | ShardedClock:
+    """The clock ``training``'s schedule runs on."""
+    return ShardedClock(training, start) if training.phases else TrainingClock(training, start)
 
 
 class TrainingClock:
@@ -150,7 +228,7 @@ def layer_end(training: Training, ends: Callable[[int], float | None], i: int, l
 def run_schedule(training: Training, durations: Sequence[float], start: float = 0.0) -> tuple[list[float], list[float]]:
     """Run the schedule with known all-reduce durations (FIFO numbering): (each iteration's compute
     start, each call's end)."""
-    clock = TrainingClock(training, start)
+    clock = clock_of(training, start)
     ends: dict[int, float] = {}
     begun: set[int] = set()
     now = start

@@ -20,14 +20,14 @@ Protocol (SwitchML, with an in-network exponent agreement first):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from innet.errors import AllreduceAborted, AllreduceTimeout
 from innet.hosts.recovery import UNSENT, Rack
-from innet.hosts.training import Training, TrainingClock
+from innet.hosts.training import ShardedClock, Training, TrainingClock, clock_of
 from innet.switch.routed import mark, replica_mark
 from innet.wire.collectives import COLLECTIVES
 from innet.wire.operators import SUM, Operator
@@ -632,7 +632,7 @@ class WorkerProcess:
         self.by_tensor: dict[int, Any] = {}
         self.next_first = first_chunk
         self.training = training
-        self.clock: TrainingClock | None = None
+        self.clock: TrainingClock | ShardedClock | None = None
         self.resident = Resident()
 
     @property
@@ -678,9 +678,15 @@ class WorkerProcess:
             if not self.spec.sparse:
                 self.resident.add(frames, np.uint8)
 
+    def call_spec(self, k: int) -> JobSpec:
+        """Tensor k's call's spec: the job's, with a sharded schedule's collective for that call."""
+        collective = self.training.collective(k) if self.training is not None else None
+        return self.spec if collective is None else replace(self.spec, collective=collective)
+
     def _begin(self, k: int, now: float) -> Frames:
-        call = (AllreduceCall(self.spec, self.tensors[k], self.next_first, self.resident) if self.make_call is AllreduceCall
-                else self.make_call(self.spec, self.tensors[k], self.next_first))
+        spec = self.call_spec(k)
+        call = (AllreduceCall(spec, self.tensors[k], self.next_first, self.resident) if self.make_call is AllreduceCall
+                else self.make_call(spec, self.tensors[k], self.next_first))
         self.next_first = call.end
         early = self.calls[-1].early if self.calls and hasattr(self.calls[-1], "early") else []
         self.calls.append(call)
@@ -693,7 +699,7 @@ class WorkerProcess:
 
     def start(self, now: float) -> Frames:
         if self.training is not None:
-            self.clock = TrainingClock(self.training, now)
+            self.clock = clock_of(self.training, now)
         return self._advance([], now)
 
     def advance(self, now: float) -> Frames:

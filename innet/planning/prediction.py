@@ -207,13 +207,13 @@ def pbox_direction_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_pack
 
 
 def ring_direction_bytes(graph: nx.Graph, workers: Sequence[str], elements: int, per_packet: int,
-                         collective: str = "allreduce") -> dict[tuple[str, str], int]:
+                         collective: str = "allreduce", root: int = 0) -> dict[tuple[str, str], int]:
     """Ring, per link direction: each rank sends N-1 exponent packets, 2(N-1) segments (N-1 for a collective of
-    one half: reduce-scatter, all-gather) and a DONE to the next, and the next sends bitmap ACKs back."""
+    one half: reduce-scatter, all-gather, reduce, broadcast) and a DONE to the next, and the next sends bitmap ACKs back."""
     n = len(workers)
     if n < 2:
         return {}
-    segments, pieces = ring_geometry(elements, n, per_packet, collective != "allreduce")
+    segments, pieces = ring_geometry(elements, n, per_packet, collective, root)
     reduces, gathers = ring_phases(collective)
     steps = [k for k in range(2 * (n - 1)) if (reduces if k < n - 1 else gathers)]
     ack = frame_bytes(1 + ACK_SPAN // 32)
@@ -269,7 +269,7 @@ def direction_bytes(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, pe
     """Bytes one call of ``mode`` puts on each link direction (``density``: top-k's fraction; the ring sends dense;
     ``collective``: which ranks each chunk's result goes to)."""
     if mode == "ring":
-        return dict(ring_direction_bytes(graph, plan.workers, elements, per_packet, collective.name))
+        return dict(ring_direction_bytes(graph, plan.workers, elements, per_packet, collective.name, root))
     chunks, n = -(-elements // per_packet), len(plan.workers)
     dest, source = collective.dest(chunks, n, root), collective.source(chunks, n, root)
     if plan.method == "pbox":
@@ -288,12 +288,13 @@ def predicted_link_bytes(graph: nx.Graph, mode: str, plan: JobPlan, elements: in
     return {name: round(per_call.get(name, 0) * iterations) for name in names}
 
 
-def run_link_bytes(graph: nx.Graph, mode: str, plans: Sequence[JobPlan], per_packet: int, call_sizes: Sequence[int],
-                   density: float = 1.0, collective: Collective = ALLREDUCE, root: int = 0) -> dict[str, int]:
-    """Predicted bytes per link of a whole run: every job's plan, every call (of ``call_sizes`` elements)."""
+def run_link_bytes(graph: nx.Graph, mode: str, plans: Sequence[JobPlan], per_packet: int,
+                   calls: Sequence[tuple[int, Collective]], density: float = 1.0, root: int = 0) -> dict[str, int]:
+    """Predicted bytes per link of a whole run: every job's plan, every call (``calls``: its elements and
+    collective, ``RunSpec.calls``)."""
     out: dict[str, int] = {}
     for plan in plans:
-        for size, calls in Counter(call_sizes).items():
-            for name, b in predicted_link_bytes(graph, mode, plan, size, per_packet, calls, density, collective, root).items():
+        for (size, collective), count in Counter(calls).items():
+            for name, b in predicted_link_bytes(graph, mode, plan, size, per_packet, count, density, collective, root).items():
                 out[name] = out.get(name, 0) + b
     return out

@@ -17,7 +17,7 @@ from innet.hosts.background import BackgroundSpec, parse_background
 from innet.hosts.learning.learner import Learner
 from innet.hosts.learning.model import Task
 from innet.hosts.ssp import Consistency
-from innet.hosts.training import Training
+from innet.hosts.training import PHASES, Training, sharded_calls
 from innet.hosts.workloads import WORKLOADS, load_workload
 from innet.planning.options import (
     default_of,
@@ -139,6 +139,9 @@ class RunSpec:
     stragglers: tuple[tuple[str, float, float], ...] = option(
         (), group="consistency", flag="--straggler", metavar="HOST:FACTOR[:PROB]", parse=parse_straggler, repeat=True,
         help="--consistency: HOST's compute is FACTOR times longer, in each iteration with probability PROB (default 1)")
+    sharded: bool = option(False, group="workload", switch=True,
+                           help="with --workload: sharded data parallelism (FSDP's schedule): all-gather each layer "
+                                "before its forward and backward pass, reduce-scatter its gradient, instead of all-reduce")
     slice_elements: int = option(0, group="workload", flag="--slice", metavar="ELEMENTS",
                                  help="with a workload: cut every layer into all-reduce calls of at most ELEMENTS "
                                       "(default 0: whole layers)")
@@ -284,17 +287,34 @@ class RunSpec:
             out += [(index, min(size, n - at), at == 0) for at in range(0, n, size)]
         return out
 
+    def _sharded(self) -> list[tuple[str, int]]:
+        """One sharded iteration's calls (innet.hosts.training.sharded_calls), [] unless ``sharded``."""
+        return sharded_calls(len(load_workload(self.workload, self.workload_scale).layers)) if self.sharded else []
+
     def call_sizes(self) -> list[int]:
         """The elements of each all-reduce call of a worker, in FIFO order (a barrier's carry none)."""
         if not self.collective_of.payload:
             return [0] * self.iterations
         if not self.workload:
             return [self.elements] * self.iterations
+        if self.sharded:  # each call moves its whole layer (all-gathered or reduce-scattered)
+            layers = load_workload(self.workload, self.workload_scale).layers
+            return [layers[i].elements for _, i in self._sharded()] * self.iterations
         return [n for _, n, _ in self._slices()] * self.iterations
 
+    def call_collectives(self) -> list[Collective]:
+        """Each call's collective, in FIFO order: the run's, or a sharded schedule's own per call."""
+        if not self.sharded:
+            return [self.collective_of] * len(self.call_sizes())
+        return [COLLECTIVES[PHASES[phase]] for phase, _ in self._sharded()] * self.iterations
+
+    def calls(self) -> list[tuple[int, Collective]]:
+        """Each call of a worker, in FIFO order: its elements and its collective."""
+        return list(zip(self.call_sizes(), self.call_collectives(), strict=True))
+
     def layers(self) -> int:
-        """Calls per iteration: a workload's layers (or their slices), else 1."""
-        return len(self._slices()) if self.workload else 1
+        """Calls per iteration: a workload's layers (or their slices, or a sharded schedule's calls), else 1."""
+        return len(self._sharded() or self._slices()) if self.workload else 1
 
     def tensors(self, job: int, rank: int) -> list[np.ndarray]:
         """What worker ``rank`` of ``job`` all-reduces, call by call."""
@@ -321,6 +341,10 @@ class RunSpec:
         slices = self._slices()  # a layer's backward time passes before its first slice
         forward = tuple(c * f for f in w.forward_times())
         before = [c * backward[i] if first else 0.0 for i, _, first in slices]  # backward seconds before each call
+        if self.sharded:  # a gradient call carries its layer's backward seconds (innet.hosts.training.ShardedClock)
+            calls = self._sharded()
+            return Training(sum(forward), tuple(c * backward[i] if p == "gradient" else 0.0 for p, i in calls),
+                            layer=tuple(i for _, i in calls), forward_layers=forward, phases=tuple(p for p, _ in calls))
         if self.overlap == "none":  # every call waits for the whole backward pass
             before = [sum(before)] + [0.0] * (len(before) - 1)
         return Training(sum(forward), tuple(before),
@@ -418,6 +442,21 @@ def _workload(s: RunSpec) -> str | None:
         return "{pipeline} overlaps a workload's compute with its communication: it needs {workload}"
     if (s.slice_elements or s.priority != "fifo") and not s.workload:
         return "{slice_elements} and {priority} order a workload's layers: they need {workload}"
+    return _sharded(s) if s.sharded else None
+
+
+def _sharded(s: RunSpec) -> str | None:
+    if not s.workload:
+        return "{sharded} runs a workload's layers in FSDP's schedule: it needs {workload}"
+    if s.slice_elements or s.priority != "fifo" or s.pipeline != 1 or s.overlap != "layers":
+        return "{sharded} runs FSDP's own schedule: it takes neither {slice_elements}, {priority}, {pipeline} nor {overlap}"
+    if s.topk or s.mode == "gloo":
+        return "{sharded} all-gathers and reduce-scatters dense shards: it takes neither {topk} nor {mode} gloo"
+    served = program_of(s).collectives
+    if s.mode in ("innet", "all") and not {"all_gather", "reduce_scatter"} <= set(served):
+        return (f"{{program}} {s.program} serves {', '.join(served)} only: {{sharded}} needs all_gather and "
+                "reduce_scatter (a Reduction subclass serves them), or use {mode} pbox or ring")
+    return None
     return None
 
 

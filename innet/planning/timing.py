@@ -68,6 +68,39 @@ def _hops(graph: nx.Graph, mode: str, plan: JobPlan) -> list[list[tuple[str, str
     return [path_links(graph, w, target) for w in plan.workers]
 
 
+def _back(path: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(v, u) for u, v in reversed(path)]
+
+
+def _ring_time(plan: JobPlan, elements: int, per_packet: int, collective: Collective, bw: float, slowest: float,
+               paths: list[list[tuple[str, str]]], trip: Callable[[list[tuple[str, str]], float], float]) -> float:
+    """``call_time`` of a ring: N-1 exponent hops; then each step takes its stream or one piece's hop, whichever
+    is longer, along the ring's slowest chain, and the last piece still has to arrive. Broadcast and reduce are
+    one pipelined chain instead: the first piece down N-1 hops, the rest behind it at the busiest link's rate."""
+    n = len(plan.workers)
+    if n < 2:
+        return 0.0
+    steps = sum(ring_phases(collective.name)) * (n - 1)
+
+    def chain(per_rank: list[float], length: int) -> float:  # ``length`` consecutive neighbour paths
+        return max(sum(per_rank[(r - i) % n] for i in range(length)) for r in range(n))
+
+    chained = collective.name in ("broadcast", "reduce")
+    segment = elements if chained else -(-elements // n)  # what a rank passes on in a step, in elements
+    full = chunk_bytes(min(per_packet, segment))
+    exponent = chain([trip(p, frame_bytes(0)) for p in paths], n - 1)
+    last = max(trip(p, full) for p in paths)
+    if chained:
+        linked = exponent + chain([trip(p, full) for p in paths], steps) + bw - full / slowest
+    else:  # each rank's steps, its predecessor's pieces gating them (_ring_steps)
+        linked = _ring_steps(exponent, bw / steps, full / slowest, [trip(p, full) for p in paths], steps)
+    # a rank has at most ``window`` packets unacknowledged: with long round trips the window paces it
+    window = max(WINDOW, ACK_EVERY * steps)
+    sent = steps * -(-segment // per_packet)
+    rtt = max(trip(p, full) + trip(_back(p), frame_bytes(0)) for p in paths)
+    return max(linked, exponent + -(-sent // window) * rtt + last)
+
+
 def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int, hop: float,
               delay: Callable[[str, str], float] = lambda u, v: 0.0, density: float = 1.0,
               sharing: Sequence[JobPlan] = (), collective: Collective = ALLREDUCE, root: int = 0) -> float:
@@ -85,42 +118,24 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
     bw = busiest_direction(graph, loads)[1]
     slowest = min((link_rate(graph, u, v) for u, v in loads), default=1.0)
     n = len(plan.workers)
-    full = chunk_bytes(min(per_packet, -(-elements // n) if mode == "ring" else elements), density)
+    full = chunk_bytes(min(per_packet, elements), density)
 
     links: dict[tuple[str, str], tuple[float, float, float]] = {}  # one_way's reading of each link, kept
 
     def trip(path: list[tuple[str, str]], size: float) -> float:  # one way, one frame
         return one_way(graph, path, size, hop, delay, links)
 
-    def back(path: list[tuple[str, str]]) -> list[tuple[str, str]]:
-        return [(v, u) for u, v in reversed(path)]
-
     paths = _hops(graph, mode, plan)
-    if mode == "ring":  # N-1 exponent hops; then each of 2(N-1) steps takes its stream or one piece's hop,
-        if n < 2:       # whichever is longer, along the ring's slowest chain; the last piece still has to arrive
-            return 0.0
-        steps = sum(ring_phases(collective.name)) * (n - 1)
-
-        def chain(per_rank: list[float], length: int) -> float:  # ``length`` consecutive neighbour paths
-            return max(sum(per_rank[(r - i) % n] for i in range(length)) for r in range(n))
-
-        exponent = chain([trip(p, frame_bytes(0)) for p in paths], n - 1)
-        last = max(trip(p, full) for p in paths)
-        linked = _ring_steps(exponent, bw / steps, full / slowest, [trip(p, full) for p in paths], steps)
-        # a rank has at most ``window`` packets unacknowledged: with long round trips the window paces it
-        window = max(WINDOW, ACK_EVERY * steps)
-        piece = -(-elements // n)  # a rank's segment, in elements
-        sent = steps * -(-piece // per_packet)
-        rtt = max(trip(p, full) + trip(back(p), frame_bytes(0)) for p in paths)
-        return max(linked, exponent + -(-sent // window) * rtt + last)
+    if mode == "ring":
+        return _ring_time(plan, elements, per_packet, collective, bw, slowest, paths, trip)
     # the exponent's round trip, the stream through the busiest link, the last chunk's round trip
     # (less its serialization on that link, which the stream already counts); at a PBox the first key
     # also waits for all N workers' first chunks to pass its link before any result can flow back.
     # The stream is the longer of the busiest link's bytes and the window's pace: chunk j + W goes out
     # one round trip after chunk j, so a window of W slots sends its C chunks in floor((C-1)/W) round
     # trips plus the rest of the last window.
-    small = max(trip(p, frame_bytes(0)) + trip(back(p), frame_bytes(0)) for p in paths)
-    rtt = max(trip(p, full) + trip(back(p), full) for p in paths)
+    small = max(trip(p, frame_bytes(0)) + trip(_back(p), frame_bytes(0)) for p in paths)
+    rtt = max(trip(p, full) + trip(_back(p), full) for p in paths)
     chunks = -(-elements // per_packet)
     if not chunks:  # a barrier: the exponent's round trip is the call (at a PBox, N frames in and N out)
         return small + (2 * (n - 1) * full / slowest if plan.method == "pbox" else 0.0)
@@ -243,8 +258,8 @@ def _back_losses(paths: list[list[tuple[str, str]]], loss: Callable[[str, str], 
 
 def call_times(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int, hop: float) -> list[float]:
     """The model's time of each call of a worker (FIFO order), for the slowest job; under loss (``--loss``, a
-    link's ``loss=``), its expected time (``lossy_time``)."""
-    sizes = run.call_sizes()
+    link's ``loss=``), an all-reduce's expected time (``lossy_time``)."""
+    calls = run.calls()
     def delay(u: str, v: str) -> float:
         return run.faults_on(u, v).delay
 
@@ -252,18 +267,18 @@ def call_times(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: 
         return run.faults_on(u, v).loss
 
     lossy = any(loss(u, v) or loss(v, u) for u, v in graph.edges)
-    known: dict[tuple[int, int], float] = {}
+    known: dict[tuple[int, int, Collective], float] = {}
 
-    def time(plan: JobPlan, n: int) -> float:
-        if (id(plan), n) not in known:
-            t = call_time(graph, run.mode, plan, n, per_packet, hop, delay, run.topk or 1.0, plans, run.collective_of, run.root)
-            if lossy and run.mode in ("innet", "pbox", "ring"):
+    def time(plan: JobPlan, n: int, collective: Collective) -> float:
+        if (id(plan), n, collective) not in known:
+            t = call_time(graph, run.mode, plan, n, per_packet, hop, delay, run.topk or 1.0, plans, collective, run.root)
+            if lossy and run.mode in ("innet", "pbox", "ring") and collective.name == "allreduce":
                 t = lossy_time(graph, run.mode, plan, n, per_packet, t, loss, LOCAL_MIN_RTO if hop else run.min_rto)
-            known[id(plan), n] = t
-        return known[id(plan), n]
+            known[id(plan), n, collective] = t
+        return known[id(plan), n, collective]
 
-    slowest = max(plans, key=lambda p: time(p, max(sizes)))
-    return [time(slowest, n) for n in sizes]
+    slowest = max(plans, key=lambda p: time(p, *max(calls, key=lambda c: c[0])))
+    return [time(slowest, n, c) for n, c in calls]
 
 
 def planned_training(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int) -> Training | None:

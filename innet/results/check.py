@@ -7,7 +7,6 @@ import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from functools import partial
 from typing import Protocol
 
 import networkx as nx
@@ -38,27 +37,29 @@ def result_digest(results_int: Sequence[Sequence[np.ndarray]]) -> str:
 
 
 def check(inputs: Sequence[Sequence[np.ndarray]], results_int: Sequence[Sequence[np.ndarray]],
-          results: Sequence[Sequence[np.ndarray]], operator: Operator = SUM, collective: Collective = ALLREDUCE,
-          root: int = 0, unit: int = 1) -> tuple[bool, float, str]:
+          results: Sequence[Sequence[np.ndarray]], operator: Operator = SUM,
+          collective: Collective | Sequence[Collective] = ALLREDUCE, root: int = 0, unit: int = 1) -> tuple[bool, float, str]:
     """(every worker got the exact reduction, max |result - exact float reduction|, the first difference).
 
     ``inputs[rank][it]`` are the float gradients (int32 bit sets for a bit operator); ``results_int[rank][it]``
     the integers each worker got back, ``results`` the floats. The reference is the operator's numpy
     reduction of the values the workers put on the wire, at the scale they agreed on; of it, each rank
-    must hold what ``collective`` leaves it (its shard, the whole, or nothing; shards of ``unit`` packets).
+    must hold what ``collective`` leaves it (its shard, the whole, or nothing; shards of ``unit`` packets), or
+    with one collective per call (a sharded schedule), what call ``it``'s leaves it.
     """
-    nworkers = len(inputs)
-    inputs = [collective.streams(inputs[r], r, nworkers, root, unit, operator) for r in range(nworkers)]
-    keep = lambda a, r: collective.kept(a, r, nworkers, root, unit)  # noqa: E731
+    nworkers, calls = len(inputs), len(inputs[0]) if inputs else 0
+    of = [collective] * calls if isinstance(collective, Collective) else list(collective)
+    inputs = [[of[it].streams([t], r, nworkers, root, unit, operator)[0] for it, t in enumerate(inputs[r])]
+              for r in range(nworkers)]
     correct, max_err, first = True, 0.0, ""
-    for it in range(len(inputs[0])):
+    for it in range(calls):
         q = max(operator.exponent(inputs[r][it]) for r in range(nworkers))
         scale = operator.scale(q, nworkers)
         expected = operator.reduce(operator.quantize(inputs[r][it], scale) for r in range(nworkers))
         exact = operator.reduce(inputs[r][it] for r in range(nworkers))
         for r in range(nworkers):
             got = results_int[r][it] if it < len(results_int[r]) else None
-            expected_r, exact_r = keep(expected, r), keep(exact, r)
+            expected_r, exact_r = (of[it].kept(a, r, nworkers, root, unit) for a in (expected, exact))
             if got is None or got.shape != expected_r.shape or not np.array_equal(got, expected_r):
                 if correct:
                     first = _difference(r, it, got, expected_r)
@@ -132,11 +133,14 @@ def training_outcome(worker: SSPWorker) -> WorkerOutcome:
 def outcome_of(proc: WorkerProcess) -> WorkerOutcome:
     """A finished WorkerProcess's outcome (the fabric's, or a Mininet host's before it saves it)."""
     calls = proc.calls_in_order()  # by tensor: a P3 worker begins them in another order
-    done = [c for c in calls if c.finished_at is not None]
-    s = proc.spec
-    keep = partial(COLLECTIVES[s.collective].kept, rank=s.rank, nworkers=s.nworkers, root=s.root, unit=s.elements)
+    done = [(k, c) for k, c in enumerate(calls) if c.finished_at is not None]
+
+    def keep(k: int, values: np.ndarray) -> np.ndarray:
+        s = proc.call_spec(k)
+        return COLLECTIVES[s.collective].kept(values, s.rank, s.nworkers, s.root, s.elements)
+
     return WorkerOutcome(
-        proc.spec.job, proc.spec.rank, [keep(c.result_int) for c in done], [keep(c.result) for c in done],
+        proc.spec.job, proc.spec.rank, [keep(k, c.result_int) for k, c in done], [keep(k, c.result) for k, c in done],
         [c.started_at if c.started_at is not None else float("nan") for c in calls],
         [c.finished_at if c.finished_at is not None else float("nan") for c in calls],
         sum(c.retransmissions for c in calls), str(proc.error) if proc.error else "", proc.compute_starts, [], 0,
@@ -205,7 +209,7 @@ def allreduce_summary(run: RunSpec, workers: Sequence[WorkerOutcome]) -> JobSumm
     the training schedule's figures."""
     inputs = [w.inputs or run.tensors(w.job, w.rank) for w in workers]
     correct, max_err, first = check(inputs, [w.ints for w in workers], [w.floats for w in workers], run.operator,
-                                    run.collective_of, run.root, program_of(run).elements)
+                                    run.call_collectives(), run.root, program_of(run).elements)
     times = []
     for it in range(len(inputs[0]) if inputs else 0):
         starts = [w.started[it] for w in workers if it < len(w.started)]
@@ -248,8 +252,7 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Planned, backend: str, outcome
         jobs.append(replace(job, errors=tuple(re.sub(r"node (\d+)", lambda m: names.get(int(m.group(1)), m.group(0)), e)
                                               for e in job.errors)))  # name the nodes an error mentions
     def predict(density: float) -> dict[str, int]:
-        return run_link_bytes(graph, run.mode, rp.plans, rp.per_packet, run.call_sizes(), density, run.collective_of,
-                              run.root)
+        return run_link_bytes(graph, run.mode, rp.plans, rp.per_packet, run.calls(), density, run.root)
 
     predicted = predict(run.topk if run.topk and run.mode != "ring" else 1.0)  # top-k: expected bytes
     dense = predict(1.0) if run.topk else predicted
@@ -280,7 +283,7 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Planned, backend: str, outcome
             **({"topk": run.topk, "bytes_vs_dense": round(sum(link_bytes.values()) / max(1, sum(dense.values())), 4)}
                if run.topk else {}),
             **({"workload": run.workload, "workload_scale": run.workload_scale, "pipeline": run.pipeline,
-                "slice_elements": run.slice_elements, "priority": run.priority,
+                "slice_elements": run.slice_elements, "priority": run.priority, "sharded": run.sharded,
                 **{k: max(figures(k)) for k in ("iteration_s", "compute_s", "comm_wait_s", "next_forward_wait_s")
                    if k in jobs[0].figures}}
                if run.workload else {}),

@@ -82,8 +82,9 @@ def auto_dilation(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram], f
     rp = plan_run(graph, run, program)
     loads: dict[tuple[str, str], float] = {}
     for plan in rp.plans:
-        for uv, b in direction_bytes(graph, run.mode, plan, max(run.call_sizes()), rp.per_packet, run.topk or 1.0,
-                                     run.collective_of, run.root).items():
+        size, collective = max(run.calls(), key=lambda call: call[0])
+        for uv, b in direction_bytes(graph, run.mode, plan, size, rp.per_packet, run.topk or 1.0, collective,
+                                     run.root).items():
             loads[uv] = loads.get(uv, 0.0) + b
     return auto_factor(host_link_rate(graph), faithful_mbps, carried_rate(graph, loads))
 
@@ -156,10 +157,11 @@ def worker_process(mode: str, spec: JobSpec, ring: list[int], tensors: Sequence[
                    training: Training | None = None) -> WorkerProcess:
     """The endpoint a worker host runs for ``mode`` (``training``: the compute schedule its calls follow)."""
     make_call = partial(_ring_call, ring) if mode == "ring" else AllreduceCall
-    if spec.collective != "allreduce":  # what the rank streams through the slots for its inputs
-        tensors = COLLECTIVES[spec.collective].streams(tensors, spec.rank, spec.nworkers, spec.root, spec.elements,
-                                                       spec.operator)
-    return WorkerProcess(spec, tensors, make_call, training=training)
+    proc = WorkerProcess(spec, tensors, make_call, training=training)
+    if spec.collective != "allreduce" or (training is not None and training.phases):  # what the rank streams for its inputs
+        proc.tensors = [COLLECTIVES[s.collective].streams([t], s.rank, s.nworkers, s.root, s.elements, s.operator)[0]
+                        for t, s in ((t, proc.call_spec(k)) for k, t in enumerate(tensors))]
+    return proc
 
 
 def host_endpoint(run: RunSpec, rp: RunPlan, host: str, spec: JobSpec,
