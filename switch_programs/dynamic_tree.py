@@ -53,7 +53,10 @@ class DynamicTree(SwitchProgram):
     elements = 2040  # a partial's bitmap (up to 8 words) still fits a 2048-value frame
     fan_in = 256  # ranks a bitmap holds
     extra_values = 8  # a partial's bitmap after its values: links carry frames this much longer than a chunk's
-    window = 2e-4  # seconds a partial waits for more contributions before it goes on
+    window = 4e-4  # seconds a partial waits for more contributions before it goes on (6 frames at 1 Gbit/s: at 200 µs
+    # Mininet's jitter split most chunks, and dynamic trees there gained nothing on the leaf-spine)
+    tick = 100e-6  # seconds between the timer's looks for partials that waited ``window``
+    hold = window + tick  # the most a switch holds a chunk's partial: results come back out of order by this much
     tau = 200e-6  # seconds over which a port's byte count decays (its congestion estimate)
     margin = 1.5  # leave the rotation's uplink when its cross traffic is this much more than the least's
     slack = 6000  # ... and this many bytes more (a few frames: light traffic moves nothing)
@@ -132,11 +135,11 @@ class DynamicTree(SwitchProgram):
         self._fold(r, key, pkt, bits, have, values)
         return self._result(ctx, job, key) if have | bits == everyone else None
 
-    @on_timer(100e-6)
+    @on_timer(tick)
     def timeouts(self, ctx):
         """Send on every partial that has waited ``window``: incomplete, as Canary does."""
         r, out = ctx.regs, []
-        late = np.flatnonzero((r.since >= 0) & (r.since + self.window <= ctx.now))
+        late = np.flatnonzero((r.since >= 0) & (r.since + self.window * ctx.clock <= ctx.now))
         for key in late.tolist():
             ctx.count("partial_on_timeout")
             out += self._flush(ctx, ctx.jobs[int(r.owner[key])], key)
@@ -245,6 +248,7 @@ class DynamicTree(SwitchProgram):
         loads = [self._load(ctx, p) for p in ups]
         least = ups[int(np.argmin(loads))]
         if self._load(ctx, turn) > self.margin * self._load(ctx, least) + self.slack:
+            ctx.count("moved_off_loaded_uplink")
             return least
         return turn
 
@@ -258,7 +262,7 @@ class DynamicTree(SwitchProgram):
     def _load(self, ctx, port):
         """Port ``port``'s decayed byte count, decayed to now."""
         r = ctx.regs
-        r.load[port] *= math.exp(-(ctx.now - r.stamp[port]) / self.tau)
+        r.load[port] *= math.exp(-(ctx.now - r.stamp[port]) / (self.tau * ctx.clock))
         r.stamp[port] = ctx.now
         return float(r.load[port])
 

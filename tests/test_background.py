@@ -79,6 +79,9 @@ def test_every_pattern_leaves_the_job_exact(pattern, tmp_path):
     assert 0 < sum(int(r["background_bytes"]) for r in rows) <= sum(bg.link_bytes.values())
     assert os.path.exists(tmp_path / "utilisation.png")
     assert any("background" in line and "delivered" in line for line in report.lines())
+    dynamic = innet.run("fat-tree", backend="local", elements=8192, background=pattern, placement="dynamic").runs[0]
+    assert dynamic.correct and dynamic.result_digest == quiet.result_digest  # dynamic trees too
+    assert dynamic.figures["background"].received_bytes > 0
 
 
 def test_background_bytes_follow_the_routed_paths():

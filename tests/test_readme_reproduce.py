@@ -101,7 +101,9 @@ def _stated(name: str, points: dict) -> list[str]:
         fat, leaf = speedup["dynamic"], speedup["dynamic-leaf-spine"]
         assert min(fat["none"], leaf["none"]) >= 1 / 1.04 and all(r["correct"] for r in rows)  # "within 4%", exact
         loads = ("permutation:0.25", "permutation:0.5", "permutation:0.75")
+        model = {k: at["static", k]["background_model_s"] / at["dynamic", k]["background_model_s"] for k in loads}
         return [", ".join(f"{fat[k]:.2f}×" for k in loads) + " faster on the fat-tree",
+                "(the timing model, `background_model_s`: " + ", ".join(f"{model[k]:.2f}×" for k in loads) + ")",
                 ", ".join(f"{leaf[k]:.2f}×" for k in loads) + " on the leaf-spine"]
     if name == "fsdp":
         def over_ddp(mode, n, metric="iteration_s"):

@@ -75,6 +75,7 @@ class JobSpec:
     operator: Operator = SUM  # what the job reduces with: its fixed-point rule decides what workers agree on
     collective: str = "allreduce"  # innet.wire.collectives: what goes in, and which ranks each result goes to
     root: int = 0  # broadcast's and reduce's root rank
+    reorder: float = 0.0  # seconds results may come back out of order by design (switches that hold partials)
 
     def __post_init__(self) -> None:
         if isinstance(self.operator, dict):  # from JSON
@@ -189,7 +190,7 @@ class AllreduceCall:
         self.seq = 0  # transmissions so far: a later number was sent later
         self.suspect_at = np.full(spec.slots, np.inf)  # when a result for a later transmission first came back
         self.by_order = np.zeros(spec.slots, np.bool_)  # the last retransmission was RACK's (not a timer's)
-        self.rack = Rack(spec.min_rto)
+        self.rack = Rack(spec.min_rto + spec.reorder)  # reordering by design is no evidence of loss
         self.newest_seq = -1  # the newest transmission whose result came back
         self.pace = 0.0  # smoothed time between results: how fast the window drains
         self.probes = 0  # tail probes since the last result

@@ -80,6 +80,15 @@ def initial_rto(graph: nx.Graph, plan: JobPlan, worker: str, elements: int, run:
     return max(run.min_rto, 8 * max((far[n] for n in peers), default=0.0))
 
 
+def reorder_allowance(plan: JobPlan, program: type[SwitchProgram]) -> float:
+    """Seconds a job's results may come back out of order by design: the program's ``hold`` at each switch on the
+    longest way from a worker to the root (dynamic trees' partials wait out a window at every switch but the root;
+    a chunk's result waits for its slowest partial, whoever's)."""
+    if not program.hold:
+        return 0.0
+    return program.hold * max(len(plan.way_up(w)) - 2 for w in plan.workers)  # the switches below the root
+
+
 def worker_specs(graph: nx.Graph, plan: JobPlan, program: type[SwitchProgram], run: RunSpec) -> dict[str, JobSpec]:
     index = node_indices(graph)
     return {
@@ -87,6 +96,7 @@ def worker_specs(graph: nx.Graph, plan: JobPlan, program: type[SwitchProgram], r
                    elements=program.elements, node=index[w], first_hop=index[plan.first_hop[w]],
                    min_rto=run.min_rto, initial_rto=initial_rto(graph, plan, w, program.elements, run),
                    timeout=run.timeout, sparse=run.topk > 0, band=run.band(plan.job),
-                   operator=getattr(program, "operator", SUM), collective=run.collective, root=run.root)
+                   operator=getattr(program, "operator", SUM), collective=run.collective, root=run.root,
+                   reorder=reorder_allowance(plan, program))
         for rank, w in enumerate(plan.workers)
     }

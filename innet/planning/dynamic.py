@@ -18,7 +18,6 @@ off this switch (-1 otherwise). A switch whose cone it has heard in full sends i
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import networkx as nx
 
@@ -95,35 +94,66 @@ def _leads_to_workers(graph: nx.Graph, node: str, above: str, level: dict[str, i
     return any(_leads_to_workers(graph, n, node, level, workers) for n in graph[node] if level[n] < level[node])
 
 
-@dataclass(frozen=True)
-class GainModel:
-    """What the links leave a job beside background traffic: the smallest share of a link's rate the background
-    leaves on the links a static tree uses (both directions), and on the links no tree can avoid (the workers'
-    own); ``gain``, their ratio, is what dynamic trees may gain at most if the job ran at its bottleneck's
-    leftover rate."""
+def fluid_time(job_bytes: float, window: float, rtt: float, rate: float, background: float) -> float:
+    """Seconds a window-limited stream takes to move ``job_bytes`` through one FIFO link of ``rate`` bytes/s beside
+    open-loop ``background`` bytes/s (a fluid model). The stream sends at most ``window`` bytes a round trip
+    (``rtt`` unloaded, plus the queue's delay); while both together ask more than the link's rate the queue grows
+    (the background does not back off) and the link serves each in proportion to what it asks."""
+    if background >= rate:
+        return float("inf")
+    if not background:
+        return job_bytes / min(rate, window / rtt)
+    t = queue = done = 0.0
+    dt = max(rtt / 8, job_bytes / rate / 4000)
+    while done < job_bytes:
+        asks = min(rate, window / (rtt + queue / rate))
+        over = asks + background - rate
+        queue = max(0.0, queue + over * dt) if queue > 0 or over > 0 else 0.0
+        done += (rate * asks / (asks + background) if queue > 0 else asks) * dt
+        t += dt
+    return t
 
-    static_share: float
-    dynamic_share: float
 
-    @property
-    def gain(self) -> float:
-        return self.dynamic_share / self.static_share if self.static_share > 0 else float("inf")
-
-
-def gain_model(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]]) -> GainModel:
-    """``GainModel`` of a static ``plan`` beside background ``flows`` (source, destination, bits per second)."""
+def background_model_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]], chunks: int,
+                       frame_bytes: int) -> float:
+    """The timing model's completion time of ``plan``'s all-reduce beside background ``flows`` (source,
+    destination, bits per second), ``chunks`` frames of ``frame_bytes`` each way per worker and a window of
+    ``plan.slots`` frames: ``fluid_time`` of the link it takes longest through. A static tree's links are fixed (both
+    directions of every tree edge); dynamic trees must cross the workers' own links, and each switch's uplinks (up
+    and down) share its chunks among them: the best split over its least loaded few (the rotation spreads chunks,
+    the congestion signal moves them off loaded uplinks)."""
     load: dict[tuple[str, str], float] = {}
     for src, dst, bps in flows:
         path = [src]
         while path[-1] != dst:
             path.append(next_hop(graph, path[-1], dst))
         for hop in zip(path, path[1:], strict=False):
-            load[hop] = load.get(hop, 0.0) + bps
+            load[hop] = load.get(hop, 0.0) + bps / 8
+    rtt = 2 * max(_way_s(graph, plan, w, frame_bytes) for w in plan.workers)
+    data, window = chunks * frame_bytes, plan.slots * frame_bytes
 
-    def share(links: Sequence[tuple[str, str]]) -> float:
-        return min((1 - load.get(hop, 0.0) / (float(graph.edges[hop]["bw"]) * 1e6) for hop in links), default=1.0)
+    def alone(hop: tuple[str, str], share: int = 1) -> float:
+        return fluid_time(data / share, window / share, rtt, graph.edges[hop]["bw"] * 1e6 / 8, load.get(hop, 0.0))
 
-    tree = [(c, p) for c, p in plan.parents.items()]
-    own = [(w, next(iter(graph[w]))) for w in plan.workers]
+    def spread(links: list[tuple[str, str]]) -> float:
+        """Chunks shared evenly among the ``m`` least loaded of ``links``, the best ``m``."""
+        ranked = sorted(links, key=alone)
+        return min(max(alone(hop, m) for hop in ranked[:m]) for m in range(1, len(ranked) + 1))
+
     both = lambda links: [*links, *((b, a) for a, b in links)]  # noqa: E731
-    return GainModel(round(share(both(tree)), 4), round(share(both(own)), 4))
+    if plan.method != "dynamic":
+        return max(alone(hop) for hop in both(list(plan.parents.items())))
+    own = max(alone(hop) for hop in both([(w, plan.first_hop[w]) for w in plan.workers]))
+    shared = []
+    for s, jp in plan.switch_ports.items():
+        ups = [n for p, n in ports(graph, s).items() if p in jp.uplinks]
+        if ups:
+            shared += [spread([(s, u) for u in ups]), spread([(u, s) for u in ups])]
+    return max(own, *shared)
+
+
+def _way_s(graph: nx.Graph, plan: JobPlan, worker: str, frame_bytes: int) -> float:
+    """Seconds a frame takes from ``worker`` to the root, unloaded."""
+    way = plan.way_up(worker)
+    return sum(graph.edges[a, b].get("latency", 0.0) + 8 * frame_bytes / (graph.edges[a, b]["bw"] * 1e6)
+               for a, b in zip(way, way[1:], strict=False))

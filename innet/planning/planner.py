@@ -47,6 +47,13 @@ class JobPlan:
     def children(self, node: str) -> list[str]:
         return self._children.get(node, [])
 
+    def way_up(self, node: str) -> list[str]:
+        """``node`` and every node above it in the tree, up to the root."""
+        way = [node]
+        while way[-1] != self.root and way[-1] in self.parents:
+            way.append(self.parents[way[-1]])
+        return way
+
     @cached_property
     def _children(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}

@@ -236,6 +236,22 @@ class Planned(Protocol):
     def per_packet(self) -> int: ...
 
 
+def background_model(graph: nx.Graph, run: RunSpec, rp: Planned) -> dict[str, float]:
+    """``background_model_s``: the timing model's completion beside the run's background traffic (none: at link
+    rate or the window's pace) for a plain switch all-reduce, the slowest job's (innet.planning.dynamic)."""
+    from innet.hosts.background import background_flows
+    from innet.planning.dynamic import background_model_s
+    from innet.wire.packet import PAYLOAD_OFFSET
+
+    if run.mode != "innet" or run.collective != "allreduce" or run.workload or run.train or run.consistency or run.topk \
+            or any(p.method == "pbox" for p in rp.plans):
+        return {}
+    flows = [(f.src, f.dst, f.bps) for f in background_flows(graph, run.background, run.seed)]
+    frame = PAYLOAD_OFFSET + 4 * (rp.per_packet + getattr(program_of(run), "extra_values", 0))
+    chunks = sum(-(-n // rp.per_packet) for n in run.call_sizes())
+    return {"background_model_s": round(max(background_model_s(graph, p, flows, chunks, frame) for p in rp.plans), 6)}
+
+
 def run_record(graph: nx.Graph, run: RunSpec, rp: Planned, backend: str, outcomes: Sequence[WorkerOutcome],
                link_bytes: dict[str, int], drops: dict[str, int], **extra: object) -> RunRecord:
     """A run's record (``extra``: the backend's own figures).
@@ -288,6 +304,7 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Planned, backend: str, outcome
                    if k in jobs[0].figures}}
                if run.workload else {}),
             **(asdict(training_figures(run, outcomes)) if run.train else {}),
+            **background_model(graph, run, rp),
             **extra,
         },
     )

@@ -200,6 +200,7 @@ class Context:
     groups: dict[int, tuple[int, ...]] = field(default_factory=dict)  # multicast group address -> ports
     counters: dict[str, int] = field(default_factory=dict)
     now: float = 0.0
+    clock: float = 1.0  # seconds of ``now`` per second of the run's timeline (dilation): a program's own times times it
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n
@@ -334,6 +335,10 @@ class SwitchProgram:
     # the collectives (innet.wire.collectives) its handlers serve: a routed or replicating slot needs handlers
     # that read the contributions' mark (innet.switch.routed), as ``Reduction``'s do
     collectives: ClassVar[tuple[str, ...]] = ("allreduce",)
+    # seconds a switch may hold a chunk's contribution past a later chunk's before it sends it on (a timeout-based
+    # program's window): results then come back out of order by design, and the workers' loss detection by order
+    # allows that much per switch on their way (innet.planning.configs.reorder_allowance)
+    hold: ClassVar[float] = 0.0
 
     @classmethod
     def memory_bytes(cls) -> int:

@@ -99,6 +99,7 @@ class SwitchConfig:
     jobs: dict[int, JobPort] = field(default_factory=dict)
     memory_bytes: int = DEFAULT_SWITCH_MEMORY
     groups: dict[int, tuple[int, ...]] = field(default_factory=dict)  # multicast group address -> ports
+    clock: float = 1.0  # the switch's seconds per second of the run's timeline (a dilated run's factor)
 
 
 def kind_of(pkt: Packet) -> str:
@@ -162,13 +163,14 @@ class SwitchRuntime:
         self.ctx = Context(
             name=config.name, tier=config.tier, ports=dict(config.ports), jobs=dict(config.jobs),
             regs=program.allocate(), node=config.node, routes=dict(config.routes), groups=dict(config.groups),
+            clock=config.clock,
         )
         self.handlers, timers, self.starts = program.handlers()
         self.batch_handlers = program.batch_handlers()
         if "routed" not in self.handlers:  # the default for routed packets, ctx.route, has a batch form too
             self.batch_handlers["routed"] = ""
         self.batch_kinds = np.isin(np.arange(len(KIND_NAMES)), [KIND_CODES[k] for k in self.batch_handlers])
-        self.timers = {name: [interval, interval] for name, interval in timers.items()}
+        self.timers = {name: [interval * config.clock] * 2 for name, interval in timers.items()}  # on the run's timeline
         self.stats = {port: PortStats() for port in config.ports}
 
     @property

@@ -91,7 +91,9 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     wire_graph, wire_run = dilate_graph(graph, dilation), dilate_spec(run, dilation)
     rp = plan_run(wire_graph, wire_run, program_of(wire_run))
     program = program_of(wire_run, rp.fan_in)
-    configs = installed_configs(wire_graph, wire_run, rp)
+    rp = replace(rp, specs={j: {w: replace(s, reorder=s.reorder * dilation) for w, s in specs.items()}  # a program's
+                            for j, specs in rp.specs.items()})  # times are on the run's timeline: switches' and workers'
+    configs = {n: replace(c, clock=dilation) for n, c in installed_configs(wire_graph, wire_run, rp).items()}
     # the fabric's queues hold whatever converges on a link: here every interface's holds every frame the jobs can
     # have in flight at once (a PBox's incast of 127 workers' windows overflowed the kernel's default 1000)
     chunks = -(-max(run.call_sizes(), default=0) // max(rp.per_packet, 1))
