@@ -7,6 +7,12 @@ For each link rate: ``run_topology.py --backend mininet --topo star --workers 4 
 M in ring, gloo (and innet), alternating, ``--repeats`` times; prints each mode's median completion time, the
 ring's theoretical time (2(N-1)/N of the tensor over one host link), and the medians' ratio ring / gloo
 (the target is at most 1.1). Run it alone: it measures wall-clock time on a shared CPU.
+
+``--loss L`` loses L of the frames on every link direction, in every mode: innet's ports inject it, gloo's TCP meets
+it in the kernel (a random drop on the same TCLinks). Given several rates, each mode's median at every other rate is also
+given over its median at the first:
+
+    sudo python scripts/ring_vs_gloo.py --bw 200 --elements 262144 --modes gloo --loss 0 0.001 0.01 0.05 0.2
 """
 
 from __future__ import annotations
@@ -22,13 +28,15 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def measure(mode: str, bw: float, elements: int, workers: int, packet_elements: int = 0, dilation: str = "auto") -> float:
+def measure(mode: str, bw: float, elements: int, workers: int, packet_elements: int = 0, dilation: str = "auto",
+            loss: float = 0.0) -> float:
     """One run's completion time (seconds, on the requested timeline), from its results JSON."""
     with tempfile.TemporaryDirectory() as out:
         argv = [sys.executable, os.path.join(ROOT, "run_topology.py"), "--backend", "mininet", "--topo", "star",
                 "--workers", str(workers), "--elements", str(elements), "--mode", mode, "--bw", f"{bw:g}",
                 "--out", out, "--no-plots", "--dilation", dilation,
-                *(["--packet-elements", str(packet_elements)] if packet_elements else [])]
+                *(["--packet-elements", str(packet_elements)] if packet_elements else []),
+                *(["--loss", f"{loss:g}"] if loss else [])]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
         if done.returncode != 0:
             raise SystemExit(f"error: {' '.join(argv[1:])} failed: {done.stderr.strip().splitlines()[-1:]}")
@@ -48,16 +56,32 @@ def main() -> int:
     p.add_argument("--packet-elements", type=int, default=0, help="innet's packet size (gloo's TCP ignores it; default: innet's)")
     p.add_argument("--dilation", default="auto", help="innet's modes' --dilation (auto, off or a factor; gloo's TCP "
                    "always runs on undilated links, where the kernel keeps up)")
+    p.add_argument("--loss", type=float, nargs="+", default=[0.0], help="loss on every link direction (default 0); "
+                   "with several, the first sets the table and each other's median is given over the first's")
     args = p.parse_args()
     size = f", {args.packet_elements}-element packets" if args.packet_elements else ""
-    print(f"star of {args.workers}, {args.elements} float32, medians of {args.repeats}{size}, innet's --dilation {args.dilation}")
+    print(f"star of {args.workers}, {args.elements} float32, medians of {args.repeats}{size}, innet's --dilation {args.dilation}"
+          + (f", {args.loss[0]:g} loss on every link direction" if args.loss[0] else ""))
     print("bw_mbps  " + "  ".join(f"{m + '_s':>8}" for m in args.modes) + "  ring_theory_s  ring/gloo  runs")
     for bw in args.bw:
         times: dict[str, list[float]] = {m: [] for m in args.modes}
+        lossy: dict[tuple[str, float], list[float]] = {(m, p): [] for m in args.modes for p in args.loss[1:]}
         for _ in range(args.repeats):
             for mode in args.modes:
-                times[mode].append(measure(mode, bw, args.elements, args.workers, args.packet_elements, args.dilation))
+                times[mode].append(measure(mode, bw, args.elements, args.workers, args.packet_elements, args.dilation,
+                                           args.loss[0]))
+                for p in args.loss[1:]:
+                    try:
+                        lossy[mode, p].append(measure(mode, bw, args.elements, args.workers, args.packet_elements,
+                                                      args.dilation, p))
+                    except SystemExit as exc:  # a lossy run that failed (gloo's time-out) is counted, not fatal
+                        print(f"{mode} at loss {p:g}: {exc}", file=sys.stderr)
+                        lossy[mode, p].append(float("inf"))
         med = {m: statistics.median(t) for m, t in times.items()}
+        for p in args.loss[1:]:  # each mode's time under loss over its time at the first rate given
+            print(f"{bw:7g}  loss {p:g} / loss {args.loss[0]:g}: " + "  ".join(
+                f"{m} {statistics.median(lossy[m, p]) / med[m]:.2f}x ({','.join(f'{x:.3f}' for x in lossy[m, p])})"
+                for m in args.modes))
         theory = 2 * (args.workers - 1) / args.workers * 4 * args.elements * 8 / (bw * 1e6)
         ratio = med["ring"] / med["gloo"] if "ring" in med and "gloo" in med else float("nan")  # nan: not both measured
         runs = "; ".join(f"{m} " + ",".join(f"{x:.3f}" for x in t) for m, t in times.items())

@@ -77,6 +77,11 @@ def test_a_run_slower_than_its_links_allow_is_not_faithful():
     slow = with_model(fid, 0.78, 0.0103)
     assert slow.verdict == NOT_FAITHFUL and slow.reasons == ("took 75.73x the 0.0103 s its links allow (the timing model)",)
     assert with_model(fid, float("nan"), 0.0103).verdict == FAITHFUL  # a failed run is the check's to report
+    # fat-tree k=8's ring at dilation 4175 (links shaped at 0.24 Mbit/s): 0.0064 s where the links allow 0.0137 s
+    fast = with_model(fid, 0.0064, 0.0137)
+    assert fast.verdict == NOT_FAITHFUL and fast.reasons == (
+        "took 0.47x the 0.0137 s its links allow (the timing model): faster than its links were shaped to carry it",)
+    assert with_model(fid, 0.0095, 0.0103).verdict == FAITHFUL  # 0.92x: within the tolerance
 
 
 def test_the_local_backend_is_faithful_by_construction():

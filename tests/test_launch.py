@@ -138,6 +138,9 @@ def test_a_launch_without_a_command_or_in_a_gloo_mode_is_one_line():
         "error: innet launch needs a command after --, e.g. innet launch --backend local -- python train.py"]
     out = launch("--backend", "local", "--mode", "gloo", "--", "true")
     assert out.returncode == 2 and "innet, pbox or ring, not --mode gloo" in out.stderr
+    out = launch("--backend", "local", "--topo", "fat-tree", "--k", "16", "--", "true")  # 1023 ranks (a host is the PBox): ~270 GiB
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
+    assert out.stderr.startswith("error: 1023 torch ranks need about 269.9 GiB") and "use fewer --workers" in out.stderr
 
 
 MININET_SCRIPT = """import sys, time, torch

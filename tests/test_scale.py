@@ -16,8 +16,8 @@ from innet.backends.local.run import run_local
 from innet.errors import UserError
 from innet.graph import bfs_parents, is_switch, natural_key, node_indices, routes
 from innet.hosts.worker import AllreduceCall
-from innet.planning import planner
-from innet.planning.memory import check_memory, estimate_bytes
+from innet.planning import memory, planner
+from innet.planning.memory import TORCH_RANK, check_memory, check_torch_ranks, estimate_bytes, torch_ranks_bytes
 from innet.planning.spec import RunSpec
 from innet.results.metrics import tier_bytes
 from innet.results.progress import Progress
@@ -193,6 +193,37 @@ def test_the_estimate_grows_with_the_job_and_refuses_a_mininet_fat_tree_k16():
     with pytest.raises(UserError, match="local backend"):
         check_memory(build("fat-tree", k=16), RunSpec(elements=16384), "mininet", available=24 << 30, node_group=1)
     assert check_memory(k8, RunSpec(elements=16384), "local", available=24 << 30) < 1 << 30
+
+
+def test_torch_ranks_are_counted_and_refused_in_one_line_when_they_cannot_fit():
+    assert torch_ranks_bytes(4, 1000) == 4 * (TORCH_RANK + memory.LOCAL_PER_ELEMENT * 1000)
+    assert check_torch_ranks(4, 65536, available=24 << 30) > 4 * TORCH_RANK
+    with pytest.raises(UserError, match=r"^127 torch ranks need about 33\.\d GiB \(270 MiB each\) but 24\.0 GiB"):
+        check_torch_ranks(127, 0, available=24 << 30)
+    k8, star = build("fat-tree", k=8), build("star", workers=4)
+    gloo, innet = RunSpec(elements=65536, mode="gloo"), RunSpec(elements=65536, mode="innet")
+    # gloo's ranks in place of innet's processes: on the fat-tree, ten times innet's estimate, past the machine
+    assert estimate_bytes(k8, gloo, "mininet") > 127 * TORCH_RANK > 3 * estimate_bytes(k8, innet, "mininet")
+    with pytest.raises(UserError, match="127 workers x 65536 elements, 270 MiB a torch rank"):
+        check_memory(k8, gloo, "mininet", available=24 << 30)
+    assert check_memory(star, gloo, "mininet", available=24 << 30) < 2 << 30
+    assert memory.wont_fit(star, gloo, "mininet", available=24 << 30) == ""
+    assert memory.wont_fit(k8, gloo, "mininet", available=24 << 30).startswith("this run needs about 34.")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a Mininet spec needs root (nothing is built)")
+def test_mode_all_leaves_gloo_out_where_its_ranks_cannot_fit(monkeypatch, capsys):
+    pytest.importorskip("torch")
+    from innet.api import mode_specs, spec_of
+
+    monkeypatch.setattr(memory, "available_bytes", lambda: 24 << 30)
+    modes = {}
+    for topo, size in (("star", {}), ("fat-tree", {"k": 8})):
+        spec, graph = spec_of(topo, backend="mininet", mode="all", bw=100, **size)
+        modes[topo] = [s.mode for s in mode_specs(spec, graph)]
+    assert modes == {"star": ["innet", "pbox", "ring", "gloo"], "fat-tree": ["innet", "pbox", "ring"]}
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("innet: gloo left out: this run needs about 34.")
 
 
 def test_the_scale_bench_prints_time_memory_and_estimate_for_small_fat_trees():

@@ -29,20 +29,25 @@ several share 2 cores (``MININET_HOP``: measured with ``run_topology.py
 
 from __future__ import annotations
 
+import heapq
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 import networkx as nx
+import numpy as np
 
 from innet.hosts.ring import ACK_EVERY, WINDOW, ring_phases
 from innet.hosts.training import Training, iteration_stats, p3_order, run_schedule
 from innet.planning.consistency import consistency_time
 from innet.planning.planner import JobPlan
 from innet.planning.prediction import chunk_bytes, direction_bytes, frame_bytes, link_rate, one_way, path_links
-from innet.planning.spec import RunSpec
+from innet.planning.spec import LOCAL_MIN_RTO, RunSpec
 from innet.wire.collectives import ALLREDUCE, Collective
 
 MININET_HOP = 0.0006
+MOST_LOST = 0.999  # a try's chance of loss the loss term reckons with, at most (all of them: the call never ends)
+QUEUED_FRAMES = 20000  # a PBox call of at most this many frames is followed frame by frame (_pbox_queue)
 
 
 def busiest_direction(graph: nx.Graph, loads: dict[tuple[str, str], float]) -> tuple[tuple[str, str], float]:
@@ -87,8 +92,8 @@ def _ring_time(plan: JobPlan, elements: int, per_packet: int, collective: Collec
     last = max(trip(p, full) for p in paths)
     if chained:
         linked = exponent + chain([trip(p, full) for p in paths], steps) + bw - full / slowest
-    else:
-        linked = exponent + chain([max(bw / steps, trip(p, full)) for p in paths], steps) + last - full / slowest
+    else:  # each rank's steps, its predecessor's pieces gating them (_ring_steps)
+        linked = _ring_steps(exponent, bw / steps, full / slowest, [trip(p, full) for p in paths], steps)
     # a rank has at most ``window`` packets unacknowledged: with long round trips the window paces it
     window = max(WINDOW, ACK_EVERY * steps)
     sent = steps * -(-segment // per_packet)
@@ -137,21 +142,139 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
     windows, rest = divmod(max(chunks - 1, 0), max(plan.slots, 1))
     stream = max(bw, windows * rtt + bw * (rest + 1) / max(chunks, 1)) if windows else bw
     incast = (n - 1) * full / slowest if plan.method == "pbox" else 0.0
+    if plan.method == "pbox" and density >= 1.0 and chunks <= plan.slots and collective is ALLREDUCE and n * chunks <= QUEUED_FRAMES:
+        return small + max(stream + rtt - full / slowest + incast, _pbox_queue(graph, paths, [
+            frame_bytes(min(per_packet, elements - c * per_packet)) for c in range(chunks)], trip))
     return small + stream + rtt - full / slowest + incast
 
 
+def _ring_steps(exponent: float, seg: float, frame: float, trips: list[float], steps: int) -> float:
+    """When the ring's last piece arrives: every rank sends ``steps`` steps of ``seg`` seconds each (``frame`` a piece),
+    ``trips[r]`` being a piece's trip from rank r to its successor. A step starts once the rank's last one is sent and
+    its predecessor's first piece is in; its last piece goes once the predecessor's last is in."""
+    n = len(trips)
+    starts, ends = [exponent] * n, [exponent + seg - frame] * n  # ``ends``: when each step starts its last piece
+    for _ in range(steps - 1):
+        starts = [max(ends[r] + frame, starts[r - 1] + trips[r - 1]) for r in range(n)]
+        ends = [max(starts[r] + seg - frame, ends[r - 1] + trips[r - 1]) for r in range(n)]
+    return max(ends[r] + trips[r] for r in range(n))
+
+
+def _pbox_queue(graph: nx.Graph, paths: list[list[tuple[str, str]]], sizes: list[int],
+                trip: Callable[[list[tuple[str, str]], float], float]) -> float:
+    """A PBox call's data phase, frame by frame (chunk c's frame of ``sizes[c]`` bytes): every worker's chunks cross
+    their paths' links, each link serving frames in arrival order (paths that meet share it); a key's N results
+    leave the PBox, in turn, once its last contribution is in, and the last reaches the farthest worker. Over long,
+    unequal paths the near workers' streams fill the PBox's queue before a far worker's first chunk joins it."""
+    events = [(0.0, w, c, 0) for w in range(len(paths)) for c in range(len(sizes))]
+    heapq.heapify(events)
+    free: dict[tuple[str, str], float] = {}
+    complete = [0.0] * len(sizes)
+    while events:
+        at, w, c, i = heapq.heappop(events)
+        link = paths[w][i]
+        free[link] = max(at, free.get(link, 0.0)) + sizes[c] / link_rate(graph, *link)
+        if i + 1 < len(paths[w]):
+            heapq.heappush(events, (free[link] + trip([link], 0.0), w, c, i + 1))
+        else:
+            complete[c] = max(complete[c], free[link] + trip([link], 0.0))
+    out = [(v, u) for u, v in reversed(paths[0])][0]
+    busy = 0.0
+    for done, c in sorted(zip(complete, range(len(sizes)), strict=True)):
+        busy = max(done, busy) + len(paths) * sizes[c] / link_rate(graph, *out)
+    last = sizes[max(range(len(sizes)), key=complete.__getitem__)]
+    return busy + max(trip([(v, u) for u, v in reversed(p)], last) for p in paths) - last / link_rate(graph, *out)
+
+
+def _retry_delays(fail: float, first: float, pace: float, units: int, limit: int = 24) -> np.ndarray:
+    """Where the k-th retransmission of a unit lost ``k`` times answers, after its first send would have
+    (k = 0..limit): each loss costs a reordering window and a round trip (``first``) plus the units still
+    out at that round draining at ``pace`` (a tail probe waits for them), doubled per probe up to four times."""
+    spells = [(first + units * fail ** k * pace) * 2 ** min(k - 1, 2) for k in range(1, limit + 1)]
+    return np.concatenate([[0.0], np.cumsum(spells)])
+
+
+def _expected_last(starts: np.ndarray, fails: list[float], first: float, pace: float) -> float:
+    """E[the last unit's end]: unit i of every copy ends at ``starts[i]`` plus its retransmissions' delay, copy c
+    losing each try with probability ``fails[c]`` (independently): one minus the product of the ends' CDFs,
+    integrated."""
+    copies = Counter(fails)  # with the same loss everywhere, every copy alike: reckoned once
+    ends = {f: _retry_delays(f, first, pace, len(starts)) for f in copies}
+    x = np.linspace(0.0, float(starts.max() + max(d[-1] for d in ends.values())), 8000)
+    log_cdf = np.zeros_like(x)
+    for f, delays in ends.items():
+        cdf = np.cumsum((1 - f) * f ** np.arange(len(delays)))
+        cdf[-1] = 1.0
+        k = np.searchsorted(delays, x[None, :] - starts[:, None], side="right") - 1  # the tries over by x, per unit
+        with np.errstate(divide="ignore"):
+            log_cdf += copies[f] * np.log(np.where(k < 0, 0.0, cdf[np.clip(k, 0, None)])).sum(axis=0)
+    return float(np.sum(1.0 - np.exp(log_cdf)) * (x[1] - x[0]))
+
+
+def lossy_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int, lossless: float,
+               loss: Callable[[str, str], float], window: float) -> float:
+    """The expected time of a call that takes ``lossless`` without loss, when a frame from u to v is lost with
+    probability ``loss(u, v)`` (innet.hosts.recovery: RACK declares a frame lost a reordering window,
+    ``window``, after a later one's answer; tail probes; every retransmission repaired from a shadow copy).
+
+    In-network and PBox: every chunk is in flight at once (a slot each), so a loss only delays its own
+    chunk: each unit of the call, chunk i over an independent leg (in-network: a link of the tree, whose one
+    aggregate or result frame crosses it each way; PBox: one worker's path there and back, N frames on the
+    PBox's link), ends at its lossless end, the stream stretched by the retransmissions it carries, plus a
+    delay per try lost (``_retry_delays``): the expected last end is the call's. Ring: a rank forwards a
+    step's pieces in order, so a hole stalls its stream for the window and a round trip: each span of the
+    stream that long stalls when any of its pieces is lost, and a lost retransmission stalls it again."""
+    paths = _hops(graph, mode, plan)
+    lossy = [min(MOST_LOST, 1.0 - float(np.prod([1.0 - loss(u, v) for u, v in p]))) for p in paths]
+    loads = direction_bytes(graph, mode, plan, elements, per_packet)
+    stream = busiest_direction(graph, loads)[1]
+    full, ack = frame_bytes(min(per_packet, elements)), frame_bytes(0)
+    rtt = max(one_way(graph, p, full, 0.0, lambda u, v: 0.0) + one_way(graph, [(v, u) for u, v in reversed(p)], ack, 0.0,
+                                                                       lambda u, v: 0.0) for p in paths)
+    first = window + rtt
+    if mode == "ring":
+        fail = sum(lossy) / len(lossy)
+        segment = -(-elements // len(plan.workers))
+        pieces = sum(ring_phases("allreduce")) * (len(plan.workers) - 1) * -(-segment // per_packet)
+        stretched = lossless / (1 - fail)
+        span = max(1.0, first * pieces / stretched)  # pieces a stall's span of the stream holds
+        again = sum(min(2 ** k, 4) * fail ** k for k in range(32))  # a stall, and its retransmission's own losses
+        return stretched + pieces / span * (1 - (1 - fail) ** span) * first * again
+    chunks = -(-elements // per_packet)
+    if mode == "innet":  # each link of the tree, both ways
+        legs = {tuple(sorted(uv)) for p in paths for uv in p}
+        fails = [min(MOST_LOST, 1.0 - (1.0 - loss(u, v)) * (1.0 - loss(v, u))) for u, v in sorted(legs)]
+    else:
+        fails = [min(MOST_LOST, 1.0 - (1.0 - f) * (1.0 - b)) for f, b in zip(lossy, _back_losses(paths, loss), strict=True)]
+    worst = max(fails)
+    stretched = stream / (1 - worst)
+    starts = (lossless - stream) + stretched * np.arange(1, chunks + 1) / chunks
+    return max(lossless, _expected_last(starts, fails, first, stream / chunks))
+
+
+def _back_losses(paths: list[list[tuple[str, str]]], loss: Callable[[str, str], float]) -> list[float]:
+    return [1.0 - float(np.prod([1.0 - loss(v, u) for u, v in p])) for p in paths]
+
+
 def call_times(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int, hop: float) -> list[float]:
-    """The model's time of each call of a worker (FIFO order), for the slowest job."""
+    """The model's time of each call of a worker (FIFO order), for the slowest job; under loss (``--loss``, a
+    link's ``loss=``), an all-reduce's expected time (``lossy_time``)."""
     calls = run.calls()
     def delay(u: str, v: str) -> float:
         return run.faults_on(u, v).delay
 
+    def loss(u: str, v: str) -> float:
+        return run.faults_on(u, v).loss
+
+    lossy = any(loss(u, v) or loss(v, u) for u, v in graph.edges)
     known: dict[tuple[int, int, Collective], float] = {}
 
     def time(plan: JobPlan, n: int, collective: Collective) -> float:
         if (id(plan), n, collective) not in known:
-            known[id(plan), n, collective] = call_time(graph, run.mode, plan, n, per_packet, hop, delay, run.topk or 1.0,
-                                                       plans, collective, run.root)
+            t = call_time(graph, run.mode, plan, n, per_packet, hop, delay, run.topk or 1.0, plans, collective, run.root)
+            if lossy and run.mode in ("innet", "pbox", "ring") and collective.name == "allreduce":
+                t = lossy_time(graph, run.mode, plan, n, per_packet, t, loss, LOCAL_MIN_RTO if hop else run.min_rto)
+            known[id(plan), n, collective] = t
         return known[id(plan), n, collective]
 
     slowest = max(plans, key=lambda p: time(p, *max(calls, key=lambda c: c[0])))

@@ -94,6 +94,10 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     rp = replace(rp, specs={j: {w: replace(s, reorder=s.reorder * dilation) for w, s in specs.items()}  # a program's
                             for j, specs in rp.specs.items()})  # times are on the run's timeline: switches' and workers'
     configs = {n: replace(c, clock=dilation) for n, c in installed_configs(wire_graph, wire_run, rp).items()}
+    # the fabric's queues hold whatever converges on a link: here every interface's holds every frame the jobs can
+    # have in flight at once (a PBox's incast of 127 workers' windows overflowed the kernel's default 1000)
+    chunks = -(-max(run.call_sizes(), default=0) // max(rp.per_packet, 1))
+    wire_graph.graph["queue_frames"] = sum(len(p.workers) * min(max(p.slots, 1), chunks) for p in rp.plans)
     answer = program.elements + (1 if run.consistency else 0)  # a parameter server's answer leads with its clock
     answer += getattr(program, "extra_values", 0)  # values a program's own frames carry beyond a chunk (a bitmap)
     if cluster is not None:

@@ -41,6 +41,9 @@ Counters = dict[str, dict[str, int]]  # node -> interface -> bytes sent
 N = TypeVar("N", bound="Network")
 
 
+QUEUE_FRAMES = 1000  # a veth's default txqueuelen: the frames its queue holds, unless a run needs more
+
+
 def log(msg: str) -> None:
     print(f"innet: {msg}", file=sys.stderr, flush=True)
 
@@ -186,12 +189,39 @@ class Network:
                     if self.mtu != ETH_MTU:  # frames longer than Ethernet's (--packet-elements): jumbo links
                         node.cmd(f"ip link set {intf} mtu {self.mtu}")
         self.bursts = bool(shaped) and self.cluster is None and hold(self.state)
-        for name, intf, bw in shaped:  # strict-priority queues under the shaper (innet.rawport.SOCKET_PRIORITY)
-            error = net.get(name).cmd(f"tc qdisc add dev {intf} parent 5:1 handle 10: pfifo_fast")
+        self._queues(shaped)
+        loss = float(graph.graph.get("kernel_loss", 0.0))  # another program's traffic (gloo's TCP): the kernel drops
+        if loss:
+            self._kernel_loss(shaped, loss)
+
+    def _queues(self, shaped: list[tuple[str, str, float]]) -> None:
+        """Strict-priority queues under the shaper (innet.rawport.SOCKET_PRIORITY), each holding the frames the run
+        can have in flight (pfifo_fast's limit: the interface's txqueuelen), and the shaper's bursts."""
+        queue = max(QUEUE_FRAMES, int(self.graph.graph.get("queue_frames", 0)))
+        for name, intf, bw in shaped:
+            node = self.net.get(name)
+            if queue > QUEUE_FRAMES:
+                node.cmd(f"ip link set {intf} txqueuelen {queue}")
+            error = node.cmd(f"tc qdisc add dev {intf} parent 5:1 handle 10: pfifo_fast")
             if self.bursts and not error.strip():  # the shaper's bursts (innet.backends.mininet.shaper)
-                error = net.get(name).cmd(burst_command(intf, bw, self.mtu + ETH_HEADER))
+                error = node.cmd(burst_command(intf, bw, self.mtu + ETH_HEADER))
             if error.strip():
                 raise UserError(f"cannot set up the shaper of {intf}: {error.strip()}")
+
+    def _kernel_loss(self, shaped: list[tuple[str, str, float]], loss: float) -> None:
+        """Drop ``loss`` of every shaped interface's frames in the kernel, for traffic innet's ports do not send (gloo's
+        TCP): a classic-BPF filter draws a random number per frame (``ld rand``) and sends that share to a class whose
+        queue holds nothing. (netem would do it, but this kernel has no sch_netem, nor tc's gact action.)"""
+        threshold = min(int(loss * 2**32), 2**32 - 1)
+        program = f"4,32 0 0 {2**32 - 4040},53 1 0 {threshold},6 0 0 {2**32 - 1},6 0 0 0"  # ld rand; jge T; drop; pass
+        for name, intf, bw in shaped:
+            node = self.net.get(name)
+            for command in (f"tc class add dev {intf} parent 5: classid 5:2 htb rate {bw:f}Mbit",
+                            f"tc qdisc add dev {intf} parent 5:2 handle 20: pfifo limit 0",
+                            f'tc filter add dev {intf} parent 5: protocol all prio 1 bpf bytecode "{program}" classid 5:2'):
+                error = node.cmd(command + " 2>&1 | grep -v '^Warning'")
+                if error.strip():
+                    raise UserError(f"cannot make {intf} lossy: {error.strip()}")
 
     def _connect(self) -> None:
         """One ssh login per server for the run (innet.backends.cluster.servers.Cluster.master), recorded like every process;

@@ -7,7 +7,8 @@ no backend (``dist.init_process_group()``) runs through innet unchanged, and und
 options (topology, scheme, faults) reach the group's rank 0 in files (INNET_RUN, INNET_GRAPH); its fabric counts
 the bytes per link into INNET_STATS, which the launcher prints at the end, per link and per tier.
 
-A rank that fails ends the run with one line (its last words); Ctrl-C or SIGTERM at any point ends every rank
+Ranks that cannot fit in the available memory are refused in one line before any starts. A rank that fails ends
+the run with one line (its last words); Ctrl-C or SIGTERM at any point ends every rank
 (each in its own session, so the terminal's signal reaches the launcher alone) and removes the run's folder.
 """
 
@@ -27,6 +28,7 @@ from innet.graph import hosts
 from innet.integrations.torch.fabric import Tally
 from innet.integrations.torch.procs import SITE, free_port, rank_env, read_tally, stop, wait_ranks
 from innet.node.codec import write
+from innet.planning.memory import check_torch_ranks
 from innet.planning.spec import RunSpec
 from innet.results.fidelity import Fidelity, verdict_line, virtual_fidelity
 from innet.results.metrics import tier_bytes
@@ -42,6 +44,7 @@ def launch(graph: nx.Graph, run: RunSpec, command: list[str]) -> int:
     what the collectives cost."""
     if not command:
         raise UserError("innet launch needs a command after --, e.g. innet launch {backend} local -- python train.py")
+    check_torch_ranks(workers_of(graph, run))  # before any rank starts: ~270 MiB each
     if run.backend == "mininet":
         from innet.integrations.torch.mininet import launch_mininet
 

@@ -50,10 +50,11 @@ def torch_available() -> bool:
 
 def gloo_applies(run: RunSpec) -> bool:
     """Whether gloo can run what ``run`` asks: sums of plain tensors for one job, on links without injected faults
-    (innet's processes inject those; gloo's TCP would not see them)."""
+    but loss on every link (innet's processes inject faults, which gloo's TCP would not see; the same loss rate the
+    kernel gives on every link direction: innet.backends.mininet.network)."""
     return run.program == "sum_allreduce" and run.collective == "allreduce" and not (
         run.train or run.workload or run.topk or run.consistency or run.input_elements or run.jobs != 1
-        or run.link_faults or run.faults != FaultSpec())
+        or run.link_faults or run.faults != FaultSpec(loss=run.faults.loss))
 
 
 def job_ranks(rp: RunPlan) -> list[tuple[str, JobSpec]]:
@@ -119,14 +120,16 @@ def run_gloo(graph: nx.Graph, run: RunSpec) -> RunRecord:
     if not gloo_applies(run):
         raise UserError("{mode} gloo sums plain tensors ({elements}, {iterations}) for one job: it takes no {program} and "
                         "none of {train}, {workload}, {topk}, {consistency}, {input_elements}, {jobs}, nor link faults "
-                        "({loss}, {dup}, {reorder}, {delay}, {fault})")
+                        "but {loss} on every link ({dup}, {reorder}, {delay}, {fault})")
     if not torch_available():
         raise UserError("{mode} gloo needs torch: pip install -e '.[torch]' (torch==2.13.0, the CPU build)")
     ring = replace(run, mode="ring")
     rp = plan_run(graph, ring, program_of(ring))
     ranks = job_ranks(rp)
     timeout = STARTUP_S + run.timeout * run.iterations
-    with network(graph, link_mtu(0), "gloo") as emu:
+    lossy = graph.copy()
+    lossy.graph["kernel_loss"] = run.faults.loss  # gloo's TCP under the loss innet's ports inject, the kernel's
+    with network(lossy, link_mtu(0), "gloo") as emu:
         emu.add_ip_network()
         job = rp.plans[0].job
         procs = _start_ranks(emu, ranks, "gloo", [GlooCalls(run.seed, job, tuple(run.call_sizes()), run.layers())
