@@ -84,13 +84,14 @@ def test_placement_and_program_go_together():
 
 
 @pytest.mark.mininet
-def test_dynamic_trees_on_mininet():
-    """The same program on real interfaces, beside a permutation background from every host's namespace: partials
+@pytest.mark.parametrize("background", ["permutation:0.5", "all-to-all:0.3", "incast:0.5", "hotspot:t1--s1:0.5"])
+def test_dynamic_trees_on_mininet(background):
+    """The same program on real interfaces, beside each background pattern from the hosts' namespaces: partials
     one bitmap longer than a chunk fit the links' MTU; dynamic trees and the static tree are both exact, the local
     backend's result bit for bit; the background's throughput is reported; nothing of either run is left."""
     from tests.test_emulation import assert_nothing_left
 
-    options = dict(racks=2, hosts_per_rack=2, elements=20000, background="permutation:0.5")
+    options = dict(racks=2, hosts_per_rack=2, elements=20000, background=background)
     local = innet.run("leaf-spine", backend="local", **options).runs[0]
     for placement in ("auto", "dynamic"):
         real = innet.run("leaf-spine", backend="mininet", bw=100, dilation="off", plots=False, placement=placement,
@@ -98,7 +99,8 @@ def test_dynamic_trees_on_mininet():
         bg = real.figures["background"]
         assert real.correct and real.result_digest == local.result_digest, real.errors
         assert (real.placement == "dynamic") == (placement == "dynamic") and real["background_model_s"] > 0
-        assert bg.flows == 4 and 0 < bg.received_bytes <= bg.sent_bytes and bg.delivered_mbps > 0
+        assert bg.flows >= 1 and 0 < bg.received_bytes <= bg.sent_bytes and bg.delivered_mbps > 0
+        assert bg.flows == 4 or not background.startswith("permutation")
         assert_nothing_left()
 
 
