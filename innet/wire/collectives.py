@@ -71,11 +71,7 @@ class Collective:
 
     def dest(self, chunks: int, nworkers: int, root: int) -> np.ndarray | None:
         """The one rank each data chunk's result goes to, or None: every rank."""
-        if self.delivers == "owner":
-            return self.owner_of(chunks, nworkers)
-        if self.delivers == "root":
-            return np.full(chunks, root, np.int64)
-        return None
+        return self.rank_per_chunk(self.delivers, chunks, nworkers, root)
 
     @staticmethod
     def owner_of(chunks: int, nworkers: int) -> np.ndarray:
@@ -85,9 +81,14 @@ class Collective:
 
     def source(self, chunks: int, nworkers: int, root: int) -> np.ndarray | None:
         """The one rank whose values each data chunk carries, or None: every rank's (a combining collective)."""
-        if self.sources == "owner":
-            return self.owner_of(chunks, nworkers)
-        if self.sources == "root":
+        return self.rank_per_chunk(self.sources, chunks, nworkers, root)
+
+    @classmethod
+    def rank_per_chunk(cls, who: str, chunks: int, nworkers: int, root: int) -> np.ndarray | None:
+        """The rank ``who`` names for each data chunk ("owner": its shard's, "root": the root), or None: every rank."""
+        if who == "owner":
+            return cls.owner_of(chunks, nworkers)
+        if who == "root":
             return np.full(chunks, root, np.int64)
         return None
 
