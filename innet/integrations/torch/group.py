@@ -102,6 +102,17 @@ def _client_of(path: str) -> AllreduceClient:
     return AllreduceClient(conf.spec, conf.iface, conf.mode, list(conf.ring), conf.faults)
 
 
+def _side_call(what: str, method: str = "") -> Callable[..., InnetWork]:
+    """A process group method that sends ``what`` over the side plane (the gloo group's ``method``, default the
+    same name)."""
+
+    def call(self: InnetGroup, *args: Any) -> InnetWork:
+        return self._side(what, *args, method=method)
+
+    call.__name__ = what
+    return call
+
+
 class InnetGroup(dist.ProcessGroup):
     """The backend's process group (see module doc). ``mode``: the scheme its collectives run as (innet, pbox or
     ring), the launcher's ``--mode`` unless ``innet.torch.set_mode`` says otherwise."""
@@ -237,38 +248,18 @@ class InnetGroup(dist.ProcessGroup):
         side_plane_warning(what)
         return self._submit(lambda: getattr(self.side, method or what)(*args).wait(), None)
 
-    def all_to_all_single(self, *args: Any) -> InnetWork:
-        return self._side("all_to_all_single", *args, method="alltoall_base")
-
-    def alltoall_base(self, *args: Any) -> InnetWork:
-        return self._side("alltoall_base", *args)
-
-    def alltoall(self, *args: Any) -> InnetWork:
-        return self._side("alltoall", *args)
-
-    def send(self, *args: Any) -> InnetWork:
-        return self._side("send", *args)
-
-    def recv(self, *args: Any) -> InnetWork:
-        return self._side("recv", *args)
-
-    def recv_anysource(self, *args: Any) -> InnetWork:
-        return self._side("recv_anysource", *args)
-
-    def gather(self, *args: Any) -> InnetWork:
-        return self._side("gather", *args)
-
-    def scatter(self, *args: Any) -> InnetWork:
-        return self._side("scatter", *args)
-
-    def reduce_scatter(self, *args: Any) -> InnetWork:
-        return self._side("reduce_scatter", *args)
-
-    def allreduce_coalesced(self, *args: Any) -> InnetWork:
-        return self._side("allreduce_coalesced", *args)
-
-    def allgather_coalesced(self, *args: Any) -> InnetWork:
-        return self._side("allgather_coalesced", *args)
+    # the calls innet does not serve: the side plane's, each with its one-time warning
+    all_to_all_single = _side_call("all_to_all_single", "alltoall_base")
+    alltoall_base = _side_call("alltoall_base")
+    alltoall = _side_call("alltoall")
+    send = _side_call("send")
+    recv = _side_call("recv")
+    recv_anysource = _side_call("recv_anysource")
+    gather = _side_call("gather")
+    scatter = _side_call("scatter")
+    reduce_scatter = _side_call("reduce_scatter")
+    allreduce_coalesced = _side_call("allreduce_coalesced")
+    allgather_coalesced = _side_call("allgather_coalesced")
 
     def shutdown(self) -> None:
         """``destroy_process_group``: the calls in flight end, then rank 0 writes what its fabric counted."""
