@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
 from typing import Any
 
@@ -66,11 +65,11 @@ def main() -> int:
         return _mininet(args)
     import torch.multiprocessing as mp
 
+    from innet.integrations.torch.procs import free_port
+
     ctx = mp.get_context("spawn")
     out = ctx.SimpleQueue()
-    with socket.socket() as probe:  # a free port on loopback for the ranks to meet at
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # on loopback, for the ranks to meet at
     mp.start_processes(_train, args=(args.procs, f"tcp://127.0.0.1:{port}", args, out), nprocs=args.procs,
                        start_method="spawn")
     results = out.get()

@@ -2,7 +2,6 @@
 dtype, async Work, several process groups, uneven sizes. Integers bit for bit; floats within the fixed-point bound."""
 
 import os
-import socket
 import warnings
 
 import numpy as np
@@ -14,6 +13,7 @@ import torch.multiprocessing as mp
 import innet.torch
 from innet.integrations.torch.fabric import exact_ints
 from innet.integrations.torch.group import check_torch
+from innet.integrations.torch.procs import free_port
 from innet.wire import fixedpoint
 
 WORLD = 3
@@ -135,12 +135,6 @@ def rank_main(rank: int, port: int) -> None:
     async_and_groups(innet_g, gloo_g)
     dist.barrier()
     dist.destroy_process_group()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_every_collective_op_and_dtype_matches_gloo():
