@@ -160,7 +160,8 @@ mean = torch.full((3,), float(rank), dtype=torch.float64)
 dist.all_reduce(mean, op=dist.ReduceOp.AVG)
 out = torch.empty(world, dtype=torch.int64)
 dist.all_to_all_single(out, torch.full((world,), rank, dtype=torch.int64))
-print('got', t.min().item(), t.max().item(), mean.tolist(), out.tolist(), flush=True)
+sys.stdout.write(f'got {t.min().item()} {t.max().item()} {mean.tolist()} {out.tolist()}\\n')  # one write: a whole line
+sys.stdout.flush()
 while len(sys.argv) > 1:
     dist.all_reduce(t)
     time.sleep(0.01)
