@@ -30,6 +30,7 @@ several share 2 cores (``MININET_HOP``: measured with ``run_topology.py
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -41,7 +42,16 @@ from innet.hosts.ring import ACK_EVERY, WINDOW, ring_phases
 from innet.hosts.training import Training, iteration_stats, p3_order, run_schedule
 from innet.planning.consistency import consistency_time
 from innet.planning.planner import JobPlan
-from innet.planning.prediction import chunk_bytes, direction_bytes, frame_bytes, link_rate, one_way, path_links
+from innet.planning.prediction import (
+    chunk_bytes,
+    direction_bytes,
+    frame_bytes,
+    innet_crossings,
+    link_rate,
+    one_way,
+    path_links,
+    ranks_below,
+)
 from innet.planning.spec import LOCAL_MIN_RTO, RunSpec
 from innet.wire.collectives import ALLREDUCE, Collective
 
@@ -142,9 +152,12 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
     windows, rest = divmod(max(chunks - 1, 0), max(plan.slots, 1))
     stream = max(bw, windows * rtt + bw * (rest + 1) / max(chunks, 1)) if windows else bw
     incast = (n - 1) * full / slowest if plan.method == "pbox" else 0.0
+    sizes = [frame_bytes(min(per_packet, elements - c * per_packet)) for c in range(chunks)]
     if plan.method == "pbox" and density >= 1.0 and chunks <= plan.slots and collective is ALLREDUCE and n * chunks <= QUEUED_FRAMES:
-        return small + max(stream + rtt - full / slowest + incast, _pbox_queue(graph, paths, [
-            frame_bytes(min(per_packet, elements - c * per_packet)) for c in range(chunks)], trip))
+        return small + max(stream + rtt - full / slowest + incast, _pbox_queue(graph, paths, sizes, trip))
+    if plan.method != "pbox" and density >= 1.0 and n * chunks <= QUEUED_FRAMES and not any(
+            p.uplinks for p in plan.switch_ports.values()):  # the tree's FIFOs (not --placement dynamic's spread)
+        return small + max(stream + rtt - full / slowest, _tree_queue(graph, plan, sizes, collective, root, trip))
     return small + stream + rtt - full / slowest + incast
 
 
@@ -184,6 +197,63 @@ def _pbox_queue(graph: nx.Graph, paths: list[list[tuple[str, str]]], sizes: list
         busy = max(done, busy) + len(paths) * sizes[c] / link_rate(graph, *out)
     last = sizes[max(range(len(sizes)), key=complete.__getitem__)]
     return busy + max(trip([(v, u) for u, v in reversed(p)], last) for p in paths) - last / link_rate(graph, *out)
+
+
+def _tree_queue(graph: nx.Graph, plan: JobPlan, sizes: list[int], collective: Collective, root: int,
+                trip: Callable[[list[tuple[str, str]], float], float]) -> float:
+    """An in-network call's data phase, frame by frame (chunk c's values ``sizes[c]`` bytes): each worker sends a
+    window of chunks in chunk order and chunk c + slots when c's result is back; every link serves frames in
+    arrival order; an aggregating switch sends a chunk's partial up once every contribution below it is in, a
+    relay passes each on as it comes, the root sends the result down the tree. A contribution or result carries
+    values, or only the header where the collective says (innet.planning.prediction's bytes): all-gather's header
+    partials then queue behind full frames in a relay's FIFO (docs/collectives.md)."""
+    n, chunks, head = len(plan.workers), len(sizes), frame_bytes(0)
+    source, dest = collective.source(chunks, n, root), collective.dest(chunks, n, root)
+    below, rank = ranks_below(plan), {w: r for r, w in enumerate(plan.workers)}
+    crossing = innet_crossings(plan)
+    assert plan.root is not None
+    aggregators = {*plan.aggregators, plan.root}
+    expected = {v: sum([crossing[u] for u in plan.children(v)]) for v in aggregators}
+    heard: Counter[tuple[str, int]] = Counter()
+    free: dict[tuple[str, str], float] = {}
+    cost: dict[tuple[str, str], tuple[float, float]] = {}  # each link's rate and latency
+    events: list[tuple[float, int, tuple[tuple[str, str], ...], int, int, int, bool, str]] = []
+    order = itertools.count()  # frames due at once go in the order they were sent
+    end = 0.0
+
+    def send(at: float, a: str, b: str, c: int, size: int, up: bool) -> None:
+        heapq.heappush(events, (at, next(order), tuple(path_links(graph, a, b)), 0, c, size, up, b))
+
+    def values(ranks: set[int], c: int, who: np.ndarray | None) -> int:
+        return sizes[c] if who is None or int(who[c]) in ranks else head
+
+    for w in plan.workers:
+        for c in range(min(chunks, plan.slots)):
+            send(0.0, w, plan.parents[w], c, values(below[w], c, source), True)
+    while events:
+        at, _, path, i, c, size, up, node = heapq.heappop(events)
+        if i < len(path):  # on to the path's next link, behind the frames already queued on it
+            link = path[i]
+            if link not in cost:
+                cost[link] = (link_rate(graph, *link), trip([link], 0.0))
+            free[link] = max(at, free.get(link, 0.0)) + size / cost[link][0]
+            heapq.heappush(events, (free[link] + cost[link][1], next(order), path, i + 1, c, size, up, node))
+            continue
+        if up and node in aggregators:
+            heard[node, c] += 1
+            if heard[node, c] < expected[node]:
+                continue
+            size = values(below[node], c, source)
+        if up and node != plan.root:  # a partial up, or a relay passing a contribution on
+            send(at, node, plan.parents[node], c, size, True)
+        elif node in rank:  # a result at a worker: its slot takes the chunk a window later
+            end = max(end, at)
+            if c + plan.slots < chunks:
+                send(at, node, plan.parents[node], c + plan.slots, values(below[node], c + plan.slots, source), True)
+        else:
+            for u in plan.children(node):
+                send(at, node, u, c, values(below[u], c, dest), False)
+    return end
 
 
 def _retry_delays(fail: float, first: float, pace: float, units: int, limit: int = 24) -> np.ndarray:
