@@ -154,6 +154,18 @@ def test_the_model_holds_on_a_wide_area_graph_with_long_unequal_paths(mode):
     assert model == pytest.approx(measured, rel=0.05)
 
 
+def test_the_pbox_runs_on_a_graph_whose_equal_cost_paths_there_and_back_differ():
+    """Aarnet: h1's shortest paths to the PBox and back differ (eight hops each, other PoPs), and every result
+    was dropped as spoofed; the PBox's results now retrace each worker's path (configs.pbox_pins): exact,
+    every link's bytes the planner's, the model within 10%."""
+    from topologies.files import load_file
+
+    graph = load_file(os.path.join(ROOT, "topologies", "examples", "aarnet.graphml"))
+    got, measured, model = _measured_and_model(graph, RunSpec(mode="pbox", elements=262144))
+    assert got["link_bytes"] == got["predicted_link_bytes"]
+    assert model == pytest.approx(measured, rel=0.1)
+
+
 def test_the_loss_term_is_the_lossless_time_without_loss_and_grows_with_it():
     graph = build("star", workers=4)
     lr = LocalRun(graph, RunSpec(mode="innet", elements=262144))

@@ -9,9 +9,10 @@ import networkx as nx
 import numpy as np
 
 from innet.errors import UserError
-from innet.graph import first_hops, hosts, indexed, node_indices, ports, role, switches
+from innet.graph import first_hops, hosts, indexed, is_switch, node_indices, port_to, ports, role, switches
 from innet.hosts.worker import JobSpec
 from innet.planning.planner import JobPlan
+from innet.planning.prediction import path_links
 from innet.planning.spec import RunSpec
 from innet.switch.program import SwitchProgram
 from innet.switch.runtime import DEFAULT_SWITCH_MEMORY, SwitchConfig
@@ -33,12 +34,14 @@ def pick_workers(graph: nx.Graph, count: int | None) -> list[str]:
 def switch_configs(graph: nx.Graph, plans: Sequence[JobPlan], memory: int = DEFAULT_SWITCH_MEMORY,
                    stall_timeout: float = 0.0, bands: dict[int, int] | None = None,
                    groups: dict[str, dict[int, tuple[int, ...]]] | None = None,
-                   routed: bool = True) -> dict[str, SwitchConfig]:
+                   routed: bool = True, pboxed: Sequence[JobPlan] = ()) -> dict[str, SwitchConfig]:
     """What each switch's control channel installs; jobs abort after ``stall_timeout`` s stuck (0: never),
     and their packets leave in band ``bands[job]`` (0 when not given); ``groups``: each switch's multicast
-    group table; ``routed=False`` leaves the route tables empty (a plan that starts nothing needs none)."""
+    group table; ``routed=False`` leaves the route tables empty (a plan that starts nothing needs none);
+    ``pboxed``: the jobs sent to a PBox, whose results go back the way their workers' frames came (``pbox_pins``)."""
     index = node_indices(graph)
     bands = bands or {}
+    pins = pbox_pins(graph, pboxed) if routed else {}
     configs = {}
     for sw in switches(graph):
         port_map = ports(graph, sw)
@@ -49,13 +52,28 @@ def switch_configs(graph: nx.Graph, plans: Sequence[JobPlan], memory: int = DEFA
             tier=role(graph, sw),
             ports={p: f"{sw}-eth{p}" for p in port_map},
             neighbors={p: index[n] for p, n in port_map.items()},
-            routes=_route_ports(graph, sw, by_neighbor) if routed else {},
+            routes={**_route_ports(graph, sw, by_neighbor), **pins.get(sw, {})} if routed else {},
             jobs={plan.job: replace(plan.switch_ports[sw], stall_timeout=stall_timeout, priority=bands.get(plan.job, 0))
                   for plan in plans if sw in plan.switch_ports},
             memory_bytes=memory,
             groups=(groups or {}).get(sw, {}),
         )
     return configs
+
+
+def pbox_pins(graph: nx.Graph, plans: Sequence[JobPlan]) -> dict[str, dict[int, int]]:
+    """Per switch, the route back to each PBox job's worker (its node index -> port) along the worker's path to the
+    PBox. Equal-cost paths there and back may differ (Aarnet: h1's eight hops to p1 and p1's back), and the
+    switches' reverse-path check then drops a result for coming in off its source's route (``drop:spoofed_source``);
+    a frame from the PBox now retraces the worker's path (still a shortest one), the path the planner's bytes take.
+    Where the paths are symmetric already (every built-in topology) nothing changes."""
+    index, pins = node_indices(graph), {}
+    for plan in plans:
+        for w in plan.workers if plan.pbox is not None else ():
+            for u, v in path_links(graph, w, plan.pbox):
+                if is_switch(graph, v):
+                    pins.setdefault(v, {})[index[w]] = port_to(graph, v, u)
+    return pins
 
 
 def _route_ports(graph: nx.Graph, switch: str, by_neighbor: dict[str, int]) -> dict[int, int]:

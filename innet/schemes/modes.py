@@ -149,8 +149,9 @@ def installed_configs(graph: nx.Graph, run: RunSpec, rp: RunPlan, routed: bool =
     the run's timeout), their priority bands, and its register memory (``routed=False``: no route tables)."""
     plans = installed_plans(run, rp)
     groups = group_tables(graph, rp.input) if rp.input and rp.input.shared else {}
+    pboxed = [p for p in rp.plans if run.mode != "ring" and p.method == "pbox"]
     return switch_configs(graph, plans, run.switch_memory, run.timeout / 2, {p.job: run.band(p.job) for p in plans},
-                          groups, routed)
+                          groups, routed, pboxed)
 
 
 def worker_process(mode: str, spec: JobSpec, ring: list[int], tensors: Sequence[Any],
