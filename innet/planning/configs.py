@@ -67,10 +67,11 @@ def pbox_pins(graph: nx.Graph, plans: Sequence[JobPlan]) -> dict[str, dict[int, 
     switches' reverse-path check then drops a result for coming in off its source's route (``drop:spoofed_source``);
     a frame from the PBox now retraces the worker's path (still a shortest one), the path the planner's bytes take.
     Where the paths are symmetric already (every built-in topology) nothing changes."""
-    index, pins = node_indices(graph), {}
-    for plan in plans:
-        for w in plan.workers if plan.pbox is not None else ():
-            for u, v in path_links(graph, w, plan.pbox):
+    index = node_indices(graph)
+    pins: dict[str, dict[int, int]] = {}
+    for plan, pbox in ((p, p.pbox) for p in plans if p.pbox is not None):
+        for w in plan.workers:
+            for u, v in path_links(graph, w, pbox):
                 if is_switch(graph, v):
                     pins.setdefault(v, {})[index[w]] = port_to(graph, v, u)
     return pins
