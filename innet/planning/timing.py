@@ -38,7 +38,7 @@ from dataclasses import replace
 import networkx as nx
 import numpy as np
 
-from innet.hosts.ring import ACK_EVERY, WINDOW, ring_phases
+from innet.hosts.ring import ACK_EVERY, WINDOW, ring_geometry, ring_phases
 from innet.hosts.training import Training, iteration_stats, p3_order, run_schedule
 from innet.planning.consistency import consistency_time
 from innet.planning.planner import JobPlan
@@ -82,7 +82,7 @@ def _back(path: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return [(v, u) for u, v in reversed(path)]
 
 
-def _ring_time(plan: JobPlan, elements: int, per_packet: int, collective: Collective, bw: float, slowest: float,
+def _ring_time(plan: JobPlan, elements: int, per_packet: int, collective: Collective, root: int, bw: float, slowest: float,
                paths: list[list[tuple[str, str]]], trip: Callable[[list[tuple[str, str]], float], float]) -> float:
     """``call_time`` of a ring: N-1 exponent hops; then each step takes its stream or one piece's hop, whichever
     is longer, along the ring's slowest chain, and the last piece still has to arrive. Broadcast and reduce are
@@ -96,7 +96,9 @@ def _ring_time(plan: JobPlan, elements: int, per_packet: int, collective: Collec
         return max(sum(per_rank[(r - i) % n] for i in range(length)) for r in range(n))
 
     chained = collective.name in ("broadcast", "reduce")
-    segment = elements if chained else -(-elements // n)  # what a rank passes on in a step, in elements
+    # what a rank passes on in a step, in elements: the longest segment (a collective's are its shards, whole
+    # packets: with fewer chunks than ranks, one rank's is a whole chunk and others' are empty)
+    segment = max(b - a for a, b in ring_geometry(elements, n, per_packet, collective.name, root)[0])
     full = chunk_bytes(min(per_packet, segment))
     exponent = chain([trip(p, frame_bytes(0)) for p in paths], n - 1)
     last = max(trip(p, full) for p in paths)
@@ -137,7 +139,7 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
 
     paths = _hops(graph, mode, plan)
     if mode == "ring":
-        return _ring_time(plan, elements, per_packet, collective, bw, slowest, paths, trip)
+        return _ring_time(plan, elements, per_packet, collective, root, bw, slowest, paths, trip)
     # the exponent's round trip, the stream through the busiest link, the last chunk's round trip
     # (less its serialization on that link, which the stream already counts); at a PBox the first key
     # also waits for all N workers' first chunks to pass its link before any result can flow back.
@@ -153,12 +155,17 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
     stream = max(bw, windows * rtt + bw * (rest + 1) / max(chunks, 1)) if windows else bw
     incast = (n - 1) * full / slowest if plan.method == "pbox" else 0.0
     sizes = [frame_bytes(min(per_packet, elements - c * per_packet)) for c in range(chunks)]
-    if plan.method == "pbox" and density >= 1.0 and chunks <= plan.slots and collective is ALLREDUCE and n * chunks <= QUEUED_FRAMES:
-        return small + max(stream + rtt - full / slowest + incast, _pbox_queue(graph, paths, sizes, trip))
+    analytic = stream + rtt - full / slowest + incast
+    if plan.method == "pbox" and density >= 1.0 and chunks <= plan.slots and n * chunks <= QUEUED_FRAMES:
+        # another collective's headers make ``incast`` too long (a key waits only for its values): the queue alone,
+        # unless other jobs share the links (the queue follows this job's frames only)
+        alone = collective is not ALLREDUCE and not [p for p in sharing if p is not plan]
+        queued = _pbox_queue(graph, paths, sizes, collective, root, trip)
+        return small + (queued if alone else max(analytic, queued))
     if plan.method != "pbox" and density >= 1.0 and n * chunks <= QUEUED_FRAMES and not any(
             p.uplinks for p in plan.switch_ports.values()):  # the tree's FIFOs (not --placement dynamic's spread)
-        return small + max(stream + rtt - full / slowest, _tree_queue(graph, plan, sizes, collective, root, trip))
-    return small + stream + rtt - full / slowest + incast
+        return small + max(analytic, _tree_queue(graph, plan, sizes, collective, root, trip))
+    return small + analytic
 
 
 def _ring_steps(exponent: float, seg: float, frame: float, trips: list[float], steps: int) -> float:
@@ -173,30 +180,37 @@ def _ring_steps(exponent: float, seg: float, frame: float, trips: list[float], s
     return max(ends[r] + trips[r] for r in range(n))
 
 
-def _pbox_queue(graph: nx.Graph, paths: list[list[tuple[str, str]]], sizes: list[int],
+def _pbox_queue(graph: nx.Graph, paths: list[list[tuple[str, str]]], sizes: list[int], collective: Collective, root: int,
                 trip: Callable[[list[tuple[str, str]], float], float]) -> float:
-    """A PBox call's data phase, frame by frame (chunk c's frame of ``sizes[c]`` bytes): every worker's chunks cross
-    their paths' links, each link serving frames in arrival order (paths that meet share it); a key's N results
-    leave the PBox, in turn, once its last contribution is in, and the last reaches the farthest worker. Over long,
-    unequal paths the near workers' streams fill the PBox's queue before a far worker's first chunk joins it."""
-    events = [(0.0, w, c, 0) for w in range(len(paths)) for c in range(len(sizes))]
+    """A PBox call's data phase, frame by frame (chunk c's values ``sizes[c]`` bytes, or only its header where the
+    collective says): every worker's chunks cross their paths' links, each link serving frames in arrival order
+    (paths that meet share it); a key's N results leave the PBox, in turn, once its last contribution is in, and
+    the last reaches the farthest worker. Over long, unequal paths the near workers' streams fill the PBox's queue
+    before a far worker's first chunk joins it; with a collective's headers, a key waits only for its values."""
+    n, chunks, head = len(paths), len(sizes), frame_bytes(0)
+    source, dest = collective.source(chunks, n, root), collective.dest(chunks, n, root)
+
+    def size(w: int, c: int, who: np.ndarray | None) -> int:
+        return sizes[c] if who is None or int(who[c]) == w else head
+
+    events = [(0.0, w, c, 0) for w in range(n) for c in range(chunks)]
     heapq.heapify(events)
     free: dict[tuple[str, str], float] = {}
-    complete = [0.0] * len(sizes)
+    complete = [0.0] * chunks
     while events:
         at, w, c, i = heapq.heappop(events)
         link = paths[w][i]
-        free[link] = max(at, free.get(link, 0.0)) + sizes[c] / link_rate(graph, *link)
+        free[link] = max(at, free.get(link, 0.0)) + size(w, c, source) / link_rate(graph, *link)
         if i + 1 < len(paths[w]):
             heapq.heappush(events, (free[link] + trip([link], 0.0), w, c, i + 1))
         else:
             complete[c] = max(complete[c], free[link] + trip([link], 0.0))
-    out = [(v, u) for u, v in reversed(paths[0])][0]
+    out = _back(paths[0])[0]
     busy = 0.0
-    for done, c in sorted(zip(complete, range(len(sizes)), strict=True)):
-        busy = max(done, busy) + len(paths) * sizes[c] / link_rate(graph, *out)
-    last = sizes[max(range(len(sizes)), key=complete.__getitem__)]
-    return busy + max(trip([(v, u) for u, v in reversed(p)], last) for p in paths) - last / link_rate(graph, *out)
+    for done, c in sorted(zip(complete, range(chunks), strict=True)):
+        busy = max(done, busy) + sum(size(w, c, dest) for w in range(n)) / link_rate(graph, *out)
+    last = max(range(chunks), key=complete.__getitem__)
+    return busy + max(trip(_back(p), size(w, last, dest)) - size(w, last, dest) / link_rate(graph, *out) for w, p in enumerate(paths))
 
 
 def _tree_queue(graph: nx.Graph, plan: JobPlan, sizes: list[int], collective: Collective, root: int,
