@@ -104,8 +104,12 @@ def _ring_time(plan: JobPlan, elements: int, per_packet: int, collective: Collec
     last = max(trip(p, full) for p in paths)
     if chained:
         linked = exponent + chain([trip(p, full) for p in paths], steps) + bw - full / slowest
-    else:  # each rank's steps, its predecessor's pieces gating them (_ring_steps)
-        linked = _ring_steps(exponent, bw / steps, full / slowest, [trip(p, full) for p in paths], steps)
+    else:  # each rank's steps, its predecessor's pieces gating them (_ring_steps); and the longest segment's
+        # first piece passes ``steps`` hops in turn, its other pieces behind it (a shard of one chunk: its steps
+        # are shorter than that piece's hop, and only that chain sets the pace)
+        linked = max(_ring_steps(exponent, bw / steps, full / slowest, [trip(p, full) for p in paths], steps),
+                     exponent + chain([trip(p, full) for p in paths], steps) + sum(
+                         frame_bytes(min(per_packet, segment - j)) for j in range(per_packet, segment, per_packet)) / slowest)
     # a rank has at most ``window`` packets unacknowledged: with long round trips the window paces it
     window = max(WINDOW, ACK_EVERY * steps)
     sent = steps * -(-segment // per_packet)
