@@ -212,7 +212,7 @@ def write(args: argparse.Namespace, rows: list[dict[str, object]], claimed: list
               "does not price CPU, so they say how busy the machine was, not how good the model is." if busy else "")
            + note, "",
            "Each row is one `run_topology.py` run with these flags, measured (virtual time on `local`, the wall "
-           "clock on Mininet) and predicted by `innet/planning/timing.py` (`--predict` prints the same). The model "
+           "clock on Mininet) and predicted by `innet/planning/timing/` (`--predict` prints the same). The model "
            "covers link bandwidth and latency (`--delay`), the window's pace, top-k's sparse frames and their "
            "densification up the tree, training against the PBox under BSP/SSP/ASP with stragglers "
            "(`innet/planning/consistency.py`), jobs sharing links, and a workload's schedule (FIFO, P3, "

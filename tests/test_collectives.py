@@ -262,7 +262,7 @@ def test_the_model_follows_calls_of_fewer_chunks_than_ranks(mode):
 def test_the_model_follows_the_relays_queues(placement):
     """All-gather in the switches of a fat-tree k=4, aggregating at the ToRs (the aggregation switches relay two
     streams up one FIFO: each ToR's header partials wait there behind its values), at the aggregation switches,
-    or at the core alone: the model's frame-by-frame queues (timing._tree_queue) within 1% of the fabric, and
+    or at the core alone: the model's frame-by-frame queues (innet.planning.timing.queues.tree_queue) within 1% of the fabric, and
     --placement auto takes the placement the model calls fastest."""
     import innet
 
