@@ -9,7 +9,7 @@ import networkx as nx
 from innet.hosts.ring import ACK_EVERY, WINDOW, ring_geometry, ring_phases
 from innet.planning.planner import JobPlan
 from innet.planning.prediction import chunk_bytes, direction_bytes, frame_bytes, link_rate, one_way, path_links
-from innet.planning.timing.queues import QUEUED_FRAMES, Trip, back, pbox_queue, tree_queue
+from innet.planning.timing.queues import Trip, back, queued
 from innet.wire.collectives import ALLREDUCE, Collective
 
 MININET_HOP = 0.0006
@@ -103,7 +103,7 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
     # also waits for all N workers' first chunks to pass its link before any result can flow back.
     # The stream is the longer of the busiest link's bytes and the window's pace: chunk j + W goes out
     # one round trip after chunk j, so a window of W slots sends its C chunks in floor((C-1)/W) round
-    # trips plus the rest of the last window.
+    # trips plus the rest of the last window. A dense call is also followed frame by frame (queues.queued).
     small = max(trip(p, frame_bytes(0)) + trip(back(p), frame_bytes(0)) for p in paths)
     rtt = max(trip(p, full) + trip(back(p), full) for p in paths)
     chunks = -(-elements // per_packet)
@@ -112,19 +112,11 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
     windows, rest = divmod(max(chunks - 1, 0), max(plan.slots, 1))
     stream = max(bw, windows * rtt + bw * (rest + 1) / max(chunks, 1)) if windows else bw
     incast = (n - 1) * full / slowest if plan.method == "pbox" else 0.0
-    sizes = [frame_bytes(min(per_packet, elements - c * per_packet)) for c in range(chunks)]
-    analytic = stream + rtt - full / slowest + incast
-    if plan.method == "pbox" and density >= 1.0 and chunks <= plan.slots and n * chunks <= QUEUED_FRAMES:
-        # another collective's headers make ``incast`` too long (a key waits only for its values): the queue alone,
-        # unless other jobs share the links (the queue follows this job's frames only)
-        alone = collective is not ALLREDUCE and not [p for p in sharing if p is not plan]
-        queued = pbox_queue(graph, paths, sizes, collective, root, trip)
-        return small + (queued if alone else max(analytic, queued))
-    if plan.method != "pbox" and density >= 1.0 and n * chunks <= QUEUED_FRAMES and not any(
-            p.uplinks for p in plan.switch_ports.values()):  # the tree's FIFOs (not --placement dynamic's spread)
-        return small + max(analytic, tree_queue(graph, plan, sizes, collective, root, trip))
-    return small + analytic
-
+    closed = stream + rtt - full / slowest + incast
+    if density < 1.0:
+        return small + closed
+    return small + queued(graph, plan, paths, elements, per_packet, collective, root, trip, closed,
+                          any(p is not plan for p in sharing))
 
 
 def _ring_steps(exponent: float, seg: float, frame: float, trips: list[float], steps: int) -> float:
