@@ -48,6 +48,15 @@ class Rack:
             return True
         return False
 
+    def spurious(self, by_order: bool, late: float) -> None:
+        """A retransmission proved spurious by its answer's timing, the original's answer ``late`` after order
+        first made it suspect: a spurious one order asked for doubles the window's floor part (at most four
+        times); where the run reorders, the lateness is reordering the window must cover (``reordered``)."""
+        if by_order:
+            self.mult = min(self.mult * 2, 4)
+        if self.reorder and late < float("inf"):
+            self.reordered(late)
+
     def reordered(self, late: float) -> None:
         """An answer came ``late`` after order had made its transmission suspect, and it was never resent: the
         path reorders by that much (RACK's reordering adaptivity, measured rather than inferred)."""

@@ -189,6 +189,8 @@ class AllreduceCall:
         self.resent = np.zeros(spec.slots, np.bool_)
         self.sent_seq = np.full(spec.slots, UNSENT, np.int64)  # each slot's transmission number (RACK's order)
         self.seq = 0  # transmissions so far: a later number was sent later
+        self.first_seq = np.full(spec.slots, UNSENT, np.int64)  # each slot's original transmission number
+        self.owed_at = np.full(spec.slots, -np.inf)  # the soonest the last retransmission's own answer can come
         self.suspect_at = np.full(spec.slots, np.inf)  # when a result for a later transmission first came back
         self.by_order = np.zeros(spec.slots, np.bool_)  # the last retransmission was RACK's (not a timer's)
         self.first_suspect = np.full(spec.slots, np.inf)  # suspect_at before any retransmission of the chunk
@@ -333,7 +335,7 @@ class AllreduceCall:
             return []
         slots = chunks % self.spec.slots
         self.in_flight[slots], self.sent_at[slots], self.resent[slots] = chunks, now, False
-        self.sent_seq[slots] = np.arange(self.seq, self.seq + len(chunks))
+        self.sent_seq[slots] = self.first_seq[slots] = np.arange(self.seq, self.seq + len(chunks))
         self.seq += len(chunks)
         self._oldest = None
         self.sent_all = self.sent_all or int(chunks[-1]) == self.end - 1  # chunks come sorted
@@ -391,15 +393,14 @@ class AllreduceCall:
         self.in_flight[slot] = -1
         sent = float(self.sent_at[slot])
         self.undo.answered(np.array([slot]), np.array([chunk]), self.resent[slot:slot + 1], now - self.first_suspect[slot:slot + 1])
-        self.first_suspect[slot] = np.inf
         if not self.resent[slot]:
             self.timer.sample(now - sent)
             self.rack.sample(now - sent)
             self.rack.reordered(now - float(self.suspect_at[slot]))
-        elif self.rack.answered(now - sent, bool(self.by_order[slot])):
-            self.spurious += 1
-            self.undo.late[slot] = np.nan  # counted: a second answer will not prove it again
-        seq = int(self.sent_seq[slot])
+            seq = int(self.sent_seq[slot])
+        else:
+            seq = int(self._resent_answered(np.array([slot]), now)[0])
+        self.first_suspect[slot] = np.inf
         if seq > self.newest_seq:
             self.newest_seq = seq
         self.sent_seq[slot], self.suspect_at[slot], self.sent_at[slot] = UNSENT, np.inf, np.inf
@@ -417,7 +418,7 @@ class AllreduceCall:
             return []
         slot = chunk % self.spec.slots
         self.in_flight[slot], self.sent_at[slot], self.resent[slot] = chunk, now, False
-        self.sent_seq[slot] = self.seq
+        self.sent_seq[slot] = self.first_seq[slot] = self.seq
         self.seq += 1
         self._oldest = None
         self.sent_all = self.sent_all or chunk == self.end - 1
@@ -454,18 +455,18 @@ class AllreduceCall:
         self.in_flight[slots] = -1
         resent = self.resent[slots]
         self.undo.answered(slots, chunks, resent, now - self.first_suspect[slots])
-        self.first_suspect[slots] = np.inf
         clean = ~resent & (chunks != self.first)  # Karn; the lone exponent packet never queues
         if clean.any():
             rtts = now - self.sent_at[slots][clean]
             self.timer.sample(float(np.max(rtts)))
             self.rack.sample(float(np.min(rtts)))
             self.rack.reordered(float(np.max(now - self.suspect_at[slots][clean])))
-        proven = np.array([self.rack.answered(since, by_order) for since, by_order in
-                           zip((now - self.sent_at[slots][resent]).tolist(), self.by_order[slots][resent].tolist(), strict=True)], bool)
-        self.spurious += int(proven.sum())
-        self.undo.late[slots[resent][proven]] = np.nan  # counted: a second answer will not prove it again
-        self.newest_seq = max(self.newest_seq, int(self.sent_seq[slots].max()))
+        seqs = self.sent_seq[slots]
+        if resent.any():
+            seqs = seqs.copy()
+            seqs[resent] = self._resent_answered(slots[resent], now)
+        self.first_suspect[slots] = np.inf
+        self.newest_seq = max(self.newest_seq, int(seqs.max()))
         self.sent_seq[slots], self.suspect_at[slots], self.sent_at[slots] = UNSENT, np.inf, np.inf
         self._oldest = None
         self._progress(now, len(slots))
@@ -560,8 +561,8 @@ class AllreduceCall:
         every chunk is sent the probes go on, each with only the newest chunk out (RFC 8985's TLP: its answer
         marks the older ones lost), so a lost tail costs round trips, not backed-off RTOs.
         Before any loss, never: a clean run is never probed."""
-        if not self.retransmissions or self.sent_at.min() == np.inf:
-            return np.inf
+        if not self.retransmissions or self.sent_at.min() == np.inf or (self.scale is not None and self.timer.srtt is None):
+            return np.inf  # nothing lost, nothing out, or a first window not yet answered (its RTO covers it: its queue is unknown)
         out = np.count_nonzero(self.in_flight >= 0)
         backoff = 1 if self.scale is None else 2 ** min(self.probes, 2)  # the lone exponent packet: no queue to spare
         spell = (self.rack.window(self.timer.srtt) + out * self.pace) * backoff
@@ -576,6 +577,20 @@ class AllreduceCall:
         self.suspect_at[fresh] = now
         self.first_suspect[fresh] = np.minimum(self.first_suspect[fresh], now)
         return np.flatnonzero(self.suspect_at + self.rack.window(self.timer.srtt) <= now)
+
+    def _resent_answered(self, slots: np.ndarray, now: float) -> np.ndarray:
+        """Answers for the retransmitted chunks in ``slots``; the transmission each proves delivered (RACK's order).
+        A retransmission queues behind every chunk out before it, so an answer sooner than those could drain (at
+        half the measured pace, after a minimum round trip: ``owed_at``) was the original's, late: the
+        retransmission was spurious. It is counted, widens the reordering window (as DSACK does in RFC 8985) and
+        proves order only up to the original (RFC 8985 ignores such answers within a minimum round trip; here
+        the queue, not the path, sets the bound: an incast queue makes one late contribution tens of ms late)."""
+        early = now < self.owed_at[slots]
+        for slot in slots[early].tolist():
+            self.spurious += 1
+            self.rack.spurious(bool(self.by_order[slot]), now - float(self.first_suspect[slot]))
+        self.undo.late[slots[early]] = np.nan  # counted: a second answer will not prove it again
+        return np.where(early, self.first_seq[slots], self.sent_seq[slots])
 
     def _undo(self, slots: np.ndarray, chunks: np.ndarray) -> None:
         """Stale answers: each that proves a retransmission spurious (``Undo``) counts, and widens the window."""
@@ -624,6 +639,9 @@ class AllreduceCall:
         if not len(slots):
             return out
         slots = slots[np.argsort(self.in_flight[slots])]
+        ahead = np.count_nonzero((self.in_flight >= 0) & (self.suspect_at == np.inf)) - np.count_nonzero(self.suspect_at[slots] == np.inf)
+        rtt = self.rack.min_rtt if self.rack.min_rtt < np.inf else 0.0
+        self.owed_at[slots] = now + rtt + 0.5 * ahead * self.pace
         for slot in slots:
             frame = np.array(self._frame(int(self.in_flight[slot])))
             frame[FLAGS_OFFSET] |= RETX
