@@ -590,7 +590,7 @@ class AllreduceCall:
             self.spurious += 1
             self.rack.spurious(bool(self.by_order[slot]), now - float(self.first_suspect[slot]))
         self.undo.late[slots[early]] = np.nan  # counted: a second answer will not prove it again
-        return np.where(early, self.first_seq[slots], self.sent_seq[slots])
+        return np.where(early & bool(self.rack.reorder), self.first_seq[slots], self.sent_seq[slots])
 
     def _undo(self, slots: np.ndarray, chunks: np.ndarray) -> None:
         """Stale answers: each that proves a retransmission spurious (``Undo``) counts, and widens the window."""
@@ -641,7 +641,7 @@ class AllreduceCall:
         slots = slots[np.argsort(self.in_flight[slots])]
         ahead = np.count_nonzero((self.in_flight >= 0) & (self.suspect_at == np.inf)) - np.count_nonzero(self.suspect_at[slots] == np.inf)
         rtt = self.rack.min_rtt if self.rack.min_rtt < np.inf else 0.0
-        self.owed_at[slots] = now + rtt + 0.5 * ahead * self.pace
+        self.owed_at[slots] = now + rtt + (0.5 * ahead * self.pace if self.rack.reorder else 0.0)
         for slot in slots:
             frame = np.array(self._frame(int(self.in_flight[slot])))
             frame[FLAGS_OFFSET] |= RETX
