@@ -96,7 +96,7 @@ def held_links(graph: nx.Graph, plan: JobPlan, worker: str, ring: bool) -> int:
     every worker's contribution on its way up, then comes down to this worker. Each may add a held-back
     frame's wait (``reorder_window``), so a round trip's answer can be that much late per link."""
     hops = nx.single_source_shortest_path_length(graph, worker)
-    far = plan.pbox if plan.pbox is not None else plan.root
+    far = plan.pbox if plan.method == "pbox" else plan.root
     if ring or far not in hops:
         return 2 * max((hops[w] for w in plan.workers if w != worker and w in hops), default=1)
     return max(nx.shortest_path_length(graph, w, far) for w in plan.workers) + hops[far]
