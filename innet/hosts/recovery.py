@@ -27,12 +27,19 @@ UNSENT = np.iinfo(np.int64).max  # a free slot's transmission number: never olde
 class Rack:
     """The reordering window and the minimum round trip of one sender."""
 
-    def __init__(self, min_rto: float, reorder: float = 0.0) -> None:
-        self.floor = min_rto
+    def __init__(self, min_rto: float, reorder: float = 0.0, design: float = 0.0) -> None:
+        self.min_rto = min_rto
+        self.design = design  # how far results come back out of order by design (switches that hold partials)
         self.reorder = reorder  # how long the links are known to hold a frame back (the run's --reorder)
         self.min_rtt = float("inf")
         self.mult = 1
         self.late = 0.0  # the longest an answer came after order made it suspect, though it was never resent
+
+    @property
+    def floor(self) -> float:
+        """The window's floor: a quarter of the minimum round trip (RFC 8985's), at most the RTO floor (before
+        a round trip is measured, the RTO floor), plus what the switches hold back by design."""
+        return min(self.min_rto, self.min_rtt / 4) + self.design
 
     def sample(self, rtt: float) -> None:
         """A round trip of a chunk sent once (Karn)."""
