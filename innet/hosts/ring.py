@@ -476,7 +476,7 @@ class RingCall:
         """When to probe (RFC 8985's TLP), once this call has lost something: no ACK for two round trips (at least
         a reordering window), doubled per probe
         unanswered up to four times (as ``AllreduceCall._probe_due``). Before any loss, never."""
-        if not self.retransmissions or not self.unacked:
+        if not (self.retransmissions or self.spec.lossy and self.timer.srtt is not None) or not self.unacked:
             return float("inf")
         return max(self.last_ack, self.probed_at) + self.quiet()
 

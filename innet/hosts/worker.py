@@ -77,6 +77,7 @@ class JobSpec:
     collective: str = "allreduce"  # innet.wire.collectives: what goes in, and which ranks each result goes to
     root: int = 0  # broadcast's and reduce's root rank
     reorder: float = 0.0  # seconds results may come back out of order by design (switches that hold partials)
+    lossy: bool = False  # the run's links lose frames: a tail probe may come before this call has lost anything
 
     def __post_init__(self) -> None:
         if isinstance(self.operator, dict):  # from JSON
@@ -561,7 +562,8 @@ class AllreduceCall:
         every chunk is sent the probes go on, each with only the newest chunk out (RFC 8985's TLP: its answer
         marks the older ones lost), so a lost tail costs round trips, not backed-off RTOs.
         Before any loss, never: a clean run is never probed."""
-        if not self.retransmissions or self.sent_at.min() == np.inf or (self.scale is not None and self.timer.srtt is None):
+        if not (self.retransmissions or self.spec.lossy and self.timer.srtt is not None) or self.sent_at.min() == np.inf or (
+                self.scale is not None and self.timer.srtt is None):
             return np.inf  # nothing lost, nothing out, or a first window not yet answered (its RTO covers it: its queue is unknown)
         out = np.count_nonzero(self.in_flight >= 0)
         backoff = 1 if self.scale is None else 2 ** min(self.probes, 2)  # the lone exponent packet: no queue to spare

@@ -113,6 +113,7 @@ def reorder_allowance(plan: JobPlan, program: type[SwitchProgram]) -> float:
 
 def worker_specs(graph: nx.Graph, plan: JobPlan, program: type[SwitchProgram], run: RunSpec) -> dict[str, JobSpec]:
     index, per_link = node_indices(graph), reorder_window(run)
+    lossy = any(f.loss > 0 for f in (run.faults, *(f for _, f in run.link_faults)))
     specs = {}
     for rank, w in enumerate(plan.workers):
         held = per_link and per_link * held_links(graph, plan, w, run.mode == "ring")
@@ -121,5 +122,5 @@ def worker_specs(graph: nx.Graph, plan: JobPlan, program: type[SwitchProgram], r
                            min_rto=run.min_rto, initial_rto=initial_rto(graph, plan, w, program.elements, run, held),
                            reorder_window=held, timeout=run.timeout, sparse=run.topk > 0, band=run.band(plan.job),
                            operator=getattr(program, "operator", SUM), collective=run.collective, root=run.root,
-                           reorder=reorder_allowance(plan, program))
+                           reorder=reorder_allowance(plan, program), lossy=lossy)
     return specs
