@@ -15,6 +15,12 @@ def test_the_window_covers_the_reordering_the_run_injects_and_what_it_measures()
     assert rack.window(None) == pytest.approx(0.0025)  # a quarter more than the latest answer seen
     rack.reordered(1.0)
     assert rack.window(None) == REORDER_CAP * 0.001  # measured alone (it may be another's loss): bounded
+    lossy = Rack(0.001, quarter=True)  # where the run's links lose: RFC 8985's quarter of the minimum round trip
+    assert lossy.window(None) == 0.001  # not before a round trip is measured
+    lossy.sample(0.0002)
+    assert lossy.window(None) == pytest.approx(0.00005)
+    rack.sample(0.0002)
+    assert rack.window(None) == REORDER_CAP * 0.001  # elsewhere the RTO floor (and the measured reordering) stay
     known = Rack(0.001, reorder=0.003)
     assert known.window(None) == 0.003
     known.reordered(0.02)

@@ -141,7 +141,7 @@ class RingCall:
         self.newest_acked: dict[int, int] = {}  # step -> the newest transmission acknowledged
         self.next_in: dict[int, int] = {}  # step -> the first piece not yet received (all below it were)
         self.hole_acked: dict[int, int] = {}  # step -> the hole an out-of-order arrival last reported at once
-        self.rack = Rack(spec.min_rto, spec.reorder_window, quarter=False)  # a probe's spacing: ACKs come every few pieces
+        self.rack = Rack(spec.min_rto, spec.reorder_window)
         self.probes = 0  # tail probes since the last useful ACK
         self.probed_at = 0.0  # the last tail probe
         self.suspect: dict[tuple[int, int], float] = {}  # unacknowledged, though sent before one acknowledged: since when

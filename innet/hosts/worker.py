@@ -196,7 +196,7 @@ class AllreduceCall:
         self.by_order = np.zeros(spec.slots, np.bool_)  # the last retransmission was RACK's (not a timer's)
         self.first_suspect = np.full(spec.slots, np.inf)  # suspect_at before any retransmission of the chunk
         self.undo = Undo(spec.slots)
-        self.rack = Rack(spec.min_rto, spec.reorder_window, spec.reorder)  # reordering by design is no evidence of loss
+        self.rack = Rack(spec.min_rto, spec.reorder_window, spec.reorder, quarter=spec.lossy)  # by design: no evidence of loss
         self.newest_seq = -1  # the newest transmission whose result came back
         self.pace = 0.0  # smoothed time between results: how fast the window drains
         self.probes = 0  # tail probes since the last result
