@@ -7,13 +7,14 @@ result) was lost: RACK marks the earlier one *suspect* when that evidence first 
 lost a reordering window later, when nothing came for it meanwhile. Order, not send time, decides
 (a window sent in one burst has one send time, and RACK's time test would never fire on it).
 
-The reordering window's floor is the RTO floor, or where the run's links lose, a quarter of the minimum round trip
-(RFC 8985's) if less (a FIFO path does not reorder; a ring rank keeps the RTO floor: ``Rack.floor``), doubled (twice at most) whenever a retransmission order
-asked for turns out spurious, and never above the smoothed RTT. Where the run reorders, the window also covers
-what its links can hold back on the way (``innet.planning.configs.held_links``) and what was measured late.
-A retransmission is spurious when its answer comes back sooner than the minimum round trip after it (where the
-run reorders: sooner than the queue ahead of it could drain): that answer was the original's. (An answer that
-waited for another worker's lost contribution looks spurious too, which is why the window widens only so far.)
+The reordering window's floor is the RTO floor, or where the run's links lose, a quarter of the minimum round
+trip (RFC 8985's) if less (a FIFO path does not reorder; a ring rank keeps the RTO floor: ``Rack.floor``),
+doubled (twice at most) whenever a retransmission order asked for turns out spurious, and never above the
+smoothed RTT. Where the run reorders, the window also covers what its links can hold back on the way
+(``innet.planning.configs.held_links``) and what was measured late. A retransmission is spurious when its
+answer comes back sooner than the minimum round trip after it (where the run reorders: sooner than the queue
+ahead of it could drain): that answer was the original's. (An answer that waited for another worker's lost
+contribution looks spurious too, which is why the window widens only so far.)
 Timeouts (``RetransmitTimer``) remain for what order cannot show: a lost last chunk, or silence.
 """
 
