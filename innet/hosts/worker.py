@@ -561,10 +561,11 @@ class AllreduceCall:
         unanswered up to four times. The first two resend every chunk out; mid-stream the RTO follows, but once
         every chunk is sent the probes go on, each with only the newest chunk out (RFC 8985's TLP: its answer
         marks the older ones lost), so a lost tail costs round trips, not backed-off RTOs.
-        Before any loss, never: a clean run is never probed."""
-        if not (self.retransmissions or self.spec.lossy and self.timer.srtt is not None) or self.sent_at.min() == np.inf or (
-                self.scale is not None and self.timer.srtt is None):
-            return np.inf  # nothing lost, nothing out, or a first window not yet answered (its RTO covers it: its queue is unknown)
+        Before any loss, only where the run's links lose and a round trip is measured: a fault-free run is never
+        probed. Nor is a first window before its first answer (its RTO covers it: its queue is unknown)."""
+        probing = self.retransmissions or (self.spec.lossy and self.timer.srtt is not None)
+        if not probing or self.sent_at.min() == np.inf or (self.scale is not None and self.timer.srtt is None):
+            return np.inf
         out = np.count_nonzero(self.in_flight >= 0)
         backoff = 1 if self.scale is None else 2 ** min(self.probes, 2)  # the lone exponent packet: no queue to spare
         spell = (self.rack.window(self.timer.srtt) + out * self.pace) * backoff
