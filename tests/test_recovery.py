@@ -43,15 +43,16 @@ SCHEMES = {"innet": {}, "pbox": {"mode": "pbox"}, "ring": {"mode": "ring"}, "spa
 @pytest.mark.parametrize("topology", ["star", "leaf-spine"])
 @pytest.mark.parametrize("scheme", sorted(SCHEMES))
 def test_reordering_without_loss_is_not_taken_for_loss(scheme, topology):
-    """5% of frames held back 1-3 ms on every link, no loss, 4 workers of 262144 values (512 data packets): exact,
-    and at most 5% of the packets retransmitted, each a spurious one. Before the window covered every link of the
-    round trip (``held_links``) and an answer sooner than a retransmission could have was taken for the
-    original's, the PBox sent 17-400 (star) and 40-370 (leaf-spine), sparse 19-62, two PBox jobs 11-297."""
+    """5% of frames held back 1-3 ms on every link, no loss, 4 workers of 262144 values (512 data packets in-network
+    and to the PBox, 768 around the ring): exact, and at most 5% of the packets retransmitted, each a spurious one.
+    Before the window covered every link a result crosses (``held_links``), the PBox sent 17-400 (star) and 40-370
+    (leaf-spine), sparse 19-62, two PBox jobs 11-297 (now at most 5; the ring, unchanged, 4-22)."""
     kw = {"mode": "innet", **SCHEMES[scheme], **({"workers": 4} if topology == "star" else {})}
+    packets = 4 * 2 * 3 * 32 if kw["mode"] == "ring" else 4 * 128  # ring: 6 steps of 32 pieces a rank
     for seed in (1, 3):
         run = innet.run(topology, backend="local", elements=262144, reorder=0.05, seed=seed, **kw).runs[0]
         assert run.correct and run.workers == 4
-        assert run.retransmissions <= 0.05 * 512, (seed, run.retransmissions)
+        assert run.retransmissions <= 0.05 * packets, (seed, run.retransmissions)
         assert 0 <= run.spurious_retransmissions <= run.retransmissions
         assert run.to_json()["spurious_retransmissions"] == run.spurious_retransmissions  # in results.json
 
@@ -95,13 +96,12 @@ def test_the_run_tells_its_workers_how_long_its_links_hold_frames_back():
     assert reorder_window(RunSpec(link_faults=(("h1--s1", FaultSpec(reorder=0.1, reorder_delay=0.01)),))) == pytest.approx(0.015)
 
 
-@pytest.mark.parametrize("topology, mode, links", [("star", "innet", 2), ("star", "pbox", 4), ("star", "ring", 4),
+@pytest.mark.parametrize("topology, mode, links", [("star", "innet", 2), ("star", "pbox", 4), ("star", "ring", 1),
                                                    ("leaf-spine", "innet", 4), ("leaf-spine", "pbox", 6)])
 def test_a_worker_waits_out_what_reordering_can_hold_on_every_link_of_its_round_trip(topology, mode, links):
     """innet.planning.configs.held_links: a result waits for every worker's contribution on its way up, then comes
-    down (a ring piece goes to the successor, its ACK comes back); reordering can hold it on each of those links,
-    so the worker's reordering window is that many links' worth (3 ms each at --reorder's default 2 ms), and so
-    is what its initial RTO adds."""
+    down; reordering can hold it on each of those links, so the worker's reordering window is that many links'
+    worth (3 ms each at --reorder's default 2 ms), and so is what its initial RTO adds. A ring rank: one link's."""
     from innet.planning.configs import worker_specs
     from innet.planning.spec import program_of
 

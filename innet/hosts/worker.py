@@ -190,7 +190,6 @@ class AllreduceCall:
         self.resent = np.zeros(spec.slots, np.bool_)
         self.sent_seq = np.full(spec.slots, UNSENT, np.int64)  # each slot's transmission number (RACK's order)
         self.seq = 0  # transmissions so far: a later number was sent later
-        self.first_seq = np.full(spec.slots, UNSENT, np.int64)  # each slot's original transmission number
         self.owed_at = np.full(spec.slots, -np.inf)  # the soonest the last retransmission's own answer can come
         self.suspect_at = np.full(spec.slots, np.inf)  # when a result for a later transmission first came back
         self.by_order = np.zeros(spec.slots, np.bool_)  # the last retransmission was RACK's (not a timer's)
@@ -336,7 +335,7 @@ class AllreduceCall:
             return []
         slots = chunks % self.spec.slots
         self.in_flight[slots], self.sent_at[slots], self.resent[slots] = chunks, now, False
-        self.sent_seq[slots] = self.first_seq[slots] = np.arange(self.seq, self.seq + len(chunks))
+        self.sent_seq[slots] = np.arange(self.seq, self.seq + len(chunks))
         self.seq += len(chunks)
         self._oldest = None
         self.sent_all = self.sent_all or int(chunks[-1]) == self.end - 1  # chunks come sorted
@@ -398,9 +397,9 @@ class AllreduceCall:
             self.timer.sample(now - sent)
             self.rack.sample(now - sent)
             self.rack.reordered(now - float(self.suspect_at[slot]))
-            seq = int(self.sent_seq[slot])
         else:
-            seq = int(self._resent_answered(np.array([slot]), now)[0])
+            self._resent_answered(np.array([slot]), now)
+        seq = int(self.sent_seq[slot])
         self.first_suspect[slot] = np.inf
         if seq > self.newest_seq:
             self.newest_seq = seq
@@ -419,7 +418,7 @@ class AllreduceCall:
             return []
         slot = chunk % self.spec.slots
         self.in_flight[slot], self.sent_at[slot], self.resent[slot] = chunk, now, False
-        self.sent_seq[slot] = self.first_seq[slot] = self.seq
+        self.sent_seq[slot] = self.seq
         self.seq += 1
         self._oldest = None
         self.sent_all = self.sent_all or chunk == self.end - 1
@@ -462,12 +461,10 @@ class AllreduceCall:
             self.timer.sample(float(np.max(rtts)))
             self.rack.sample(float(np.min(rtts)))
             self.rack.reordered(float(np.max(now - self.suspect_at[slots][clean])))
-        seqs = self.sent_seq[slots]
         if resent.any():
-            seqs = seqs.copy()
-            seqs[resent] = self._resent_answered(slots[resent], now)
+            self._resent_answered(slots[resent], now)
         self.first_suspect[slots] = np.inf
-        self.newest_seq = max(self.newest_seq, int(seqs.max()))
+        self.newest_seq = max(self.newest_seq, int(self.sent_seq[slots].max()))
         self.sent_seq[slots], self.suspect_at[slots], self.sent_at[slots] = UNSENT, np.inf, np.inf
         self._oldest = None
         self._progress(now, len(slots))
@@ -581,19 +578,17 @@ class AllreduceCall:
         self.first_suspect[fresh] = np.minimum(self.first_suspect[fresh], now)
         return np.flatnonzero(self.suspect_at + self.rack.window(self.timer.srtt) <= now)
 
-    def _resent_answered(self, slots: np.ndarray, now: float) -> np.ndarray:
-        """Answers for the retransmitted chunks in ``slots``; the transmission each proves delivered (RACK's order).
-        A retransmission queues behind every chunk out before it, so an answer sooner than those could drain (at
-        half the measured pace, after a minimum round trip: ``owed_at``) was the original's, late: the
-        retransmission was spurious. It is counted, widens the reordering window (as DSACK does in RFC 8985) and
-        proves order only up to the original (RFC 8985 ignores such answers within a minimum round trip; here
-        the queue, not the path, sets the bound: an incast queue makes one late contribution tens of ms late)."""
+    def _resent_answered(self, slots: np.ndarray, now: float) -> None:
+        """Answers for the retransmitted chunks in ``slots``. A retransmission queues behind every chunk out before
+        it, so where the run reorders, an answer sooner than those could drain (at half the measured pace, after a
+        minimum round trip: ``owed_at``; elsewhere within a minimum round trip, as RFC 8985 has it) was the
+        original's, late: the retransmission was spurious. It is counted and widens the reordering window (as
+        DSACK does in RFC 8985: an incast queue makes one late contribution tens of ms late)."""
         early = now < self.owed_at[slots]
         for slot in slots[early].tolist():
             self.spurious += 1
             self.rack.spurious(bool(self.by_order[slot]), now - float(self.first_suspect[slot]))
         self.undo.late[slots[early]] = np.nan  # counted: a second answer will not prove it again
-        return np.where(early & bool(self.rack.reorder), self.first_seq[slots], self.sent_seq[slots])
 
     def _undo(self, slots: np.ndarray, chunks: np.ndarray) -> None:
         """Stale answers: each that proves a retransmission spurious (``Undo``) counts, and widens the window."""
