@@ -2,10 +2,10 @@
 
 The topology comes up as for any Mininet run (innet.backends.mininet.emulation: every process recorded and removed
 on success, error, Ctrl-C and SIGTERM) with the switches running the sum program and an IP network beside innet's
-frames for the TCP side plane (innet.backends.mininet.iplane). Each rank's group all-reduces float sums and means
-of the whole world with the worker client on its host's interface (``ClientConf``), through the switches; every
-other call takes the side plane over the same links. The bytes per link are the interfaces' counters, side plane
-included.
+frames for the TCP side plane (innet.backends.mininet.iplane). Each rank's world group runs its float sums and
+means (all-reduce, reduce-scatter, reduce), all-gathers, broadcasts and barriers with the worker client on its
+host's interface (``ClientConf``), through the switches (innet.integrations.torch.switches); every other call takes
+the side plane over the same links. The bytes per link are the interfaces' counters, side plane included.
 """
 
 from __future__ import annotations
