@@ -152,6 +152,14 @@ def test_a_launch_without_a_command_or_in_a_gloo_mode_is_one_line():
 
 MININET_SCRIPT = """import sys, time, torch
 import torch.distributed as dist
+
+
+def moved():  # this host's interface, bytes both ways (/proc/net/dev: this namespace's)
+    with open('/proc/net/dev') as fh:
+        fields = next(line for line in fh if '-eth0:' in line).split(':')[1].split()
+    return int(fields[0]) + int(fields[8])
+
+
 dist.init_process_group()
 rank, world = dist.get_rank(), dist.get_world_size()
 t = torch.full((5000,), rank + 1.0)
@@ -160,37 +168,55 @@ mean = torch.full((3,), float(rank), dtype=torch.float64)
 dist.all_reduce(mean, op=dist.ReduceOp.AVG)
 out = torch.empty(world, dtype=torch.int64)
 dist.all_to_all_single(out, torch.full((world,), rank, dtype=torch.int64))
-sys.stdout.write(f'got {t.min().item()} {t.max().item()} {mean.tolist()} {out.tolist()}\\n')  # one write: a whole line
-sys.stdout.flush()
+dist.barrier()  # through the switch: the ranks begin the next two calls together
+before = moved()
+shard = torch.empty(SHARD)
+dist.reduce_scatter_tensor(shard, torch.arange(world * SHARD, dtype=torch.float32) * (rank + 1))
+whole = torch.empty(world * SHARD)
+dist.all_gather_into_tensor(whole, shard)
+sharded = moved() - before
+exact = torch.equal(whole, torch.arange(world * SHARD, dtype=torch.float32) * world * (world + 1) / 2)
+sys.stdout.write(f'got {t.min().item()} {t.max().item()} {mean.tolist()} {out.tolist()} {exact} moved {sharded}\\n')
+sys.stdout.flush()  # one write: a whole line
 while len(sys.argv) > 1:
     dist.all_reduce(t)
     time.sleep(0.01)
 dist.barrier()
 dist.destroy_process_group()
 """
+SHARD = 1000  # values per rank: not whole packets of 256, so each rank's piece travels padded to 1024
 
 
 @pytest.mark.mininet
-def test_on_mininet_float_sums_go_through_the_switch_and_ctrl_c_leaves_nothing(tmp_path):
-    """Each rank in its host: a float sum and a mean through the switch (the worker client), an all-to-all over
-    the side plane, counted on the links; then a run interrupted mid-training leaves no interface or state."""
+def test_on_mininet_sums_and_fsdps_calls_go_through_the_switch_and_ctrl_c_leaves_nothing(tmp_path):
+    """Each rank in its host: a float sum and a mean, a barrier, a reduce-scatter and an all-gather through the
+    switch (the worker client), their bytes on each worker's link the planner's for those calls; an all-to-all
+    over the side plane, counted on the links; then a run interrupted mid-training leaves no interface or state."""
     if os.geteuid() != 0:
         pytest.skip("needs root (Mininet)")
+    import innet
     from tests.test_emulation import assert_nothing_left
 
     script = tmp_path / "sums.py"
-    script.write_text(MININET_SCRIPT)
-    out = launch("--backend", "mininet", "--topo", "star", "--workers", "2", "--", sys.executable, str(script))
+    script.write_text(MININET_SCRIPT.replace("SHARD", str(SHARD)))
+    flags = ["--backend", "mininet", "--topo", "star", "--workers", "2", "--packet-elements", "256"]
+    out = launch(*flags, "--", sys.executable, str(script))
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.count("got 3.0 3.0 [0.5, 0.5, 0.5] [0, 1]") == 2, out.stdout
-    assert collectives(out.stdout) == {"allreduce": 2}
-    assert "over the TCP side plane (counted on the links): all_to_all_single" in out.stdout
+    got = re.findall(r"got 3.0 3.0 \[0.5, 0.5, 0.5\] \[0, 1\] True moved (\d+)", out.stdout)
+    assert len(got) == 2, out.stdout
+    assert collectives(out.stdout) == {"allreduce": 2, "barrier": 2, "reduce_scatter": 1, "all_gather": 1}
+    assert "over the TCP side plane (counted on the links): all_to_all_single\n" in out.stdout
+    predicted = sum(innet.plan("star", workers=2, backend="local", packet_elements=256, collective=c,
+                               elements=2 * 1024).modes[0].predicted_link_bytes["h1--s1"]
+                    for c in ("reduce_scatter", "all_gather"))
+    for moved in map(int, got):  # the two calls' frames on a worker's link, a retransmission or two at most more
+        assert predicted <= moved <= 1.02 * predicted, (moved, predicted)
     links = {name: int(b) for name, b in re.findall(r"(h\d--s1) (\d+)", out.stdout)}
-    assert set(links) == {"h1--s1", "h2--s1"} and all(b > 2 * 5000 * 4 for b in links.values())
+    assert set(links) == {"h1--s1", "h2--s1"} and all(b > 2 * 5000 * 4 + predicted for b in links.values())
     assert "fidelity: launch innet: not judged" in out.stdout
-    proc = subprocess.Popen([sys.executable, "-m", "innet", "launch", "--backend", "mininet", "--topo", "star", "--workers",
-                             "2", "--", sys.executable, str(script), "loop"], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = subprocess.Popen([sys.executable, "-m", "innet", "launch", *flags, "--", sys.executable, str(script), "loop"],
+                            cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     both_said(proc, "got")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
