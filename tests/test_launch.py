@@ -139,6 +139,24 @@ def test_ctrl_c_at_any_point_leaves_no_process_and_no_folder(tmp_path, when):
     assert set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*"))) == before
 
 
+def test_each_ranks_output_comes_whole_lines_at_a_time_prefixed_with_its_rank(tmp_path):
+    """Ranks that write their lines in pieces, unbuffered, at once: every line on the launcher's output is one rank's
+    whole line, "[rankR]: " before it (a last line without its newline gets one)."""
+    script = tmp_path / "talks.py"
+    script.write_text("import os, sys, time\nr = os.environ['RANK']\nfor i in range(40):\n"
+                      "    for piece in (f'rank {r} ', f'line {i} ', 'ends here\\n'):\n"
+                      "        sys.stdout.write(piece)\n        sys.stdout.flush()\n        time.sleep(0.001)\n"
+                      "sys.stdout.write(f'rank {r} ends without a newline')\n")
+    out = launch("--backend", "local", "--topo", "star", "--workers", "3", "--", sys.executable, str(script))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()[:-4]  # the launcher's summary after them
+    for rank in "012":
+        mine = [ln for ln in lines if ln.startswith(f"[rank{rank}]: ")]
+        assert mine == [f"[rank{rank}]: rank {rank} line {i} ends here" for i in range(40)] + [
+            f"[rank{rank}]: rank {rank} ends without a newline"]
+    assert len(lines) == 3 * 41, out.stdout
+
+
 def test_a_launch_without_a_command_or_in_a_gloo_mode_is_one_line():
     out = launch("--backend", "local", "--topo", "star", "--workers", "2")
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
@@ -202,14 +220,14 @@ def test_on_mininet_sums_and_fsdps_calls_go_through_the_switch_and_ctrl_c_leaves
     flags = ["--backend", "mininet", "--topo", "star", "--workers", "2", "--packet-elements", "256"]
     out = launch(*flags, "--", sys.executable, str(script))
     assert out.returncode == 0, out.stderr[-2000:]
-    got = re.findall(r"got 3.0 3.0 \[0.5, 0.5, 0.5\] \[0, 1\] True moved (\d+)", out.stdout)
-    assert len(got) == 2, out.stdout
+    got = re.findall(r"^\[rank([01])\]: got 3.0 3.0 \[0.5, 0.5, 0.5\] \[0, 1\] True moved (\d+)$", out.stdout, re.M)
+    assert sorted(r for r, _ in got) == ["0", "1"], out.stdout
     assert collectives(out.stdout) == {"allreduce": 2, "barrier": 2, "reduce_scatter": 1, "all_gather": 1}
     assert "over the TCP side plane (counted on the links): all_to_all_single\n" in out.stdout
     predicted = sum(innet.plan("star", workers=2, backend="local", packet_elements=256, collective=c,
                                elements=2 * 1024).modes[0].predicted_link_bytes["h1--s1"]
                     for c in ("reduce_scatter", "all_gather"))
-    for moved in map(int, got):  # the two calls' frames on a worker's link, a retransmission or two at most more
+    for moved in (int(b) for _, b in got):  # the two calls' frames on a worker's link, a retransmission or two at most more
         assert predicted <= moved <= 1.02 * predicted, (moved, predicted)
     links = {name: int(b) for name, b in re.findall(r"(h\d--s1) (\d+)", out.stdout)}
     assert set(links) == {"h1--s1", "h2--s1"} and all(b > 2 * 5000 * 4 + predicted for b in links.values())

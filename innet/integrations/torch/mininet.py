@@ -71,7 +71,8 @@ def launch_mininet(graph: nx.Graph, run: RunSpec, command: list[str], site: str)
                      or k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
                               "MASTER_PORT")]
             with open(os.path.join(emu.run_dir, f"rank{rank}.err"), "wb") as err:
-                procs.append(emu.spawn(host, ["env", *given, *command], stdin=subprocess.DEVNULL, stdout=None, stderr=err))
+                procs.append(emu.spawn(host, ["env", *given, *command], stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=err))
         before, started = emu.interface_bytes(), time.monotonic()
         wait_ranks(procs, emu.run_dir)
         wall = time.monotonic() - started
