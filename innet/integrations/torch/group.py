@@ -39,7 +39,8 @@ from innet.node.client import AllreduceClient
 from innet.node.codec import read
 from innet.planning.spec import RunSpec
 
-TORCH_RANGE = ((2, 13), (3, 0))  # torch versions the backend takes (tested on 2.13.0): the names it overrides
+TORCH_RANGE = ((2, 13), (3, 0))  # torch versions the backend takes (tested on 2.13.0): 2.13 named reduce_scatter_single
+# and all_gather_single, which the group implements; its one private name is ``keeps_its_name``'s
 
 
 def check_torch(version: str) -> None:
@@ -122,6 +123,22 @@ def _side_call(what: str, method: str = "") -> Callable[..., InnetWork]:
     return call
 
 
+def keeps_its_name(cls: type[dist.ProcessGroup]) -> type[dist.ProcessGroup]:
+    """The backend's one private torch name (checked on torch 2.13.0): torch names every group it makes with
+    ``_set_group_name``, which C++ keeps on the group's C++ backends, and FSDP and DeviceMesh read ``group_name``.
+    A Python ProcessGroup has no C++ backend (its ``group_name`` fails "ProcessGroup name not set"), and torch's
+    C++ Backend cannot be subclassed in Python ("No constructor defined"), so ``cls`` keeps the name itself, as
+    torchft's process groups do."""
+
+    def _set_group_name(self: Any, name: str) -> None:
+        self.innet_name = name
+
+    cls._set_group_name = _set_group_name  # type: ignore[method-assign]
+    cls.group_name = property(lambda self: self.innet_name)  # type: ignore[assignment]
+    return cls
+
+
+@keeps_its_name
 class InnetGroup(dist.ProcessGroup):
     """The backend's process group (see module doc). ``mode``: the scheme its collectives run as (innet, pbox or
     ring), the launcher's ``--mode`` unless ``innet.torch.set_mode`` says otherwise."""
@@ -135,17 +152,9 @@ class InnetGroup(dist.ProcessGroup):
         self.tally: Tally | None = self.fabric.tally if self.fabric else Tally() if rank == 0 else None
         self.mode = self.fabric.run.mode if self.fabric and self.fabric.run.mode in MODES else "innet"
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="innet")
-        self._name = ""
+        self.innet_name = ""  # torch's name of the group (``keeps_its_name``)
         if self.tally is not None:  # a script that never destroys its group still has its bytes counted
             atexit.register(self.shutdown)
-
-    # torch names a group through its backend; this group is its own (DeviceMesh and FSDP ask for the name)
-    def _set_group_name(self, name: str) -> None:
-        self._name = name
-
-    @property
-    def group_name(self) -> str:  # type: ignore[override]
-        return self._name
 
     # -- the calls, in order, on the group's worker thread --------------------------------------------------
     def _submit(self, call: Callable[[], None], result: Any) -> InnetWork:
@@ -223,15 +232,12 @@ class InnetGroup(dist.ProcessGroup):
         return self._collective("barrier", torch.zeros(1), result=[])
 
     def reduce_scatter_single(self, output: torch.Tensor, tensor: torch.Tensor, opts: Any = None) -> InnetWork:
-        """``reduce_scatter_tensor`` (torch before 2.13 calls it ``_reduce_scatter_base``)."""
+        """``reduce_scatter_tensor``."""
         return self._collective("reduce_scatter", tensor, _op(opts), into=output, result=[output])
 
     def all_gather_single(self, output: torch.Tensor, tensor: torch.Tensor, opts: Any = None) -> InnetWork:
-        """``all_gather_into_tensor`` (torch before 2.13 calls it ``_allgather_base``)."""
+        """``all_gather_into_tensor``."""
         return self._collective("all_gather", tensor, "bits", into=output, result=[output])
-
-    _reduce_scatter_base = reduce_scatter_single  # type: ignore[assignment]
-    _allgather_base = all_gather_single  # type: ignore[assignment]
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> InnetWork:  # type: ignore[override]
         """All-gather of lists: each input gathered whole, then cut into the output list."""
