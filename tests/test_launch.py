@@ -241,3 +241,30 @@ def test_on_mininet_sums_and_fsdps_calls_go_through_the_switch_and_ctrl_c_leaves
     assert proc.returncode == 130, err
     assert leftovers(str(script)) == []
     assert_nothing_left()
+
+
+@pytest.mark.mininet
+@pytest.mark.parametrize("when", ["building", "switches up"])
+def test_ctrl_c_on_mininet_while_it_builds_or_starts_the_ranks_leaves_nothing(tmp_path, when):
+    """Interrupted while the topology comes up, or while the ranks start in their hosts (importing torch, meeting):
+    no process, interface or state left."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (Mininet)")
+    from tests.test_emulation import assert_nothing_left
+
+    script = tmp_path / "waits.py"
+    script.write_text("import time\nimport torch.distributed as dist\ndist.init_process_group()\ntime.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-m", "innet", "launch", "--backend", "mininet", "--topo", "star", "--workers",
+                             "2", "--", sys.executable, str(script)], cwd=ROOT, env=ENV, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    said = ""
+    while when not in said:
+        line = proc.stderr.readline()
+        assert line, "the launch ended before saying " + when
+        said += line
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, said + err
+    assert leftovers(str(script)) == []
+    assert_nothing_left()
