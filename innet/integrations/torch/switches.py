@@ -8,8 +8,9 @@ patterns (the switches only replicate them: the bit-or operator on the workers, 
 group takes every other call (integers, MIN, MAX, ...) over the side plane.
 
 torch shards a tensor evenly; innet's shards are whole packets (``Collective.shards``). So a reduce-scatter's input
-and an all-gather's whole are laid out as N pieces, each padded to whole packets: innet's shard r is then torch's
-piece r, at the cost of less than a packet per rank.
+and an all-gather's whole are laid out as N pieces, each padded to whole packets, innet's shard r then being torch's
+piece r; the call's packets are as short as hold a piece in as few of them as the job's packets would (``unit``), so a
+piece pads by less than one value a packet.
 """
 
 from __future__ import annotations
@@ -34,6 +35,13 @@ def serves(name: str, op: str, dtype: np.dtype) -> bool:
     return name in ("all_gather", "broadcast", "barrier")
 
 
+def unit(piece: int, elements: int) -> int:
+    """The values a packet of a call of ``piece``-value pieces carries: the fewest packets of at most ``elements``
+    that hold a piece, as evenly filled as they can be."""
+    packets = max(1, -(-piece // elements))
+    return max(1, -(-piece // packets))
+
+
 def padded(pieces: np.ndarray, unit: int) -> np.ndarray:
     """The rows of ``pieces`` each padded with zeros to whole packets of ``unit`` values, as one flat array."""
     width = max(1, -(-pieces.shape[1] // unit)) * unit
@@ -50,10 +58,10 @@ class SwitchCollectives:
         self.client, self.rank, self.size = client, rank, size
         self.spec = client.proc.spec  # the job's: every call is its collective on the job's slots, in order
 
-    def _call(self, name: str, operator: Operator, tensor: np.ndarray, root: int = 0) -> np.ndarray:
-        """innet's collective ``name`` of ``tensor`` (float32, or int32 words for a bit operator): what this rank
-        keeps of its result."""
-        spec = replace(self.spec, collective=name, operator=operator, root=root)
+    def _call(self, name: str, operator: Operator, tensor: np.ndarray, root: int = 0, elements: int = 0) -> np.ndarray:
+        """innet's collective ``name`` of ``tensor`` (float32, or int32 words for a bit operator), ``elements`` values
+        a packet (default: the job's): what this rank keeps of its result."""
+        spec = replace(self.spec, collective=name, operator=operator, root=root, elements=elements or self.spec.elements)
         collective = COLLECTIVES[name]
         self.client.proc.spec = spec  # the next call's (WorkerProcess.call_spec)
         self.client.run([collective.contribution(spec.as_input(tensor), self.rank, self.size, root, spec.elements, 0)])
@@ -65,7 +73,6 @@ class SwitchCollectives:
 
     def run(self, name: str, op: str, mine: np.ndarray, root: int = 0) -> np.ndarray | None:
         """torch's ``name`` on this rank's flat ``mine`` (see ``serves``)."""
-        unit = self.spec.elements
         if not len(mine) and name != "barrier":  # every rank's is empty: nothing to move
             return mine
         if name == "barrier":
@@ -75,15 +82,17 @@ class SwitchCollectives:
             return from_words(self._call(name, BOR, as_words(mine), root), mine, len(mine))
         if name == "all_gather":
             words = as_words(mine)
-            whole = padded(np.zeros((self.size, len(words)), np.int32), unit)
+            short = unit(len(words), self.spec.elements)
+            whole = padded(np.zeros((self.size, len(words)), np.int32), short)
             width = len(whole) // self.size
             whole[self.rank * width : self.rank * width + len(words)] = words
-            got = self._call(name, BOR, whole).reshape(self.size, width)[:, : len(words)]
+            got = self._call(name, BOR, whole, elements=short).reshape(self.size, width)[:, : len(words)]
             return np.concatenate([from_words(row, mine, len(mine)) for row in got])
         floats = mine.astype(np.float32)
         if name == "reduce_scatter":
             piece = len(mine) // self.size
-            got = self._call(name, SUM, padded(floats.reshape(self.size, piece), unit))[:piece]
+            short = unit(piece, self.spec.elements)
+            got = self._call(name, SUM, padded(floats.reshape(self.size, piece), short), elements=short)[:piece]
         else:
             got = self._call(name, SUM, floats, root)
             if name == "reduce" and self.rank != root:
