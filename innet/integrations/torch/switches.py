@@ -7,10 +7,8 @@ reduce_scatter_tensor, reduce) by fixed point, all_gather_into_tensor and broadc
 patterns (the switches only replicate them: the bit-or operator on the workers, no fixed point), and barrier. The
 group takes every other call (integers, MIN, MAX, ...) over the side plane.
 
-torch shards a tensor evenly; innet's shards are whole packets (``Collective.shards``). So a reduce-scatter's input
-and an all-gather's whole are laid out as N pieces, each padded to whole packets, innet's shard r then being torch's
-piece r; the call's packets are as short as hold a piece in as few of them as the job's packets would (``unit``), so a
-piece pads by less than one value a packet.
+A reduce-scatter's input and an all-gather's whole are laid out as torch's N even pieces, each padded to whole
+packets (innet.integrations.torch.fabric: ``unit``, ``padded``), as on the fabric.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from dataclasses import replace
 import numpy as np
 
 from innet.hosts.worker import WorkerProcess
-from innet.integrations.torch.fabric import as_words, from_words
+from innet.integrations.torch.fabric import as_words, from_words, padded, unit
 from innet.node.client import AllreduceClient
 from innet.wire.collectives import COLLECTIVES
 from innet.wire.operators import BOR, SUM, Operator
@@ -33,21 +31,6 @@ def serves(name: str, op: str, dtype: np.dtype) -> bool:
     if name in REDUCING:
         return op in ("sum", "avg") and dtype.kind == "f" and dtype.itemsize >= 4
     return name in ("all_gather", "broadcast", "barrier")
-
-
-def unit(piece: int, elements: int) -> int:
-    """The values a packet of a call of ``piece``-value pieces carries: the fewest packets of at most ``elements``
-    that hold a piece, as evenly filled as they can be."""
-    packets = max(1, -(-piece // elements))
-    return max(1, -(-piece // packets))
-
-
-def padded(pieces: np.ndarray, unit: int) -> np.ndarray:
-    """The rows of ``pieces`` each padded with zeros to whole packets of ``unit`` values, as one flat array."""
-    width = max(1, -(-pieces.shape[1] // unit)) * unit
-    out = np.zeros((pieces.shape[0], width), pieces.dtype)
-    out[:, : pieces.shape[1]] = pieces
-    return out.reshape(-1)
 
 
 class SwitchCollectives:
