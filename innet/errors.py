@@ -19,6 +19,11 @@ class UserError(Exception):
         return re.sub(r"\{(\w+)\}", lambda m: name_of(m.group(1)), str(self.args[0]) if self.args else "")
 
 
+class Unfinished(UserError):
+    """A run that did not finish within its time limit (gloo's TCP under heavy loss): ``--mode all`` goes on
+    without it, a run of that mode alone ends with its line."""
+
+
 class AllreduceTimeout(Exception):
     """An all-reduce made no progress within its deadline."""
 

@@ -87,3 +87,44 @@ def test_a_run_shapes_in_bursts_and_leaves_the_mode_as_it_found_it():
     assert after == before or (before is None and after.strip() == "0")
     if before is not None and before.strip() == "0":
         assert not os.path.exists(shaper.MARKER)
+
+
+class _Port:
+    """A raw port that records what it sends."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+
+    def send(self, frame: bytes) -> None:
+        self.sent.append(frame)
+
+
+def test_a_dilated_port_holds_each_frame_for_its_serialization_in_order_after_its_latency():
+    """htb lets a frame that finds tokens through at once, so a latency-bound run skipped every hop's serialization
+    (fat-tree k=8's ring took 0.46x its links' time): a dilated run's port holds a frame for its bytes at the link's
+    rate and its latency, never before the frame ahead of it, reordering's delay on top."""
+    from innet.backends.mininet.nodes import port_faults
+    from innet.node.config import PortFaults
+    from innet.node.egress import Egress
+    from innet.planning.dilation import dilate_graph
+    from innet.planning.spec import RunSpec
+    from innet.wire.faults import FaultSpec
+    from topologies import build
+
+    graph = dilate_graph(build("star", workers=2, bw=1000), 100)  # 10 Mbit/s, 0.2 ms latency: 1000 bytes take 0.8 ms
+    faults = port_faults(graph, RunSpec(), "h1", latency=True)
+    assert faults[0].rate == 1.25e6 and faults[0].spec.delay == pytest.approx(2e-4)
+    assert port_faults(graph, RunSpec(), "h1")[0].rate == 0  # undilated: htb alone
+    port = _Port()
+    egress = Egress({0: port}, faults)  # type: ignore[dict-item]
+    egress.send(0, b"a" * 1000, 10.0)  # 0.8 ms on the wire, then 0.2 ms: due at 10.001
+    egress.send(0, b"b" * 100, 10.0)  # a small frame behind it does not overtake it
+    egress.send(0, b"c" * 1000, 10.01)  # the link idle again: 0.8 + 0.2 ms after it was given
+    assert [round(due, 6) for due, *_ in sorted(egress.held)] == [10.001, 10.001, 10.011]
+    egress.flush(10.0009)
+    assert port.sent == []
+    egress.flush(10.001)
+    assert port.sent == [b"a" * 1000, b"b" * 100]
+    reorder = Egress({0: port}, {0: PortFaults(FaultSpec(delay=2e-4, reorder=0.99, reorder_delay=0.01), 1, 1.25e6)})  # type: ignore[dict-item]
+    reorder.send(0, b"d" * 1000, 0.0)
+    assert min(due for due, *_ in reorder.held) > 0.001 + 0.005  # reordering's extra delay comes on top

@@ -475,8 +475,9 @@ class RingCall:
     def _probe_due(self) -> float:
         """When to probe (RFC 8985's TLP), once this call has lost something: no ACK for two round trips (at least
         a reordering window), doubled per probe
-        unanswered up to four times (as ``AllreduceCall._probe_due``). Before any loss, never."""
-        if not self.retransmissions or not self.unacked:
+        unanswered up to four times (as ``AllreduceCall._probe_due``). Before any loss, only where the run's links lose
+        (``JobSpec.lossy``) and a round trip is measured."""
+        if not (self.retransmissions or (self.spec.lossy and self.timer.srtt is not None)) or not self.unacked:
             return float("inf")
         return max(self.last_ack, self.probed_at) + self.quiet()
 

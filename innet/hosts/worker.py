@@ -77,6 +77,7 @@ class JobSpec:
     collective: str = "allreduce"  # innet.wire.collectives: what goes in, and which ranks each result goes to
     root: int = 0  # broadcast's and reduce's root rank
     reorder: float = 0.0  # seconds results may come back out of order by design (switches that hold partials)
+    lossy: bool = False  # the run's links lose frames: a tail probe may come before this call has lost anything
 
     def __post_init__(self) -> None:
         if isinstance(self.operator, dict):  # from JSON
@@ -189,11 +190,12 @@ class AllreduceCall:
         self.resent = np.zeros(spec.slots, np.bool_)
         self.sent_seq = np.full(spec.slots, UNSENT, np.int64)  # each slot's transmission number (RACK's order)
         self.seq = 0  # transmissions so far: a later number was sent later
+        self.owed_at = np.full(spec.slots, -np.inf)  # the soonest the last retransmission's own answer can come
         self.suspect_at = np.full(spec.slots, np.inf)  # when a result for a later transmission first came back
         self.by_order = np.zeros(spec.slots, np.bool_)  # the last retransmission was RACK's (not a timer's)
         self.first_suspect = np.full(spec.slots, np.inf)  # suspect_at before any retransmission of the chunk
         self.undo = Undo(spec.slots)
-        self.rack = Rack(spec.min_rto + spec.reorder, spec.reorder_window)  # reordering by design is no evidence of loss
+        self.rack = Rack(spec.min_rto, spec.reorder_window, spec.reorder, quarter=spec.lossy)  # by design: no evidence of loss
         self.newest_seq = -1  # the newest transmission whose result came back
         self.pace = 0.0  # smoothed time between results: how fast the window drains
         self.probes = 0  # tail probes since the last result
@@ -391,15 +393,14 @@ class AllreduceCall:
         self.in_flight[slot] = -1
         sent = float(self.sent_at[slot])
         self.undo.answered(np.array([slot]), np.array([chunk]), self.resent[slot:slot + 1], now - self.first_suspect[slot:slot + 1])
-        self.first_suspect[slot] = np.inf
         if not self.resent[slot]:
             self.timer.sample(now - sent)
             self.rack.sample(now - sent)
             self.rack.reordered(now - float(self.suspect_at[slot]))
-        elif self.rack.answered(now - sent, bool(self.by_order[slot])):
-            self.spurious += 1
-            self.undo.late[slot] = np.nan  # counted: a second answer will not prove it again
+        else:
+            self._resent_answered(np.array([slot]), now)
         seq = int(self.sent_seq[slot])
+        self.first_suspect[slot] = np.inf
         if seq > self.newest_seq:
             self.newest_seq = seq
         self.sent_seq[slot], self.suspect_at[slot], self.sent_at[slot] = UNSENT, np.inf, np.inf
@@ -454,17 +455,15 @@ class AllreduceCall:
         self.in_flight[slots] = -1
         resent = self.resent[slots]
         self.undo.answered(slots, chunks, resent, now - self.first_suspect[slots])
-        self.first_suspect[slots] = np.inf
         clean = ~resent & (chunks != self.first)  # Karn; the lone exponent packet never queues
         if clean.any():
             rtts = now - self.sent_at[slots][clean]
             self.timer.sample(float(np.max(rtts)))
             self.rack.sample(float(np.min(rtts)))
             self.rack.reordered(float(np.max(now - self.suspect_at[slots][clean])))
-        proven = np.array([self.rack.answered(since, by_order) for since, by_order in
-                           zip((now - self.sent_at[slots][resent]).tolist(), self.by_order[slots][resent].tolist(), strict=True)], bool)
-        self.spurious += int(proven.sum())
-        self.undo.late[slots[resent][proven]] = np.nan  # counted: a second answer will not prove it again
+        if resent.any():
+            self._resent_answered(slots[resent], now)
+        self.first_suspect[slots] = np.inf
         self.newest_seq = max(self.newest_seq, int(self.sent_seq[slots].max()))
         self.sent_seq[slots], self.suspect_at[slots], self.sent_at[slots] = UNSENT, np.inf, np.inf
         self._oldest = None
@@ -559,8 +558,10 @@ class AllreduceCall:
         unanswered up to four times. The first two resend every chunk out; mid-stream the RTO follows, but once
         every chunk is sent the probes go on, each with only the newest chunk out (RFC 8985's TLP: its answer
         marks the older ones lost), so a lost tail costs round trips, not backed-off RTOs.
-        Before any loss, never: a clean run is never probed."""
-        if not self.retransmissions or self.sent_at.min() == np.inf:
+        Before any loss, only where the run's links lose and a round trip is measured: a fault-free run is never
+        probed. Nor is a first window before its first answer (its RTO covers it: its queue is unknown)."""
+        probing = self.retransmissions or (self.spec.lossy and self.timer.srtt is not None)
+        if not probing or self.sent_at.min() == np.inf or (self.scale is not None and self.timer.srtt is None):
             return np.inf
         out = np.count_nonzero(self.in_flight >= 0)
         backoff = 1 if self.scale is None else 2 ** min(self.probes, 2)  # the lone exponent packet: no queue to spare
@@ -576,6 +577,18 @@ class AllreduceCall:
         self.suspect_at[fresh] = now
         self.first_suspect[fresh] = np.minimum(self.first_suspect[fresh], now)
         return np.flatnonzero(self.suspect_at + self.rack.window(self.timer.srtt) <= now)
+
+    def _resent_answered(self, slots: np.ndarray, now: float) -> None:
+        """Answers for the retransmitted chunks in ``slots``. A retransmission queues behind every chunk out before
+        it, so where the run reorders, an answer sooner than those could drain (at half the measured pace, after a
+        minimum round trip: ``owed_at``; elsewhere within a minimum round trip, as RFC 8985 has it) was the
+        original's, late: the retransmission was spurious. It is counted and widens the reordering window (as
+        DSACK does in RFC 8985: an incast queue makes one late contribution tens of ms late)."""
+        early = now < self.owed_at[slots]
+        for slot in slots[early].tolist():
+            self.spurious += 1
+            self.rack.spurious(bool(self.by_order[slot]), now - float(self.first_suspect[slot]))
+        self.undo.late[slots[early]] = np.nan  # counted: a second answer will not prove it again
 
     def _undo(self, slots: np.ndarray, chunks: np.ndarray) -> None:
         """Stale answers: each that proves a retransmission spurious (``Undo``) counts, and widens the window."""
@@ -624,6 +637,9 @@ class AllreduceCall:
         if not len(slots):
             return out
         slots = slots[np.argsort(self.in_flight[slots])]
+        ahead = np.count_nonzero((self.in_flight >= 0) & (self.suspect_at == np.inf)) - np.count_nonzero(self.suspect_at[slots] == np.inf)
+        rtt = self.rack.min_rtt if self.rack.min_rtt < np.inf else 0.0
+        self.owed_at[slots] = now + rtt + (0.5 * ahead * self.pace if self.rack.reorder else 0.0)
         for slot in slots:
             frame = np.array(self._frame(int(self.in_flight[slot])))
             frame[FLAGS_OFFSET] |= RETX

@@ -23,10 +23,12 @@ from innet.wire.faults import FaultSpec
 @dataclass(frozen=True)
 class PortFaults:
     """The faults a port injects on the frames it sends (the link behind it), and their injector's seed
-    (innet.wire.faults.fault_seed)."""
+    (innet.wire.faults.fault_seed). ``rate``: the link's bytes per second where the port holds each frame for
+    its serialization too (a dilated run, innet.backends.mininet.nodes.port_faults); 0: it does not."""
 
     spec: FaultSpec = field(default_factory=FaultSpec)
     seed: int = 0
+    rate: float = 0.0
 
 
 Faults = dict[int, PortFaults]  # port number -> its faults

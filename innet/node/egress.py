@@ -23,20 +23,28 @@ class Egress:
         """``faults``: each port's, for the link behind it (innet.wire.faults.fault_seed gives the seeds)."""
         self.ports = ports
         self.injectors = {p: FaultInjector(faults[p].spec, faults[p].seed) for p in ports}
+        self.rates = {p: faults[p].rate for p in ports}
+        self.last = dict.fromkeys(ports, 0.0)  # each port's latest due time of a frame's delay and serialization
         self.held: list[tuple[float, int, int, bytes]] = []
         self.seq = 0
 
     def send(self, port: int, frame: bytes, now: float) -> None:
+        """``frame`` out of ``port`` after its faults' delay and, where the port has a ``rate``, its serialization:
+        not before the port's frame before it (a link sends in order), reordering's extra delay on top. The
+        shaper under the port then holds the link to its rate (delay, then pace: a store-and-forward hop)."""
+        rate, fixed = self.rates[port], self.injectors[port].spec.delay
+        if rate:
+            due = self.last[port] = max(now + fixed + len(frame) / rate, self.last[port])
         for delay, copy in self.injectors[port].apply(frame):
-            if delay <= 0:
+            if delay <= 0 and not rate:
                 self.ports[port].send(copy)
             else:
                 self.seq += 1
-                heapq.heappush(self.held, (now + delay, self.seq, port, copy))
+                heapq.heappush(self.held, (due + delay - fixed if rate else now + delay, self.seq, port, copy))
 
     def send_block(self, port: int, block: np.ndarray, now: float) -> None:
         """Send a block of equal-length frames: one sendmmsg per batch where the link has no faults."""
-        if self.injectors[port].spec.active:
+        if self.injectors[port].spec.active or self.rates[port]:
             for row in block:
                 self.send(port, row.tobytes(), now)
         else:

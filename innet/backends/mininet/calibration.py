@@ -3,8 +3,8 @@
 The calibration runs what the dilation is for: an all-reduce on a star of 4 (innet mode, 65536
 elements) at ``TARGET_MBPS`` on Mininet, dilated so its links run at a candidate real rate, and the
 same run on the local backend (virtual time, no CPU in it). The faithful rate is the highest candidate,
-doubling from ``RATES[0]``, at which Mininet's completion time is within ``TOLERANCE`` of the local one;
-the first candidate that misses ends the search. A dilated run at real rate r does what an undilated
+doubling from ``RATES[0]``, at which Mininet's completion time (the median of ``CALIBRATION_RUNS``) is within
+``TOLERANCE`` of the local one; the first candidate that misses ends the search. A dilated run at real rate r does what an undilated
 run at r does, so the figure holds for any requested rate; a run's factor is then
 ``innet.schemes.modes.auto_dilation``: more where a run keeps more links busy at once than this star.
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,7 +33,8 @@ TOLERANCE = 1.02  # Mininet's completion time over the local backend's: a fifth 
 # the other modes load the CPU more than this one star does (runs that keep more links busy are dilated more: auto_dilation),
 # and runs of more hops lose more (at the 40 Mbit/s 1.05 chose, star 1.02, the default leaf-spine's PBox 1.05-1.10)
 CALIBRATION_TIMEOUT_S = 20.0  # real seconds without progress before a calibration run gives up
-CALIBRATION_VERSION = 1  # bump when the procedure above changes
+CALIBRATION_RUNS = 3  # Mininet runs per candidate rate, their median taken: one run beside other programs' load misses by chance
+CALIBRATION_VERSION = 2  # bump when the procedure above changes
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DATA_PLANE = ("innet/wire/packet.py", "innet/switch/runtime.py", "innet/switch/engine.py", "innet/switch/reduction.py",
               "innet/switch/program.py", "innet/hosts/worker.py", "innet/hosts/ring.py", "innet/hosts/pbox.py",
@@ -51,7 +53,7 @@ def cache_dir() -> str:
 
 def data_plane_version() -> str:
     """A digest of the data plane's code: the calibration is only as good as the code it measured."""
-    digest = hashlib.sha256(f"{CALIBRATION_VERSION} {RATES} {TARGET_MBPS} {TOLERANCE}".encode())
+    digest = hashlib.sha256(f"{CALIBRATION_VERSION} {RATES} {TARGET_MBPS} {TOLERANCE} {CALIBRATION_RUNS}".encode())
     for rel in DATA_PLANE:
         path = os.path.join(ROOT, rel)
         if os.path.exists(path):
@@ -147,7 +149,7 @@ def _read(path: str) -> Calibration | None:
 
 def measured_ratio(rate: float) -> float:
     """Mininet's completion time over the local backend's for the calibration run, its links at ``rate``
-    real Mbit/s (``TARGET_MBPS`` virtual)."""
+    real Mbit/s (``TARGET_MBPS`` virtual): the median of ``CALIBRATION_RUNS`` Mininet runs."""
     from innet.backends.local.run import run_local
     from innet.backends.mininet.emulation import run_mininet
     from innet.planning.dilation import CALIBRATION_WORKERS, MININET_MIN_RTO
@@ -158,8 +160,9 @@ def measured_ratio(rate: float) -> float:
     graph = build("star", workers=CALIBRATION_WORKERS, bw=TARGET_MBPS)
     local = run_local(graph, RunSpec(mode="innet", seed=1)).completion_s
     stuck = CALIBRATION_TIMEOUT_S / factor  # virtual: a wedged calibration run gives up after this many real seconds
-    real = run_mininet(graph, RunSpec(mode="innet", seed=1, min_rto=MININET_MIN_RTO, timeout=stuck), dilation=factor)
-    return real.completion_s / local if real.correct else float("inf")
+    runs = [run_mininet(graph, RunSpec(mode="innet", seed=1, min_rto=MININET_MIN_RTO, timeout=stuck), dilation=factor)
+            for _ in range(CALIBRATION_RUNS)]
+    return statistics.median(r.completion_s / local if r.correct else float("inf") for r in runs)
 
 
 def _log(msg: str) -> None:

@@ -37,7 +37,7 @@ from innet.backends.mininet.nodes import (
     worker_configs,
 )
 from innet.backends.mininet.shaper import BURST_S
-from innet.graph import is_switch, natural_key
+from innet.graph import host_link_rate, is_switch, natural_key
 from innet.node.config import SwitchStats
 from innet.node.usage import Samples, drops_between
 from innet.planning.dilation import dilate_graph, dilate_spec, dilate_times
@@ -68,6 +68,27 @@ def _modelled(run: RunSpec) -> bool:
     """Whether the timing model (innet.planning.timing) predicts ``run``'s time: one job of all-reduce calls,
     dense, on links without faults that make workers retransmit."""
     return not (run.consistency or run.train or run.topk or run.input_elements or run.jobs > 1 or _faulty(run))
+
+
+def model_time(graph: nx.Graph, run: RunSpec, rp: RunPlan, dilation: float) -> float:
+    """What the timing model gives ``run`` on ``graph`` (virtual seconds: its iteration's with a workload, else its
+    completion's): the time its links allow, which the fidelity verdict holds the measured time against."""
+    from innet.planning.timing import MININET_HOP, predict
+
+    return predict(graph, run, list(rp.plans), rp.per_packet, MININET_HOP / dilation)["iteration_s" if run.workload else
+                                                                                      "completion_s"]
+
+
+def announce(graph: nx.Graph, run: RunSpec, rp: RunPlan, dilation: float) -> None:
+    """Say, before the build, what a dilated run's calls will take in real time (the timing model's time times
+    ``dilation``): a run whose factor makes it long says so before it starts."""
+    if dilation <= 1:
+        return
+    what = f"links at {host_link_rate(graph) / dilation:.3g} Mbit/s real"
+    if _modelled(run):
+        model = model_time(graph, run, rp, dilation) * run.iterations
+        what += f"; its calls' {model:.3g} s (the timing model) take about {model * dilation:.0f} s of real time"
+    log(f"dilation {dilation:g}: {what}")
 
 
 def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli: bool = False,
@@ -102,6 +123,7 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     answer += getattr(program, "extra_values", 0)  # values a program's own frames carry beyond a chunk (a bitmap)
     if cluster is not None:
         cluster.check()
+    announce(graph, run, rp, dilation)  # the plans are the requested graph's: dilation changes rates, not routes
     with built(wire_graph, link_mtu(answer), Emulation, cluster) as emu:
         emu.dilate(dilation, graph, run)
         emu.node_group = node_group
@@ -263,9 +285,6 @@ class Emulation(Network):
         )
         fid = with_retransmissions(measured.fidelity, record.retransmissions, _faulty(run))
         if modelled and _modelled(run):  # the timing model gives what the links allow: the local backend's time
-            from innet.planning.timing import MININET_HOP, predict
-
             key = "iteration_s" if run.workload else "completion_s"
-            model = predict(graph, run, list(rp.plans), rp.per_packet, MININET_HOP / self.dilation)[key]
-            fid = with_model(fid, float(record.get(key, float("nan"))), model)
+            fid = with_model(fid, float(record.get(key, float("nan"))), model_time(graph, run, rp, self.dilation))
         return record.with_figures(fidelity=fid)

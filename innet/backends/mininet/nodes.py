@@ -50,13 +50,15 @@ FaultsOf = Callable[[str], Faults]  # node -> its ports' faults
 
 def port_faults(graph: nx.Graph, run: RunSpec, node: str, latency: bool = False) -> Faults:
     """Each port's faults for the link behind it, and their seed. With ``latency`` the link's latency is added
-    to the port's delay (a dilated run: there it is long enough to matter, and ``tc netem`` is not available
-    to add it on the link)."""
+    to the port's delay, and the port holds each frame for its serialization at the link's rate too (a dilated
+    run: there both are long enough to matter, ``tc netem`` is not available to add them on the link, and htb
+    lets a frame that finds tokens through at once: a latency-bound run would skip every hop's serialization)."""
     def spec(peer: str) -> PortFaults:
-        faults = run.faults_on(node, peer)
+        faults, rate = run.faults_on(node, peer), 0.0
         if latency:
-            faults = dataclasses.replace(faults, delay=faults.delay + graph.edges[node, peer]["latency"])
-        return PortFaults(faults, fault_seed(run.seed, node, peer))
+            link = graph.edges[node, peer]
+            faults, rate = dataclasses.replace(faults, delay=faults.delay + link["latency"]), link["bw"] * 1e6 / 8
+        return PortFaults(faults, fault_seed(run.seed, node, peer), rate)
 
     return {p: spec(peer) for p, peer in ports(graph, node).items()}
 

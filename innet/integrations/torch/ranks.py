@@ -23,7 +23,7 @@ from innet.backends.mininet.emulation import Emulation, network
 from innet.backends.mininet.iplane import host_address
 from innet.backends.mininet.network import link_bytes_between, log
 from innet.backends.mininet.nodes import port_faults
-from innet.errors import UserError
+from innet.errors import Unfinished, UserError
 from innet.hosts.learning.model import Task
 from innet.hosts.worker import JobSpec
 from innet.integrations.torch.rank import DdpHook, DdpResult, GlooCalls, RankConfig
@@ -93,7 +93,7 @@ def _go_and_wait(emu: Emulation, procs: dict[str, subprocess.Popen[bytes]], tag:
         proc.stdin.flush()
     while any(p.poll() is None for p in procs.values()):
         if time.monotonic() - started > limit:
-            raise UserError(f"torch ranks did not finish within {limit:.0f}s")
+            raise Unfinished(f"torch ranks did not finish within {limit:.0f}s")
         failed = [h for h, p in procs.items() if p.poll() not in (None, 0)]
         if failed:
             raise UserError(f"torch rank on {failed[0]} failed: {_last_words(emu, failed[0], tag)}")
