@@ -12,7 +12,7 @@ import torch.multiprocessing as mp
 
 import innet.torch
 from innet.integrations.torch.fabric import exact_ints
-from innet.integrations.torch.group import check_torch
+from innet.integrations.torch.group import InnetGroup, check_torch
 from innet.integrations.torch.procs import free_port
 from innet.wire import fixedpoint
 
@@ -147,6 +147,15 @@ def test_integers_go_in_network_only_where_the_wire_carries_them_exactly():
     assert exact_ints(small, "sum") and exact_ints(small, "max")
     assert not exact_ints([np.array([2**23]), np.array([2**23])], "sum")  # the sum needs 25 bits
     assert exact_ints([np.array([2**31 - 1, -(2**31)])], "bor") and not exact_ints([np.array([2**31])], "band")
+
+
+def test_the_group_overrides_one_private_torch_name():
+    """Of dist.ProcessGroup's private names the backend overrides only ``_set_group_name`` (keeps_its_name); the
+    collectives are the public ones (reduce_scatter_single, all_gather_single, ...)."""
+    ours = {n for klass in InnetGroup.__mro__[: InnetGroup.__mro__.index(dist.ProcessGroup)] for n in vars(klass)}
+    private = {n for n in ours & set(dir(dist.ProcessGroup)) if n.startswith("_") and not n.startswith("__")}
+    assert private == {"_set_group_name"}
+    assert {"allreduce", "reduce_scatter_single", "all_gather_single", "broadcast", "barrier", "group_name"} <= ours
 
 
 @pytest.mark.parametrize("version", ["2.12.1", "3.0.0", "1.7.1"])

@@ -5,6 +5,11 @@ A collective reaches the fabric as innet's own (innet.wire.collectives) with the
 switches only move (all-gather, broadcast) travel as int32 bit patterns through the bit-or program, so any dtype
 arrives bit for bit; values they combine go through fixed point (floats) or exactly (integers small enough for it,
 see ``exact_ints``).
+
+torch shards a tensor evenly; innet's shards are whole packets (``Collective.shards``). So a reduce-scatter's input
+and an all-gather's whole are laid out as N pieces, each padded to whole packets (``padded``), innet's shard r then
+being torch's piece r; the call's packets are as short as hold a piece in as few of them as the job's packets would
+(``unit``), so a piece pads by less than one value a packet.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ import numpy as np
 
 from innet.backends.local.run import LocalRun
 from innet.hosts.worker import WorkerProcess
-from innet.planning.spec import RunSpec
+from innet.planning.spec import RunSpec, program_of
 from innet.wire import fixedpoint
 from innet.wire.collectives import COLLECTIVES
 
@@ -66,19 +71,40 @@ def from_words(words: np.ndarray, like: np.ndarray, count: int) -> np.ndarray:
     return np.ascontiguousarray(words, np.int32).view(np.uint8)[: count * like.itemsize].view(like.dtype).copy()
 
 
+def unit(piece: int, elements: int) -> int:
+    """The values a packet of a call of ``piece``-value pieces carries: the fewest packets of at most ``elements``
+    that hold a piece, as evenly filled as they can be."""
+    packets = max(1, -(-piece // elements))
+    return max(1, -(-piece // packets))
+
+
+def padded(pieces: np.ndarray, unit: int) -> np.ndarray:
+    """The rows of ``pieces`` each padded with zeros to whole packets of ``unit`` values, as one flat array."""
+    width = max(1, -(-pieces.shape[1] // unit)) * unit
+    out = np.zeros((pieces.shape[0], width), pieces.dtype)
+    out[:, : pieces.shape[1]] = pieces
+    return out.reshape(-1)
+
+
+def unpadded(whole: np.ndarray, pieces: int, piece: int) -> np.ndarray:
+    """``padded``'s inverse: the first ``piece`` values of each of the ``pieces`` rows of ``whole``, as one array."""
+    return whole.reshape(pieces, -1)[:, :piece].reshape(-1)
+
+
 class FabricCollectives:
     """Rank 0's fabric: ``graph`` and ``run`` (topology, mode, faults), one ``LocalRun`` per collective call."""
 
     def __init__(self, graph: nx.Graph, run: RunSpec) -> None:
         self.graph, self.run = graph, run
         self.tally = Tally()
+        self.per_packet = program_of(run).elements  # the job's values a packet
 
-    def collective(self, name: str, op: str, inputs: list[np.ndarray], root: int = 0) -> list[np.ndarray]:
+    def collective(self, name: str, op: str, inputs: list[np.ndarray], root: int = 0, per_packet: int = 0) -> list[np.ndarray]:
         """Every rank's result of collective ``name`` (innet.wire.collectives) with operator ``op`` over ``inputs``
-        (rank r's flat numpy array at r): the whole result for each rank, its own part for routed collectives being
-        assembled from the parts each rank received."""
+        (rank r's flat numpy array at r), ``per_packet`` values a packet (default: the run's): the whole result for
+        each rank, its own part for routed collectives being assembled from the parts each rank received."""
         run = replace(self.run, collective=name, root=root, program=PROGRAMS[op], workers=len(inputs),
-                      elements=max(1, len(inputs[0])), iterations=1)
+                      elements=max(1, len(inputs[0])), iterations=1, packet_elements=per_packet or self.run.packet_elements)
         local = LocalRun(self.graph, run, given={r: [t] for r, t in enumerate(inputs)})
         self.tally.virtual_s += local.fabric.run()
         self.tally.link_bytes.update(local.fabric.link_bytes())
@@ -116,13 +142,16 @@ def compute(fabric: FabricCollectives | None, name: str, op: str, inputs: list[n
     ``warn`` names it."""
     dtype, size = inputs[0].dtype, len(inputs)
     if name in ("all_gather", "broadcast"):
-        whole = np.concatenate(inputs) if name == "all_gather" else inputs[root]
         if fabric is None:
             warn(name)
-            return [whole] * size
-        words = as_words(whole)
-        got = fabric.collective(name, "bits", [words] * size, root)  # all-gather: each rank sends its shard of it
-        return [from_words(g, whole, len(whole)) for g in got]
+            return [np.concatenate(inputs) if name == "all_gather" else inputs[root]] * size
+        if name == "broadcast":
+            return [from_words(g, inputs[root], len(inputs[root]))
+                    for g in fabric.collective(name, "bits", [as_words(x) for x in inputs], root)]
+        words = np.stack([as_words(x) for x in inputs])
+        short = unit(words.shape[1], fabric.per_packet)
+        got = fabric.collective(name, "bits", [padded(words, short)] * size, root, short)  # each rank sends its piece
+        return [np.concatenate([from_words(row, inputs[0], len(inputs[0])) for row in g.reshape(size, -1)]) for g in got]
     if name == "barrier":
         if fabric is None:
             warn(name)
@@ -135,7 +164,13 @@ def compute(fabric: FabricCollectives | None, name: str, op: str, inputs: list[n
         total = exact / size if op == "avg" else exact
         return [np.asarray(total).astype(dtype) for _ in inputs]
     wire = [x.astype(np.int32 if op in ("bor", "band") else np.float32) for x in inputs]
-    got = fabric.collective(name, op, wire, root)
+    if name == "reduce_scatter":  # torch's pieces, each in whole packets of its own
+        piece = len(inputs[0]) // size
+        short = unit(piece, fabric.per_packet)
+        got = [unpadded(g, size, piece) for g in fabric.collective(
+            name, op, [padded(x.reshape(size, piece), short) for x in wire], root, short)]
+    else:
+        got = fabric.collective(name, op, wire, root)
     if dtype.kind in "iu":
         return [np.rint(g).astype(dtype) if g.dtype.kind == "f" else g.astype(dtype) for g in got]
     return [(g / size if op == "avg" else g).astype(dtype) for g in got]

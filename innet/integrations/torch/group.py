@@ -5,6 +5,8 @@ makes an ``InnetGroup``. Each collective call goes, in the order the ranks issue
 (its ``Work`` is real: ``wait()`` blocks on the call's future); there every rank hands its tensor to the group's
 rank 0 over a TCP side plane (an internal gloo group on the same store), rank 0 runs the collective on the fabric
 (innet.integrations.torch.fabric: the run's topology, scheme and faults) and hands each rank its result back.
+Under ``innet launch`` on Mininet, the world's group runs what the switches' sum program serves from every rank's
+own host instead (innet.integrations.torch.switches), and only the rest through rank 0 over the side plane.
 
 Served through the network: all_reduce (SUM, AVG, MIN, MAX on floats by fixed point; SUM, MIN, MAX, BAND, BOR on
 integers exactly), reduce_scatter_tensor, all_gather_into_tensor, all_gather (lists), broadcast, reduce, barrier.
@@ -31,12 +33,14 @@ import torch
 import torch.distributed as dist
 
 from innet.integrations.torch.fabric import FabricCollectives, Tally, compute
+from innet.integrations.torch.switches import SwitchCollectives, serves
 from innet.node import codec
 from innet.node.client import AllreduceClient
 from innet.node.codec import read
 from innet.planning.spec import RunSpec
 
-TORCH_RANGE = ((2, 13), (3, 0))  # torch versions the backend takes (tested on 2.13.0): the names it overrides
+TORCH_RANGE = ((2, 13), (3, 0))  # torch versions the backend takes (tested on 2.13.0): 2.13 named reduce_scatter_single
+# and all_gather_single, which the group implements; its one private name is ``keeps_its_name``'s
 
 
 def check_torch(version: str) -> None:
@@ -51,6 +55,7 @@ check_torch(torch.__version__)
 MODES = ("innet", "pbox", "ring")
 OPS = {"SUM": "sum", "AVG": "avg", "MIN": "min", "MAX": "max", "BAND": "band", "BOR": "bor"}
 _warned: set[str] = set()
+_client_taken: list[str] = []  # the worker client's configuration, once a group has it
 
 
 def side_plane_warning(what: str) -> None:
@@ -94,12 +99,17 @@ def _fabric_of(size: int) -> FabricCollectives:
     return FabricCollectives(graph, run)
 
 
-def _client_of(path: str) -> AllreduceClient:
-    """This rank's worker client on its Mininet host's interface (innet.integrations.torch.mininet.ClientConf)."""
+def _switches_of(path: str, rank: int, size: int) -> SwitchCollectives | None:
+    """This rank's collectives through the switches, with the worker client on its Mininet host's interface
+    (innet.integrations.torch.mininet.ClientConf): for the first group of the whole world only (the client is the
+    job's one worker; later groups take the side plane)."""
     from innet.integrations.torch.mininet import ClientConf
 
+    if size != int(os.environ.get("WORLD_SIZE", size)) or _client_taken:
+        return None
+    _client_taken.append(path)
     conf = read(ClientConf, path)
-    return AllreduceClient(conf.spec, conf.iface, conf.mode, list(conf.ring), conf.faults)
+    return SwitchCollectives(AllreduceClient(conf.spec, conf.iface, conf.mode, list(conf.ring), conf.faults), rank, size)
 
 
 def _side_call(what: str, method: str = "") -> Callable[..., InnetWork]:
@@ -113,6 +123,22 @@ def _side_call(what: str, method: str = "") -> Callable[..., InnetWork]:
     return call
 
 
+def keeps_its_name(cls: type[dist.ProcessGroup]) -> type[dist.ProcessGroup]:
+    """The backend's one private torch name (checked on torch 2.13.0): torch names every group it makes with
+    ``_set_group_name``, which C++ keeps on the group's C++ backends, and FSDP and DeviceMesh read ``group_name``.
+    A Python ProcessGroup has no C++ backend (its ``group_name`` fails "ProcessGroup name not set"), and torch's
+    C++ Backend cannot be subclassed in Python ("No constructor defined"), so ``cls`` keeps the name itself, as
+    torchft's process groups do."""
+
+    def _set_group_name(self: Any, name: str) -> None:
+        self.innet_name = name
+
+    cls._set_group_name = _set_group_name  # type: ignore[method-assign]
+    cls.group_name = property(lambda self: self.innet_name)  # type: ignore[assignment]
+    return cls
+
+
+@keeps_its_name
 class InnetGroup(dist.ProcessGroup):
     """The backend's process group (see module doc). ``mode``: the scheme its collectives run as (innet, pbox or
     ring), the launcher's ``--mode`` unless ``innet.torch.set_mode`` says otherwise."""
@@ -121,23 +147,14 @@ class InnetGroup(dist.ProcessGroup):
         super().__init__(rank, size)  # type: ignore[call-arg]
         self.side: Any = dist.ProcessGroupGloo(dist.PrefixStore("innet-side", store), rank, size, timeout)
         on_mininet = bool(os.environ.get("INNET_CLIENT"))  # innet launch on Mininet: this rank is in a host
-        world = size == int(os.environ.get("WORLD_SIZE", size))  # the client serves the world's group only
-        self.client = _client_of(os.environ["INNET_CLIENT"]) if on_mininet and world else None
+        self.switches = _switches_of(os.environ["INNET_CLIENT"], rank, size) if on_mininet else None
         self.fabric = _fabric_of(size) if rank == 0 and not on_mininet else None
         self.tally: Tally | None = self.fabric.tally if self.fabric else Tally() if rank == 0 else None
         self.mode = self.fabric.run.mode if self.fabric and self.fabric.run.mode in MODES else "innet"
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="innet")
-        self._name = ""
+        self.innet_name = ""  # torch's name of the group (``keeps_its_name``)
         if self.tally is not None:  # a script that never destroys its group still has its bytes counted
             atexit.register(self.shutdown)
-
-    # torch names a group through its backend; this group is its own (DeviceMesh and FSDP ask for the name)
-    def _set_group_name(self, name: str) -> None:
-        self._name = name
-
-    @property
-    def group_name(self) -> str:  # type: ignore[override]
-        return self._name
 
     # -- the calls, in order, on the group's worker thread --------------------------------------------------
     def _submit(self, call: Callable[[], None], result: Any) -> InnetWork:
@@ -184,27 +201,22 @@ class InnetGroup(dist.ProcessGroup):
 
         def call() -> None:
             mine = np.ascontiguousarray(tensor.detach().reshape(-1).numpy())
-            if self.client is not None and name == "allreduce" and op in ("sum", "avg") and mine.dtype.kind == "f":
-                return self._client_allreduce(mine, op, target)
-            out_len = mine.size * (self.size() if name == "all_gather" else 1)
-            got = self._exchange(name, op, mine, out_len, root)
-            if name == "reduce_scatter":
-                got = np.split(got, self.size())[self.rank()]
-            if name != "reduce" or self.rank() == root:
+            got: np.ndarray | None
+            if self.switches is not None and serves(name, op, mine.dtype):
+                got = self.switches.run(name, op, mine, root)
+                if self.tally is not None:
+                    self.tally.calls[name] += 1
+            else:
+                got = self._exchange(name, op, mine, mine.size * (self.size() if name == "all_gather" else 1), root)
+                if name == "reduce_scatter":
+                    got = np.split(got, self.size())[self.rank()]
+                elif name == "reduce" and self.rank() != root:
+                    got = None
+            if got is not None:
                 with torch.no_grad():
                     target.copy_(torch.from_numpy(got).view_as(target))
 
         return self._submit(call, [target] if result is None else result)
-
-    def _client_allreduce(self, mine: np.ndarray, op: str, target: torch.Tensor) -> None:
-        """A float sum or mean through the switches, with the worker client on this rank's interface."""
-        assert self.client is not None
-        total = self.client.allreduce(mine.astype(np.float32)) if mine.size else mine
-        got = np.asarray(total, np.float64) / (self.size() if op == "avg" else 1)
-        with torch.no_grad():
-            target.copy_(torch.from_numpy(got.astype(mine.dtype)).view_as(target))
-        if self.tally is not None:
-            self.tally.calls["allreduce"] += 1
 
     # -- torch's collectives --------------------------------------------------------------------------------
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> InnetWork:  # type: ignore[override]
@@ -220,15 +232,12 @@ class InnetGroup(dist.ProcessGroup):
         return self._collective("barrier", torch.zeros(1), result=[])
 
     def reduce_scatter_single(self, output: torch.Tensor, tensor: torch.Tensor, opts: Any = None) -> InnetWork:
-        """``reduce_scatter_tensor`` (torch before 2.13 calls it ``_reduce_scatter_base``)."""
+        """``reduce_scatter_tensor``."""
         return self._collective("reduce_scatter", tensor, _op(opts), into=output, result=[output])
 
     def all_gather_single(self, output: torch.Tensor, tensor: torch.Tensor, opts: Any = None) -> InnetWork:
-        """``all_gather_into_tensor`` (torch before 2.13 calls it ``_allgather_base``)."""
+        """``all_gather_into_tensor``."""
         return self._collective("all_gather", tensor, "bits", into=output, result=[output])
-
-    _reduce_scatter_base = reduce_scatter_single  # type: ignore[assignment]
-    _allgather_base = all_gather_single  # type: ignore[assignment]
 
     def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> InnetWork:  # type: ignore[override]
         """All-gather of lists: each input gathered whole, then cut into the output list."""
@@ -267,9 +276,9 @@ class InnetGroup(dist.ProcessGroup):
         if self.tally is not None:
             write_tally(self.tally)
             self.tally = None
-        if self.client is not None:
-            self.client.close()
-            self.client = None
+        if self.switches is not None:
+            self.switches.close()
+            self.switches = None
 
 
 def write_tally(tally: Tally) -> None:

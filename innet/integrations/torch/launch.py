@@ -5,7 +5,9 @@ Each rank gets RANK, WORLD_SIZE, LOCAL_RANK (0: one rank per host), LOCAL_WORLD_
 and a ``sitecustomize`` that imports innet.torch, which makes "innet" the backend of CPU tensors: a script that names
 no backend (``dist.init_process_group()``) runs through innet unchanged, and under plain torchrun on gloo. The run's
 options (topology, scheme, faults) reach the group's rank 0 in files (INNET_RUN, INNET_GRAPH); its fabric counts
-the bytes per link into INNET_STATS, which the launcher prints at the end, per link and per tier.
+the bytes per link into INNET_STATS, which the launcher prints at the end, per link and per tier. The ranks'
+standard output comes out whole lines at a time, each prefixed "[rankR]: " (torchrun's ``--tee``); their standard
+error stays in the run's folder, for a failing rank's last words.
 
 Ranks that cannot fit in the available memory are refused in one line before any starts. A rank that fails ends
 the run with one line (its last words); Ctrl-C or SIGTERM at any point ends every rank
@@ -76,8 +78,8 @@ def launch_local(graph: nx.Graph, run: RunSpec, command: list[str]) -> tuple[Tal
         port = free_port()
         for rank in range(world):
             with open(os.path.join(folder, f"rank{rank}.err"), "wb") as err:
-                procs.append(subprocess.Popen(command, env=rank_env(folder, rank, world, port), stderr=err,
-                                              start_new_session=True))
+                procs.append(subprocess.Popen(command, env=rank_env(folder, rank, world, port), stdout=subprocess.PIPE,
+                                              stderr=err, start_new_session=True))
         started = time.monotonic()
         wait_ranks(procs, folder)
         return read_tally(os.path.join(folder, "stats.jsonl")), time.monotonic() - started

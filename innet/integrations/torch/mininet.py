@@ -2,10 +2,10 @@
 
 The topology comes up as for any Mininet run (innet.backends.mininet.emulation: every process recorded and removed
 on success, error, Ctrl-C and SIGTERM) with the switches running the sum program and an IP network beside innet's
-frames for the TCP side plane (innet.backends.mininet.iplane). Each rank's group all-reduces float sums and means
-of the whole world with the worker client on its host's interface (``ClientConf``), through the switches; every
-other call takes the side plane over the same links. The bytes per link are the interfaces' counters, side plane
-included.
+frames for the TCP side plane (innet.backends.mininet.iplane). Each rank's world group runs its float sums and
+means (all-reduce, reduce-scatter, reduce), all-gathers, broadcasts and barriers with the worker client on its
+host's interface (``ClientConf``), through the switches (innet.integrations.torch.switches); every other call takes
+the side plane over the same links. The bytes per link are the interfaces' counters, side plane included.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def launch_mininet(graph: nx.Graph, run: RunSpec, command: list[str], site: str)
                      or k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
                               "MASTER_PORT")]
             with open(os.path.join(emu.run_dir, f"rank{rank}.err"), "wb") as err:
-                procs.append(emu.spawn(host, ["env", *given, *command], stdin=subprocess.DEVNULL, stdout=None, stderr=err))
+                procs.append(emu.spawn(host, ["env", *given, *command], stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=err))
         before, started = emu.interface_bytes(), time.monotonic()
         wait_ranks(procs, emu.run_dir)
         wall = time.monotonic() - started

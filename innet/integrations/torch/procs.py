@@ -8,6 +8,8 @@ import os
 import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
 
 from innet.errors import UserError
@@ -16,6 +18,7 @@ from innet.node import codec
 
 SITE = "import innet.torch  # noqa: F401  (innet launch: the default backend of CPU tensors is innet)\n"
 GRACE_S = 5.0  # for a rank to leave after SIGTERM before SIGKILL
+_OUT = threading.Lock()  # one rank's line at a time onto the launcher's standard output
 
 
 def free_port() -> int:
@@ -36,13 +39,34 @@ def rank_env(folder: str, rank: int, world: int, port: int, master: str = "127.0
 
 
 def wait_ranks(procs: list[subprocess.Popen[bytes]], folder: str) -> None:
-    """Until every rank has exited; the first to fail ends the run with its last words."""
+    """Until every rank has exited, their output relayed (``relay``); the first to fail ends the run with its last
+    words."""
+    relays = [relay(p, r) for r, p in enumerate(procs) if p.stdout is not None]
     while any(p.poll() is None for p in procs) or any(p.returncode for p in procs):
         failed = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
         if failed:
             rank = failed[0]
             raise UserError(f"rank {rank} failed (exit {procs[rank].returncode}): {last_words(folder, rank)}")
         time.sleep(0.05)
+    for thread in relays:  # the rest of their output (a child of a rank's may hold the pipe: not for long)
+        thread.join(GRACE_S)
+
+
+def relay(proc: subprocess.Popen[bytes], rank: int) -> threading.Thread:
+    """A thread copying ``proc``'s standard output onto ours a whole line at a time, each prefixed "[rankR]: " (as
+    torchrun's ``--tee`` does), so that no two ranks' lines interleave."""
+
+    def copy() -> None:
+        assert proc.stdout is not None
+        for line in iter(proc.stdout.readline, b""):
+            with _OUT:
+                sys.stdout.flush()
+                sys.stdout.buffer.write(f"[rank{rank}]: ".encode() + line + (b"" if line.endswith(b"\n") else b"\n"))
+                sys.stdout.buffer.flush()
+
+    thread = threading.Thread(target=copy, name=f"innet-rank{rank}-out", daemon=True)
+    thread.start()
+    return thread
 
 
 def last_words(folder: str, rank: int) -> str:
