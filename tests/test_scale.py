@@ -290,3 +290,24 @@ def test_mode_all_goes_on_without_a_gloo_that_did_not_finish(monkeypatch, capsys
     assert err[-1] == "innet: gloo left out: torch ranks did not finish within 130s at 20% loss", err
     with pytest.raises(Unfinished):
         innet.run("star", backend="mininet", mode="gloo", bw=100, workers=4, elements=4099, loss=0.2, plots=False)
+
+
+@pytest.mark.parametrize("topo", ("fat-tree", "topologies/examples/aarnet.graphml"))
+@pytest.mark.parametrize("mode", ("innet", "pbox", "ring"))
+def test_initial_rtos_equal_a_search_from_every_worker(topo, mode):
+    """configs.initial_rtos searches once per switch the workers hang off (a search per worker took over ten
+    minutes for a k=32 plan); each worker's RTO is still four round trips to its farthest peer, as a search from
+    the worker itself finds it."""
+    from innet.api import spec_of
+    from innet.planning.configs import PAYLOAD_OFFSET, initial_rtos
+    from innet.schemes.modes import plan_run
+    from innet.switch.loader import load_program
+
+    spec, graph = spec_of(topo, backend="local", mode=mode, elements=100001, delay=0.0005)
+    plan = plan_run(graph, spec, load_program(spec.program)).plans[0]
+    got, bits = initial_rtos(graph, plan, 2048, spec), 8 * (PAYLOAD_OFFSET + 4 * 2048)
+    for w in plan.workers:
+        far = nx.single_source_dijkstra_path_length(
+            graph, w, weight=lambda u, v, d: d.get("latency", 0.0) + 0.0005 + bits / (d.get("bw", 1000.0) * 1e6))
+        want = max(spec.min_rto, 8 * max(far[n] for n in (plan.root, plan.pbox, *plan.workers) if n in far))
+        assert got[w] == pytest.approx(want, rel=1e-12), w

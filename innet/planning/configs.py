@@ -86,18 +86,31 @@ def _route_ports(graph: nx.Graph, switch: str, by_neighbor: dict[str, int]) -> d
     return dict(zip(dst.tolist(), port_of[first[dst]].tolist(), strict=True))
 
 
-def initial_rto(graph: nx.Graph, plan: JobPlan, worker: str, elements: int, run: RunSpec, held: float = 0.0) -> float:
-    """The RTO before a round trip is measured: the run's, else (``initial_rto`` 0, auto) four unloaded round
-    trips of a full frame to the farthest node the worker's job answers from (root, PBox or a ring peer),
-    never below the RTO floor, plus ``held``, what reordering may hold the answer back (``held_links``).
-    RFC 6298's 1 s is for paths nobody knows; the plan knows this one."""
+def initial_rtos(graph: nx.Graph, plan: JobPlan, elements: int, run: RunSpec) -> dict[str, float]:
+    """Per worker, the RTO before a round trip is measured: the run's, else (``initial_rto`` 0, auto) four unloaded
+    round trips of a full frame to the farthest node the worker's job answers from (root, PBox or a ring peer),
+    never below the RTO floor (``worker_specs`` adds what reordering may hold the answer back). RFC 6298's 1 s is
+    for paths nobody knows; the plan knows this one. A host on one link reaches everything through its switch, so
+    one search per switch the workers hang off serves them all (a search per worker took minutes at 8192)."""
     if run.initial_rto:
-        return run.initial_rto
+        return dict.fromkeys(plan.workers, run.initial_rto)
     bits, extra = 8 * (PAYLOAD_OFFSET + 4 * elements), run.faults.delay + max((f.delay for _, f in run.link_faults), default=0.0)
-    far = nx.single_source_dijkstra_path_length(  # a link's injected --delay is part of its round trip
-        graph, worker, weight=lambda u, v, d: d.get("latency", 0.0) + extra + bits / (d.get("bw", 1000.0) * 1e6))
-    peers = [n for n in (plan.root, plan.pbox, *plan.workers) if n in far]
-    return max(run.min_rto, 8 * max((far[n] for n in peers), default=0.0)) + held
+
+    costs = nx.Graph()  # a link's injected --delay is part of its round trip
+    costs.add_weighted_edges_from((u, v, d.get("latency", 0.0) + extra + bits / (d.get("bw", 1000.0) * 1e6))
+                                  for u, v, d in graph.edges(data=True))
+    peers = {n for n in (plan.root, plan.pbox, *plan.workers) if n}
+    two: dict[str, list[tuple[float, str]]] = {}  # per switch searched from: its two farthest peers
+    out = {}
+    for w in plan.workers:
+        (via,) = graph[w] if graph.degree(w) == 1 else (w,)
+        if via not in two:
+            far = nx.single_source_dijkstra_path_length(costs, via)
+            two[via] = sorted(((far[n], n) for n in peers if n in far), reverse=True)[:2]
+        first = 0.0 if via == w else costs.edges[w, via]["weight"]
+        farthest = next((first + d for d, n in two[via] if n != w), 0.0)  # a worker is not its own peer
+        out[w] = max(run.min_rto, 8 * farthest)
+    return out
 
 
 def reorder_window(run: RunSpec) -> float:
@@ -136,12 +149,12 @@ def worker_specs(graph: nx.Graph, plan: JobPlan, program: type[SwitchProgram], r
     index, per_link = node_indices(graph), reorder_window(run)
     lossy = any(f.loss > 0 for f in (run.faults, *(f for _, f in run.link_faults)))
     links = held_links(graph, plan) if per_link and run.mode != "ring" else {}
-    specs = {}
+    specs, rto = {}, initial_rtos(graph, plan, program.elements, run)
     for rank, w in enumerate(plan.workers):
         held = per_link * links.get(w, 1)
         specs[w] = JobSpec(job=plan.job, rank=rank, nworkers=len(plan.workers), slots=plan.slots,
                            elements=program.elements, node=index[w], first_hop=index[plan.first_hop[w]],
-                           min_rto=run.min_rto, initial_rto=initial_rto(graph, plan, w, program.elements, run, held),
+                           min_rto=run.min_rto, initial_rto=rto[w] + held,
                            reorder_window=held, timeout=run.timeout, sparse=run.topk > 0, band=run.band(plan.job),
                            operator=getattr(program, "operator", SUM), collective=run.collective, root=run.root,
                            reorder=reorder_allowance(plan, program), lossy=lossy)
