@@ -58,8 +58,7 @@ class Rack:
         """A retransmitted chunk's answer came ``since_resent`` after the retransmission: was that spurious?
         A spurious one that order declared lost (``by_order``; not a timer's or a probe's) widens the window."""
         if since_resent < self.min_rtt < float("inf"):
-            if by_order:
-                self.mult = min(self.mult * 2, 4)
+            self.spurious(by_order, float("inf"))
             return True
         return False
 
