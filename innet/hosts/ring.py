@@ -43,6 +43,7 @@ one array of frames (``build_frames``) and sent with one sendmmsg.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections import deque
 
@@ -138,6 +139,9 @@ class RingCall:
         self.retransmitted: set[tuple[int, int]] = set()
         self.seq = 0  # transmissions so far: a later number was sent later
         self.sent_seq: dict[tuple[int, int], int] = {}  # each unacknowledged packet's transmission number
+        self.first_seq: dict[tuple[int, int], int] = {}  # each packet's first transmission number (kept: ``_on_ack``)
+        self.resent_seq: dict[tuple[int, int], list[int]] = {}  # ... and its retransmissions'
+        self.sends: dict[int, list[tuple[int, int]]] = {}  # step -> (transmission number, piece), in the order sent
         self.newest_acked: dict[int, int] = {}  # step -> the newest transmission acknowledged
         self.next_in: dict[int, int] = {}  # step -> the first piece not yet received (all below it were)
         self.hole_acked: dict[int, int] = {}  # step -> the hole an out-of-order arrival last reported at once
@@ -228,7 +232,8 @@ class RingCall:
         block = build_frames(spec.node, self.next_node, hdr, values, self.data_band)
         for (step, j, _, _), row in zip(items, block, strict=True):
             self.unacked[(step, j)] = (now, row.tobytes())
-            self.sent_seq[(step, j)] = self.seq
+            self.sent_seq[(step, j)] = self.first_seq[(step, j)] = self.seq
+            self.sends.setdefault(step, []).append((self.seq, j))
             self.seq += 1
             self.open.setdefault(step, set()).add(j)
             self._arm((step, j), now)
@@ -278,7 +283,7 @@ class RingCall:
             return
         if flags & RESULT:
             if src == self.next_node:
-                resent.extend(self._on_ack(step, values, now))
+                resent.extend(self._on_ack(step, values, now, chunk - self.first, bool(flags & RETX)))
             return
         if src != self.prev_node or step >= self.steps:
             return
@@ -307,12 +312,14 @@ class RingCall:
         if (not fresh or hole or flags & RETX or self.since_ack[step] >= ACK_EVERY
                 or len(pieces) == self._expected(step)):
             self.since_ack[step] = 0
-            acks.append(self._ack(step, pieces))
+            acks.append(self._ack(step, pieces, j, flags & RETX))
         self._check_finished(now)
 
-    def _ack(self, step: int, pieces: dict[int, np.ndarray]) -> bytes:
+    def _ack(self, step: int, pieces: dict[int, np.ndarray], j: int, retx: int) -> bytes:
         """A cumulative ACK with a selective bitmap: values[0] is the first piece of the step still
-        missing (all below it arrived), the other values a bitmap of the ACK_SPAN pieces from there."""
+        missing (all below it arrived), the other values a bitmap of the ACK_SPAN pieces from there. Its chunk is
+        piece ``j``'s, whose arrival sent it, and its RETX flag says that arrival was a retransmission (an echo,
+        as TCP's timestamps give one: ``_on_ack`` tells an original's late answer from its retransmission's)."""
         have = self.have.setdefault(step, np.zeros(self._expected(step), bool))
         have[list(pieces)] = True
         missing = np.flatnonzero(~have)
@@ -322,11 +329,16 @@ class RingCall:
         bits[:len(span)] = span
         words = np.concatenate(([base], np.packbits(bits, bitorder="little").view(np.int32)))
         pkt = make_packet(words, job=self.spec.job, rank=self.rank, nworkers=self.spec.nworkers,
-                          slot=step, chunk=self.first, flags=ROUTE | RESULT)
+                          slot=step, chunk=self.first + j, flags=ROUTE | RESULT | retx)
         return pkt.to_frame(self.spec.node, self.prev_node, ACK_BAND)
 
-    def _on_ack(self, step: int, values: np.ndarray, now: float) -> Frames:
-        """An ACK for ``step`` from the successor: its cumulative point, then its bitmap."""
+    def _on_ack(self, step: int, values: np.ndarray, now: float, arrived: int = 0, retx: bool = False) -> Frames:
+        """An ACK for ``step`` from the successor: its cumulative point, then its bitmap; ``arrived``, the piece whose
+        arrival sent it, a retransmission if ``retx``. Every piece sent before that transmission arrived or was lost
+        (the path is FIFO): RACK's newest delivered transmission (RFC 8985) is that one, known from the echo, not
+        guessed from the pieces acknowledged: an original's answer that came late (a queue deeper than the minimum
+        round trip, where RFC 8985's own test, 6.2 step 2, cannot tell) would otherwise pass for its
+        retransmission's, and declare lost every piece still queued behind the original."""
         if len(values) < 1:
             return []
         base = int(values[0])
@@ -337,15 +349,15 @@ class RingCall:
         if acked:
             self.probes = 0
             self.timer.progress()
-        # the round trip is sampled from the newest packet acknowledged (the one whose arrival sent this ACK):
-        # an older one's includes the wait for the ACK (every ACK_EVERY packets, or a lost ACK's successor)
-        trigger = max(acked, key=self.sent_seq.__getitem__, default=None)
+        # the round trip is sampled from the packet whose arrival sent this ACK: an older one's includes the wait
+        # for the ACK (every ACK_EVERY packets, or a lost ACK's successor)
+        trigger = (step, arrived)
         for key in acked:
             sent = self.unacked.pop(key)
             pending.discard(key[1])
             del self.armed[key]
             self.last_progress = self.last_ack = now
-            self.newest_acked[step] = max(self.newest_acked.get(step, -1), self.sent_seq.pop(key))
+            del self.sent_seq[key]
             suspect = self.suspect.pop(key, None)
             if key in self.retransmitted:
                 self.spurious += self.rack.answered(now - sent[0])
@@ -356,6 +368,9 @@ class RingCall:
             elif key == trigger and step >= self.spec.nworkers - 1 and len(sent[1]) > PAYLOAD_OFFSET:
                 self.timer.sample(now - sent[0])
                 self.rack.sample(now - sent[0])
+        delivered = self._retransmission(step, arrived) if retx else self.first_seq.get(trigger, -1)
+        if delivered > self.newest_acked.get(step, -1):
+            self.newest_acked[step] = delivered
         newest = self.newest_acked.get(step)
         if newest is None:
             return []
@@ -365,6 +380,21 @@ class RingCall:
             if self.sent_seq[(step, j)] < newest:
                 self.suspect.setdefault((step, j), now)
         return list(self._resend_lost(now))
+
+    def _retransmission(self, step: int, j: int) -> int:
+        """Which transmission of piece ``j`` of ``step`` arrived, when its retransmission's echo sent an ACK: the
+        echo cannot say which one. The newest whose predecessor on the wire (this step's transmission just before
+        it, of another piece) arrived too, since FIFO put that one ahead of it; if none, the first retransmission
+        (trace, Star of 4, 1% loss: a probe queued 2.5 ms, longer than the smoothed RTT, behind its own original; a
+        later probe taken for it declared lost the 20 pieces between them). Too old a guess only finds a loss later."""
+        sends, resent, pending = self.sends.get(step, []), self.resent_seq.get((step, j), []), self.open.get(step, set())
+        for seq in reversed(resent):
+            i = bisect.bisect_left(sends, (seq, -1)) - 1
+            while i >= 0 and sends[i][1] == j:
+                i -= 1
+            if i < 0 or sends[i][1] not in pending:
+                return seq
+        return resent[0] if resent else self.first_seq.get((step, j), -1)
 
     def _resend_lost(self, now: float) -> list[bytes]:
         """Retransmit the suspects a reordering window old."""
@@ -398,6 +428,8 @@ class RingCall:
         self.suspect.pop(key, None)
         self.retransmissions += 1
         self.retransmitted.add(key)
+        self.resent_seq.setdefault(key, []).append(self.seq)
+        self.sends[key[0]].append((self.seq, key[1]))
         self.unacked[key] = (now, bytes(frame))
         self.sent_seq[key] = self.seq
         self.seq += 1
