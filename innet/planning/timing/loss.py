@@ -8,7 +8,8 @@ from collections.abc import Callable
 import networkx as nx
 import numpy as np
 
-from innet.hosts.ring import ring_phases
+from innet.hosts.ring import ACK_EVERY, ring_geometry, ring_phases
+from innet.hosts.ring import WINDOW as RING_WINDOW
 from innet.planning.planner import JobPlan
 from innet.planning.prediction import direction_bytes, frame_bytes, one_way
 from innet.planning.timing.calls import busiest_direction, hops
@@ -65,13 +66,7 @@ def lossy_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pac
                                                                        lambda u, v: 0.0) for p in paths)
     first = window + rtt
     if mode == "ring":
-        fail = sum(lossy) / len(lossy)
-        segment = -(-elements // len(plan.workers))
-        pieces = sum(ring_phases("allreduce")) * (len(plan.workers) - 1) * -(-segment // per_packet)
-        stretched = lossless / (1 - fail)
-        span = max(1.0, first * pieces / stretched)  # pieces a stall's span of the stream holds
-        again = sum(min(2 ** k, 4) * fail ** k for k in range(32))  # a stall, and its retransmission's own losses
-        return stretched + pieces / span * (1 - (1 - fail) ** span) * first * again
+        return _ring_lossy(plan, elements, per_packet, lossless, stream, lossy, _back_losses(paths, loss), rtt)
     chunks = -(-elements // per_packet)
     if mode == "innet":  # each link of the tree, both ways
         legs = {tuple(sorted(uv)) for p in paths for uv in p}
@@ -82,6 +77,50 @@ def lossy_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pac
     stretched = stream / (1 - worst)
     starts = (lossless - stream) + stretched * np.arange(1, chunks + 1) / chunks
     return max(lossless, _expected_last(starts, fails, first, stream / chunks))
+
+
+
+def _ring_lossy(plan: JobPlan, elements: int, per_packet: int, lossless: float, stream: float, lossy: list[float],
+                back: list[float], rtt: float) -> float:
+    """``lossy_time`` of a ring (innet.hosts.ring). Each piece of a segment is a chain of 2(N-1) hops, one ring
+    neighbour to the next (``lossy[r]``: the path from rank r to r+1 loses a frame, ``back[r]`` the way back, an
+    ACK). A hop whose frame is lost stalls its chain: the next piece shows the hole and the ACK says so at once
+    (if that ACK is lost, the next, ACK_EVERY pieces on), and the retransmission waits behind the sender's queue,
+    which holds a step's pieces throughout (each rank sends its first step's pieces at once, then one for each it
+    receives): a round trip, a frame and that queue. A lost retransmission is shown by the next regular ACK,
+    ACK_EVERY pieces on. Chains delayed less than the queue catch up (the links stay busy meanwhile): the call
+    ends the slowest chain's delay past the queue later (expected, over the chains' delay distributions), the
+    stream stretched by the retransmissions it carries."""
+    n = len(plan.workers)
+    pieces = ring_geometry(elements, n, per_packet)[1]
+    steps = sum(ring_phases("allreduce")) * (n - 1)
+    frame = stream / (steps * pieces)  # the busiest link's time per frame: the grid the delays are counted in
+    queue = min(pieces, RING_WINDOW)
+    kinds = [(min(MOST_LOST, f), b) for f, b in zip(lossy, back, strict=True)]
+    hops = {kind: _ring_hop(*kind, round(rtt / frame) + 1 + queue) for kind in set(kinds)}
+    size = steps * max(len(h) for h in hops.values())
+    spectra = {kind: np.fft.rfft(h, size) for kind, h in hops.items()}
+    log_cdf = np.zeros(size)
+    for chain, starts in Counter(tuple(sorted(Counter(kinds[(r + i) % n] for i in range(steps)).items()))
+                                 for r in range(n)).items():  # the chains that start at rank r: a segment's pieces
+        dist = np.fft.irfft(np.prod([spectra[kind] ** count for kind, count in chain], axis=0), size)
+        with np.errstate(divide="ignore"):
+            log_cdf += starts * pieces * np.log(np.clip(np.cumsum(dist), 0.0, 1.0))
+    late = np.maximum(0, np.arange(size) - queue) * frame  # the slowest chain, past the queue's slack
+    stretched = lossless / (1 - sum(lossy) / len(lossy))
+    return stretched + float(np.sum(np.diff(np.exp(log_cdf), prepend=0.0) * late))
+
+
+def _ring_hop(fail: float, back: float, first: int) -> np.ndarray:
+    """A ring hop's delay, in frames, by probability: none if its frame got through; a stall (``first`` frames, an
+    ACK_EVERY more if the ACK that showed the hole was lost) for its first loss, and ACK_EVERY more than that for
+    each loss of a retransmission (the next regular ACK shows it), as long as a loss is not negligible."""
+    first += round(back * ACK_EVERY)
+    again = first + ACK_EVERY
+    losses = 1 if fail <= 0 else int(min(16, max(2, np.ceil(np.log(1e-9) / np.log(fail)))))
+    dist = np.zeros(first + (losses - 1) * again + 1)
+    dist[[0] + [first + k * again for k in range(losses - 1)]] = (1 - fail) * fail ** np.arange(losses)
+    return dist
 
 
 
