@@ -246,7 +246,7 @@ def main() -> None:
                    help="with --mininet: seconds to wait for the lock before leaving the Mininet points out (default 3600)")
     p.add_argument("--repeats", type=int, default=3,
                    help="with --mininet: runs per Mininet point, the median reported (default 3)")
-    p.add_argument("--seeds", type=int, default=9, help="seeds per lossy point, the median reported (default 9)")
+    p.add_argument("--seeds", type=int, default=21, help="seeds per lossy point, the median reported (default 21)")
     p.add_argument("--csv", default="results/validation.csv", help="where the CSV goes (default results/validation.csv)")
     p.add_argument("--doc", default=None, help="also write the tables and the papers' claims to this markdown file")
     args = p.parse_args()

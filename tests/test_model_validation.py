@@ -174,7 +174,7 @@ def test_the_loss_term_is_the_lossless_time_without_loss_and_grows_with_it():
     lossless = predict(graph, RunSpec(mode="innet", elements=262144), list(lr.rp.plans), lr.rp.per_packet, 0.0)
     assert times[0] == lossless["completion_s"]
     assert times[0] < times[1] < times[2] < times[3] and times[4] < times[5] < times[6] < times[7]
-    assert 2 < times[3] / times[0] < 8  # 20% on every link: the fabric's median of 9 seeds is 3.7x (scripts/validate_model.py)
+    assert 2 < times[3] / times[0] < 8  # 20% on every link: the fabric's median of 21 seeds is 3.2x (scripts/validate_model.py)
 
 
 @pytest.mark.parametrize("topology, loss", [("star", 0.01), ("star", 0.05), ("leaf-spine", 0.01), ("leaf-spine", 0.05)])

@@ -54,9 +54,8 @@ def lossy_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pac
     chunk: each unit of the call, chunk i over an independent leg (in-network: a link of the tree, whose one
     aggregate or result frame crosses it each way; PBox: one worker's path there and back, N frames on the
     PBox's link), ends at its lossless end, the stream stretched by the retransmissions it carries, plus a
-    delay per try lost (``_retry_delays``): the expected last end is the call's. Ring: a rank forwards a
-    step's pieces in order, so a hole stalls its stream for the window and a round trip: each span of the
-    stream that long stalls when any of its pieces is lost, and a lost retransmission stalls it again."""
+    delay per try lost (``_retry_delays``): the expected last end is the call's. Ring: each piece's chain of
+    hops stalls per loss, and the call ends with its slowest chain (``_ring_lossy``)."""
     paths = hops(graph, mode, plan)
     lossy = [min(MOST_LOST, 1.0 - float(np.prod([1.0 - loss(u, v) for u, v in p]))) for p in paths]
     loads = direction_bytes(graph, mode, plan, elements, per_packet)
@@ -64,9 +63,9 @@ def lossy_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pac
     full, ack = frame_bytes(min(per_packet, elements)), frame_bytes(0)
     rtt = max(one_way(graph, p, full, 0.0, lambda u, v: 0.0) + one_way(graph, [(v, u) for u, v in reversed(p)], ack, 0.0,
                                                                        lambda u, v: 0.0) for p in paths)
-    first = window + rtt
     if mode == "ring":
         return _ring_lossy(plan, elements, per_packet, lossless, stream, lossy, _back_losses(paths, loss), rtt)
+    first = window + rtt
     chunks = -(-elements // per_packet)
     if mode == "innet":  # each link of the tree, both ways
         legs = {tuple(sorted(uv)) for p in paths for uv in p}
