@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import weakref
+from collections.abc import Sequence
 from dataclasses import replace
 
 import networkx as nx
