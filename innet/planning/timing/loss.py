@@ -64,7 +64,7 @@ def lossy_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pac
     rtt = max(one_way(graph, p, full, 0.0, lambda u, v: 0.0) + one_way(graph, [(v, u) for u, v in reversed(p)], ack, 0.0,
                                                                        lambda u, v: 0.0) for p in paths)
     if mode == "ring":
-        return _ring_lossy(plan, elements, per_packet, lossless, stream, lossy, _back_losses(paths, loss), rtt)
+        return _ring_lossy(plan, elements, per_packet, lossless, stream, lossy, _back_losses(paths, loss), rtt, window)
     first = window + rtt
     chunks = -(-elements // per_packet)
     if mode == "innet":  # each link of the tree, both ways
@@ -80,44 +80,75 @@ def lossy_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pac
 
 
 def _ring_lossy(plan: JobPlan, elements: int, per_packet: int, lossless: float, stream: float, lossy: list[float],
-                back: list[float], rtt: float) -> float:
-    """``lossy_time`` of a ring (innet.hosts.ring). Each piece of a segment is a chain of 2(N-1) hops, one ring
-    neighbour to the next (``lossy[r]``: the path from rank r to r+1 loses a frame, ``back[r]`` the way back, an
-    ACK). A hop whose frame is lost stalls its chain: the next piece shows the hole and the ACK says so at once
-    (if that ACK is lost, the next, ACK_EVERY pieces on), and the retransmission waits behind the sender's queue,
-    which holds a step's pieces throughout (each rank sends its first step's pieces at once, then one for each it
-    receives): a round trip, a frame and that queue. A lost retransmission is shown by the next regular ACK,
-    ACK_EVERY pieces on. Chains delayed less than the queue catch up (the links stay busy meanwhile): the call
-    ends the slowest chain's delay past the queue later (expected, over the chains' delay distributions), the
-    stream stretched by the retransmissions it carries."""
+                back: list[float], rtt: float, window: float) -> float:
+    """``lossy_time`` of a ring (innet.hosts.ring). First the exponent chains: N-1 hops of one lone packet each,
+    every rank's at once, before any data; nothing shows a lone packet lost but its RTO (four unloaded round trips
+    at least: the initial one, ``configs.initial_rtos``), then a tail probe's spacing per loss of its retransmission
+    (or the RTO doubled, if sooner). Then each piece
+    of a segment is a chain of 2(N-1) hops, one ring neighbour to the next (``lossy[r]``: the path from rank r to
+    r+1 loses a frame, ``back[r]`` the way back, an ACK). A hop whose frame is lost stalls its chain: the next
+    piece shows the hole and the ACK says so at once (if that ACK is lost, the next, ACK_EVERY pieces on), and the
+    retransmission waits behind the sender's queue, which holds a step's pieces throughout (each rank sends its
+    first step's pieces at once, then one for each it receives): a round trip, a frame and that queue. A lost
+    retransmission is shown by the next regular ACK, ACK_EVERY pieces on. A step's last piece has no next one:
+    its loss waits for a tail probe (every two round trips, at least the RTO floor ``window``). Chains delayed
+    less than the queue catch up (the links stay busy meanwhile). The call ends as late as the slowest exponent
+    chain plus the slowest data chain past the queue (expected), the stream stretched by the retransmissions it
+    carries."""
     n = len(plan.workers)
+    if n < 2 or not stream:
+        return lossless
     pieces = ring_geometry(elements, n, per_packet)[1]
     steps = sum(ring_phases("allreduce")) * (n - 1)
     frame = stream / (steps * pieces)  # the busiest link's time per frame: the grid the delays are counted in
-    queue = min(pieces, RING_WINDOW)
+    queue, trip = min(pieces, RING_WINDOW), round(rtt / frame)
+    probe, rto = round(max(window, 2 * rtt) / frame), round(max(window, 4 * rtt) / frame)
     kinds = [(min(MOST_LOST, f), b) for f, b in zip(lossy, back, strict=True)]
-    hops = {kind: _ring_hop(*kind, round(rtt / frame) + 1 + queue) for kind in set(kinds)}
-    size = steps * max(len(h) for h in hops.values())
-    spectra = {kind: np.fft.rfft(h, size) for kind, h in hops.items()}
+    hops: dict[tuple[tuple[float, float], str], np.ndarray] = {}
+    for kind in set(kinds):
+        stall = trip + 1 + queue + round(kind[1] * ACK_EVERY)
+        hops[kind, "data"] = _ring_hop(kind[0], stall, stall + ACK_EVERY)
+        hops[kind, "last"] = _ring_hop(kind[0], probe + trip, probe)
+        hops[kind, "exp"] = _ring_hop(kind[0], rto, min(2 * rto, probe))
+
+    def chains(part: str, length: int) -> Counter:  # the chains that start at each rank, by the hops they cross
+        return Counter(tuple(sorted(Counter((kinds[(r + i) % n], part) for i in range(length)).items())) for r in range(n))
+
+    exponent = _slowest(hops, chains("exp", n - 1), 1)
+    data = _both(_slowest(hops, chains("data", steps), pieces - 1), _slowest(hops, chains("last", steps), 1))
+
+    def mean(cdf: np.ndarray, past: int = 0) -> float:
+        return float(np.sum(np.diff(cdf, prepend=0.0) * np.maximum(0, np.arange(len(cdf)) - past)))
+
+    late = mean(exponent) + mean(data, queue)  # the data's slowest chain past the queue's slack
+    return lossless / (1 - sum(lossy) / len(lossy)) + late * frame
+
+
+def _both(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The CDF of the slower of two independent delays, from theirs (each 1 past its end)."""
+    size = max(len(a), len(b))
+    return np.pad(a, (0, size - len(a)), constant_values=1.0) * np.pad(b, (0, size - len(b)), constant_values=1.0)
+
+
+def _slowest(hops: dict, chains: Counter, each: int) -> np.ndarray:
+    """The CDF, over delays on the hops' grid, of the slowest of ``chains`` (how many chains cross which hops, each
+    counted ``each`` times): a chain's delay is the sum of its hops' (the product of their spectra)."""
+    size = max(sum(count * len(hops[key]) for key, count in chain) for chain in chains)
     log_cdf = np.zeros(size)
-    for chain, starts in Counter(tuple(sorted(Counter(kinds[(r + i) % n] for i in range(steps)).items()))
-                                 for r in range(n)).items():  # the chains that start at rank r: a segment's pieces
-        dist = np.fft.irfft(np.prod([spectra[kind] ** count for kind, count in chain], axis=0), size)
+    for chain, starts in chains.items():
+        spectrum = np.prod([np.fft.rfft(hops[key], size) ** count for key, count in chain], axis=0)
         with np.errstate(divide="ignore"):
-            log_cdf += starts * pieces * np.log(np.clip(np.cumsum(dist), 0.0, 1.0))
-    late = np.maximum(0, np.arange(size) - queue) * frame  # the slowest chain, past the queue's slack
-    stretched = lossless / (1 - sum(lossy) / len(lossy))
-    return stretched + float(np.sum(np.diff(np.exp(log_cdf), prepend=0.0) * late))
+            log_cdf += starts * each * np.log(np.clip(np.cumsum(np.fft.irfft(spectrum, size)), 0.0, 1.0))
+    return np.exp(log_cdf)
 
 
-def _ring_hop(fail: float, back: float, first: int) -> np.ndarray:
-    """A ring hop's delay, in frames, by probability: none if its frame got through; a stall (``first`` frames, an
-    ACK_EVERY more if the ACK that showed the hole was lost) for its first loss, and ACK_EVERY more than that for
-    each loss of a retransmission (the next regular ACK shows it), as long as a loss is not negligible."""
-    first += round(back * ACK_EVERY)
-    again = first + ACK_EVERY
-    losses = 1 if fail <= 0 else int(min(16, max(2, np.ceil(np.log(1e-9) / np.log(fail)))))
-    dist = np.zeros(first + (losses - 1) * again + 1)
+def _ring_hop(fail: float, first: int, again: int) -> np.ndarray:
+    """A ring hop's delay, in frames, by probability: none if its frame got through, ``first`` for its first loss,
+    ``again`` more for each loss of a retransmission, as long as a loss is not negligible."""
+    if fail <= 0:
+        return np.ones(1)
+    losses = int(min(16, max(2, np.ceil(np.log(1e-9) / np.log(fail)))))
+    dist = np.zeros(first + (losses - 2) * again + 1)
     dist[[0] + [first + k * again for k in range(losses - 1)]] = (1 - fail) * fail ** np.arange(losses)
     return dist
 
