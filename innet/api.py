@@ -219,5 +219,5 @@ def plan(topology: str | nx.Graph | os.PathLike[str] | None = None, **options: A
         rp = plan_run(graph, s, program_of(s))
         density = s.topk if s.topk and s.mode != "ring" else 1.0
         modes.append(ModePlan(s.mode, rp.plans, run_link_bytes(graph, s.mode, rp.plans, rp.per_packet, s.calls(), density,
-                                                               s.root), plan_report(graph, s)))
+                                                               s.root), plan_report(graph, s, rp)))
     return Plan(spec, graph, tuple(modes))

@@ -10,6 +10,7 @@ import sys
 from dataclasses import replace
 
 import networkx as nx
+import numpy as np
 import pytest
 
 from innet.backends.local import fabric
@@ -311,3 +312,26 @@ def test_initial_rtos_equal_a_search_from_every_worker(topo, mode):
             graph, w, weight=lambda u, v, d: d.get("latency", 0.0) + 0.0005 + bits / (d.get("bw", 1000.0) * 1e6))
         want = max(spec.min_rto, 8 * max(far[n] for n in (plan.root, plan.pbox, *plan.workers) if n in far))
         assert got[w] == pytest.approx(want, rel=1e-12), w
+
+
+@pytest.mark.parametrize("multihomed", (False, True))
+def test_graph_distances_equal_dijkstra_from_each_source(multihomed):
+    """GraphIndex.distances (all sources at once; over switches only when every host has one link) finds what a
+    dijkstra from each source finds, on random link costs, from switches and from hosts; inf where unreachable."""
+    from innet.graph import indexed
+
+    graph = build("fat-tree", k=4)
+    rng = random.Random(7)
+    for _, _, d in graph.edges(data=True):
+        d["latency"] = rng.uniform(1e-6, 1e-3)
+    if multihomed:  # h1 on two ToRs: a host relays, so the search runs over every node
+        graph.add_edge("h1", max((n for n in graph if graph.nodes[n]["role"] == "tor"), key=natural_key), latency=1e-7)
+    graph.add_node("x1", role="switch")  # linked to nothing
+    ix = indexed(graph)
+    weights = [graph.edges[v, ix.names[u]]["latency"] for v in ix.names
+               for u in ix.indices[ix.indptr[ix.index[v]]:ix.indptr[ix.index[v] + 1]]]
+    for sources in (sorted(rng.sample(np.flatnonzero(ix.switch).tolist(), 8)), sorted(rng.sample(range(len(ix.names)), 8))):
+        got = ix.distances(np.array(sources), np.array(weights))
+        for row, src in zip(got, sources, strict=True):
+            want = nx.single_source_dijkstra_path_length(graph, ix.names[src], weight="latency")
+            assert {n: c for n, c in zip(ix.names, row.tolist(), strict=True) if c < np.inf} == pytest.approx(want, rel=1e-12)

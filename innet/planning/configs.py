@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -91,26 +92,51 @@ def initial_rtos(graph: nx.Graph, plan: JobPlan, elements: int, run: RunSpec) ->
     round trips of a full frame to the farthest node the worker's job answers from (root, PBox or a ring peer),
     never below the RTO floor (``worker_specs`` adds what reordering may hold the answer back). RFC 6298's 1 s is
     for paths nobody knows; the plan knows this one. A host on one link reaches everything through its switch, so
-    one search per switch the workers hang off serves them all (a search per worker took minutes at 8192)."""
+    one search per switch the workers hang off serves them all, all at once and kept for the run's other plans
+    (``_path_costs``; a search per worker took minutes at 8192, a dijkstra per switch 20 s)."""
     if run.initial_rto:
         return dict.fromkeys(plan.workers, run.initial_rto)
     bits, extra = 8 * (PAYLOAD_OFFSET + 4 * elements), run.faults.delay + max((f.delay for _, f in run.link_faults), default=0.0)
-
-    costs = nx.Graph()  # a link's injected --delay is part of its round trip
-    costs.add_weighted_edges_from((u, v, d.get("latency", 0.0) + extra + bits / (d.get("bw", 1000.0) * 1e6))
-                                  for u, v, d in graph.edges(data=True))
-    peers = {n for n in (plan.root, plan.pbox, *plan.workers) if n}
-    two: dict[str, list[tuple[float, str]]] = {}  # per switch searched from: its two farthest peers
+    index = indexed(graph).index
+    vias = {w: next(iter(graph[w])) if graph.degree(w) == 1 else w for w in plan.workers}
+    far = _path_costs(graph, sorted(set(vias.values()), key=index.__getitem__), bits, extra)
+    peers = np.array(sorted({index[n] for n in (plan.root, plan.pbox, *plan.workers) if n in index}))
+    two: dict[str, list[tuple[float, int]]] = {}  # per switch searched from: its two farthest peers
     out = {}
-    for w in plan.workers:
-        (via,) = graph[w] if graph.degree(w) == 1 else (w,)
+    for w, via in vias.items():
         if via not in two:
-            far = nx.single_source_dijkstra_path_length(costs, via)
-            two[via] = sorted(((far[n], n) for n in peers if n in far), reverse=True)[:2]
-        first = 0.0 if via == w else costs.edges[w, via]["weight"]
-        farthest = next((first + d for d, n in two[via] if n != w), 0.0)  # a worker is not its own peer
+            d = far[via][peers]
+            top = np.argsort(np.where(np.isfinite(d), -d, np.inf), kind="stable")[:2]
+            two[via] = [(float(d[i]), int(peers[i])) for i in top if np.isfinite(d[i])]
+        first = 0.0 if via == w else _link_cost(graph.edges[w, via], bits, extra)
+        farthest = next((first + d for d, n in two[via] if n != index[w]), 0.0)  # a worker is not its own peer
         out[w] = max(run.min_rto, 8 * farthest)
     return out
+
+
+def _link_cost(link: dict, bits: int, extra: float) -> float:
+    """A link's unloaded round trip share for a frame of ``bits``: its latency, the run's injected --delay and
+    the frame's serialisation."""
+    return link.get("latency", 0.0) + extra + bits / (link.get("bw", 1000.0) * 1e6)
+
+
+_COSTS: weakref.WeakKeyDictionary[nx.Graph, tuple[bytes, dict[int, np.ndarray]]] = weakref.WeakKeyDictionary()
+
+
+def _path_costs(graph: nx.Graph, sources: list[str], bits: int, extra: float) -> dict[str, np.ndarray]:
+    """Per source, every node's least ``_link_cost`` sum from it (by node index): searched once per graph and
+    link costs (the run plans every placement and mode; their jobs hang off the same switches)."""
+    ix = indexed(graph)
+    weights = np.fromiter((_link_cost(graph.edges[v, ix.names[u]], bits, extra) for v in ix.names
+                           for u in ix.indices[ix.indptr[ix.index[v]]:ix.indptr[ix.index[v] + 1]]), float, len(ix.indices))
+    key, rows = _COSTS.get(graph, (b"", {}))
+    if key != weights.tobytes():
+        key, rows = weights.tobytes(), {}
+        _COSTS[graph] = key, rows
+    todo = [ix.index[s] for s in sources if ix.index[s] not in rows]
+    if todo:
+        rows.update(zip(todo, ix.distances(np.array(todo), weights), strict=True))
+    return {s: rows[ix.index[s]] for s in sources}
 
 
 def reorder_window(run: RunSpec) -> float:
