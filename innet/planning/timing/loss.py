@@ -62,8 +62,8 @@ def lossy_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pac
     PBox's link), ends at its lossless end, the stream stretched by the retransmissions it carries, plus a
     delay per try lost (``_retry_delays``): the expected last end is the call's, unless the busiest link takes
     longer to carry every retransmission: those a worker resending every round needs (``_resends``) and as
-    many again that it did not (``SPURIOUS``). Ring: each piece's chain of
-    hops stalls per loss, and the call ends with its slowest chain (``_ring_lossy``)."""
+    many again that it did not (``SPURIOUS``). Ring: each piece's chain of hops stalls per loss, and the call
+    ends with its slowest chain (``_ring_lossy``)."""
     paths = hops(graph, mode, plan)
     lossy = [min(MOST_LOST, 1.0 - float(np.prod([1.0 - loss(u, v) for u, v in p]))) for p in paths]
     loads = direction_bytes(graph, mode, plan, elements, per_packet)
@@ -71,16 +71,17 @@ def lossy_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pac
     full, ack = frame_bytes(min(per_packet, elements)), frame_bytes(0)
     rtt = max(one_way(graph, p, full, 0.0, lambda u, v: 0.0) + one_way(graph, [(v, u) for u, v in reversed(p)], ack, 0.0,
                                                                        lambda u, v: 0.0) for p in paths)
+    back = _back_losses(paths, loss)
     if mode == "ring":
-        return _ring_lossy(plan, elements, per_packet, lossless, stream, lossy, _back_losses(paths, loss), rtt, window)
+        return _ring_lossy(plan, elements, per_packet, lossless, stream, lossy, back, rtt, window)
     first = window + rtt
     chunks = -(-elements // per_packet)
     if mode == "innet":  # each link of the tree, both ways
         legs = {tuple(sorted(uv)) for p in paths for uv in p}
         fails = [min(MOST_LOST, 1.0 - (1.0 - loss(u, v)) * (1.0 - loss(v, u))) for u, v in sorted(legs)]
     else:
-        fails = [min(MOST_LOST, 1.0 - (1.0 - f) * (1.0 - b)) for f, b in zip(lossy, _back_losses(paths, loss), strict=True)]
-    busy = (lossless - stream) + stream * (1 + (1 + SPURIOUS) * _resends(lossy, _back_losses(paths, loss)))
+        fails = [min(MOST_LOST, 1.0 - (1.0 - f) * (1.0 - b)) for f, b in zip(lossy, back, strict=True)]
+    busy = (lossless - stream) + stream * (1 + (1 + SPURIOUS) * _resends(lossy, back))
     worst = max(fails)
     stretched = stream / (1 - worst)
     starts = (lossless - stream) + stretched * np.arange(1, chunks + 1) / chunks
