@@ -136,11 +136,10 @@ class RingCall:
         self.last_sent = 0.0  # the newest new packet: an ACK waits for up to ACK_EVERY packets after the one it covers
         self.error: Exception | None = None
         self.timer = RetransmitTimer(spec)
-        self.retransmitted: set[tuple[int, int]] = set()
         self.seq = 0  # transmissions so far: a later number was sent later
         self.sent_seq: dict[tuple[int, int], int] = {}  # each unacknowledged packet's transmission number
         self.first_seqs: dict[int, np.ndarray] = {}  # step -> each piece's first transmission number (-1: unsent)
-        self.resent_seq: dict[tuple[int, int], list[int]] = {}  # each packet's retransmissions' numbers
+        self.resent_seq: dict[tuple[int, int], list[int]] = {}  # each packet resent: its retransmissions' numbers
         self.sends: dict[int, list[tuple[int, int]]] = {}  # step -> every transmission's (number, piece), in order
         self.newest_acked: dict[int, int] = {}  # step -> the newest transmission acknowledged
         self.delivered = -1  # the newest transmission taken to have arrived, of any step (the path is FIFO)
@@ -361,7 +360,7 @@ class RingCall:
             self.last_progress = self.last_ack = now
             del self.sent_seq[key]
             suspect = self.suspect.pop(key, None)
-            if key in self.retransmitted:
+            if key in self.resent_seq:
                 self.spurious += self.rack.answered(now - sent[0])
             elif suspect is not None:  # late, not lost: the path reorders by that much
                 self.rack.reordered(now - suspect)
@@ -370,8 +369,7 @@ class RingCall:
             elif key == trigger and step >= self.spec.nworkers - 1 and len(sent[1]) > PAYLOAD_OFFSET:
                 self.timer.sample(now - sent[0])
                 self.rack.sample(now - sent[0])
-        firsts = self.first_seqs.get(step, np.zeros(0, np.int64))
-        delivered = self._retransmission(step, arrived, base, bits) if retx else int(firsts[arrived]) if arrived < len(firsts) else -1
+        delivered = self._retransmission(step, arrived, base, bits) if retx else self._first(step, arrived)
         self.delivered = max(self.delivered, delivered)
         if delivered > self.newest_acked.get(step, -1):
             self.newest_acked[step] = delivered
@@ -384,6 +382,11 @@ class RingCall:
             if self.sent_seq[(step, j)] < newest:
                 self.suspect.setdefault((step, j), now)
         return list(self._resend_lost(now))
+
+    def _first(self, step: int, j: int) -> int:
+        """Piece ``j`` of ``step``'s first transmission number (-1: never sent)."""
+        firsts = self.first_seqs.get(step)
+        return int(firsts[j]) if firsts is not None and j < len(firsts) else -1
 
     def _retransmission(self, step: int, j: int, base: int, bits: np.ndarray) -> int:
         """Which transmission of piece ``j`` of ``step`` arrived, when its retransmission's echo sent an ACK (cumulative
@@ -403,7 +406,7 @@ class RingCall:
         bound = max(int(firsts[held].max(initial=-1)), self.delivered)  # a piece resent: its first transmission's
         resent = [seq for seq in self.resent_seq.get((step, j), []) if seq > bound]
         if not resent:
-            return max(self.resent_seq.get((step, j), []), default=int(firsts[j]) if j < len(firsts) else -1)
+            return max(self.resent_seq.get((step, j), []), default=self._first(step, j))
         sends = self.sends.get(step, [])
         for seq in reversed(resent):
             between = [k for _, k in sends[bisect.bisect_right(sends, (bound, len(held))):bisect.bisect_left(sends, (seq, -1))]
@@ -443,7 +446,6 @@ class RingCall:
         frame[FLAGS_OFFSET] |= RETX
         self.suspect.pop(key, None)
         self.retransmissions += 1
-        self.retransmitted.add(key)
         self.resent_seq.setdefault(key, []).append(self.seq)
         self.sends[key[0]].append((self.seq, key[1]))
         self.unacked[key] = (now, bytes(frame))
