@@ -545,26 +545,32 @@ class AllreduceCall:
         return min(self.timer.srtt / 4, self.rto / 8)
 
     def _progress(self, now: float, results: int) -> None:
-        """``results`` fresh results came: the pace at which the window drains, and the timers restart."""
+        """``results`` fresh results came: the pace at which the window drains, and the timers restart. The pace
+        is the time per result while a queue drains, so it is measured only while half the window or more is out:
+        from a thin window, results come as its losses are repaired (leaf-spine PBox, 20% loss: a 5 ms pace spaced
+        the tail's probes 20 ms apart on a path of 0.5 ms; 283 -> 259 ms, median of seeds 1-11)."""
         gap = (now - self.last_progress) / results
-        if gap < self.rto:  # a pause (the call's start, a straggler) is not the pace
+        full = np.count_nonzero(self.in_flight >= 0) * 2 >= min(self.spec.slots, self.end - self.first)
+        if gap < self.rto and full:  # nor is a pause (the call's start, a straggler)
             self.pace = gap if not self.pace else 0.875 * self.pace + 0.125 * gap
         self.last_progress = now
         self.probes = 0
 
     def _probe_due(self) -> float:
         """When to probe the tail (RFC 8985's TLP), once this call has lost something: no result for a reordering
-        window plus the time the chunks still out take to drain at the measured pace, doubled per probe
-        unanswered up to four times. The first two resend every chunk out; mid-stream the RTO follows, but once
-        every chunk is sent the probes go on, each with only the newest chunk out (RFC 8985's TLP: its answer
-        marks the older ones lost), so a lost tail costs round trips, not backed-off RTOs.
+        window plus the time the chunks still out take to drain at the measured pace, doubled once a probe
+        goes unanswered (doubled twice, a lossy tail waited 20 ms per probe where a round trip takes 0.5 ms:
+        leaf-spine PBox, 20% loss, 259 -> 240 ms, median of seeds 1-11). The first two resend every chunk out;
+        mid-stream the RTO follows, but once every chunk is sent the probes go on, each with only the newest chunk
+        out (RFC 8985's TLP: its answer marks the older ones lost), so a lost tail costs round trips, not backed-off
+        RTOs.
         Before any loss, only where the run's links lose and a round trip is measured: a fault-free run is never
         probed. Nor is a first window before its first answer (its RTO covers it: its queue is unknown)."""
         probing = self.retransmissions or (self.spec.lossy and self.timer.srtt is not None)
         if not probing or self.sent_at.min() == np.inf or (self.scale is not None and self.timer.srtt is None):
             return np.inf
         out = np.count_nonzero(self.in_flight >= 0)
-        backoff = 1 if self.scale is None else 2 ** min(self.probes, 2)  # the lone exponent packet: no queue to spare
+        backoff = 1 if self.scale is None else 2 ** min(self.probes, 1)  # the lone exponent packet: no queue to spare
         spell = (self.rack.window(self.timer.srtt) + out * self.pace) * backoff
         return max(self.last_progress, self.probed_at) + spell
 

@@ -12,7 +12,7 @@ from innet.hosts.ring import ACK_EVERY, ring_geometry, ring_phases
 from innet.hosts.ring import WINDOW as RING_WINDOW
 from innet.planning.planner import JobPlan
 from innet.planning.prediction import direction_bytes, frame_bytes, one_way
-from innet.planning.timing.calls import busiest_direction, hops
+from innet.planning.timing.calls import busiest_direction, hops, link_rate
 
 MOST_LOST = 0.999  # a try's chance of loss the loss term reckons with, at most (all of them: the call never ends)
 # In-network and PBox: retransmissions that were not needed, per one that was. A round's answers come back in the
@@ -62,7 +62,9 @@ def lossy_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pac
     PBox's link), ends at its lossless end, the stream stretched by the retransmissions it carries, plus a
     delay per try lost (``_retry_delays``): the expected last end is the call's, unless the busiest link takes
     longer to carry every retransmission: those a worker resending every round needs (``_resends``) and as
-    many again that it did not (``SPURIOUS``). Ring: each piece's chain of hops stalls per loss, and the call
+    many again that it did not (``SPURIOUS``), each link only the share that survives the hops before it
+    (``_reaching``: at 20% loss the star's PBox link carries 0.8 of what the workers send; counted whole, the
+    term was 25% high there). Ring: each piece's chain of hops stalls per loss, and the call
     ends with its slowest chain (``_ring_lossy``)."""
     paths = hops(graph, mode, plan)
     lossy = [min(MOST_LOST, 1.0 - float(np.prod([1.0 - loss(u, v) for u, v in p]))) for p in paths]
@@ -81,7 +83,8 @@ def lossy_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pac
         fails = [min(MOST_LOST, 1.0 - (1.0 - loss(u, v)) * (1.0 - loss(v, u))) for u, v in sorted(legs)]
     else:
         fails = [min(MOST_LOST, 1.0 - (1.0 - f) * (1.0 - b)) for f, b in zip(lossy, back, strict=True)]
-    busy = (lossless - stream) + stream * (1 + (1 + SPURIOUS) * _resends(lossy, back))
+    carried = max(loads[uv] / link_rate(graph, *uv) * _reaching(paths, uv, loss) for uv in loads)
+    busy = (lossless - stream) + carried * (1 + (1 + SPURIOUS) * _resends(lossy, back))
     worst = max(fails)
     stretched = stream / (1 - worst)
     starts = (lossless - stream) + stretched * np.arange(1, chunks + 1) / chunks
@@ -175,6 +178,19 @@ def _resends(up: list[float], down: list[float]) -> float:
     extra = np.mean([d / max(1e-9, (1 - u) * (1 - d)) for u, d in zip(up, down, strict=True)])
     return rounds - 1 + float(extra)
 
+
+
+def _reaching(paths: list[list[tuple[str, str]]], link: tuple[str, str], loss: Callable[[str, str], float]) -> float:
+    """The share of the frames a worker sends that load ``link``: those that survive the hops before it on the way
+    to the aggregation point, or, on the way back, every hop there (an answer is sent for each that arrives).
+    Averaged over the workers whose paths cross it."""
+    shares = []
+    for p in paths:
+        down = (link[1], link[0]) in p
+        if link in p or down:
+            before = p if down else p[:p.index(link)]
+            shares.append(float(np.prod([1.0 - loss(u, v) for u, v in before])))
+    return float(np.mean(shares)) if shares else 1.0
 
 
 def _back_losses(paths: list[list[tuple[str, str]]], loss: Callable[[str, str], float]) -> list[float]:
