@@ -186,3 +186,38 @@ def test_a_call_that_lost_nothing_never_probes():
     call.receive(agreed.to_frame(SWITCH, 0), 0.0)
     assert call._probe_due() == np.inf
     assert call.next_deadline() == call.rto  # the RTO, from the last progress (0.0)
+
+
+def test_a_chunk_still_in_the_hosts_queue_is_not_sent_again():
+    """Order asks for a chunk whose last copy this host's link has not sent yet: nothing goes (as Linux's TCP
+    does not retransmit what is still in the host's queue). The case: chunk 2's late original completes its slot
+    and the answer counts for chunk 2's retransmission, sent after chunk 1's; chunk 1's, still queued, is then
+    suspect. Without the check it went again, and a call longer than its slot pool flooded (innet.hosts.worker:
+    ``_queue``)."""
+    from dataclasses import replace
+
+    from innet.wire.packet import PAYLOAD_OFFSET
+
+    elements = 16
+    frame_bits = (PAYLOAD_OFFSET + 4 * elements) * 8
+    call = AllreduceCall(replace(spec(0, 2, slots=8, elements=elements), nic_bps=frame_bits / 0.001, lossy=True),
+                         np.ones(20 * elements, np.float32), first_chunk=0)  # this host's link sends a frame a ms
+
+    def result(chunk, now):
+        pkt = make_packet(np.zeros(elements, np.int32), job=1, rank=0, nworkers=2, slot=chunk % 8, chunk=chunk,
+                          flags=RESULT | (VER if (chunk // 8) & 1 else 0), exp=call.local_exp)
+        return frames_of(call.receive_block(parse_block(*pack_frames([pkt.to_frame(SWITCH, 0)])), now))
+
+    call.start(0.0)
+    exp = make_packet(None, job=1, rank=0, nworkers=2, slot=0, chunk=0, flags=RESULT, exp=call.local_exp)
+    assert len(frames_of(call.receive(exp.to_frame(SWITCH, 0), 0.001))) == 8  # chunks 1-8: gone by 0.009
+    for chunk in range(3, 9):
+        result(chunk, 0.0095)  # chunks 1 and 2 unanswered: suspect; 11-16 take their slots, gone by 0.0155
+    resent = frames_of(call.on_timeout(0.0095 + call.rack.window(call.timer.srtt)))
+    assert [parse_frame(f).chunk for f in resent] == [1, 2]  # their copies long gone; these leave by 0.0175
+    result(2, 0.012)  # chunk 2's original, late: its answer counts for the retransmission, the newest sent
+    assert (call.suspect_at[[1, 3, 4, 5, 6, 7, 0]] == 0.012).all()  # chunks 1 and 11-16: sent before it
+    due = 0.012 + call.rack.window(call.timer.srtt)
+    assert call.left_at[[3, 4]].max() < due < call.left_at[[1, 7, 0]].min()
+    assert [parse_frame(f).chunk for f in frames_of(call.on_timeout(due))] == [11, 12, 13, 14]  # not 1, 15, 16
+    assert (call.retransmissions, call.host_queued) == (6, 3)

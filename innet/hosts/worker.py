@@ -78,6 +78,7 @@ class JobSpec:
     root: int = 0  # broadcast's and reduce's root rank
     reorder: float = 0.0  # seconds results may come back out of order by design (switches that hold partials)
     lossy: bool = False  # the run's links lose frames: a tail probe may come before this call has lost anything
+    nic_bps: float = 0.0  # this host's link rate: a frame still queued here is not sent again (0: not known)
 
     def __post_init__(self) -> None:
         if isinstance(self.operator, dict):  # from JSON
@@ -194,6 +195,9 @@ class AllreduceCall:
         self.suspect_at = np.full(spec.slots, np.inf)  # when a result for a later transmission first came back
         self.by_order = np.zeros(spec.slots, np.bool_)  # the last retransmission was RACK's (not a timer's)
         self.first_suspect = np.full(spec.slots, np.inf)  # suspect_at before any retransmission of the chunk
+        self.left_at = np.full(spec.slots, -np.inf)  # when each slot's last frame leaves this host (``_queue``)
+        self.nic_free = -np.inf  # when this host's link has sent every frame of this call handed to it
+        self.host_queued = 0  # retransmissions not made: the last copy was still in this host's queue
         self.undo = Undo(spec.slots)
         self.rack = Rack(spec.min_rto, spec.reorder_window, spec.reorder, quarter=spec.lossy)  # by design: no evidence of loss
         self.newest_seq = -1  # the newest transmission whose result came back
@@ -330,6 +334,11 @@ class AllreduceCall:
 
     def _send(self, chunks: np.ndarray, now: float) -> Frames:
         """Put ``chunks`` (those before the end) in flight, each in its free slot; their frames, as a block."""
+        out = self._send_frames(chunks, now)
+        self._queue(chunks[chunks < self.end] % self.spec.slots, out, now)
+        return out
+
+    def _send_frames(self, chunks: np.ndarray, now: float) -> Frames:
         chunks = chunks[chunks < self.end]
         if not len(chunks):
             return []
@@ -424,11 +433,16 @@ class AllreduceCall:
         self.sent_all = self.sent_all or chunk == self.end - 1
         i = chunk - self.first - 1
         if self._header_only is not None and self._header_only[i]:
-            return [self._frame(chunk).tobytes()]
-        if self.sparse:
-            return [self.sparse[i]]
-        self._ensure(i + 1)
-        return [(self.frames[i] if i < len(self.frames) else self.tail[0]).tobytes()]
+            frame = self._frame(chunk).tobytes()
+        elif self.sparse:
+            frame = self.sparse[i]
+        else:
+            self._ensure(i + 1)
+            frame = (self.frames[i] if i < len(self.frames) else self.tail[0]).tobytes()
+        if self.spec.nic_bps:
+            self.nic_free = max(now, self.nic_free) + len(frame) * 8 / self.spec.nic_bps
+            self.left_at[slot] = self.nic_free
+        return [frame]
 
     def receive_block(self, block: FrameBlock, now: float) -> Frames:
         """Take every result for this call in ``block``; the frames to send in return."""
@@ -643,6 +657,13 @@ class AllreduceCall:
         if not len(slots):
             return out
         slots = slots[np.argsort(self.in_flight[slots])]
+        if self.spec.nic_bps and (self.left_at[slots] > now).any():
+            queued = self.left_at[slots] > now  # the last copy is still in this host's queue: nothing to resend yet
+            self.suspect_at[slots[queued]] = np.inf  # (order may ask again once it has left)
+            self.host_queued += int(np.count_nonzero(queued))
+            slots = slots[~queued]
+            if not len(slots):
+                return out
         ahead = np.count_nonzero((self.in_flight >= 0) & (self.suspect_at == np.inf)) - np.count_nonzero(self.suspect_at[slots] == np.inf)
         rtt = self.rack.min_rtt if self.rack.min_rtt < np.inf else 0.0
         self.owed_at[slots] = now + rtt + (0.5 * ahead * self.pace if self.rack.reorder else 0.0)
@@ -656,7 +677,21 @@ class AllreduceCall:
         self.seq += len(slots)
         self._oldest = None
         self.retransmissions += len(slots)
+        self._queue(slots, out, now)
         return out
+
+    def _queue(self, slots: np.ndarray, frames: Frames, now: float) -> None:
+        """``frames`` (one per slot of ``slots``, in order) were handed to this host's link: when each will have
+        left, were they all the link carries (as Linux's TCP knows which of its packets are still in the host's
+        queues: it does not retransmit those, ``skb_still_in_host_queue``). Other jobs' frames on the same link
+        are not counted: a frame may be thought gone before it is, which resends as before."""
+        if not self.spec.nic_bps or not len(slots):
+            return
+        sizes = np.concatenate([np.full(len(f), f.shape[1]) if isinstance(f, np.ndarray) and f.ndim == 2 else [len(f)]
+                                for f in frames])[:len(slots)]
+        ends = max(now, self.nic_free) + np.cumsum(sizes) * 8 / self.spec.nic_bps
+        self.left_at[slots[:len(ends)]] = ends
+        self.nic_free = float(ends[-1])
 
 
 class WorkerProcess:

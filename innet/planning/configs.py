@@ -183,5 +183,6 @@ def worker_specs(graph: nx.Graph, plan: JobPlan, program: type[SwitchProgram], r
                            min_rto=run.min_rto, initial_rto=rto[w] + held,
                            reorder_window=held, timeout=run.timeout, sparse=run.topk > 0, band=run.band(plan.job),
                            operator=getattr(program, "operator", SUM), collective=run.collective, root=run.root,
-                           reorder=reorder_allowance(plan, program), lossy=lossy)
+                           reorder=reorder_allowance(plan, program), lossy=lossy,
+                           nic_bps=graph.edges[w, plan.first_hop[w]]["bw"] * 1e6)
     return specs

@@ -15,9 +15,11 @@ from innet.planning.prediction import direction_bytes, frame_bytes, one_way
 from innet.planning.timing.calls import busiest_direction, hops, link_rate
 
 MOST_LOST = 0.999  # a try's chance of loss the loss term reckons with, at most (all of them: the call never ends)
-# In-network and PBox: retransmissions that were not needed, per one that was. A round's answers come back in the
-# slowest contributor's order, not the sender's, so RACK resends a chunk again while its first retransmission
-# still waits for another worker's: traced, 0.6-1.5 per needed one (star of 4, 262144 values, 1-20% loss).
+# In-network and PBox: retransmissions that were not needed, per one that was, on a link past the workers' own. A
+# round's answers come back in the slowest contributor's order, not the sender's, so RACK resends a chunk again
+# while its first retransmission still waits for another worker's: traced, 0.7-1.0 per needed one on the PBox's
+# link (star and leaf-spine, 262144 values, 5-20% loss). A worker's own link carries next to none (0.15 per needed
+# one, star in-network at 20%): a copy still in its queue is not resent (innet.hosts.worker: ``_queue``).
 SPURIOUS = 1.0
 
 
@@ -62,7 +64,7 @@ def lossy_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pac
     PBox's link), ends at its lossless end, the stream stretched by the retransmissions it carries, plus a
     delay per try lost (``_retry_delays``): the expected last end is the call's, unless the busiest link takes
     longer to carry every retransmission: those a worker resending every round needs (``_resends``) and as
-    many again that it did not (``SPURIOUS``), each link only the share that survives the hops before it
+    many again that it did not (``SPURIOUS``; on a worker's own link, none), each link only the share that survives the hops before it
     (``_reaching``: at 20% loss the star's PBox link carries 0.8 of what the workers send; counted whole, the
     term was 25% high there). Ring: each piece's chain of hops stalls per loss, and the call
     ends with its slowest chain (``_ring_lossy``)."""
@@ -83,8 +85,9 @@ def lossy_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pac
         fails = [min(MOST_LOST, 1.0 - (1.0 - loss(u, v)) * (1.0 - loss(v, u))) for u, v in sorted(legs)]
     else:
         fails = [min(MOST_LOST, 1.0 - (1.0 - f) * (1.0 - b)) for f, b in zip(lossy, back, strict=True)]
-    carried = max(loads[uv] / link_rate(graph, *uv) * _reaching(paths, uv, loss) for uv in loads)
-    busy = (lossless - stream) + carried * (1 + (1 + SPURIOUS) * _resends(lossy, back))
+    resends, senders = _resends(lossy, back), {p[0][0] for p in paths if p}
+    busy = (lossless - stream) + max(loads[uv] / link_rate(graph, *uv) * _reaching(paths, uv, loss)
+                                     * (1 + (1 + (0.0 if uv[0] in senders else SPURIOUS)) * resends) for uv in loads)
     worst = max(fails)
     stretched = stream / (1 - worst)
     starts = (lossless - stream) + stretched * np.arange(1, chunks + 1) / chunks
