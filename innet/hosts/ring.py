@@ -370,7 +370,9 @@ class RingCall:
                 self.timer.sample(now - sent[0])
                 self.rack.sample(now - sent[0])
         delivered = self._retransmission(step, arrived, base, bits) if retx else self._first(step, arrived)
-        self.delivered = max(self.delivered, delivered)
+        if delivered > self.delivered:
+            self.delivered = delivered
+            self._lost_before(step, now)
         if delivered > self.newest_acked.get(step, -1):
             self.newest_acked[step] = delivered
         newest = self.newest_acked.get(step)
@@ -382,6 +384,21 @@ class RingCall:
             if self.sent_seq[(step, j)] < newest:
                 self.suspect.setdefault((step, j), now)
         return list(self._resend_lost(now))
+
+    def _lost_before(self, step: int, now: float) -> None:
+        """Packets of steps other than ``step`` sent before the newest known to have arrived (``delivered``): a lone
+        packet (an exponent step's) and a retransmission are acknowledged on arrival, and ACKs come back in order
+        too, so one still unacknowledged was lost, or its ACK was (a data piece's ACK may wait for ACK_EVERY more).
+        Per step only, a lost exponent packet waited for its RTO, which the data a rank goes on sending meanwhile
+        kept restarting (star of 4, 20% loss, seed 1: 8.5 ms, a sixth of the call)."""
+        for other, js in self.open.items():
+            if other == step:
+                continue
+            lone = self._expected(other) == 1
+            for j in js:
+                key = (other, j)
+                if (lone or key in self.resent_seq) and self.sent_seq[key] < self.delivered:
+                    self.suspect.setdefault(key, now)
 
     def _first(self, step: int, j: int) -> int:
         """Piece ``j`` of ``step``'s first transmission number (-1: never sent)."""
