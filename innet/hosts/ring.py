@@ -543,8 +543,11 @@ class RingCall:
         """When to probe (RFC 8985's TLP), once this call has lost something: no ACK for two round trips (at least
         a reordering window), doubled per probe
         unanswered up to four times (as ``AllreduceCall._probe_due``). Before any loss, only where the run's links lose
-        (``JobSpec.lossy``) and a round trip is measured."""
-        if not (self.retransmissions or (self.spec.lossy and self.timer.srtt is not None)) or not self.unacked:
+        (``JobSpec.lossy``) and a round trip is measured, or a lone packet is still unacknowledged: once a rank has
+        the exponent, its RTO is the data window's (``first_window_rto``, 312 ms), and its own exponent packets may
+        not have reached its successor (leaf-spine, 20% loss, seed 9: a rank whose ACKs were all lost waited 312 ms)."""
+        measured = self.timer.srtt is not None or any(js and self._expected(s) == 1 for s, js in self.open.items())
+        if not (self.retransmissions or (self.spec.lossy and measured)) or not self.unacked:
             return float("inf")
         return max(self.last_ack, self.probed_at) + self.quiet()
 
