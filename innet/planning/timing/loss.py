@@ -64,10 +64,10 @@ def lossy_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pac
     PBox's link), ends at its lossless end, the stream stretched by the retransmissions it carries, plus a
     delay per try lost (``_retry_delays``): the expected last end is the call's, unless the busiest link takes
     longer to carry every retransmission: those a worker resending every round needs (``_resends``) and as
-    many again that it did not (``SPURIOUS``; on a worker's own link, none), each link only the share that survives the hops before it
-    (``_reaching``: at 20% loss the star's PBox link carries 0.8 of what the workers send; counted whole, the
-    term was 25% high there); what is still out at a try drains at the pace of the busiest link, which carries that
-    share too (leaf-spine PBox at 20%: +10% -> -3%). Ring: each piece's chain of hops stalls per loss, and the call
+    many again that it did not (``SPURIOUS``; on a worker's own link, none), each link only the share that
+    survives the hops before it (``_reaching``: at 20% loss the star's PBox link carries 0.8 of what the workers
+    send; counted whole, the term was 25% high there); what is still out at a try drains at the pace of the
+    busiest link, which carries that share too (leaf-spine PBox at 20%: +10% -> -3%). Ring: each piece's chain of hops stalls per loss, and the call
     ends with its slowest chain (``_ring_lossy``)."""
     paths = hops(graph, mode, plan)
     lossy = [min(MOST_LOST, 1.0 - float(np.prod([1.0 - loss(u, v) for u, v in p]))) for p in paths]
