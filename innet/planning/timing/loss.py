@@ -67,8 +67,8 @@ def lossy_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pac
     many again that it did not (``SPURIOUS``; on a worker's own link, none), each link only the share that
     survives the hops before it (``_reaching``: at 20% loss the star's PBox link carries 0.8 of what the workers
     send; counted whole, the term was 25% high there); what is still out at a try drains at the pace of the
-    busiest link, which carries that share too (leaf-spine PBox at 20%: +10% -> -3%). Ring: each piece's chain of hops stalls per loss, and the call
-    ends with its slowest chain (``_ring_lossy``)."""
+    busiest link, which carries that share too (leaf-spine PBox at 20%: +10% -> -3%). Ring: each piece's chain of
+    hops stalls per loss, and the call ends with its slowest chain (``_ring_lossy``)."""
     paths = hops(graph, mode, plan)
     lossy = [min(MOST_LOST, 1.0 - float(np.prod([1.0 - loss(u, v) for u, v in p]))) for p in paths]
     loads = direction_bytes(graph, mode, plan, elements, per_packet)
