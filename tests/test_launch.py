@@ -125,7 +125,8 @@ def test_ctrl_c_at_any_point_leaves_no_process_and_no_folder(tmp_path, when):
     before = set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*")))
     proc = subprocess.Popen([sys.executable, "-m", "innet", "launch", "--backend", "local", "--topo", "star", "--workers",
                              "2", "--", sys.executable, str(script)], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,  # SIGINT's default even where the suite's is ignored
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     if when == "starting":  # the run's folder is there: the ranks are being started, importing torch
         while set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*"))) == before:
             time.sleep(0.01)
