@@ -87,6 +87,7 @@ def test_a_call_longer_than_its_slot_pool_does_not_flood(seed):
     assert run.correct
     assert run.completion_s <= 3 * lossless, (run.completion_s, lossless)
     assert run.retransmissions < 4 * 293, run.retransmissions
+    assert run.host_queued > 0 and run.to_json()["host_queued"] == run.host_queued  # reported in results.json
 
 
 def test_a_slow_call_says_what_it_waits_for():

@@ -108,6 +108,7 @@ class WorkerNode:
                 finished=np.array(outcome.finished, dtype=float),
                 retransmissions=np.array(outcome.retransmissions),
                 spurious=np.array(outcome.spurious),
+                host_queued=np.array(outcome.host_queued),
                 error=np.array(outcome.error),
                 spec=np.array(json.dumps(asdict(spec))),
                 compute_starts=np.array(outcome.compute_starts, dtype=float),

@@ -111,6 +111,7 @@ class WorkerOutcome:
     inputs: list[np.ndarray] = field(default_factory=list)  # training runs: the gradients the worker put in, step by step
     history: list[tuple[float, float]] = field(default_factory=list)  # training runs: (test accuracy, loss) per epoch
     spurious: int = 0  # of ``retransmissions``: answered sooner than a round trip could (innet.hosts.recovery)
+    host_queued: int = 0  # resends not made: the chunk's last copy was still in this host's queue
 
 
 def learned(tensors: object, error: object) -> tuple[list[np.ndarray], list[tuple[float, float]]]:
@@ -145,7 +146,7 @@ def outcome_of(proc: WorkerProcess) -> WorkerOutcome:
         [c.finished_at if c.finished_at is not None else float("nan") for c in calls],
         sum(c.retransmissions for c in calls), str(proc.error) if proc.error else "", proc.compute_starts, [], 0,
         *learned(proc.tensors, proc.error if len(done) == len(proc.tensors) else "unfinished"),
-        spurious=sum(getattr(c, "spurious", 0) for c in calls),
+        spurious=sum(getattr(c, "spurious", 0) for c in calls), host_queued=sum(getattr(c, "host_queued", 0) for c in calls),
     )
 
 
@@ -200,7 +201,7 @@ def job_summary(run: RunSpec, plan: JobPlan, outcome: str, workers: Sequence[Wor
         max_abs_error=summary.max_abs_error, completion_s=summary.completion_s,
         retransmissions=sum(w.retransmissions for w in workers), errors=tuple(errors),
         result_digest=result_digest([w.ints for w in workers]), figures=summary.figures,
-        spurious_retransmissions=sum(w.spurious for w in workers),
+        spurious_retransmissions=sum(w.spurious for w in workers), host_queued=sum(w.host_queued for w in workers),
     )
 
 
@@ -285,7 +286,8 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Planned, backend: str, outcome
         tier_bytes=tier_bytes(graph, link_bytes), cross_rack_bytes=cross_rack_bytes(graph, link_bytes),
         max_link_bytes=link_bytes.get(busiest, 0), busiest_link=busiest, predicted_link_bytes=predicted,
         retransmissions=sum(j.retransmissions for j in jobs),
-        spurious_retransmissions=sum(j.spurious_retransmissions for j in jobs), packets_dropped=sum(drops.values()), drops=drops,
+        spurious_retransmissions=sum(j.spurious_retransmissions for j in jobs), host_queued=sum(j.host_queued for j in jobs),
+        packets_dropped=sum(drops.values()), drops=drops,
         fallbacks=sum(1 for j in jobs if j.outcome.startswith("fallback")),
         errors=tuple(e for j in jobs for e in j.errors),
         result_digest=hashlib.sha256("".join(j.result_digest for j in jobs).encode()).hexdigest()[:16]

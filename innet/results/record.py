@@ -48,6 +48,7 @@ class JobRecord(_JsonView):
     result_digest: str
     figures: Mapping[str, Any] = field(default_factory=dict)
     spurious_retransmissions: int = 0  # answered sooner than a round trip could: the original was not lost
+    host_queued: int = 0  # resends not made: the last copy was still in the sender's host queue
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class RunRecord(_JsonView):
     jobs: tuple[JobRecord, ...]
     figures: Mapping[str, Any] = field(default_factory=dict)
     spurious_retransmissions: int = 0  # of ``retransmissions``: answered sooner than a round trip could
+    host_queued: int = 0  # resends not made: the last copy was still in the sender's host queue (``skb_still_in_host_queue``)
 
     def with_figures(self, **more: Any) -> RunRecord:
         """The record with more figures (e.g. the model's prediction, or a backend's measurements)."""

@@ -121,7 +121,8 @@ def outcome(run_dir: str, host: str, spec: JobSpec, dilation: float) -> WorkerOu
                          virtual(list(data["compute_starts"]), f),
                          [int(s) for s in data["staleness"]], int(data["scale"]), list(data["inputs"]),
                          [(float(a), float(loss)) for a, loss in data["history"]],
-                         int(data["spurious"]) if "spurious" in data else 0)
+                         int(data["spurious"]) if "spurious" in data else 0,
+                         int(data["host_queued"]) if "host_queued" in data else 0)
 
 
 def input_record(graph: nx.Graph, run_dir: str, plan: InputPlan, stats: dict[str, SwitchStats],
