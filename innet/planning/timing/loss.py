@@ -8,8 +8,8 @@ from collections.abc import Callable
 import networkx as nx
 import numpy as np
 
-from innet.hosts.ring import ACK_EVERY, ring_geometry, ring_phases
 from innet.hosts.ring import WINDOW as RING_WINDOW
+from innet.hosts.ring import ring_geometry, ring_phases
 from innet.planning.planner import JobPlan
 from innet.planning.prediction import direction_bytes, frame_bytes, one_way
 from innet.planning.timing.calls import busiest_direction, hops, link_rate
@@ -106,13 +106,13 @@ def _ring_lossy(plan: JobPlan, elements: int, per_packet: int, lossless: float, 
     (or the RTO doubled, if sooner). Then each piece
     of a segment is a chain of 2(N-1) hops, one ring neighbour to the next (``lossy[r]``: the path from rank r to
     r+1 loses a frame, ``back[r]`` the way back, an ACK). A hop whose frame is lost stalls its chain: the next
-    piece shows the hole and the ACK says so at once (if that ACK is lost, the next, ACK_EVERY arrivals on, and so
-    on), and the retransmission waits behind the sender's queue: a round trip, a frame, the lost ACKs' wait and
-    that queue. Each rank sends its first step's pieces at once, then one for each it receives, so without loss
+    piece shows the hole and the ACK says so at once (if that ACK is lost, the next piece's duplicate ACK, one
+    arrival on, and so on), and the retransmission waits behind the sender's queue: a round trip, a frame, the
+    lost ACKs' wait and that queue. Each rank sends its first step's pieces at once, then one for each it receives, so without loss
     the queue holds a step's pieces; under loss it lacks those still stalled upstream (star of 4, the queue ahead
-    of a piece: 33 frames at 1%, 21 at 5%, 13 at 20%, traced). A lost retransmission stalls its chain as long
-    again: it is acknowledged on arrival, so the next ACK for anything sent after it shows it lost
-    (``RingCall._lost_before``; traced, star at 20%: 30-35 frames a try). A step's last piece has no next one:
+    of a piece: 33 frames at 1%, 21 at 5%, 13 at 20%, traced). A lost retransmission is sent again when its own
+    timer expires (``RingCall._retry_due``: it is acknowledged on arrival, so two round trips, at least the RTO
+    floor ``window``, a tail probe's spacing). A step's last piece has no next one:
     its loss waits for a tail probe (every two round trips, at least the RTO floor ``window``). Chains delayed
     less than the queue catch up (the links stay busy meanwhile). The call ends as late as the slowest exponent
     chain plus the slowest data chain past the queue (expected), the stream stretched by the retransmissions it
@@ -130,12 +130,12 @@ def _ring_lossy(plan: JobPlan, elements: int, per_packet: int, lossless: float, 
     hops: dict[tuple[tuple[float, float], str], np.ndarray] = {}
     for kind in set(kinds):
         fwd, acks = kind
-        ack = round(acks / (1 - acks) * ACK_EVERY / (1 - fwd))  # each lost ACK: the next, ACK_EVERY arrivals on
+        ack = round(acks / (1 - acks) / (1 - fwd))  # each lost ACK: the next piece's (duplicate ACKs), one arrival on
         # the queue ahead of a retransmission lacks the pieces still stalled upstream (Little: ``late`` a piece, each
         # stalled as long as this stall, which waits behind that queue): held = queue - late * stall
         held = max(0.0, (queue - late * (trip + 1 + ack)) / (1 + late))
         stall = trip + 1 + round(held) + ack
-        hops[kind, "data"] = _ring_hop(kind[0], stall, stall)
+        hops[kind, "data"] = _ring_hop(kind[0], stall, probe)
         hops[kind, "last"] = _ring_hop(kind[0], probe + trip, probe)
         hops[kind, "exp"] = _ring_hop(kind[0], rto, min(2 * rto, probe))
 
