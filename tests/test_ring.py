@@ -150,3 +150,79 @@ def test_a_call_that_lost_something_resends_its_done_while_it_lingers():
     done = parse_frame(sent[0])
     assert done.has(RESULT) and done.slot == calls[0].steps and done.dst == calls[0].next_node
     assert now < 100.0 + DONE_REPEATS * calls[0].quiet() + 1e-9  # then over, long before the bound
+
+
+def drive(calls, drop, latency=1e-4):
+    """Event by event, every frame ``latency`` on its way (a FIFO path), each dropped where ``drop(pkt)`` says;
+    timers fire when due. Returns every frame sent, as (time, sender rank, parsed packet)."""
+    import heapq
+
+    sent, flying, now, order = [], [], 0.0, 0
+
+    def send(rank, out):
+        nonlocal order
+        for frame in frames_of(out):
+            pkt = parse_frame(frame)
+            sent.append((now, rank, pkt))
+            if not drop(pkt):
+                order += 1
+                heapq.heappush(flying, (now + latency, order, frame))
+
+    for call in calls:
+        send(call.rank, call.start(now))
+    while not all(call.done for call in calls):
+        due = [d for call in calls if (d := call.next_deadline()) is not None]
+        now = min(due + [flying[0][0]] if flying else due)
+        while flying and flying[0][0] <= now:
+            frame = heapq.heappop(flying)[2]
+            call = calls[NODES.index(parse_frame(frame).dst)]
+            send(call.rank, call.receive(frame, now))
+        for call in calls:
+            deadline = call.next_deadline()
+            if deadline is not None and deadline <= now:
+                send(call.rank, call.on_timeout(now))
+        assert now < 10.0, "the ring did not finish"
+    return sent
+
+
+def test_every_piece_past_a_hole_is_acknowledged_at_once():
+    """Duplicate ACKs (RFC 5681 4.2): each piece that comes past a hole sends an ACK naming the hole, so one lost
+    ACK costs the next piece, not the next ACK_EVERY. Rank 0's first data piece is lost once: rank 1 ACKs each of
+    the step's 11 pieces after it with the hole at 0 (with one ACK per hole: 1), then the retransmission."""
+    calls = ring_of(3000)
+    first = len(NODES) - 1  # the first data step
+    lost = []
+
+    def drop(pkt):
+        if pkt.src == NODES[0] and not pkt.has(RESULT) and pkt.slot == first and pkt.chunk == 0 and not lost:
+            lost.append(pkt)
+            return True
+        return False
+
+    sent = drive(calls, drop)
+    acks = [p for _, rank, p in sent if rank == 1 and p.has(RESULT) and p.slot == first]
+    holes = [p for p in acks if int(p.values[0]) == 0]
+    assert calls[1].pieces == 12 and len(holes) == 11, [int(p.values[0]) for p in acks]
+    assert all(calls[r].result_int.tolist() == calls[0].result_int.tolist() for r in range(1, len(NODES)))
+
+
+def test_a_lost_retransmission_is_sent_again_on_its_own_timer():
+    """A retransmission is ACKed on arrival, so one unanswered for two round trips from when it left (at least the
+    reordering window: here the 1 ms RTO floor) is sent again (``RingCall._retry_due``), each on its own timer,
+    which never backs off. Two pieces of rank 0's last step are lost four times each: each try comes 1 ms after
+    the one before (before, one of them waited for a backed-off RTO: 1, 2, 1.2 ms apart)."""
+    calls = ring_of(3000)
+    last = calls[0].steps - 1
+    copies = {3: 0, 7: 0}
+
+    def drop(pkt):
+        if pkt.src == NODES[0] and not pkt.has(RESULT) and pkt.slot == last and pkt.chunk in copies:
+            copies[pkt.chunk] += 1
+            return copies[pkt.chunk] <= 4
+        return False
+
+    sent = drive(calls, drop)
+    for j in copies:
+        times = [t for t, rank, p in sent if rank == 0 and not p.has(RESULT) and p.slot == last and p.chunk == j][:5]
+        assert np.diff(times)[1:] == pytest.approx([calls[0].spec.min_rto] * 3), (j, times)
+    assert all(calls[r].result_int.tolist() == calls[0].result_int.tolist() for r in range(1, len(NODES)))

@@ -605,7 +605,8 @@ class RingCall:
                 return lost
             self.probes += 1  # a tail probe: each step's oldest packet asks for an ACK naming every hole
             self.probed_at = now
-            return lost + [self._retransmit((step, min(js)), now) for step, js in sorted(self.open.items()) if js]
+            oldest = [(step, min(js)) for step, js in sorted(self.open.items()) if js]
+            return lost + [self._retransmit(key, now) for key in oldest if self.unacked[key][0] < now]  # not just resent
         probes: dict[int, tuple[int, int]] = {}  # step -> its oldest expired packet
         while self.timers and self.timers[0][0] + rto <= now:
             armed_at, step, j = heapq.heappop(self.timers)
