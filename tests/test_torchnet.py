@@ -187,3 +187,26 @@ def test_gloo_under_loss_sums_like_numpy_and_the_script_gives_its_time_over_its_
     line = next(ln for ln in out.stdout.splitlines() if "loss 0.05 / loss 0:" in ln)
     assert float(re.search(r"gloo ([0-9.]+)x", line).group(1)) > 0.5
     assert_nothing_left()
+
+
+@needs_torch
+def test_ranks_that_do_not_meet_in_time_say_unfinished(tmp_path):
+    """A rank whose peers never join (their TCP connects lost, as at 20% loss) says "unfinished", not "ready", and
+    exits 5: ``--mode all`` then goes on without gloo (``ranks._start_ranks`` raises Unfinished), where a rank that
+    could not start at all fails the run."""
+    import socket
+
+    from innet.integrations.torch.rank import RankConfig
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    conf = RankConfig(rank=0, world=2, port="lo", timeout=2.0, rendezvous=f"tcp://127.0.0.1:{port}",
+                      result=str(tmp_path / "r.out"))
+    path = tmp_path / "rank.json"
+    path.write_text(json.dumps({"rank": 0, "world": 2, "port": "lo", "timeout": 2.0, "rendezvous": conf.rendezvous,
+                                "result": conf.result}))
+    done = subprocess.run([sys.executable, "-m", "innet.integrations.torch.rank", str(path)], cwd=ROOT,
+                          capture_output=True, timeout=120)
+    assert done.returncode == 5, done.stderr.decode()[-2000:]
+    assert done.stdout.decode().startswith("unfinished: "), done.stdout

@@ -79,7 +79,10 @@ def _start_ranks(emu: Emulation, ranks: list[tuple[str, JobSpec]], tag: str, tas
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file)
     for host, proc in procs.items():
         assert proc.stdout is not None
-        if proc.stdout.readline().strip() != b"ready":
+        said = proc.stdout.readline().strip()
+        if said.startswith(b"unfinished: "):  # its ranks did not meet in time: a baseline ``--mode all`` goes without
+            raise Unfinished(f"torch ranks did not meet within {timeout:.0f}s ({said.decode(errors='replace')[12:]})")
+        if said != b"ready":
             raise UserError(f"torch rank on {host} failed to start: {_last_words(emu, host, tag)}")
     return procs
 
