@@ -90,6 +90,32 @@ class Rack:
         return max(self.reorder, min(1.25 * self.late, cap))
 
 
+class HostQueue:
+    """This host's link as one sender sees it: when each frame it hands over will have left, at the link's rate
+    (``JobSpec.nic_bps``), as Linux's TCP knows which of its packets are still in the host's queues
+    (``skb_still_in_host_queue``). Other senders' frames on the link are not counted: a frame may be thought
+    gone before it is. With the rate not known (0), a frame leaves when it is handed over."""
+
+    def __init__(self, bps: float) -> None:
+        self.bps = bps
+        self.free = -np.inf  # when every frame handed over so far will have left
+
+    def leave(self, sizes: np.ndarray, now: float) -> np.ndarray:
+        """When frames of ``sizes`` bytes, handed over at ``now`` in this order, will each have left."""
+        if not self.bps or not len(sizes):
+            return np.full(len(sizes), now)
+        ends = max(now, self.free) + np.cumsum(sizes) * 8 / self.bps
+        self.free = float(ends[-1])
+        return ends
+
+    def leave_one(self, size: int, now: float) -> float:
+        """``leave`` for one frame (a hot path: no array)."""
+        if not self.bps:
+            return now
+        self.free = max(now, self.free) + size * 8 / self.bps
+        return self.free
+
+
 class Undo:
     """Proof that a retransmission was spurious, as TCP's DSACK gives it (RFC 2883, 3708): a second answer
     for a chunk already answered, when that chunk was resent. The switch (or the PBox) answers a RETX of a

@@ -51,7 +51,7 @@ from collections import deque
 
 import numpy as np
 
-from innet.hosts.recovery import Rack
+from innet.hosts.recovery import HostQueue, Rack
 from innet.hosts.worker import Frames, JobSpec, RetransmitTimer, first_window_rto
 from innet.wire.collectives import Collective
 from innet.wire.packet import (
@@ -154,7 +154,7 @@ class RingCall:
         self.spurious = 0
         self.sent_done = False
         self.predecessor_done = False  # the predecessor's DONE came: it will not probe this call again
-        self.nic_free = -np.inf  # when this host's link will have sent every frame this call handed it
+        self.host = HostQueue(spec.nic_bps)  # this host's link: when each frame this call handed it leaves
         self.left: dict[tuple[int, int], float] = {}  # when each unacknowledged packet's last copy leaves this host
         self.path_rtt: float | None = None  # smoothed round trip from leaving this host (no host queue in it)
         self.retry: dict[tuple[int, int], float] = {}  # each unanswered retransmission's own deadline (``_retry_due``)
@@ -238,7 +238,7 @@ class RingCall:
         block = build_frames(spec.node, self.next_node, hdr, values, self.data_band)
         for (step, j, _, _), row in zip(items, block, strict=True):
             self.unacked[(step, j)] = (now, row.tobytes())
-            self._leaves((step, j), len(row), now)
+            self.left[(step, j)] = self.host.leave_one(len(row), now)
             self.sent_seq[(step, j)] = self.seq
             self.first_seqs.setdefault(step, np.full(self._expected(step), -1, np.int64))[j] = self.seq
             self.sends.setdefault(step, []).append((self.seq, j))
@@ -247,13 +247,6 @@ class RingCall:
             self._arm((step, j), now)
         self.last_sent = now
         return block
-
-    def _leaves(self, key: tuple[int, int], size: int, now: float) -> None:
-        """A copy of ``key`` of ``size`` bytes was handed to this host's link: when it will have left (the link's
-        rate, ``JobSpec.nic_bps``; as ``AllreduceCall._queue``)."""
-        if self.spec.nic_bps:
-            self.nic_free = max(now, self.nic_free) + size * 8 / self.spec.nic_bps
-        self.left[key] = max(now, self.nic_free)
 
     def _retry_due(self, key: tuple[int, int]) -> float | None:
         """When a retransmission, unanswered, is sent again: it is acknowledged on arrival (its RETX flag), so its
@@ -495,7 +488,7 @@ class RingCall:
         self.resent_seq.setdefault(key, []).append(self.seq)
         self.sends[key[0]].append((self.seq, key[1]))
         self.unacked[key] = (now, bytes(frame))
-        self._leaves(key, len(frame), now)
+        self.left[key] = self.host.leave_one(len(frame), now)
         due = self._retry_due(key)
         if due is not None:
             self.retry[key] = due

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from innet.errors import AllreduceAborted, AllreduceTimeout
-from innet.hosts.recovery import UNSENT, Rack, Undo
+from innet.hosts.recovery import UNSENT, HostQueue, Rack, Undo
 from innet.hosts.training import ShardedClock, Training, TrainingClock, clock_of
 from innet.switch.routed import mark, replica_mark
 from innet.wire.collectives import COLLECTIVES
@@ -196,7 +196,7 @@ class AllreduceCall:
         self.by_order = np.zeros(spec.slots, np.bool_)  # the last retransmission was RACK's (not a timer's)
         self.first_suspect = np.full(spec.slots, np.inf)  # suspect_at before any retransmission of the chunk
         self.left_at = np.full(spec.slots, -np.inf)  # when each slot's last frame leaves this host (``_queue``)
-        self.nic_free = -np.inf  # when this host's link has sent every frame of this call handed to it
+        self.host = HostQueue(spec.nic_bps)  # this host's link: when each frame of this call handed to it leaves
         self.host_queued = 0  # retransmissions not made: the last copy was still in this host's queue
         self.undo = Undo(spec.slots)
         self.rack = Rack(spec.min_rto, spec.reorder_window, spec.reorder, quarter=spec.lossy)  # by design: no evidence of loss
@@ -440,8 +440,7 @@ class AllreduceCall:
             self._ensure(i + 1)
             frame = (self.frames[i] if i < len(self.frames) else self.tail[0]).tobytes()
         if self.spec.nic_bps:
-            self.nic_free = max(now, self.nic_free) + len(frame) * 8 / self.spec.nic_bps
-            self.left_at[slot] = self.nic_free
+            self.left_at[slot] = self.host.leave_one(len(frame), now)
         return [frame]
 
     def receive_block(self, block: FrameBlock, now: float) -> Frames:
@@ -682,16 +681,13 @@ class AllreduceCall:
 
     def _queue(self, slots: np.ndarray, frames: Frames, now: float) -> None:
         """``frames`` (one per slot of ``slots``, in order) were handed to this host's link: when each will have
-        left, were they all the link carries (as Linux's TCP knows which of its packets are still in the host's
-        queues: it does not retransmit those, ``skb_still_in_host_queue``). Other jobs' frames on the same link
-        are not counted: a frame may be thought gone before it is, which resends as before."""
+        left (``HostQueue``). A chunk whose last copy has not is not retransmitted (``_resend``)."""
         if not self.spec.nic_bps or not len(slots):
             return
         sizes = np.concatenate([np.full(len(f), f.shape[1]) if isinstance(f, np.ndarray) and f.ndim == 2 else [len(f)]
                                 for f in frames])[:len(slots)]
-        ends = max(now, self.nic_free) + np.cumsum(sizes) * 8 / self.spec.nic_bps
+        ends = self.host.leave(sizes, now)
         self.left_at[slots[:len(ends)]] = ends
-        self.nic_free = float(ends[-1])
 
 
 class WorkerProcess:
