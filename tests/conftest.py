@@ -30,3 +30,13 @@ def _records_left_by_dead_runs(request):
     left = sorted(set(orphan_records()) - before)
     if left:
         warnings.warn(f"{request.node.nodeid} left the record(s) of dead run(s): {left}", stacklevel=1)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say how often plain torchrun's known teardown abort was recognised and retried (tests/torchrun.py)."""
+    from tests.torchrun import ABORTS
+
+    if ABORTS:
+        terminalreporter.section("gloo teardown aborts retried")
+        for line in ABORTS:
+            terminalreporter.write_line(line)

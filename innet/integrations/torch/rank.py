@@ -140,5 +140,15 @@ def _ddp(conf: DdpHook, result: str, rank: int, world: int) -> None:
                             sum(c.retransmissions for c in proc.calls)))
 
 
+def leave(code: int) -> None:
+    """Exit with ``code`` without the interpreter's finalization, which races gloo's C++ worker threads (they may
+    still hold work objects) and aborts the rank now and then after all its work is written: "terminate called
+    without an active exception", SIGABRT (pytorch/pytorch PR 179291, abandoned). Everything was waited for, the
+    group destroyed and the result file closed before this."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(serve_rank(read(RankConfig, sys.argv[1])))
+    leave(serve_rank(read(RankConfig, sys.argv[1])))
