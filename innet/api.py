@@ -18,22 +18,26 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import networkx as nx
 
 from innet.errors import Unfinished, UserError
+from innet.events import Event, emit, listening
 from innet.graph import host_link_rate
 from innet.planning.planner import JobPlan
 from innet.planning.prediction import run_link_bytes
 from innet.planning.spec import FAULT_HELP, MODES, TCLINK_MAX_MBPS, RunSpec, program_of, shapeable
 from innet.results.record import RunRecord
 from innet.results.report import ExactTraining, Report
+from innet.schemes.modes import RunPlan
+from innet.schemes.prepared import ModeRun, Prepared
 from innet.wire.faults import FaultSpec
 
-__all__ = ["run", "plan", "spec_of", "mode_specs", "dilation_of", "Plan", "ModePlan", "Report", "RunSpec"]
+__all__ = ["prepare", "run", "plan", "spec_of", "mode_specs", "dilation_of", "Prepared", "ModeRun", "Backend", "BACKENDS",
+           "Plan", "ModePlan", "Report", "RunSpec"]
 
 
 def spec_of(topology: str | nx.Graph | os.PathLike[str] | None = None, default_backend: str = "",
@@ -57,6 +61,15 @@ def spec_of(topology: str | nx.Graph | os.PathLike[str] | None = None, default_b
     if unknown:
         near = difflib.get_close_matches(unknown[0], [f.name for f in dataclasses.fields(RunSpec)], 1)
         raise UserError(f"unknown option {unknown[0]!r}" + (f"; did you mean {near[0]!r}?" if near else ""))
+    if graph is not None:
+        given = sorted(k for k in ("bw", "racks", "hosts_per_rack", "spines", "k", "oversubscription") if k in options)
+        if given:
+            raise UserError(f"{{{given[0]}}} sizes a topology innet builds: a graph given to innet carries its own "
+                            "(set bw, latency and role on its links and nodes)")
+        from innet.graph import validate
+        from topologies.files import complete
+
+        graph = validate(complete(graph, "graph"), "graph")
     spec = RunSpec(**options).validate()
     if graph is None:
         from topologies import build
@@ -82,13 +95,18 @@ def _backend(backend: str) -> str:
 def mode_specs(spec: RunSpec, graph: nx.Graph) -> list[RunSpec]:
     """One spec per run ``spec`` asks for: its mode, or with ``mode="all"`` innet, pbox and ring (gloo too on
     Mininet where it applies; a training run: every scheme of innet.schemes.learn)."""
+    return _mode_specs(spec, graph)[0]
+
+
+def _mode_specs(spec: RunSpec, graph: nx.Graph) -> tuple[list[RunSpec], tuple[str, ...]]:
+    """``mode_specs``, and a line for each baseline left out."""
     base = replace(spec, workers=None if spec.topo == "star" else spec.workers)
     if spec.train and spec.mode == "all":
         from innet.schemes.learn import scheme_specs
 
-        return scheme_specs(base, spec.topk or 0.01, spec.staleness)
+        return scheme_specs(base, spec.topk or 0.01, spec.staleness), ()
     if spec.mode != "all":
-        return [base]
+        return [base], ()
     specs = [replace(base, mode=mode) for mode in MODES]
     if spec.backend == "mininet" and host_link_rate(graph) <= TCLINK_MAX_MBPS:  # gloo: TCP on undilated links
         from innet.integrations.torch.ranks import gloo_applies, torch_available
@@ -99,81 +117,132 @@ def mode_specs(spec: RunSpec, graph: nx.Graph) -> list[RunSpec]:
 
             why = wont_fit(graph, gloo, "mininet")
             if why:  # one torch rank per worker host would not fit: the run goes on without the baseline
-                print(f"innet: gloo left out: {why}", file=sys.stderr)
-            else:
-                specs.append(gloo)
-    return specs
+                return specs, (f"gloo left out: {why}",)
+            specs.append(gloo)
+    return specs, ()
 
 
-def run(topology: str | nx.Graph | os.PathLike[str] | None = None, **options: Any) -> Report:
-    """Run all-reduce (or a workload, or training) over ``topology`` as ``options`` say, check every result
-    and measure where the bytes went. With ``out`` (or ``json``) the report's files are written there too."""
-    spec, graph = spec_of(topology, **options)
-    specs = mode_specs(spec, graph)
+def prepare(topology: str | nx.Graph | os.PathLike[str] | None = None, default_backend: str = "", *,
+            calibrate: bool = True, **options: Any) -> Prepared:
+    """``run(topology, **options)`` made ready, nothing started: every rule checked (the options, the graph,
+    memory), the program loaded and every job placed, once. ``run`` and every backend take what this makes.
+    ``calibrate=False``: Mininet's auto dilation is left unresolved (1), as a plan needs none."""
+    spec, graph = spec_of(topology, default_backend, **options)
+    specs, notes = _mode_specs(spec, graph)
     from innet.planning.memory import check_memory
 
     for s in specs:  # before anything is built: a run that cannot fit is refused, not OOM-killed halfway
         check_memory(graph, s, spec.backend, node_group=spec.node_group)
-    cluster = _cluster(spec)
+    return Prepared(spec, graph, tuple(_mode_run(graph, s, calibrate) for s in specs), _cluster(spec), notes)
+
+
+def _mode_run(graph: nx.Graph, spec: RunSpec, calibrate: bool = True) -> ModeRun:
+    """One mode's run, placed once (gloo: nothing of innet's to place)."""
+    if spec.mode == "gloo":
+        return ModeRun(spec, "gloo")
+    from innet.schemes.modes import plan_run
+
+    rp = plan_run(graph, spec, program_of(spec))
+    return ModeRun(spec, spec.backend, rp, program_of(spec, rp.fan_in), dilation_of(graph, spec, rp) if calibrate else 1.0)
+
+
+def run(topology: str | nx.Graph | os.PathLike[str] | Prepared | None = None,
+        on_event: Callable[[Event], None] | None = None, **options: Any) -> Report:
+    """Run all-reduce (or a workload, or training) over ``topology`` as ``options`` say, check every result
+    and measure where the bytes went. With ``out`` (or ``json``) the report's files are written there too.
+    ``topology`` may be what ``prepare`` made (then no options); ``on_event`` hears the run's events
+    (innet.events: phases, progress, warnings, the fidelity verdict) as they happen."""
+    with listening(on_event):
+        if isinstance(topology, Prepared):
+            if options:
+                raise UserError(f"a prepared run takes no options: prepare it with {sorted(options)[0]!r} instead")
+            prepared = topology
+        else:
+            prepared = prepare(topology, **options)
+        return _run(prepared)
+
+
+def _run(prepared: Prepared) -> Report:
+    spec, graph = prepared.spec, prepared.graph
+    for note in prepared.notes:
+        emit("warning", note)
     runs = []
-    for s in specs:
+    for m in prepared.runs:
         try:
-            runs.append(_run_one(graph, s, cluster))
+            runs.append(BACKENDS[m.backend](prepared, m))
         except Unfinished as e:
-            if spec.mode != "all" or s.mode != "gloo":
+            if spec.mode != "all" or m.backend != "gloo":
                 raise
             lossy = f" at {spec.faults.loss:.0%} loss" if spec.faults.loss else ""
-            print(f"innet: gloo left out: {e}{lossy}", file=sys.stderr)  # a baseline's absence, not the run's failure
+            emit("warning", f"gloo left out: {e}{lossy}")  # a baseline's absence, not the run's failure
     exact = None
     if spec.train:
         from innet.schemes.learn import exact_history
 
-        exact = ExactTraining(tuple(exact_history(specs[0], len(runs[0].jobs[0].workers))))
+        exact = ExactTraining(tuple(exact_history(prepared.runs[0].spec, len(runs[0].jobs[0].workers))))
     table = ""
     if spec.predict:
         from innet.schemes.planreport import prediction_table
 
-        table, runs = prediction_table(graph, specs[0], runs, spec.hop_latency)
+        plans = {m.spec.mode: m.plan for m in prepared.runs if m.plan is not None}
+        table, runs = prediction_table(graph, prepared.runs[0].spec, runs, plans, spec.hop_latency)
     report = Report(spec, graph, tuple(runs), exact, table)
     if spec.out or spec.json:
         report = replace(report, files=tuple(report.write(spec.out, spec.plots, spec.json)))
     return report
 
 
-def _run_one(graph: nx.Graph, spec: RunSpec, cluster: Any) -> RunRecord:
-    """One mode's run on the spec's backend."""
-    if spec.mode == "gloo":
-        from innet.integrations.torch.ranks import run_gloo
+class Backend(Protocol):
+    """What runs one mode of a prepared run and measures it: ``BACKENDS[name](prepared, mode_run)``."""
 
-        return run_gloo(graph, spec)
-    if spec.backend == "local":
-        from innet.backends.local.run import run_local
+    def __call__(self, prepared: Prepared, mode: ModeRun, /) -> RunRecord: ...
 
-        return run_local(graph, spec, pbox_cores=spec.pbox_cores, crash=dict(spec.crash))
+
+def _local(prepared: Prepared, m: ModeRun) -> RunRecord:
+    """The in-process fabric, in virtual time (innet.backends.local)."""
+    from innet.backends.local.run import LocalRun
+
+    assert m.plan is not None and m.program is not None
+    return LocalRun(prepared.graph, m.spec, m.spec.pbox_cores, dict(m.spec.crash), planned=m.plan, program=m.program).finish()
+
+
+def _mininet(prepared: Prepared, m: ModeRun) -> RunRecord:
+    """Python switches on veth links in network namespaces (innet.backends.mininet), on servers with a cluster."""
     from innet.backends.mininet.emulation import run_mininet
 
-    return run_mininet(graph, spec, pcap_dir=spec.pcap or None, cli=spec.cli, pbox_cores=spec.pbox_cores,
-                       crash=dict(spec.crash), cluster=cluster, dilation=dilation_of(graph, spec),
-                       node_group=spec.node_group)
+    s = m.spec
+    return run_mininet(prepared.graph, s, pcap_dir=s.pcap or None, cli=s.cli, pbox_cores=s.pbox_cores, crash=dict(s.crash),
+                       cluster=prepared.cluster, dilation=m.dilation, node_group=s.node_group, placed=m.plan)
 
 
-def dilation_of(graph: nx.Graph, spec: RunSpec) -> float:
+def _gloo(prepared: Prepared, m: ModeRun) -> RunRecord:
+    """torch.distributed's gloo all-reduce between the same Mininet hosts: the baseline ``--mode all`` compares."""
+    from innet.integrations.torch.ranks import run_gloo
+
+    return run_gloo(prepared.graph, m.spec)
+
+
+BACKENDS: dict[str, Backend] = {"local": _local, "mininet": _mininet, "gloo": _gloo}
+
+
+def dilation_of(graph: nx.Graph, spec: RunSpec, rp: RunPlan | None = None) -> float:
     """The time dilation factor a Mininet run of ``spec`` on ``graph`` takes: ``spec.dilation``'s, or with "auto"
     the factor this mode needs for its links to be carried faithfully (the machine's rate calibrated once,
-    cached; innet.schemes.modes.auto_dilation). The local backend runs in virtual time: 1."""
+    cached; innet.schemes.modes.auto_dilation; ``rp``: the run's plan, else it is planned). The local backend
+    runs in virtual time: 1."""
     if spec.backend == "local" or spec.mode == "gloo":
         return 1.0
     if spec.dilation != "auto":
         return float(spec.dilation)
     from innet.backends.mininet.calibration import faithful_rate
     from innet.planning.dilation import auto_factor
-    from innet.schemes.modes import auto_dilation
+    from innet.schemes.modes import auto_dilation, plan_run
 
     faithful = faithful_rate()
     wrong = shapeable(spec, auto_factor(host_link_rate(graph), faithful))
     if wrong:
         raise UserError(wrong)
-    return auto_dilation(graph, spec, program_of(spec), faithful)
+    return auto_dilation(graph, spec, rp or plan_run(graph, spec, program_of(spec)), faithful)
 
 
 def _cluster(spec: RunSpec) -> Any:
@@ -210,13 +279,15 @@ class Plan:
 def plan(topology: str | nx.Graph | os.PathLike[str] | None = None, **options: Any) -> Plan:
     """The placement plan and predicted bytes per link of ``run(topology, **options)``, without running it
     (the backend defaults to local: nothing is built)."""
-    from innet.schemes.modes import plan_run
     from innet.schemes.planreport import plan_report
 
-    spec, graph = spec_of(topology, default_backend="local", **options)
+    prepared = prepare(topology, default_backend="local", calibrate=False, **options)
+    spec, graph = prepared.spec, prepared.graph
     modes = []
-    for s in [replace(spec, mode=m) for m in MODES] if spec.mode == "all" else mode_specs(spec, graph):
-        rp = plan_run(graph, s, program_of(s))
+    for m in prepared.runs:
+        s, rp = m.spec, m.plan
+        if rp is None:  # gloo plans nothing of innet's
+            continue
         density = s.topk if s.topk and s.mode != "ring" else 1.0
         modes.append(ModePlan(s.mode, rp.plans, run_link_bytes(graph, s.mode, rp.plans, rp.per_packet, s.calls(), density,
                                                                s.root), plan_report(graph, s, rp)))

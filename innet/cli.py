@@ -13,9 +13,10 @@ import sys
 import time
 import typing
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO
 
 from innet.errors import UserError
+from innet.events import Event, listening
 from innet.planning.options import GROUPS, default_of, flag_of, options_of
 from innet.planning.spec import FAULT_HELP, RunSpec
 
@@ -110,16 +111,57 @@ def main(argv: list[str] | None = None) -> int:
     return guarded(lambda: execute(parser().parse_args(argv)))
 
 
+class Render:
+    """The library's events (innet.events) on ``stream``: a line ``innet: MESSAGE`` each; progress on a terminal as
+    one tqdm line redrawn in place, elsewhere (a log, CI) a line every ``every`` seconds."""
+
+    def __init__(self, stream: TextIO | None = None, every: float = 5.0) -> None:
+        self.stream = stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.every, self.shown_at = every, float("-inf")
+        self.bar: Any = None
+
+    def __call__(self, event: Event) -> None:
+        if event.kind == "progress":
+            if self.tty:
+                if self.bar is None:
+                    from tqdm import tqdm
+
+                    self.bar = tqdm(file=self.stream, bar_format="{desc}", mininterval=0, dynamic_ncols=True, delay=1e9)
+                self.bar.set_description_str(event.message)
+            elif time.monotonic() - self.shown_at >= self.every:
+                self.shown_at = time.monotonic()
+                self.stream.write(event.message + "\n")
+            return
+        self.close()
+        self.stream.write(f"innet: {event.message}\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """End a progress line drawn in place."""
+        if self.bar is not None:
+            self.bar.close()
+            self.stream.write("\n")
+            self.bar = None
+
+
 def guarded(command: Callable[[], int]) -> int:
-    """``command``'s exit status; an error the user caused is one line on stderr (2), Ctrl-C 130."""
+    """``command``'s exit status, the library's events drawn on stderr meanwhile; an error the user caused is one
+    line on stderr (2), Ctrl-C 130."""
+    render = Render()
     try:
-        return command()
+        with listening(render):
+            return command()
     except UserError as exc:
+        render.close()
         print(f"error: {exc.render(flag)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        render.close()
         print("interrupted; everything this run created was removed", file=sys.stderr)
         return 130
+    finally:
+        render.close()
 
 
 def execute(args: argparse.Namespace) -> int:

@@ -9,6 +9,8 @@ the interface ``n-eth<i>`` inside Mininet.
 
 from __future__ import annotations
 
+import math
+
 import weakref
 from functools import lru_cache
 
@@ -95,13 +97,17 @@ def validate(graph: nx.Graph, where: str = "topology") -> nx.Graph:
     for u, v, data in graph.edges(data=True):
         if u == v:
             raise UserError(f"{where}: node {u!r} has a link to itself")
+        given = {k: data.get(k, default) for k, default in (("bw", DEFAULT_BW), ("latency", DEFAULT_LATENCY))}
         try:
-            data["bw"] = float(data.get("bw", DEFAULT_BW))
-            data["latency"] = float(data.get("latency", DEFAULT_LATENCY))
+            if any(isinstance(x, bool) for x in given.values()):
+                raise TypeError("a boolean is no rate")
+            data["bw"], data["latency"] = float(given["bw"]), float(given["latency"])
         except (TypeError, ValueError):
-            raise UserError(f"{where}: link {link_name(u, v)} has a non-numeric bw or latency") from None
-        if not data["bw"] > 0 or data["latency"] < 0:
-            raise UserError(f"{where}: link {link_name(u, v)} needs bw > 0 and latency >= 0")
+            raise UserError(f"{where}: link {link_name(u, v)} has a non-numeric bw or latency "
+                            f"({given['bw']!r}, {given['latency']!r})") from None
+        if not 0 < data["bw"] < math.inf or not 0 <= data["latency"] < math.inf:
+            raise UserError(f"{where}: link {link_name(u, v)} needs a finite bw > 0 and a finite latency >= 0, "
+                            f"got bw {data['bw']:g}, latency {data['latency']:g}")
     sw = [n for n in graph if is_switch(graph, n)]
     if not sw:
         raise UserError(f"{where} has no switch")

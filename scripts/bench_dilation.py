@@ -23,7 +23,7 @@ from innet.backends.mininet.calibration import faithful_rate  # noqa: E402
 from innet.backends.mininet.emulation import run_mininet  # noqa: E402
 from innet.planning.dilation import LOCAL_MIN_RTO, MININET_MIN_RTO  # noqa: E402
 from innet.planning.spec import RunSpec, program_of  # noqa: E402
-from innet.schemes.modes import auto_dilation  # noqa: E402
+from innet.schemes.modes import auto_dilation, plan_run  # noqa: E402
 from scripts.report import report  # noqa: E402
 from topologies import build  # noqa: E402
 
@@ -44,7 +44,7 @@ def main() -> None:
         graph = build(topo, workers=4, bw=float(bw))
         for mode in args.modes.split(","):
             spec = RunSpec(mode=mode)
-            factor = args.dilation or auto_dilation(graph, spec, program_of(spec), faithful)
+            factor = args.dilation or auto_dilation(graph, spec, plan_run(graph, spec, program_of(spec)), faithful)
             local = [run_local(graph, RunSpec(mode=mode, seed=k, min_rto=LOCAL_MIN_RTO)) for k in range(args.runs)]
             real = [run_mininet(graph, RunSpec(mode=mode, seed=k, min_rto=MININET_MIN_RTO, timeout=STUCK_S / factor),
                                 dilation=factor) for k in range(args.runs)]

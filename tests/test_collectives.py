@@ -13,13 +13,14 @@ from innet.api import spec_of
 from innet.backends.local.run import LocalRun
 from innet.errors import UserError
 from innet.planning.prediction import direction_bytes
-from innet.planning.spec import make_bitsets
+from innet.planning.spec import (
+    MODES,  # noqa: E402
+    make_bitsets,
+)
 from innet.results.check import outcome_of
 from innet.wire.collectives import ALL_GATHER, ALLREDUCE, BARRIER, BROADCAST, COLLECTIVES, REDUCE, REDUCE_SCATTER, Collective
 from innet.wire.operators import BOR, SUM
 from innet.wire.packet import PAYLOAD_OFFSET
-
-MODES = ("innet", "pbox", "ring")
 
 
 def test_shards_are_whole_packets_and_cover_the_tensor():

@@ -45,11 +45,11 @@ def test_auto_dilates_as_much_more_as_the_run_keeps_more_links_busy_than_the_cal
     default leaf-spine adds its 4 uplink directions: 1.5 times that. A fat-tree k=8's in-network tree
     keeps hundreds busy; its PBox mode, held up by the PBox's one link, few at a time."""
     from innet.planning.spec import program_of
-    from innet.schemes.modes import auto_dilation
+    from innet.schemes.modes import auto_dilation, plan_run
 
     def factor(graph, mode):
         run = RunSpec(mode=mode)
-        return auto_dilation(graph, run, program_of(run), 10.0)
+        return auto_dilation(graph, run, plan_run(graph, run, program_of(run)), 10.0)
 
     star = build("star", workers=4, bw=1000)
     assert [factor(star, m) for m in ("innet", "pbox", "ring")] == pytest.approx([100.0, 100.0, 100.0])

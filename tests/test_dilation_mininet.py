@@ -14,7 +14,7 @@ from innet.backends.mininet.calibration import faithful_rate
 from innet.cli import main
 from innet.planning.dilation import auto_factor, host_link_rate
 from innet.planning.spec import RunSpec, program_of
-from innet.schemes.modes import auto_dilation
+from innet.schemes.modes import auto_dilation, plan_run
 from topologies import build
 
 pytestmark = pytest.mark.mininet
@@ -54,7 +54,7 @@ def test_the_default_run_is_dilated_by_the_traffic_on_all_its_links_and_takes_th
     (the uplinks too: F = 150) it is dilated more."""
     local = run(tmp_path, "local", "--topo", "leaf-spine", "--backend", "local")
     real = [run(tmp_path, f"mn{k}", "--topo", "leaf-spine", "--dilation", "auto") for k in range(3)]
-    factor = auto_dilation(build("leaf-spine"), RunSpec(), program_of(RunSpec()), faithful_rate())
+    factor = auto_dilation(build("leaf-spine"), RunSpec(), plan_run(build("leaf-spine"), RunSpec(), program_of(RunSpec())), faithful_rate())
     assert factor > auto_factor(host_link_rate(build("leaf-spine")), faithful_rate())
     assert all(r["fidelity"]["dilation"] == factor for r in real), [r["fidelity"]["dilation"] for r in real]
     assert_takes_the_local_time(local, real)

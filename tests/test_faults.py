@@ -10,13 +10,14 @@ from innet.backends.local.run import LocalRun, run_local
 from innet.errors import UserError
 from innet.graph import node_indices
 from innet.hosts.worker import AllreduceCall, JobSpec, WorkerProcess
-from innet.planning.spec import RunSpec
+from innet.planning.spec import (
+    MODES,  # noqa: E402
+    RunSpec,
+)
 from innet.wire.faults import FaultSpec
 from innet.wire.packet import PAYLOAD_OFFSET
 from scripts.fuzz import forged_frames, malformed_frames
 from topologies import build
-
-MODES = ("innet", "pbox", "ring")
 
 
 def small():

@@ -8,9 +8,8 @@ from innet.api import spec_of
 from innet.backends.local.run import LocalRun
 from innet.errors import UserError
 from innet.hosts.training import Training, run_schedule, sharded_calls
+from innet.planning.spec import MODES  # noqa: E402
 from innet.planning.timing import predict
-
-MODES = ("innet", "pbox", "ring")
 
 
 def test_fsdp_order_prefetches_one_layer():

@@ -77,6 +77,15 @@ def load_file(path: str) -> nx.Graph:
         (u, v), n = max(pairs.items(), key=lambda p: p[1], default=(("", ""), 0))
         if n > 1:
             raise UserError(f"{where}: {u} and {v} are joined by {n} links; innet takes one link per pair of nodes")
+    graph = complete(graph, where)
+    graph.graph.setdefault("name", os.path.splitext(os.path.basename(path))[0])
+    return validate(graph, where)
+
+
+def complete(graph: nx.Graph, where: str = "topology") -> nx.Graph:
+    """A copy of ``graph`` with what a file may leave out inferred, as for a topology file: node names as text,
+    each node's role (p4-utils' flags, else a host has one link, a switch with hosts is a tor, the rest spines),
+    a link's ``latency`` from Mininet's ``delay``. ``validate`` then checks it and fills the link defaults."""
     graph = nx.relabel_nodes(nx.Graph(graph), {n: str(n) for n in graph})
     for node, data in graph.nodes(data=True):
         if "role" not in data:
@@ -92,8 +101,7 @@ def load_file(path: str) -> nx.Graph:
             data.pop("bw", None)
         if data.get("latency") is None and data.get("delay") is not None:
             data["latency"] = _seconds(data["delay"], f"{where}: link {link_name(u, v)}")
-    graph.graph.setdefault("name", os.path.splitext(os.path.basename(path))[0])
-    return validate(graph, where)
+    return graph
 
 
 def save_file(graph: nx.Graph, path: str) -> None:

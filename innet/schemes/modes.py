@@ -33,14 +33,13 @@ from innet.planning.dilation import auto_factor, carried_rate, host_link_rate
 from innet.planning.dynamic import plan_dynamic
 from innet.planning.planner import METHODS, JobPlan, JobRequest, Placement, plan_job, plan_jobs
 from innet.planning.prediction import direction_bytes
-from innet.planning.spec import RunSpec
+from innet.planning.spec import MODES, RunSpec
 from innet.planning.timing import planned_training, predict
 from innet.switch.program import SwitchProgram
 from innet.switch.runtime import SwitchConfig
 from innet.wire.collectives import COLLECTIVES
 from innet.wire.packet import BANDS
 
-MODES = ("innet", "pbox", "ring")
 DEFAULT_WINDOW = 128
 
 
@@ -76,10 +75,9 @@ def fastest_placement(graph: nx.Graph, run: RunSpec, requests: list[JobRequest],
     return placed[min(order, key=lambda m: (predicted(m), order.index(m)))]
 
 
-def auto_dilation(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram], faithful_mbps: float) -> float:
+def auto_dilation(graph: nx.Graph, run: RunSpec, rp: RunPlan, faithful_mbps: float) -> float:
     """``--dilation auto``'s factor for ``run`` (innet.planning.dilation.auto_factor): from its host links' rate
-    and from the traffic its plan puts on every link at once (all jobs together)."""
-    rp = plan_run(graph, run, program)
+    and from the traffic its plan ``rp`` puts on every link at once (all jobs together)."""
     loads: dict[tuple[str, str], float] = {}
     for plan in rp.plans:
         size, collective = max(run.calls(), key=lambda call: call[0])
@@ -110,6 +108,14 @@ def plan_run(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram]) -> Run
                         "{input_elements} nor a {program} that reduces with another operator")
     if run.train:
         run.task(len(groups[0]))  # a batch that does not divide among the workers stops here, before anything starts
+    plans, outcomes = place_jobs(graph, run, program, groups)
+    return realise(graph, run, program, plans, outcomes)
+
+
+def place_jobs(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram],
+               groups: list[tuple[str, ...]]) -> tuple[list[JobPlan], dict[int, str]]:
+    """Where each job of ``run`` aggregates (the planner's work, done once a run): its plan, and what placing it
+    together with the others gave."""
     window = program.slots or DEFAULT_WINDOW
     wanted = run.job_slots or max(1, window // run.jobs)
     if run.mode == "pbox" or (run.mode == "innet" and run.placement == "pbox"):
@@ -124,6 +130,13 @@ def plan_run(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram]) -> Run
                   else plan_jobs(graph, requests, method=run.placement, pool_slots=program.slots,
                                  place=plan_dynamic if run.placement == "dynamic" else None))
         plans, outcomes = list(placed.plans), placed.outcomes
+    return plans, outcomes
+
+
+def realise(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram], plans: list[JobPlan],
+            outcomes: dict[int, str]) -> RunPlan:
+    """The run's plan from its placed jobs: every worker's spec, the compute schedule and the input stream, on
+    ``graph`` and ``run`` (a dilated run realises the same placement on its dilated links and clock)."""
     index = node_indices(graph)
     specs = {}
     for plan in plans:

@@ -69,16 +69,17 @@ def plan_report(graph: nx.Graph, run: RunSpec, rp: RunPlan | None = None) -> str
     return "\n".join(lines)
 
 
-def prediction_table(graph: nx.Graph, run: RunSpec, runs: list[RunRecord],
+def prediction_table(graph: nx.Graph, run: RunSpec, runs: list[RunRecord], plans: dict[str, RunPlan],
                      hop: float | None = None) -> tuple[str, list[RunRecord]]:
     """The model next to each measured run, with the error; and the runs with the model's figures added
-    (``prediction``). ``hop``: per-hop processing time (default: 0 on local, MININET_HOP on mininet)."""
+    (``prediction``). ``plans``: each mode's plan, as the run placed it; ``hop``: per-hop processing time
+    (default: 0 on local, MININET_HOP on mininet)."""
     keys = ["iteration_s", "comm_wait_s", "next_forward_wait_s"] if run.workload else ["completion_s"]
     rows = [["mode", "backend", *[f"{k} {w}" for k in keys for w in ("measured", "model", "error")]]]
     predicted = []
     for r in runs:
         spec = replace(run, mode=r.mode)
-        rp = plan_run(graph, spec, program_of(spec))
+        rp = plans[r.mode]
         dilation = r.get("fidelity", {}).get("dilation", 1.0)  # a dilated switch's hop is that much shorter
         per_hop = hop if hop is not None else 0.0 if r.backend == "local" else MININET_HOP / dilation
         r = r.with_figures(prediction=predict(graph, spec, list(rp.plans), rp.per_packet, per_hop))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import inspect
 import os
@@ -24,6 +25,19 @@ def load_program(name: str, pool_slots: int = 0, packet_elements: int = 0, fan_i
     path = name if name.endswith(".py") else os.path.join(PROGRAM_DIR, name.replace("-", "_") + ".py")
     if not os.path.isfile(path):
         raise UserError(f"unknown program {name!r}; available: {', '.join(available())} (or a path to a .py file)")
+    return _sized(os.path.abspath(path), _stamp(path), pool_slots, packet_elements, fan_in)
+
+
+def _stamp(path: str) -> tuple[int, int]:
+    """What says a program file changed: its modification time and size."""
+    st = os.stat(path)
+    return st.st_mtime_ns, st.st_size
+
+
+@functools.lru_cache(maxsize=64)
+def _loaded(path: str, stamp: tuple[int, int]) -> type[SwitchProgram]:
+    """The program class file ``path`` defines, its file executed once per process while unchanged (``stamp``):
+    a run asks for its program many times (the plan, the switches, the check), a user's file runs once."""
     spec = importlib.util.spec_from_file_location(f"innet_program_{os.path.basename(path)[:-3]}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -43,6 +57,14 @@ def load_program(name: str, pool_slots: int = 0, packet_elements: int = 0, fan_i
     _check_handlers(path, program)
     if program.memory_bytes() < 0 or program.slots < 0 or program.elements < 1:
         raise UserError(f"program {program.name}: slots and elements must be positive")
+    return program
+
+
+@functools.lru_cache(maxsize=256)
+def _sized(path: str, stamp: tuple[int, int], pool_slots: int, packet_elements: int, fan_in: int) -> type[SwitchProgram]:
+    """File ``path``'s program, or a subclass of it with the pool, packet size or fan-in a run asks for (the
+    same class each time it is asked for)."""
+    program = _loaded(path, stamp)
     sized: dict[str, int] = {}
     if pool_slots:
         if not program.slots:

@@ -20,6 +20,7 @@ from innet.results.fidelity import virtual_fidelity
 from innet.results.progress import Progress
 from innet.results.record import RunRecord
 from innet.schemes.modes import RunPlan, host_endpoint, installed_configs, pbox_servers, plan_run
+from innet.switch.program import SwitchProgram
 from innet.switch.runtime import SwitchRuntime
 
 
@@ -27,12 +28,14 @@ class LocalRun:
     """One experiment on the fabric, in steps, so tests can add hosts of their own (a spoofer, a crash)."""
 
     def __init__(self, graph: nx.Graph, run: RunSpec, pbox_cores: int = 1, crash: dict[str, float] | None = None,
-                 given: Mapping[int, Sequence[np.ndarray]] | None = None) -> None:
-        """``given``: job 1's tensors by rank, all-reduced instead of the run's seeded ones (DDP's buckets)."""
+                 given: Mapping[int, Sequence[np.ndarray]] | None = None, planned: RunPlan | None = None,
+                 program: type[SwitchProgram] | None = None) -> None:
+        """``given``: job 1's tensors by rank, all-reduced instead of the run's seeded ones (DDP's buckets);
+        ``planned`` and ``program``: the run's plan and program, as ``innet.prepare`` made them (else made here)."""
         self.graph, self.run = graph, run
         progress = Progress("local")
-        self.rp: RunPlan = plan_run(graph, run, program_of(run))
-        self.program = program_of(run, self.rp.fan_in)
+        self.rp: RunPlan = planned or plan_run(graph, run, program_of(run))
+        self.program = program or program_of(run, self.rp.fan_in)
         self.fabric = Fabric(graph, faults=run.faults_on, seed=run.seed)
         configs = installed_configs(graph, run, self.rp)
         self.runtimes = {name: SwitchRuntime(cfg, self.program) for name, cfg in configs.items()}

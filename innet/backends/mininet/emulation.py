@@ -45,7 +45,7 @@ from innet.planning.spec import RunSpec, program_of
 from innet.results.check import run_record
 from innet.results.fidelity import CPU_BOUND, Fidelity, fidelity, with_model, with_retransmissions
 from innet.results.record import RunRecord
-from innet.schemes.modes import RunPlan, installed_configs, plan_run
+from innet.schemes.modes import RunPlan, installed_configs, plan_run, realise
 from innet.switch.program import SwitchProgram
 from innet.switch.runtime import SwitchConfig
 from innet.wire.packet import ETH_MTU, link_mtu
@@ -94,7 +94,7 @@ def announce(graph: nx.Graph, run: RunSpec, rp: RunPlan, dilation: float) -> Non
 def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli: bool = False,
                 pbox_cores: int = 1, crash: dict[str, float] | None = None,
                 intruders: list[tuple[str, list[str]]] | None = None, cluster: Cluster | None = None,
-                dilation: float = 1.0, node_group: int | None = None) -> RunRecord:
+                dilation: float = 1.0, node_group: int | None = None, placed: RunPlan | None = None) -> RunRecord:
     """Run ``run`` on a Mininet network built from ``graph``; remove everything afterwards.
 
     ``crash`` kills the named worker hosts' processes (SIGKILL) that many seconds
@@ -104,13 +104,15 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     ``dilation``: the time dilation factor
     (innet.planning.dilation): the network is built and the run given its times ``dilation``
     times slower, and the record's times are the requested (virtual) ones. ``node_group``: switches
-    (and workers) per process, None for innet.planning.grouping's choice.
+    (and workers) per process, None for innet.planning.grouping's choice. ``placed``: the run's plan as
+    ``innet.prepare`` placed it, realised here on the dilated links and clock (else planned here).
     """
     from mininet.log import setLogLevel
 
     setLogLevel("critical")
     wire_graph, wire_run = dilate_graph(graph, dilation), dilate_spec(run, dilation)
-    rp = plan_run(wire_graph, wire_run, program_of(wire_run))
+    rp = (realise(wire_graph, wire_run, program_of(wire_run), list(placed.plans), placed.outcomes) if placed
+          else plan_run(wire_graph, wire_run, program_of(wire_run)))
     program = program_of(wire_run, rp.fan_in)
     rp = replace(rp, specs={j: {w: replace(s, reorder=s.reorder * dilation) for w, s in specs.items()}  # a program's
                             for j, specs in rp.specs.items()})  # times are on the run's timeline: switches' and workers'

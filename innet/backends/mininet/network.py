@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from innet.backends.mininet.cleanup import RunState, delete_intfs, kill_recorded
 from innet.backends.mininet.control import Control
 from innet.backends.mininet.shaper import burst_command, hold, release
 from innet.errors import UserError
+from innet.events import emit
 from innet.graph import link_name, natural_key, port_to
 from innet.node.codec import write
 from innet.node.usage import interface_drops, queue_drops
@@ -44,8 +44,9 @@ N = TypeVar("N", bound="Network")
 QUEUE_FRAMES = 1000  # a veth's default txqueuelen: the frames its queue holds, unless a run needs more
 
 
-def log(msg: str) -> None:
-    print(f"innet: {msg}", file=sys.stderr, flush=True)
+def log(msg: str, kind: str = "phase") -> None:
+    """Say what the emulation is doing (innet.events): a phase by default."""
+    emit(kind, msg)
 
 
 def interface_bytes(node: Any) -> dict[str, int]:

@@ -37,7 +37,7 @@ from innet.integrations.torch.switches import SwitchCollectives, serves
 from innet.node import codec
 from innet.node.client import AllreduceClient
 from innet.node.codec import read
-from innet.planning.spec import RunSpec
+from innet.planning.spec import MODES, RunSpec
 
 TORCH_RANGE = ((2, 13), (3, 0))  # torch versions the backend takes (tested on 2.13.0): 2.13 named reduce_scatter_single
 # and all_gather_single, which the group implements; its one private name is ``keeps_its_name``'s
@@ -52,7 +52,7 @@ def check_torch(version: str) -> None:
 
 
 check_torch(torch.__version__)
-MODES = ("innet", "pbox", "ring")
+
 OPS = {"SUM": "sum", "AVG": "avg", "MIN": "min", "MAX": "max", "BAND": "band", "BOR": "bor"}
 _warned: set[str] = set()
 _client_taken: list[str] = []  # the worker client's configuration, once a group has it
