@@ -40,3 +40,13 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("gloo teardown aborts retried")
         for line in ABORTS:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture
+def said():
+    """What the library says during the test (innet.events), as a list of events."""
+    from innet.events import listening
+
+    heard = []
+    with listening(heard.append):
+        yield heard

@@ -111,7 +111,7 @@ def test_the_local_backend_runs_in_virtual_time_and_refuses_a_factor(capsys):
                    "use --dilation auto or off there"] * 2
 
 
-def test_a_dilated_run_says_before_its_build_what_its_calls_take_in_real_time(capsys):
+def test_a_dilated_run_says_before_its_build_what_its_calls_take_in_real_time(said):
     """fat-tree k=8's ring at F = 8350 took 120 s of calls: a run says what its calls take before it builds."""
     from innet.backends.local.run import run_local
     from innet.backends.mininet.emulation import announce, model_time
@@ -124,6 +124,6 @@ def test_a_dilated_run_says_before_its_build_what_its_calls_take_in_real_time(ca
     assert model == pytest.approx(run_local(graph, run).completion_s, rel=0.01)  # the time the links allow
     announce(graph, run, rp, 8000)
     announce(graph, run, rp, 1)  # undilated: nothing to say
-    assert capsys.readouterr().err.splitlines() == [
-        f"innet: dilation 8000: links at 0.125 Mbit/s real; its calls' {model:.3g} s (the timing model) take about "
+    assert [e.message for e in said] == [
+        f"dilation 8000: links at 0.125 Mbit/s real; its calls' {model:.3g} s (the timing model) take about "
         f"{model * 8000:.0f} s of real time"]

@@ -214,18 +214,18 @@ def test_torch_ranks_are_counted_and_refused_in_one_line_when_they_cannot_fit():
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a Mininet spec needs root (nothing is built)")
-def test_mode_all_leaves_gloo_out_where_its_ranks_cannot_fit(monkeypatch, capsys):
+def test_mode_all_leaves_gloo_out_where_its_ranks_cannot_fit(monkeypatch):
     pytest.importorskip("torch")
-    from innet.api import mode_specs, spec_of
+    from innet.api import prepare
 
     monkeypatch.setattr(memory, "available_bytes", lambda: 24 << 30)
     modes = {}
     for topo, size in (("star", {}), ("fat-tree", {"k": 8})):
-        spec, graph = spec_of(topo, backend="mininet", mode="all", bw=100, **size)
-        modes[topo] = [s.mode for s in mode_specs(spec, graph)]
-    assert modes == {"star": ["innet", "pbox", "ring", "gloo"], "fat-tree": ["innet", "pbox", "ring"]}
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("innet: gloo left out: this run needs about 34.")
+        prepared = prepare(topo, backend="mininet", mode="all", bw=100, calibrate=False, **size)
+        modes[topo] = ([m.spec.mode for m in prepared.runs], prepared.notes)
+    assert modes["star"] == (["innet", "pbox", "ring", "gloo"], ())
+    assert modes["fat-tree"][0] == ["innet", "pbox", "ring"]
+    assert len(modes["fat-tree"][1]) == 1 and modes["fat-tree"][1][0].startswith("gloo left out: this run needs about 34.")
 
 
 def test_the_scale_bench_prints_time_memory_and_estimate_for_small_fat_trees():
