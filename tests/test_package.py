@@ -4,6 +4,7 @@ level but ``innet`` (the checkout's topologies/, switch_programs/ and experiment
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -49,6 +50,32 @@ def test_innet_bench_where_innet_is_installed_says_the_benchmarks_run_from_a_che
     assert commands.main(["bench", "--list"]) == 2
     assert capsys.readouterr().err == ("error: the benchmarks (scripts/bench_*.py) run from a source checkout of innet, "
                                        "not from an installed package: run innet bench there\n")
+
+
+def make_dry(*targets: str) -> str:
+    """What ``make`` would run for ``targets`` as a non-root user (SUDO=sudo), everything out of date (-B)."""
+    return subprocess.run(["make", "-n", "-B", *targets, "SUDO=sudo", "PYTHON=python3"], cwd=ROOT, capture_output=True,
+                          text=True, check=True).stdout
+
+
+def test_lint_and_test_fast_need_no_root_and_make_test_installs_everything():
+    fast = make_dry("lint", "test-fast")
+    assert "apt-get" not in fast and "sudo" not in fast
+    assert "python3 -m pip install -q -e '.[dev,torch]'" in fast  # only where a Python package is missing
+    full = make_dry("test")  # CI (.ci/run) on a fresh machine
+    assert "sudo env DEBIAN_FRONTEND=noninteractive apt-get install" in full
+    assert "python3 -m pip install -q -e '.[dev,torch]'\ntouch .deps.stamp\n" in full and "sudo python3 -m pytest\n" in full
+
+
+def test_the_packages_lint_and_test_fast_check_are_pyprojects():
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        project = tomllib.load(f)["project"]
+    wanted = [*project["dependencies"], *project["optional-dependencies"]["dev"], *project["optional-dependencies"]["torch"]]
+    with open(os.path.join(ROOT, "Makefile")) as f:
+        [line] = [line for line in f if line.startswith("PY_MODULES :=")]
+    modules = line.split(":=")[1].split("#")[0].split()
+    names = {re.split(r"[<>=!~\[ ]", w)[0] for w in wanted}
+    assert {"sklearn" if n == "scikit-learn" else n for n in names} == set(modules)
 
 
 @pytest.fixture(scope="module")
