@@ -1,11 +1,13 @@
-# Every target installs what it needs first (Debian and Python packages), so each
-# works on a fresh machine. As a non-root user the installs and Mininet use sudo.
+# Every target installs what it needs first, so each works on a fresh machine. lint and test-fast need only the
+# Python packages: pip runs when one of them is missing, and nothing else (no apt-get, no sudo). The others also
+# install the Debian packages; as a non-root user apt-get and Mininet use sudo.
 PYTHON ?= python3
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 APT_PACKAGES := mininet bridge-utils ethtool iproute2 tcpdump tshark openssh-server
+PY_MODULES := numpy scapy networkx mininet matplotlib sklearn tqdm pytest hypothesis ruff mypy torch  # pyproject's [dev,torch]
 STAMP := .deps.stamp
 
-.PHONY: deps demo test test-fast test-slow bench lint clean
+.PHONY: deps pydeps demo test test-fast test-slow bench lint clean
 
 deps: $(STAMP)
 
@@ -19,14 +21,19 @@ $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m pip install -q -e '.[dev,torch]'
 	@touch $(STAMP)
 
+pydeps:
+	@$(PYTHON) -c 'import importlib.util as u, sys; missing = [m for m in sys.argv[1:] if u.find_spec(m) is None]; \
+		missing and print("installing the Python packages of:", *missing); sys.exit(bool(missing))' $(PY_MODULES) \
+	|| $(PYTHON) -m pip install -q -e '.[dev,torch]'
+
 demo: deps
 	$(SUDO) $(PYTHON) run_topology.py
 
-lint: deps
+lint: pydeps
 	$(PYTHON) -m ruff check innet topologies switch_programs tests scripts examples run_topology.py
 	$(PYTHON) -m mypy innet
 
-test: lint
+test: deps lint
 	$(SUDO) $(PYTHON) -m pytest
 
 test-fast: lint
@@ -34,7 +41,7 @@ test-fast: lint
 
 # The suite as a machine three times slower runs it: one core kept busy by a burner the whole time
 # (stopped however pytest ends). TESTS=... runs a part, e.g. TESTS=tests/test_emulation.py
-test-slow: lint
+test-slow: deps lint
 	@$(PYTHON) -c 'while True: pass' & burner=$$!; trap 'kill $$burner' EXIT INT TERM; \
 	taskset -cp 0 $$burner >/dev/null; echo "burner $$burner keeps core 0 busy"; \
 	$(SUDO) $(PYTHON) -m pytest $(TESTS)

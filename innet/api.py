@@ -72,14 +72,14 @@ def spec_of(topology: str | nx.Graph | os.PathLike[str] | None = None, default_b
         graph = validate(complete(graph, "graph"), "graph")
     spec = RunSpec(**options).validate()
     if graph is None:
-        from topologies import build
+        from innet.shipped import build
 
         graph = build(spec.topo, workers=spec.workers if spec.topo == "star" and spec.workers is not None else 4,
                       racks=spec.racks, hosts_per_rack=spec.hosts_per_rack, spines=spec.spines, k=spec.k, bw=spec.bw,
                       oversubscription=spec.oversubscription)
     spec.validate(graph)
     if spec.save_topology:
-        from topologies.files import save_file
+        from innet.shipped import save_file
 
         save_file(graph, spec.save_topology)
     return spec, graph

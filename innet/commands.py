@@ -15,9 +15,7 @@ from collections.abc import Callable
 
 from innet import cli
 from innet.errors import UserError
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BENCHES = os.path.join(ROOT, "scripts")
+from innet.shipped import CHECKOUT, SCRIPTS
 
 # subcommand: (its help line, the table's sections it shows, flags of those sections it leaves out)
 SUBCOMMANDS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
@@ -46,7 +44,7 @@ def parser() -> argparse.ArgumentParser:
     b = subs.add_parser("bench", help="run the benchmarks in scripts/ (bench_*.py), or one by name",
                         description="Run the benchmarks in scripts/bench_*.py, or one by name; flags after the name go "
                                     "to the benchmark (see `innet bench NAME --help`). Most need root (Mininet).")
-    b.add_argument("name", nargs="?", default=None, help="a benchmark: " + ", ".join(bench_names()))
+    b.add_argument("name", nargs="?", default=None, help="a benchmark: " + (", ".join(bench_names()) or "(in a source checkout)"))
     b.add_argument("--list", action="store_true", help="list the benchmarks with their first lines")
     subs.add_parser("clean", help="remove what an interrupted innet run left behind",
                     description="Remove what interrupted innet runs left behind (namespaces, links, processes), and "
@@ -64,22 +62,28 @@ def parser() -> argparse.ArgumentParser:
 
 
 def bench_names() -> list[str]:
-    return sorted(f[len("bench_"):-3] for f in os.listdir(BENCHES) if f.startswith("bench_") and f.endswith(".py"))
+    """The benchmarks in scripts/: none where innet is installed, since a checkout's scripts/ does not ship."""
+    if SCRIPTS is None:
+        return []
+    return sorted(f[len("bench_"):-3] for f in os.listdir(SCRIPTS) if f.startswith("bench_") and f.endswith(".py"))
 
 
 def _bench(name: str | None, listing: bool, rest: list[str]) -> int:
+    if SCRIPTS is None:
+        raise UserError("the benchmarks (scripts/bench_*.py) run from a source checkout of innet, not from an installed "
+                        "package: run innet bench there")
     names = bench_names()
     if listing:
         for n in names:
-            with open(os.path.join(BENCHES, f"bench_{n}.py")) as f:
+            with open(os.path.join(SCRIPTS, f"bench_{n}.py")) as f:
                 doc = f.read().split('"""')[1].strip().splitlines()[0]
             print(f"{n:<10} {doc}")
         return 0
     if name is not None and name not in names:
         raise UserError(f"unknown benchmark {name!r}; choose one of {', '.join(names)}")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [CHECKOUT, os.environ.get("PYTHONPATH")])))
     for n in [name] if name else names:
-        rc = subprocess.run([sys.executable, os.path.join(BENCHES, f"bench_{n}.py"), *rest], env=env).returncode
+        rc = subprocess.run([sys.executable, os.path.join(SCRIPTS, f"bench_{n}.py"), *rest], env=env).returncode
         if rc:
             return rc
     return 0

@@ -12,16 +12,20 @@ batch path is the cheaper: where ``innet.switch.runtime.SMALL_BLOCK`` should be.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 import numpy as np
 
-from innet.planning.configs import switch_configs
-from innet.planning.planner import plan_job
-from innet.switch.loader import load_program
-from innet.switch.runtime import SMALL_BLOCK, SwitchRuntime
-from innet.wire.packet import VER, make_packet, pack_frames, parse_block
-from topologies import build
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # topologies/: the checkout's, not installed
+
+from innet.planning.configs import switch_configs  # noqa: E402
+from innet.planning.planner import plan_job  # noqa: E402
+from innet.switch.loader import load_program  # noqa: E402
+from innet.switch.runtime import SMALL_BLOCK, SwitchRuntime  # noqa: E402
+from innet.wire.packet import VER, make_packet, pack_frames, parse_block  # noqa: E402
+from topologies import build  # noqa: E402
 
 SLOTS = 64  # each worker's window: a run of 64 frames from one port
 

@@ -14,7 +14,7 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 # commands is the ``innet`` front door
 LAYERS = ["base", "wire", "switch", "hosts", "planning", "results", "schemes", "io", "node", "backends", "integrations", "api",
           "cli", "experiments", "commands"]
-BASE = {"innet.errors", "innet.graph", "innet.events"}
+BASE = {"innet.errors", "innet.graph", "innet.events", "innet.shipped"}
 
 
 def layer_of(module: str) -> str:

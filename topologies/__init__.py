@@ -15,10 +15,11 @@ import networkx as nx
 
 from innet.errors import UserError
 from innet.graph import validate
-from topologies.fat_tree import fat_tree
-from topologies.files import load_file
-from topologies.leaf_spine import leaf_spine, phub_rack
-from topologies.star import star
+
+from .fat_tree import fat_tree  # relative: the package is `topologies` in a checkout, `innet.topologies` installed
+from .files import load_file
+from .leaf_spine import leaf_spine, phub_rack
+from .star import star
 
 REGISTRY: dict[str, Callable[..., nx.Graph]] = {
     "star": star,

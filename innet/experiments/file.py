@@ -31,9 +31,8 @@ from typing import Any
 
 from innet import cli
 from innet.errors import UserError
+from innet.shipped import EXPERIMENTS as SHIPPED
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SHIPPED = os.path.join(ROOT, "experiments")
 TABLES = {"description": str, "run": dict, "series": dict, "sweep": dict, "report": dict}
 SWEEP_KEYS = {"flag", "values", "quick"}
 REPORT_KEYS = {"metrics", "baseline", "breakeven", "log_x", "plot"}

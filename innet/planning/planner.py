@@ -153,7 +153,7 @@ def plan_job(graph: nx.Graph, workers: Sequence[str], method: str = "tor", job: 
 
     Examples
     --------
-    >>> from topologies import build
+    >>> from innet.shipped import build
     >>> plan = plan_job(build("leaf-spine", racks=2, hosts_per_rack=2), ["h1", "h2", "h3", "h4"])
     >>> plan.root, plan.aggregators
     ('s1', ('s1', 't1', 't2'))
@@ -265,7 +265,7 @@ def plan_jobs(graph: nx.Graph, requests: Sequence[JobRequest], method: str = "to
 
     Examples
     --------
-    >>> from topologies import build
+    >>> from innet.shipped import build
     >>> g = build("star", workers=4)
     >>> p = plan_jobs(g, [JobRequest(1, ("h1", "h2"), 96), JobRequest(2, ("h3", "h4"), 96)], pool_slots=128)
     >>> p.outcomes

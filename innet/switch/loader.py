@@ -8,10 +8,9 @@ import inspect
 import os
 
 from innet.errors import UserError
+from innet.shipped import PROGRAMS as PROGRAM_DIR
 from innet.switch.program import SwitchProgram
 from innet.wire.packet import JUMBO_MTU, MAX_PACKET_ELEMENTS
-
-PROGRAM_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "switch_programs")
 
 
 def available() -> list[str]:

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 from innet.errors import UserError
 from innet.node.codec import from_json, to_json
+from innet.shipped import CHECKOUT as ROOT
+from innet.shipped import PROGRAMS
 
 RATES = (2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)  # Mbit/s, real, tried in order
 TARGET_MBPS = 100000.0  # the virtual rate calibrated at: the seeds' 100 Gbit/s
@@ -35,12 +37,11 @@ TOLERANCE = 1.02  # Mininet's completion time over the local backend's: a fifth 
 CALIBRATION_TIMEOUT_S = 20.0  # real seconds without progress before a calibration run gives up
 CALIBRATION_RUNS = 3  # Mininet runs per candidate rate, their median taken: one run beside other programs' load misses by chance
 CALIBRATION_VERSION = 2  # bump when the procedure above changes
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DATA_PLANE = ("innet/wire/packet.py", "innet/switch/runtime.py", "innet/switch/engine.py", "innet/switch/reduction.py",
               "innet/switch/program.py", "innet/hosts/worker.py", "innet/hosts/ring.py", "innet/hosts/pbox.py",
               "innet/node/__main__.py", "innet/node/switch.py", "innet/node/worker.py",
               "innet/io/rawport.py", "innet/io/mmsg.py", "innet/node/egress.py", "innet/backends/mininet/shaper.py",
-              "switch_programs/sum_allreduce.py")
+              os.path.relpath(os.path.join(PROGRAMS, "sum_allreduce.py"), ROOT))  # innet/switch_programs/ installed
 
 
 def cache_dir() -> str:
@@ -154,7 +155,7 @@ def measured_ratio(rate: float) -> float:
     from innet.backends.mininet.emulation import run_mininet
     from innet.planning.dilation import CALIBRATION_WORKERS, MININET_MIN_RTO
     from innet.planning.spec import RunSpec
-    from topologies import build
+    from innet.shipped import build
 
     factor = TARGET_MBPS / rate
     graph = build("star", workers=CALIBRATION_WORKERS, bw=TARGET_MBPS)

@@ -33,9 +33,9 @@ from innet.node.codec import write
 from innet.node.usage import interface_drops, queue_drops
 from innet.planning.dilation import TCLINK_MAX_MBPS
 from innet.planning.grouping import group_size, node_groups
+from innet.shipped import CHECKOUT as ROOT  # on the node processes' PYTHONPATH
 from innet.wire.packet import ETH_MTU
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 ETH_HEADER = 14  # bytes a VXLAN device's counters leave out of every frame (they count from the inner IP header)
 Counters = dict[str, dict[str, int]]  # node -> interface -> bytes sent
 N = TypeVar("N", bound="Network")

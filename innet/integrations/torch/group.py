@@ -89,11 +89,11 @@ def _fabric_of(size: int) -> FabricCollectives:
     run = read(RunSpec, os.environ["INNET_RUN"]) if os.environ.get("INNET_RUN") else RunSpec(topo="star")
     graph: nx.Graph
     if os.environ.get("INNET_GRAPH"):
-        from topologies.files import load_file
+        from innet.shipped import load_file
 
         graph = load_file(os.environ["INNET_GRAPH"])
     else:
-        from topologies import build
+        from innet.shipped import build
 
         graph = build("star", workers=size)
     return FabricCollectives(graph, run)

@@ -65,7 +65,7 @@ def launch(graph: nx.Graph, run: RunSpec, command: list[str]) -> int:
 
 def launch_local(graph: nx.Graph, run: RunSpec, command: list[str]) -> tuple[Tally, float]:
     """Run ``command`` as every rank on this machine, the collectives on the fabric: what they cost, the seconds."""
-    from topologies.files import save_file
+    from innet.shipped import save_file
 
     world = workers_of(graph, run)
     folder = tempfile.mkdtemp(prefix="innet-launch-")
