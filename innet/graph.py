@@ -10,7 +10,6 @@ the interface ``n-eth<i>`` inside Mininet.
 from __future__ import annotations
 
 import math
-
 import weakref
 from functools import lru_cache
 

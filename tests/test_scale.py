@@ -7,7 +7,6 @@ import random
 import re
 import subprocess
 import sys
-from dataclasses import replace
 
 import networkx as nx
 import numpy as np
