@@ -1,7 +1,8 @@
 """innet: in-network gradient aggregation, emulated.
 
 ``innet.run(topology, **options)`` runs and checks an all-reduce and reports where the bytes went;
-``innet.plan(...)`` says what it would do (innet.api). The names a switch program needs are exported
+``innet.plan(...)`` says what it would do; ``innet.prepare(...)`` makes a run ready, every rule checked, for
+``run`` to take (innet.api). The names a switch program needs are exported
 here too; see README.md for a walk-through of writing a program.
 """
 
@@ -43,7 +44,7 @@ from innet.wire.packet import (
 )
 
 __all__ = [
-    "run", "plan", "RunSpec", "Report", "Plan",
+    "prepare", "run", "plan", "Prepared", "RunSpec", "Report", "Plan",
     "ABORT", "ALL_RANKS", "FALLBACK", "OVERFLOW", "RESULT", "RETX", "ROUTE", "SPARSE", "VER",
     "InnetAgg", "Packet", "make_packet",
     "Batch", "Context", "Drop", "Emit", "EmitMany", "JobPort", "Multicast", "Register", "SwitchProgram", "ToPBox",
@@ -51,7 +52,8 @@ __all__ = [
     "Engine", "Reduction", "Operator", "SUM", "MAX", "MIN", "BOR", "BAND",
 ]
 
-_API = {"run": "innet.api", "plan": "innet.api", "Plan": "innet.api", "RunSpec": "innet.planning.spec",
+_API = {"prepare": "innet.api", "run": "innet.api", "plan": "innet.api", "Plan": "innet.api", "Prepared": "innet.api",
+        "RunSpec": "innet.planning.spec",
         "Report": "innet.results.report"}
 
 

@@ -50,6 +50,8 @@ def spec_of(topology: str | nx.Graph | os.PathLike[str] | None = None, default_b
     topology = options.pop("topo", "leaf-spine") if topology is None else topology
     faults = {k: options.pop(k) for k in FAULT_HELP if k in options}
     if faults:
+        if not isinstance(options.get("faults", FaultSpec()), FaultSpec):
+            raise UserError(f"{{faults}} must be a FaultSpec, got {options['faults']!r}")
         try:
             options["faults"] = replace(options.get("faults", FaultSpec()), **faults)
         except ValueError as exc:

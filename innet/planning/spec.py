@@ -4,6 +4,7 @@ it all-reduces."""
 from __future__ import annotations
 
 import os
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -19,6 +20,7 @@ from innet.hosts.learning.model import Task
 from innet.hosts.ssp import Consistency
 from innet.hosts.training import PHASES, Training, sharded_calls
 from innet.hosts.workloads import WORKLOADS, load_workload
+from innet.planning.checks import check_value
 from innet.planning.options import (
     default_of,
     option,
@@ -225,6 +227,9 @@ class RunSpec:
                          help="do not write links.png and tiers.png")
 
     def __post_init__(self) -> None:
+        hints = typing.get_type_hints(RunSpec)
+        for f, opt in options_of(RunSpec):
+            check_value(f, opt, hints[f.name], getattr(self, f.name))
         if self.seed < 0:  # numpy's SeedSequence takes non-negative integers only
             raise UserError(f"{{seed}} must be a non-negative integer, got {self.seed}")
         self._read_texts()

@@ -8,6 +8,7 @@ ports of the switch runtime, with the same parameters and the same code.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from dataclasses import dataclass
 
@@ -23,12 +24,16 @@ class FaultSpec:
     delay: float = 0.0
 
     def __post_init__(self) -> None:
+        for name in ("loss", "dup", "reorder", "reorder_delay", "delay"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number, got {value!r}")
         for name in ("loss", "dup", "reorder"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be a probability in [0, 1), got {value}")
         if self.delay < 0 or self.reorder_delay < 0:
-            raise ValueError("delays must not be negative")
+            raise ValueError(f"delays must not be negative, got delay {self.delay:g}, reorder_delay {self.reorder_delay:g}")
 
     @property
     def active(self) -> bool:
