@@ -29,6 +29,7 @@ from innet.graph import host_link_rate
 from innet.planning.planner import JobPlan
 from innet.planning.prediction import run_link_bytes
 from innet.planning.spec import FAULT_HELP, MODES, TCLINK_MAX_MBPS, RunSpec, program_of, shapeable
+from innet.results.files import check_outputs
 from innet.results.record import RunRecord
 from innet.results.report import ExactTraining, Report
 from innet.wire.faults import FaultSpec
@@ -65,6 +66,7 @@ def spec_of(topology: str | nx.Graph | os.PathLike[str] | None = None, default_b
                       racks=spec.racks, hosts_per_rack=spec.hosts_per_rack, spines=spec.spines, k=spec.k, bw=spec.bw,
                       oversubscription=spec.oversubscription)
     spec.validate(graph)
+    check_outputs((spec.out, spec.pcap), (spec.json, spec.save_topology))  # refused now, not after the run
     if spec.save_topology:
         from topologies.files import save_file
 
