@@ -130,7 +130,7 @@ def faithful_rate(ratio_at: Callable[[float], float] | None = None, version: str
     try:
         write_text_atomic(path, json.dumps(to_json(record), indent=1))
     except UserError as exc:
-        raise UserError(f"cannot write the dilation calibration: {exc}; "
+        raise UserError(f"cannot write the dilation calibration ({exc}); "
                         "set INNET_CACHE_DIR to a writable directory") from None
     _log(f"faithful rate {rate:g} Mbit/s (Mininet/local completion time by real rate: {measured}); saved in {path}")
     return rate
