@@ -30,6 +30,7 @@ from innet.graph import host_link_rate
 from innet.planning.planner import JobPlan
 from innet.planning.prediction import run_link_bytes
 from innet.planning.spec import FAULT_HELP, MODES, TCLINK_MAX_MBPS, RunSpec, program_of, shapeable
+from innet.results.files import check_outputs
 from innet.results.record import RunRecord
 from innet.results.report import ExactTraining, Report
 from innet.schemes.modes import RunPlan
@@ -69,7 +70,7 @@ def spec_of(topology: str | nx.Graph | os.PathLike[str] | None = None, default_b
             raise UserError(f"{{{given[0]}}} sizes a topology innet builds: a graph given to innet carries its own "
                             "(set bw, latency and role on its links and nodes)")
         from innet.graph import validate
-        from topologies.files import complete
+        from innet.shipped import complete
 
         graph = validate(complete(graph, "graph"), "graph")
     spec = RunSpec(**options).validate()
@@ -80,6 +81,7 @@ def spec_of(topology: str | nx.Graph | os.PathLike[str] | None = None, default_b
                       racks=spec.racks, hosts_per_rack=spec.hosts_per_rack, spines=spec.spines, k=spec.k, bw=spec.bw,
                       oversubscription=spec.oversubscription)
     spec.validate(graph)
+    check_outputs((spec.out, spec.pcap), (spec.json, spec.save_topology))  # refused now, not after the run
     if spec.save_topology:
         from innet.shipped import save_file
 

@@ -19,6 +19,7 @@ from innet.errors import UserError
 from innet.events import Event, listening
 from innet.planning.options import GROUPS, default_of, flag_of, options_of
 from innet.planning.spec import FAULT_HELP, RunSpec
+from innet.results.files import NewFolder
 
 ACTIONS = ("plan_only", "clean")  # the command's own flags, not options of a run
 Options = dict[str, Any]  # innet.run's keyword options, as the flags give them: the edge where text becomes values
@@ -195,7 +196,7 @@ def _plan(given: Options) -> int:
 def _run(given: Options) -> int:
     from innet.api import run
 
-    given.setdefault("out", os.path.join("results", time.strftime("%Y%m%d-%H%M%S")))
+    given.setdefault("out", NewFolder(os.path.join("results", time.strftime("%Y%m%d-%H%M%S"))))
     report = run(**given)
     if report.spec.save_topology:
         print(f"topology: {report.spec.save_topology}")

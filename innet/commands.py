@@ -40,7 +40,10 @@ def parser() -> argparse.ArgumentParser:
                     epilog="`innet COMMAND --help` lists a command's flags. README.md is the guide.")
     subs = p.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=cli.Parser)
     for name, (text, groups, left_out) in SUBCOMMANDS.items():  # each its sections of the run's options
-        cli.add_options(subs.add_parser(name, help=text, description=text[0].upper() + text[1:] + "."), groups, left_out)
+        sub = subs.add_parser(name, help=text, description=text[0].upper() + text[1:] + ".")
+        cli.add_options(sub, groups, left_out)
+        if name == "launch":
+            _launch_flags(sub)
     b = subs.add_parser("bench", help="run the benchmarks in scripts/ (bench_*.py), or one by name",
                         description="Run the benchmarks in scripts/bench_*.py, or one by name; flags after the name go "
                                     "to the benchmark (see `innet bench NAME --help`). Most need root (Mininet).")
@@ -59,6 +62,18 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--quick", action="store_true", help="the experiment's short sweep (its `quick` values)")
     r.add_argument("--out", default=None, help="directory for the results (default results/<name>-<timestamp>)")
     return p
+
+
+def _launch_flags(p: argparse.ArgumentParser) -> None:
+    from innet.integrations.torch.watch import COLLECTIVE_TIMEOUT_S, START_TIMEOUT_S
+
+    g = p.add_argument_group("launch")
+    g.add_argument("--start-timeout", type=float, default=START_TIMEOUT_S, metavar="S",
+                   help=f"local: end the run, naming the rank, if a rank has not joined its process group S seconds "
+                        f"after it started (default {START_TIMEOUT_S:g})")
+    g.add_argument("--collective-timeout", type=float, default=COLLECTIVE_TIMEOUT_S, metavar="S",
+                   help=f"local: end the run, naming the rank, if a rank keeps the others waiting in a collective "
+                        f"(or it does not finish) for S seconds (default {COLLECTIVE_TIMEOUT_S:g})")
 
 
 def bench_names() -> list[str]:
@@ -134,11 +149,12 @@ def _launch(args: argparse.Namespace, command: list[str]) -> int:
     from innet.api import spec_of
     from innet.integrations.torch.launch import launch
 
+    timeouts = {name: vars(args).pop(name) for name in ("start_timeout", "collective_timeout")}
     options = cli.options(args)
     if options.get("mode", "innet") not in ("innet", "pbox", "ring"):
         raise UserError(f"innet launch runs the script's collectives as innet, pbox or ring, not {{mode}} {options['mode']}")
     run, graph = spec_of(default_backend="local" if os.geteuid() else "mininet", **options)
-    return launch(graph, run, command)
+    return launch(graph, run, command, **timeouts)
 
 
 def _interrupt(*_: object) -> None:

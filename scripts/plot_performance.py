@@ -20,6 +20,10 @@ import os
 import sys
 from typing import Any
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from innet.results.files import save_figure  # noqa: E402
+
 ALLREDUCE = "all-reduce goodput and mode ratios"
 DILATION = "time dilation: Mininet against virtual time"
 SWITCH = "switch vs Linux bridge"
@@ -104,8 +108,7 @@ def plot(tables: dict[str, list[dict[str, Any]]], out: str) -> None:
     else:
         sw.text(0.5, 0.5, "no bench_switch table", ha="center", transform=sw.transAxes)
     fig.tight_layout()
-    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
-    fig.savefig(out, dpi=110)
+    save_figure(fig, out, dpi=110)
     plt.close(fig)
 
 

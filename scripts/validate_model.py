@@ -16,23 +16,28 @@ from __future__ import annotations
 import argparse
 import csv
 import fcntl
+import io
 import os
 import statistics
 import sys
 import time
 from dataclasses import replace
+from typing import IO
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from innet.api import mode_specs, run, spec_of  # noqa: E402
+from innet.backends.mininet.cleanup import STATE_DIR  # noqa: E402
 from innet.cli import parse_options  # noqa: E402
+from innet.errors import UserError  # noqa: E402
 from innet.planning.prediction import direction_bytes  # noqa: E402
 from innet.planning.spec import program_of  # noqa: E402
 from innet.planning.timing import busiest_direction  # noqa: E402
+from innet.results.files import make_private_folder, open_new, write_text_atomic  # noqa: E402
 from innet.schemes.modes import plan_run  # noqa: E402
 
 BOUND = 10.0  # percent: the model's promise on the local backend (issue #18)
-LOCK = "/tmp/innet-mininet.lock"
+LOCK = os.path.join(STATE_DIR, "mininet.lock")  # in root's own 0700 folder: no one else can plant or hold it
 STAR = "--topo star --elements 65536"
 SSP = "--topo star --mode pbox --iterations 10 --straggler h1:3"
 WORKLOAD = "--bw 100 --workload resnet50 --iterations 3 --compute-scale 80"
@@ -188,11 +193,12 @@ def summary(rows: list[dict[str, object]]) -> str:
 def write(args: argparse.Namespace, rows: list[dict[str, object]], claimed: list[str], started: float,
           note: str = "") -> None:
     """The CSV, the table and summaries on stdout, and with ``--doc`` the markdown file."""
-    os.makedirs(os.path.dirname(os.path.abspath(args.csv)), exist_ok=True)
-    with open(args.csv, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.DictWriter(fh, fieldnames=[*rows[0], *(["runs_s"] if "runs_s" not in rows[0] else [])], restval="")
-        writer.writeheader()
-        writer.writerows(rows)
+    table_csv = io.StringIO(newline="")
+    writer = csv.DictWriter(table_csv, fieldnames=[*rows[0], *(["runs_s"] if "runs_s" not in rows[0] else [])],
+                            restval="")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text_atomic(args.csv, table_csv.getvalue())
     local = [r for r in rows if r["backend"] == "local"]
     mn = [r for r in rows if r["backend"] == "mininet" and not r["cpu_bound"]]
     busy = sum(1 for r in rows if r["cpu_bound"])
@@ -219,8 +225,7 @@ def write(args: argparse.Namespace, rows: list[dict[str, object]], claimed: list
            "`--pipeline 2`, `--overlap none`), wide-area graphs of the Internet Topology Zoo (`topologies/zoo.py`), "
            "and loss (`--loss`: each mode's expected time, `lossy_time`). Error = model / measured - 1.", "",
            *table(rows), "", "## The papers' claims, reproduced", "", *claimed, ""]
-    with open(args.doc, "w", encoding="utf-8") as fh:
-        fh.write("\n".join(doc))
+    write_text_atomic(args.doc, "\n".join(doc))
 
 
 def locked(lock: object, wait: float) -> bool:
@@ -236,12 +241,21 @@ def locked(lock: object, wait: float) -> bool:
             time.sleep(1)
 
 
+def mininet_lock() -> IO[bytes]:
+    """The Mininet lock's file, opened (made new the first time) in /run/innet, root's own 0700 folder."""
+    make_private_folder(STATE_DIR)
+    try:
+        return open_new(LOCK)
+    except UserError:  # made by an earlier run: the folder is root's alone, so the file is too
+        return open(LOCK, "rb")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="a handful of small points (seconds; what the test runs)")
     p.add_argument("--mininet", action="store_true", help="also a few Mininet points (root; takes the Mininet lock)")
     p.add_argument("--no-lock", action="store_true",
-                   help="with --mininet: do not take the Mininet lock (the caller holds it: flock ... pytest)")
+                   help="with --mininet: do not take the Mininet lock, /run/innet/mininet.lock (the caller holds it)")
     p.add_argument("--lock-wait", type=float, default=3600,
                    help="with --mininet: seconds to wait for the lock before leaving the Mininet points out (default 3600)")
     p.add_argument("--repeats", type=int, default=3,
@@ -258,7 +272,7 @@ def main() -> None:
         write(args, rows, claimed, started)
     else:
         write(args, rows, claimed, started, " (Mininet points still to come)")
-        with open(LOCK, "a") as lock:
+        with mininet_lock() as lock:
             if args.no_lock or locked(lock, args.lock_wait):
                 rows += [median_of(flags, "mininet", args.repeats) for flags in mininet_grid(args.quick)]
                 write(args, rows, claimed, started)

@@ -37,13 +37,13 @@ def round_trip(value):
 
 def test_configs_come_back_equal_with_int_keys_tuples_and_nested_records():
     worker = WorkerConfig(SPEC, 5, (100, 7), 0.1, 2, Consistency("ssp", 2, 3, 107), (0.5, 0.25), Task(workers=4),
-                          Training(0.1, (0.2, 0.3), 2, (1, 0), (1, 0), (0.05, 0.05)), "h2-eth0", FAULTS, "/tmp/x.npz",
+                          Training(0.1, (0.2, 0.3), 2, (1, 0), (1, 0), (0.05, 0.05)), "h2-eth0", FAULTS, "run/x.npz",
                           "ring", (10, 11, 12, 13), 10.0)
-    switch = SwitchNodeConfig("sum_allreduce", {0: "s1-eth0", 1: "s1-eth1"}, FAULTS, "/tmp/s1.sock", 64, 256, 3)
+    switch = SwitchNodeConfig("sum_allreduce", {0: "s1-eth0", 1: "s1-eth1"}, FAULTS, "run/s1.sock", 64, 256, 3)
     pbox = PBoxConfig(30, 2, 1, "p1-eth0", FAULTS, (PBoxJob(2, {0: 10, 1: 11}, 8, 64, operator=OPERATORS["max"]),))
     plan = InputPlan("p1", 30, True, 100, 64, 2, 5, (Receiver("h1", 10, 2, 0),))
     for value in (worker, switch, pbox, WorkerGroup((worker, worker)), SwitchGroup((switch,)),
-                  InputConfig(plan, "h1-eth0", FAULTS, plan.receivers[0], "/tmp/r.json")):
+                  InputConfig(plan, "h1-eth0", FAULTS, plan.receivers[0], "run/r.json")):
         assert round_trip(value) == value
     assert round_trip(worker).faults[0].spec.loss == 0.1 and round_trip(worker).spec.operator is not None
 

@@ -196,10 +196,11 @@ def test_fat_tree_k4_brings_up_aggregates_and_tears_down():
     assert_nothing_left()
 
 
-def _start(*args):
-    """A run in its own process, with SIGINT's default disposition even where this suite's was ignored
-    (a shell starts background jobs so, and Python then never turns SIGINT into KeyboardInterrupt)."""
-    return subprocess.Popen([sys.executable, os.path.join(ROOT, "run_topology.py"), "--out", "/tmp/innet-test-out", *args],
+def _start(out, *args):
+    """A run in its own process writing into folder ``out``, with SIGINT's default disposition even where this
+    suite's was ignored (a shell starts background jobs so, and Python then never turns SIGINT into
+    KeyboardInterrupt)."""
+    return subprocess.Popen([sys.executable, os.path.join(ROOT, "run_topology.py"), "--out", str(out), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
@@ -216,8 +217,8 @@ def _wait_for_state(proc, line_start="innet: all-reduce"):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupted_run_leaves_nothing_behind(sig):
-    proc = _start("--elements", "3000000", "--iterations", "3")
+def test_interrupted_run_leaves_nothing_behind(sig, tmp_path):
+    proc = _start(tmp_path / "out", "--elements", "3000000", "--iterations", "3")
     state = _wait_for_state(proc)
     time.sleep(0.3)
     proc.send_signal(sig)
@@ -268,10 +269,10 @@ def htb_hysteresis() -> str | None:
     return Path(shaper.HYSTERESIS).read_text().strip() if os.path.exists(shaper.HYSTERESIS) else None
 
 
-def test_sigkill_then_clean_removes_the_leftovers():
+def test_sigkill_then_clean_removes_the_leftovers(tmp_path):
     before = len(orphan_records())  # a record an earlier, unrelated run left is cleaned too, and counted
     mode_was_off = not os.path.exists(shaper.MARKER) and htb_hysteresis() in ("0", None)
-    proc = _start("--elements", "3000000", "--iterations", "3")
+    proc = _start(tmp_path / "out", "--elements", "3000000", "--iterations", "3")
     state = _wait_for_state(proc)
     proc.kill()
     proc.communicate(timeout=30)

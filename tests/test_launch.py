@@ -105,6 +105,79 @@ def test_a_failing_rank_ends_the_run_in_one_line_and_leaves_nothing(tmp_path):
     assert set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*"))) == before
 
 
+def launch_leaving_nothing(script, *flags, workers=3):
+    """``script`` launched on ``workers`` local ranks (``flags`` before the --): its result and seconds, once
+    checked that no process and no folder of it is left."""
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*")))
+    started = time.monotonic()
+    out = launch("--backend", "local", "--topo", "star", "--workers", str(workers), *flags, "--", sys.executable,
+                 str(script), timeout=300)
+    took = time.monotonic() - started
+    assert leftovers(str(script)) == []
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*"))) == before
+    return out, took
+
+
+@pytest.mark.slow
+def test_a_rank_that_sleeps_forever_ends_the_run_within_its_timeout_named_with_its_last_words(tmp_path):
+    """Rank 1 joins, then sleeps instead of its first all_reduce, which ranks 0 and 2 wait in: the launcher names it
+    once the others have waited --collective-timeout, not torch's 30 minutes later."""
+    script = tmp_path / "sleeps.py"
+    script.write_text("import os, sys, time, torch\nimport torch.distributed as dist\ndist.init_process_group()\n"
+                      "if os.environ['RANK'] == '1':\n    print('rank one nods off', file=sys.stderr, flush=True)\n"
+                      "    time.sleep(10 ** 6)\ndist.all_reduce(torch.ones(3))\n")
+    out, took = launch_leaving_nothing(script, "--collective-timeout", "5")
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        "error: rank 1 did not enter collective call 1 within 5 s of the others (--collective-timeout): "
+        "rank one nods off"]
+    assert took < 120  # the ranks' start (torch's import) on a busy machine, 5 s, and their stop
+
+
+@pytest.mark.slow
+def test_a_rank_that_never_joins_ends_the_run_within_the_start_timeout_named(tmp_path):
+    script = tmp_path / "late.py"
+    script.write_text("import os, sys, time\nif os.environ['RANK'] == '2':\n"
+                      "    print('rank two never joins', file=sys.stderr, flush=True)\n    time.sleep(10 ** 6)\n"
+                      "import torch.distributed as dist\ndist.init_process_group()\n")
+    out, took = launch_leaving_nothing(script, "--start-timeout", "20")
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+        "error: rank 2 did not join the process group within 20 s (--start-timeout): rank two never joins"]
+    assert took < 120
+
+
+@pytest.mark.slow
+def test_a_rank_that_raises_is_named_not_the_peer_that_lost_its_connection(tmp_path):
+    """Rank 2 raises between collectives; ranks 0 and 1 then fail in theirs (gloo: "Connection closed by peer").
+    The launcher names the rank that exited first, rank 2, with its own last line."""
+    script = tmp_path / "raises.py"
+    script.write_text("import os, torch\nimport torch.distributed as dist\ndist.init_process_group()\n"
+                      "t = torch.ones(3)\ndist.all_reduce(t)\nif os.environ['RANK'] == '2':\n"
+                      "    raise ValueError('rank two breaks on purpose')\nwhile True:\n    dist.all_reduce(t)\n")
+    out, _ = launch_leaving_nothing(script)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert out.stderr.startswith("error: rank 2 failed (exit 1): ") and out.stderr.rstrip().endswith(
+        "ValueError: rank two breaks on purpose"), out.stderr
+
+
+@pytest.mark.slow
+def test_the_ranks_store_is_the_launchers_and_listens_on_loopback_only(tmp_path):
+    """Rank 0 looks, in its own /proc, at what listens on MASTER_PORT: the launcher's store, on 127.0.0.1 alone
+    (torch's own rank-0 store would listen on every interface)."""
+    script = tmp_path / "looks.py"
+    script.write_text("import os\nimport torch.distributed as dist\ndist.init_process_group()\n"
+                      "port = int(os.environ['MASTER_PORT'])\nfound = []\n"
+                      "for table in ('/proc/net/tcp', '/proc/net/tcp6'):\n"
+                      "    for line in open(table).read().splitlines()[1:]:\n"
+                      "        local, state = line.split()[1], line.split()[3]\n"
+                      "        if state == '0A' and int(local.split(':')[1], 16) == port:\n"
+                      "            found.append(local.split(':')[0])\n"
+                      "if dist.get_rank() == 0:\n    print('listening', os.environ['MASTER_ADDR'], found)\n"
+                      "dist.destroy_process_group()\n")
+    out, _ = launch_leaving_nothing(script, workers=2)
+    assert out.returncode == 0, out.stderr
+    assert "[rank0]: listening 127.0.0.1 ['0100007F']" in out.stdout.splitlines()
+
+
 @pytest.mark.parametrize("when", ["starting", "training"])
 def test_ctrl_c_at_any_point_leaves_no_process_and_no_folder(tmp_path, when):
     script = tmp_path / "trains.py"
@@ -151,6 +224,12 @@ def test_a_launch_without_a_command_or_in_a_gloo_mode_is_one_line():
     out = launch("--backend", "local", "--topo", "star", "--workers", "2")
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
         "error: innet launch needs a command after --, e.g. innet launch --backend local -- python train.py"]
+    out = launch("--backend", "local", "--topo", "star", "--workers", "2", "--", "/nonexistent/cmd")
+    assert out.returncode == 2 and out.stderr.splitlines() == [
+        "error: innet launch cannot run /nonexistent/cmd: no such command, or not an executable file"]
+    out = launch("--backend", "local", "--collective-timeout", "inf", "--", "true")
+    assert out.returncode == 2 and out.stderr.splitlines() == [
+        "error: --collective-timeout must be a positive number of seconds, got inf"]
     out = launch("--backend", "local", "--mode", "gloo", "--", "true")
     assert out.returncode == 2 and "innet, pbox or ring, not --mode gloo" in out.stderr
     out = launch("--backend", "local", "--topo", "fat-tree", "--k", "16", "--", "true")  # 1023 ranks (a host is the PBox): ~270 GiB

@@ -44,9 +44,9 @@ def test_topk_and_ssp_train_on_mininet_and_report_their_cost(scheme):
         assert record["bytes_vs_dense"] < 0.1
 
 
-def test_a_diverging_learning_rate_on_mininet_is_one_error_line_and_leaves_nothing():
+def test_a_diverging_learning_rate_on_mininet_is_one_error_line_and_leaves_nothing(tmp_path):
     out = subprocess.run([sys.executable, os.path.join(ROOT, "run_topology.py"), "--backend", "mininet", "--topo", "star",
-                          "--workers", "4", "--train", "digits", "--lr", "50", "--no-plots", "--out", "/tmp/innet-diverge"],
+                          "--workers", "4", "--train", "digits", "--lr", "50", "--no-plots", "--out", str(tmp_path / "out")],
                          capture_output=True, text=True, timeout=120)
     errors = [line for line in out.stderr.splitlines() if not line.startswith("innet: ")]  # the progress log aside
     assert out.returncode == 2 and len(errors) == 1, out.stderr
@@ -59,9 +59,9 @@ def test_a_diverging_learning_rate_on_mininet_is_one_error_line_and_leaves_nothi
     (["--train", "digits", "--model", "cnn"], "error: unknown model 'cnn'; choose from mlp"),
     (["--train", "digits", "--batch", "30"], "error: --batch 30 does not divide among the 4 workers"),
 ])
-def test_bad_training_input_on_mininet_is_one_line_and_leaves_nothing(flags, says):
+def test_bad_training_input_on_mininet_is_one_line_and_leaves_nothing(flags, says, tmp_path):
     out = subprocess.run([sys.executable, os.path.join(ROOT, "run_topology.py"), "--backend", "mininet", "--topo", "star",
-                          "--workers", "4", *flags, "--no-plots", "--out", "/tmp/innet-bad-train"],
+                          "--workers", "4", *flags, "--no-plots", "--out", str(tmp_path / "out")],
                          capture_output=True, text=True, timeout=120)
     errors = [line for line in out.stderr.splitlines() if not line.startswith("innet: ")]
     assert out.returncode == 2 and len(errors) == 1 and errors[0].startswith(says), out.stderr

@@ -25,6 +25,7 @@ import networkx as nx
 
 from innet.errors import UserError
 from innet.graph import HOST_ROLES, ROLES, link_name, natural_key, node_indices, port_to, validate
+from innet.results.files import write_text_atomic, writing
 from innet.wire.packet import ip_str, node_ip
 
 P4UTILS_SWITCH_FLAGS = ("isSwitch", "isP4Switch", "isP4RuntimeSwitch", "isTofino", "isRouter")
@@ -119,13 +120,8 @@ def save_file(graph: nx.Graph, path: str) -> None:
         pa, pb = port_to(graph, a, b), port_to(graph, b, a)
         out.add_edge(a, b, bw=float(data["bw"]), latency=float(data["latency"]), node1=a, node2=b, port1=pa, port2=pb,
                      intfName1=f"{a}-eth{pa}", intfName2=f"{b}-eth{pb}")
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        os.makedirs(folder, exist_ok=True)
-        if path.endswith(".json"):
-            with open(path, "w", encoding="utf-8") as fh:
-                json.dump(nx.node_link_data(out, edges="links"), fh, indent=1)
-        else:
-            nx.write_graphml(out, path)
-    except OSError as exc:
-        raise UserError(f"cannot write topology file {path}: {exc.strerror}") from None
+    if path.endswith(".json"):
+        write_text_atomic(path, json.dumps(nx.node_link_data(out, edges="links"), indent=1))
+    else:
+        with writing(path) as fh:
+            nx.write_graphml(out, fh)

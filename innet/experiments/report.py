@@ -4,11 +4,13 @@ ratios to a baseline series, the summary (speed-ups, break-even), written as CSV
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from typing import Any
 
 from innet.experiments.file import Experiment
+from innet.results.files import make_output_folder, write_text_atomic
 from innet.results.plots import plot_sweep
 from innet.results.record import JsonObject
 
@@ -73,17 +75,17 @@ def summary(experiment: Experiment, rows: list[Row]) -> Row:
 
 def write_outputs(experiment: Experiment, rows: list[Row], out: str) -> list[str]:
     """points.csv, points.json and NAME.png in ``out``; their paths."""
-    os.makedirs(out, exist_ok=True)
+    out = make_output_folder(out)
     files = [os.path.join(out, f) for f in ("points.csv", "points.json", f"{experiment.name}.png")]
-    columns = list(rows[0])
-    with open(files[0], "w", newline="") as f:
-        writer = csv.DictWriter(f, columns)
-        writer.writeheader()
-        writer.writerows(rows)
-    with open(files[1], "w") as f:
-        json.dump({"experiment": experiment.name, "description": experiment.description, "sweep": experiment.flag,
-                   "series": list(experiment.series), "metrics": list(experiment.metrics), "points": rows,
-                   "summary": summary(experiment, rows)}, f, indent=1)
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text_atomic(files[0], table.getvalue())
+    write_text_atomic(files[1], json.dumps({"experiment": experiment.name, "description": experiment.description,
+                                            "sweep": experiment.flag, "series": list(experiment.series),
+                                            "metrics": list(experiment.metrics), "points": rows,
+                                            "summary": summary(experiment, rows)}, indent=1))
     panels = list(experiment.plot or experiment.metrics)
     if experiment.baseline and not experiment.plot:
         panels.append(f"{experiment.metrics[0]}/{experiment.baseline}")

@@ -14,6 +14,7 @@ from innet.api import run
 from innet.errors import UserError
 from innet.experiments.file import Experiment, Value, argv_of
 from innet.experiments.report import Row, metric, rows_with_ratios, write_outputs
+from innet.results.files import NewFolder, make_output_folder
 from innet.results.record import JsonObject, RunRecord
 
 
@@ -32,7 +33,7 @@ def command(argv: list[str]) -> str:
 def reproduce(experiment: Experiment, backend: str = "local", quick: bool = False, out: str | None = None) -> list[str]:
     """Run every point of ``experiment`` (its quick sweep with ``quick``) and write its files into ``out``;
     the files written."""
-    out = out or os.path.join("results", f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = make_output_folder(out or NewFolder(os.path.join("results", f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}")))
     values = experiment.quick if quick else experiment.values
     points = [(s, v) for v in values for s in experiment.series]
     done: dict[tuple[str, ...], RunRecord] = {}  # a series that does not sweep runs once

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import networkx as nx
 
 from innet.graph import is_switch, link_name, natural_key, role, tier
 from innet.planning.prediction import link_rate
+from innet.results.files import write_text_atomic
 from innet.results.record import JsonObject, RunRecord
 
 
@@ -118,19 +118,17 @@ def cluster_lines(runs: list[RunRecord]) -> list[str]:
 
 def write_results(path: str, graph: nx.Graph, runs: list[RunRecord], **top: Any) -> None:
     """results.json: the topology, every run, and ``top``-level figures (a training run's exact baseline)."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as fh:
-        json.dump({"topology": topology_summary(graph), **top, "runs": [r.to_json() for r in runs]}, fh, indent=2)
+    write_text_atomic(path, json.dumps({"topology": topology_summary(graph), **top,
+                                        "runs": [r.to_json() for r in runs]}, indent=2))
 
 
 def write_link_csv(path: str, graph: nx.Graph, runs: list[RunRecord]) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write("mode,backend,link,tier,bytes\n")
-        for r in runs:
-            for u, v in sorted(graph.edges, key=lambda e: link_name(*e)):
-                name = link_name(u, v)
-                fh.write(f"{r.mode},{r.backend},{name},{tier(graph, u, v)},{r.link_bytes.get(name, 0)}\n")
+    lines = ["mode,backend,link,tier,bytes"]
+    for r in runs:
+        for u, v in sorted(graph.edges, key=lambda e: link_name(*e)):
+            name = link_name(u, v)
+            lines.append(f"{r.mode},{r.backend},{name},{tier(graph, u, v)},{r.link_bytes.get(name, 0)}")
+    write_text_atomic(path, "\n".join(lines) + "\n")
 
 
 def _ratio(a: float, b: float) -> str:

@@ -8,6 +8,7 @@ import textwrap
 import networkx as nx
 
 from innet.graph import TIER_ORDER, link_name, natural_key, role
+from innet.results.files import save_figure
 from innet.results.record import RunRecord
 
 LABELLED = 200  # nodes up to which the topology plot names them
@@ -101,7 +102,7 @@ def plot_links(graph: nx.Graph, runs: list[RunRecord], path: str) -> None:
         ax.axis("off")
     sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, peak / 1e6))
     fig.colorbar(sm, ax=axes[0].tolist(), label="MB on link (both directions)", shrink=0.8)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -124,7 +125,7 @@ def plot_tiers(runs: list[RunRecord], path: str) -> None:
     ax.set_title("bytes per tier")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -148,13 +149,12 @@ def plot_accuracy(runs: list[RunRecord], exact: float | None, path: str) -> None
     ax.set_title(f"training {runs[0].figures.get('train', '')}: accuracy against emulated time")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
 def write_plots(graph: nx.Graph, runs: list[RunRecord], out_dir: str, exact: float | None = None) -> list[str]:
     """links.png and tiers.png; accuracy.png too for training runs (``exact``: the float baseline's accuracy)."""
-    os.makedirs(out_dir, exist_ok=True)
     links, tiers = os.path.join(out_dir, "links.png"), os.path.join(out_dir, "tiers.png")
     plot_links(graph, runs, links)
     plot_tiers(runs, tiers)
@@ -199,5 +199,5 @@ def plot_sweep(rows: list[dict], x: str, ys: list[str], path: str, title: str = 
     if title:  # wrapped to the figure's width (about 12 characters an inch at this size), not cut off
         fig.suptitle("\n".join(textwrap.wrap(title, int(12 * 4.6 * len(ys)))), fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)

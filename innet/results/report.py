@@ -10,6 +10,7 @@ import networkx as nx
 
 from innet.planning.spec import RunSpec
 from innet.results.fidelity import fidelity_line
+from innet.results.files import make_output_folder, write_text_atomic
 from innet.results.learning import learning_lines
 from innet.results.metrics import (
     cluster_lines,
@@ -87,6 +88,7 @@ class Report:
             self.write_json(json_path)
         if not out:
             return []
+        out = make_output_folder(out)
         runs = list(self.runs)
         files = [os.path.join(out, "results.json"), os.path.join(out, "links.csv")]
         self.write_json(files[0])
@@ -100,9 +102,7 @@ class Report:
 
     def write_json(self, path: str) -> None:
         """``to_json`` into file ``path``."""
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(self.to_json(), fh, indent=2)
+        write_text_atomic(path, json.dumps(self.to_json(), indent=2))
 
 
 def _write_utilisation(out: str, runs: list[RunRecord], plots: bool) -> list[str]:
@@ -114,10 +114,7 @@ def _write_utilisation(out: str, runs: list[RunRecord], plots: bool) -> list[str
     if not sampled:
         return []
     path = os.path.join(out, "utilisation.csv")
-    if os.path.exists(path):
-        os.remove(path)
-    for mode, util in sampled:
-        write_utilisation_csv(path, util, mode)
+    write_utilisation_csv(path, sampled)
     if not plots:
         return [path]
     plot_utilisation(sampled[0][1], os.path.join(out, "utilisation.png"))

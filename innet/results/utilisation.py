@@ -4,9 +4,11 @@ background traffic's apart (``--background``); written as utilisation.csv and ut
 from __future__ import annotations
 
 import csv
-import os
+import io
 from dataclasses import dataclass
 from typing import Any
+
+from innet.results.files import save_figure, write_text_atomic
 
 
 @dataclass(frozen=True)
@@ -50,14 +52,15 @@ class Utilisation:
                 "peak": {k: v for k, v in list(self.peak().items())[:8]}}
 
 
-def write_utilisation_csv(path: str, util: Utilisation, mode: str = "") -> None:
-    new = not os.path.exists(path)
-    with open(path, "a", newline="", encoding="utf-8") as fh:
-        out = csv.writer(fh)
-        if new:
-            out.writerow(["mode", "time_s", "link", "job_bytes", "background_bytes", "utilisation"])
+def write_utilisation_csv(path: str, sampled: list[tuple[str, Utilisation]]) -> None:
+    """utilisation.csv: every sample of every (mode, utilisation) in ``sampled``."""
+    text = io.StringIO(newline="")
+    out = csv.writer(text)
+    out.writerow(["mode", "time_s", "link", "job_bytes", "background_bytes", "utilisation"])
+    for mode, util in sampled:
         for time, link, job, bg, used in util.rows():
             out.writerow([mode, f"{time:.9f}", link, job, bg, used])
+    write_text_atomic(path, text.getvalue())
 
 
 def plot_utilisation(util: Utilisation, path: str, top: int = 8) -> None:
@@ -79,5 +82,5 @@ def plot_utilisation(util: Utilisation, path: str, top: int = 8) -> None:
     ax.legend(fontsize=7, ncol=2)
     ax.set_title("busiest link directions (jobs' and background bytes)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)

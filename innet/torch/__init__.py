@@ -7,8 +7,11 @@
 
 import os
 
+from innet.integrations.torch import watch
 from innet.integrations.torch.group import InnetGroup, register, set_mode
 
 register(default=bool(os.environ.get("INNET_RUN")))  # under innet launch: the default backend of CPU tensors
+if os.environ.get(watch.WATCH):  # under innet launch: each rank says when it has joined
+    watch.install()
 
 __all__ = ["InnetGroup", "register", "set_mode"]

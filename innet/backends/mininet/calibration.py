@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from innet.errors import UserError
 from innet.node.codec import from_json, to_json
+from innet.results.files import write_text_atomic
 from innet.shipped import CHECKOUT as ROOT
 from innet.shipped import PROGRAMS
 
@@ -128,12 +129,9 @@ def faithful_rate(ratio_at: Callable[[float], float] | None = None, version: str
     rate, measured = search(ratio_at or measured_ratio, rates)
     record = Calibration(key, rate, TARGET_MBPS, TOLERANCE, measured, time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path + ".tmp", "w", encoding="utf-8") as fh:
-            json.dump(to_json(record), fh, indent=1)
-        os.replace(path + ".tmp", path)
-    except OSError as exc:
-        raise UserError(f"cannot write the dilation calibration to {path}: {exc.strerror}; "
+        write_text_atomic(path, json.dumps(to_json(record), indent=1))
+    except UserError as exc:
+        raise UserError(f"cannot write the dilation calibration ({exc}); "
                         "set INNET_CACHE_DIR to a writable directory") from None
     _log(f"faithful rate {rate:g} Mbit/s (Mininet/local completion time by real rate: {measured}); saved in {path}")
     return rate

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from innet.node.codec import from_json, to_json
+from innet.results.files import make_private_folder, write_text_atomic
 
 STATE_DIR = "/run/innet"
 Process = tuple[int, int | None]  # a recorded process: its pid and its start time (innet.backends.mininet.cleanup.start_time)
@@ -52,16 +53,13 @@ class RunState:
     """The record of one run; written to disk on every change."""
 
     def __init__(self, run_id: str, run_dir: str) -> None:
-        os.makedirs(STATE_DIR, exist_ok=True)
+        make_private_folder(STATE_DIR)  # records carry argv: 0600 files in a 0700 folder of root's own
         self.path = os.path.join(STATE_DIR, f"{run_id}.json")
         self.data = Created((os.getpid(), start_time(os.getpid())), os.getppid(), sys.argv, run_dir)
         self.save()
 
     def save(self) -> None:
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(to_json(self.data), fh)
-        os.replace(tmp, self.path)
+        write_text_atomic(self.path, json.dumps(to_json(self.data)), mode=0o600)
 
     def add_pid(self, label: str, pid: int) -> None:
         self.data.pids[f"{label}:{pid}"] = (pid, start_time(pid))

@@ -37,6 +37,7 @@ from innet.node.config import (
 )
 from innet.planning.grouping import group_label, start_timeout
 from innet.planning.spec import RunSpec
+from innet.results.files import make_output_folder
 from innet.results.progress import Progress
 from innet.schemes.modes import RunPlan, pbox_servers
 from innet.switch.program import SwitchProgram
@@ -165,8 +166,10 @@ def start_input(net: Network, plan: InputPlan, faults: FaultsOf) -> Procs:
 
 
 def start_pcaps(net: Network, pcap_dir: str, nodes: Sequence[str]) -> None:
-    """tcpdump on every interface of ``nodes``, writing ``pcap_dir/<interface>.pcap``; back once all capture."""
-    os.makedirs(pcap_dir, exist_ok=True)
+    """tcpdump on every interface of ``nodes``, writing ``pcap_dir/<interface>.pcap``; back once all capture.
+    tcpdump runs as root and follows links: ``pcap_dir`` is made new, or must be the caller's own that no one
+    else can write (innet.results.files), so no one else can plant a name in it."""
+    pcap_dir = make_output_folder(pcap_dir)
     net.pcaps = True
     files = []
     for name in nodes:

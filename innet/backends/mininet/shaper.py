@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from innet.backends.mininet.cleanup import STATE_DIR, RunState, records
+from innet.results.files import make_private_folder, write_text_atomic
 
 BURST_S = 0.002  # a shaped link sends this much of its rate at a time (or one frame, if that is longer)
 HYSTERESIS = "/sys/module/sch_htb/parameters/htb_hysteresis"
@@ -47,7 +48,7 @@ def burst_command(intf: str, bw_mbps: float, frame: int) -> str:
 
 @contextmanager
 def _locked() -> Iterator[None]:
-    os.makedirs(STATE_DIR, exist_ok=True)
+    make_private_folder(STATE_DIR)
     with open(os.path.join(STATE_DIR, "htb_hysteresis.lock"), "w", encoding="ascii") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         yield
@@ -74,7 +75,7 @@ def hold(state: RunState) -> bool:
         state.save()
         if on:
             return True
-        open(MARKER, "w", encoding="ascii").close()
+        write_text_atomic(MARKER, "", mode=0o600)
         try:
             _write("1")
         except OSError:

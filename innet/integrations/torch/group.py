@@ -32,6 +32,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from innet.integrations.torch import watch
 from innet.integrations.torch.fabric import FabricCollectives, Tally, compute
 from innet.integrations.torch.switches import SwitchCollectives, serves
 from innet.node import codec
@@ -153,6 +154,7 @@ class InnetGroup(dist.ProcessGroup):
         self.mode = self.fabric.run.mode if self.fabric and self.fabric.run.mode in MODES else "innet"
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="innet")
         self.innet_name = ""  # torch's name of the group (``keeps_its_name``)
+        self.watched = watch.watched(size)  # under innet launch: each call said in the launcher's store
         if self.tally is not None:  # a script that never destroys its group still has its bytes counted
             atexit.register(self.shutdown)
 
@@ -162,11 +164,16 @@ class InnetGroup(dist.ProcessGroup):
 
         def run() -> None:
             try:
+                if self.watched:
+                    watch.entered(self.rank())
                 call()
             except Exception as exc:  # noqa: BLE001 (the caller's wait() raises it)
                 future.set_exception(exc)
             else:
                 future.set_result(result)
+            finally:
+                if self.watched:
+                    watch.left(self.rank())
 
         self.pool.submit(run)
         return InnetWork(future)

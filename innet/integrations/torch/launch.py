@@ -28,7 +28,8 @@ import networkx as nx
 from innet.errors import UserError
 from innet.graph import hosts
 from innet.integrations.torch.fabric import Tally
-from innet.integrations.torch.procs import SITE, free_port, rank_env, read_tally, stop, wait_ranks
+from innet.integrations.torch.procs import SITE, rank_env, read_tally, stop, wait_ranks
+from innet.integrations.torch.watch import COLLECTIVE_TIMEOUT_S, START_TIMEOUT_S, Store
 from innet.node.codec import write
 from innet.planning.memory import check_torch_ranks
 from innet.planning.spec import RunSpec
@@ -41,11 +42,19 @@ def workers_of(graph: nx.Graph, run: RunSpec) -> int:
     return run.workers if run.workers is not None else len(hosts(graph))
 
 
-def launch(graph: nx.Graph, run: RunSpec, command: list[str]) -> int:
+def launch(graph: nx.Graph, run: RunSpec, command: list[str], start_timeout: float = START_TIMEOUT_S,
+           collective_timeout: float = COLLECTIVE_TIMEOUT_S) -> int:
     """Run ``command`` as every rank (``run.backend``: on this machine with the fabric, or in Mininet hosts); print
-    what the collectives cost."""
+    what the collectives cost. On this machine, a rank that has not joined its process group within
+    ``start_timeout`` seconds, or keeps the others waiting in a collective for ``collective_timeout``, ends the
+    run, named (innet.integrations.torch.watch)."""
     if not command:
         raise UserError("innet launch needs a command after --, e.g. innet launch {backend} local -- python train.py")
+    if shutil.which(command[0]) is None:
+        raise UserError(f"innet launch cannot run {command[0]}: no such command, or not an executable file")
+    for name, value in (("--start-timeout", start_timeout), ("--collective-timeout", collective_timeout)):
+        if not 0 < value < float("inf"):
+            raise UserError(f"{name} must be a positive number of seconds, got {value:g}")
     check_torch_ranks(workers_of(graph, run))  # before any rank starts: ~270 MiB each
     if run.backend == "mininet":
         from innet.integrations.torch.mininet import launch_mininet
@@ -55,7 +64,7 @@ def launch(graph: nx.Graph, run: RunSpec, command: list[str]) -> int:
         fid = Fidelity(1.0, "not judged", ("Mininet: the side plane's TCP shares the links and is counted; the "
                                            "ranks' and switches' CPU are not measured",), {}, {}, {})
     else:
-        tally, wall = launch_local(graph, run, command)
+        tally, wall = launch_local(graph, run, command, start_timeout, collective_timeout)
         fid = virtual_fidelity()
     for line in summary(graph, run, tally, workers_of(graph, run), wall):
         print(line)
@@ -63,28 +72,36 @@ def launch(graph: nx.Graph, run: RunSpec, command: list[str]) -> int:
     return 0
 
 
-def launch_local(graph: nx.Graph, run: RunSpec, command: list[str]) -> tuple[Tally, float]:
-    """Run ``command`` as every rank on this machine, the collectives on the fabric: what they cost, the seconds."""
+def launch_local(graph: nx.Graph, run: RunSpec, command: list[str], start_timeout: float = START_TIMEOUT_S,
+                 collective_timeout: float = COLLECTIVE_TIMEOUT_S) -> tuple[Tally, float]:
+    """Run ``command`` as every rank on this machine, the collectives on the fabric: what they cost, the seconds.
+    The ranks meet at the launcher's own store, on loopback (innet.integrations.torch.watch.Store)."""
     from innet.shipped import save_file
 
     world = workers_of(graph, run)
     folder = tempfile.mkdtemp(prefix="innet-launch-")
     procs: list[subprocess.Popen[bytes]] = []
+    store: Store | None = None
     try:
         write(os.path.join(folder, "run.json"), run)
         save_file(graph, os.path.join(folder, "graph.json"))
         with open(os.path.join(folder, "sitecustomize.py"), "w", encoding="utf-8") as fh:
             fh.write(SITE)
-        port = free_port()
+        store = Store(world, start_timeout, collective_timeout)
         for rank in range(world):
             with open(os.path.join(folder, f"rank{rank}.err"), "wb") as err:
-                procs.append(subprocess.Popen(command, env=rank_env(folder, rank, world, port), stdout=subprocess.PIPE,
-                                              stderr=err, start_new_session=True))
+                env = dict(rank_env(folder, rank, world, store.port), **store.env())
+                procs.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=err,
+                                              start_new_session=True))
         started = time.monotonic()
-        wait_ranks(procs, folder)
+        wait_ranks(procs, folder, store.hung)
         return read_tally(os.path.join(folder, "stats.jsonl")), time.monotonic() - started
+    except OSError as exc:  # the command would not start (found by which, then not executable after all)
+        raise UserError(f"innet launch cannot run {command[0]}: {exc.strerror}") from None
     finally:
         stop(procs)
+        if store is not None:
+            store.close()
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from innet.errors import UserError
 from innet.integrations.torch.fabric import Tally
@@ -18,6 +19,8 @@ from innet.node import codec
 
 SITE = "import innet.torch  # noqa: F401  (innet launch: the default backend of CPU tensors is innet)\n"
 GRACE_S = 5.0  # for a rank to leave after SIGTERM before SIGKILL
+WATCH_EVERY_S = 0.5  # how often the launcher looks for a rank that hangs
+Watch = Callable[[], "tuple[int, str] | None"]  # a rank that hangs, and how (innet.integrations.torch.watch)
 _OUT = threading.Lock()  # one rank's line at a time onto the launcher's standard output
 
 
@@ -38,15 +41,32 @@ def rank_env(folder: str, rank: int, world: int, port: int, master: str = "127.0
                 INNET_STATS=os.path.join(folder, "stats.jsonl"), OMP_NUM_THREADS="1")
 
 
-def wait_ranks(procs: list[subprocess.Popen[bytes]], folder: str) -> None:
+def wait_ranks(procs: list[subprocess.Popen[bytes]], folder: str, watch: Watch | None = None) -> None:
     """Until every rank has exited, their output relayed (``relay``); the first to fail ends the run with its last
-    words."""
+    words: the first to exit, not a rank that failed because it did (its peer's "Connection closed"). With
+    ``watch`` (``watch.Store.hung``), a rank that hangs ends it too, named with its last words."""
     relays = [relay(p, r) for r, p in enumerate(procs) if p.stdout is not None]
-    while any(p.poll() is None for p in procs) or any(p.returncode for p in procs):
-        failed = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
+    exits: list[int] = []  # the ranks in the order they exited (list.append is atomic)
+
+    def reap(rank: int) -> None:
+        procs[rank].wait()
+        exits.append(rank)
+
+    for r in range(len(procs)):
+        threading.Thread(target=reap, args=(r,), name=f"innet-rank{r}-wait", daemon=True).start()
+    looked = time.monotonic()
+    while True:
+        failed = [r for r in list(exits) if procs[r].returncode]
         if failed:
             rank = failed[0]
             raise UserError(f"rank {rank} failed (exit {procs[rank].returncode}): {last_words(folder, rank)}")
+        if len(exits) == len(procs):
+            break
+        if watch is not None and time.monotonic() - looked > WATCH_EVERY_S:
+            looked = time.monotonic()
+            hung = watch()
+            if hung:
+                raise UserError(f"rank {hung[0]} {hung[1]}: {last_words(folder, hung[0])}")
         time.sleep(0.05)
     for thread in relays:  # the rest of their output (a child of a rank's may hold the pipe: not for long)
         thread.join(GRACE_S)

@@ -1,0 +1,133 @@
+"""``innet launch`` that cannot hang: the launcher holds the ranks' store, the ranks report to it, the launcher
+names a rank that does not keep up.
+
+The launcher makes torch's rendezvous store itself (``Store``): a ``TCPStore`` server on a socket it bound to
+127.0.0.1 and keeps (the port is held from choice to use, and only this machine can reach it), and the ranks
+reach it as torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE), as clients. Each rank says there when it has
+joined its process group (``init_process_group`` returned) and, in the innet backend's world group, when it enters
+and leaves each collective call. ``Store.hung`` reads that: a rank that has not joined within the start timeout,
+or has not entered a call others entered (or, all in it, the call has not finished) within the collective
+timeout, is named.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+WATCH = "INNET_WATCH"  # set by the launcher in every rank's environment: report to its store
+START_TIMEOUT_S = 120.0
+COLLECTIVE_TIMEOUT_S = 300.0
+_client: list[Any] = []  # this rank's store client, once made
+
+
+def _key(what: str, rank: int) -> str:
+    return f"innet-watch/{what}/{rank}"
+
+
+# -- in each rank ---------------------------------------------------------------------------------------------
+def _store() -> Any:
+    if not _client:
+        import torch.distributed as dist
+
+        _client.append(dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False,
+                                     timeout=timedelta(seconds=30)))
+    return _client[0]
+
+
+def watched(size: int) -> bool:
+    """Whether a group of ``size`` ranks reports its calls: under the launcher, the world's groups only (every
+    rank takes part in them, in the same order)."""
+    return bool(os.environ.get(WATCH)) and str(size) == os.environ.get("WORLD_SIZE")
+
+
+def entered(rank: int) -> None:
+    _store().add(_key("entered", rank), 1)
+
+
+def left(rank: int) -> None:
+    _store().add(_key("left", rank), 1)
+
+
+def install() -> None:
+    """Under the launcher: ``init_process_group`` says in the store when this rank has called it and when it has
+    joined (returned; any backend)."""
+    import torch.distributed as dist
+
+    init: Callable[..., Any] = dist.init_process_group
+    if getattr(init, "innet_watched", False):
+        return
+
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        _store().set(_key("arrived", int(os.environ["RANK"])), "1")
+        result = init(*args, **kwargs)
+        _store().set(_key("joined", dist.get_rank()), "1")
+        return result
+
+    init_process_group.innet_watched = True  # type: ignore[attr-defined]
+    dist.init_process_group = init_process_group
+
+
+# -- in the launcher --------------------------------------------------------------------------------------------
+class Store:
+    """The ranks' rendezvous store, held by the launcher on 127.0.0.1 (``port`` for MASTER_PORT), and the watch
+    over what the ranks report to it."""
+
+    def __init__(self, world: int, start_timeout: float = START_TIMEOUT_S,
+                 collective_timeout: float = COLLECTIVE_TIMEOUT_S) -> None:
+        import torch.distributed as dist
+
+        self.world, self.start_timeout, self.collective_timeout = world, start_timeout, collective_timeout
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            sock.listen(max(64, 4 * world))
+            self.port = int(sock.getsockname()[1])
+            self.store = dist.TCPStore("127.0.0.1", self.port, None, True, timedelta(seconds=30),
+                                       wait_for_workers=False, master_listen_fd=sock.detach())  # the store's now
+        self.started = time.monotonic()
+        self._lagging: dict[int, tuple[int, float]] = {}  # rank: (the call it has not entered, since when)
+        self._unfinished: tuple[int, float] | None = None  # (the call every rank is in, since when)
+
+    def env(self) -> dict[str, str]:
+        """What each rank's environment needs to use this store."""
+        return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(self.port), "TORCHELASTIC_USE_AGENT_STORE": "True",
+                WATCH: "1"}
+
+    def close(self) -> None:
+        """The server stops, its socket closed."""
+        del self.store
+
+    def hung(self, now: float | None = None) -> tuple[int, str] | None:
+        """A rank that does not keep up, and how (None: all do)."""
+        now = time.monotonic() if now is None else now
+        ranks = range(self.world)
+        joined = [self.store.check([_key("joined", r)]) for r in ranks]
+        if not all(joined):
+            if now - self.started <= self.start_timeout:
+                return None
+            arrived = [self.store.check([_key("arrived", r)]) for r in ranks]  # the others wait for one that has not
+            late = arrived.index(False) if not all(arrived) else joined.index(False)
+            return late, f"did not join the process group within {self.start_timeout:g} s (--start-timeout)"
+        into = [int(self.store.add(_key("entered", r), 0)) for r in ranks]
+        out = [int(self.store.add(_key("left", r), 0)) for r in ranks]
+        top = max(into)
+        for r in ranks:
+            call, since = self._lagging.get(r, (top, now))
+            if into[r] >= call:
+                self._lagging.pop(r, None)
+                continue
+            self._lagging[r] = (call, since)
+            if now - since > self.collective_timeout:
+                return r, (f"did not enter collective call {call} within {self.collective_timeout:g} s of the "
+                           "others (--collective-timeout)")
+        if top and min(into) == top and min(out) < top:
+            call, since = self._unfinished if self._unfinished and self._unfinished[0] == top else (top, now)
+            self._unfinished = (call, since)
+            if now - since > self.collective_timeout:
+                return out.index(min(out)), (f"did not finish collective call {call} within "
+                                             f"{self.collective_timeout:g} s (--collective-timeout)")
+        return None
