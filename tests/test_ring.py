@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from innet.hosts.job import JobSpec
 from innet.hosts.ring import ACK_BAND, Linger, RingCall
-from innet.hosts.worker import JobSpec
 from innet.wire import fixedpoint
 from innet.wire.packet import RESULT, ROUTE, make_packet, pack_frames, parse_block, parse_frame
 

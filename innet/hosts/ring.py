@@ -51,8 +51,9 @@ from collections import deque
 
 import numpy as np
 
-from innet.hosts.recovery import HostQueue, Rack
-from innet.hosts.worker import Frames, JobSpec, RetransmitTimer, first_window_rto
+from innet.hosts.endpoint import Frames
+from innet.hosts.job import JobSpec
+from innet.hosts.recovery import HostQueue, Rack, RetransmitTimer, first_window_rto
 from innet.wire.collectives import Collective
 from innet.wire.packet import (
     FLAGS_OFFSET,
@@ -569,7 +570,7 @@ class RingCall:
     def _probe_due(self) -> float:
         """When to probe (RFC 8985's TLP), once this call has lost something: no ACK for two round trips (at least
         a reordering window), doubled per probe
-        unanswered up to four times (as ``AllreduceCall._probe_due``). Before any loss, only where the run's links lose
+        unanswered up to four times (as ``Window.probe_due``). Before any loss, only where the run's links lose
         (``JobSpec.lossy``) and a round trip is measured, or a lone packet is still unacknowledged: once a rank has
         the exponent, its RTO is the data window's (``first_window_rto``, 312 ms), and its own exponent packets may
         not have reached its successor (leaf-spine, 20% loss, seed 9: a rank whose ACKs were all lost waited 312 ms)."""

@@ -13,10 +13,11 @@ import time
 
 import numpy as np
 
+from innet.hosts.job import JobSpec
 from innet.hosts.ring import Linger
 from innet.hosts.ssp import SSPWorker
 from innet.hosts.training import Training
-from innet.hosts.worker import JobSpec, WorkerProcess
+from innet.hosts.worker.process import WorkerProcess
 from innet.io.rawport import RawPort
 from innet.node.config import NO_FAULTS, Faults
 from innet.node.egress import Egress, serve_once

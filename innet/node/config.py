@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from innet.hosts.ensemble import InputPlan, Receiver
+from innet.hosts.job import JobSpec
 from innet.hosts.learning.model import Task
 from innet.hosts.pbox import PBoxJob
 from innet.hosts.ssp import Consistency
 from innet.hosts.training import Training
-from innet.hosts.worker import JobSpec
 from innet.node.admission import AdmissionReport
 from innet.switch.runtime import SwitchConfig, SwitchReport
 from innet.wire.faults import FaultSpec

@@ -22,7 +22,7 @@ from innet.errors import UserError
 from innet.hosts.learning.learner import Learner
 from innet.hosts.ring import Linger
 from innet.hosts.ssp import SSPWorker
-from innet.hosts.worker import WorkerProcess
+from innet.hosts.worker.process import WorkerProcess
 from innet.io.netns import opened_in
 from innet.node.client import AllreduceClient
 from innet.node.config import WorkerConfig, WorkerGroup

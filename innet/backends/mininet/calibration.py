@@ -37,10 +37,11 @@ CALIBRATION_RUNS = 3  # Mininet runs per candidate rate, their median taken: one
 CALIBRATION_VERSION = 2  # bump when the procedure above changes
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 DATA_PLANE = ("innet/wire/packet.py", "innet/switch/runtime.py", "innet/switch/engine.py", "innet/switch/reduction.py",
-              "innet/switch/program.py", "innet/hosts/worker.py", "innet/hosts/ring.py", "innet/hosts/pbox.py",
-              "innet/node/__main__.py", "innet/node/switch.py", "innet/node/worker.py",
-              "innet/io/rawport.py", "innet/io/mmsg.py", "innet/node/egress.py", "innet/backends/mininet/shaper.py",
-              "switch_programs/sum_allreduce.py")
+              "innet/switch/program.py", "innet/hosts/worker/call.py", "innet/hosts/worker/window.py",
+              "innet/hosts/worker/framing.py", "innet/hosts/worker/process.py", "innet/hosts/recovery.py",
+              "innet/hosts/ring.py", "innet/hosts/pbox.py", "innet/node/__main__.py", "innet/node/switch.py",
+              "innet/node/worker.py", "innet/io/rawport.py", "innet/io/mmsg.py", "innet/node/egress.py",
+              "innet/backends/mininet/shaper.py", "switch_programs/sum_allreduce.py")
 
 
 def cache_dir() -> str:

@@ -20,7 +20,7 @@ import numpy as np
 from innet.backends.mininet.network import log
 from innet.errors import UserError
 from innet.hosts.ensemble import InputOutcome, InputPlan, InputSummary, input_summary
-from innet.hosts.worker import JobSpec
+from innet.hosts.job import JobSpec
 from innet.node.codec import from_json, read
 from innet.node.config import InputServerStats, SwitchStats
 from innet.node.usage import Samples, has_exited, process_times
