@@ -94,7 +94,7 @@ def test_a_slow_call_says_what_it_waits_for():
     """The progress line's words (innet.results.progress.waits): a worker's oldest chunk unanswered and from
     whom, a ring rank's first missing piece and from which rank, each with its retransmissions; nothing once done."""
     from innet.hosts.job import JobSpec
-    from innet.hosts.ring import RingCall
+    from innet.hosts.ring.call import RingCall
     from innet.hosts.worker.call import AllreduceCall
     from innet.results.progress import waits
 

@@ -88,7 +88,7 @@ class SwitchStats:
 @dataclass(frozen=True)
 class WorkerConfig:
     """One worker host's: its job, the tensors it reduces (seeded, or its learner's), its schedule, and how
-    long its ring rank may linger at most after its result is saved (innet.hosts.ring.Linger)."""
+    long its ring rank may linger at most after its result is saved (innet.hosts.ring.linger.Linger)."""
 
     spec: JobSpec
     seed: int

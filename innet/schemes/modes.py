@@ -25,7 +25,7 @@ from innet.hosts.ensemble import InputPlan, group_tables, plan_input
 from innet.hosts.job import JobSpec
 from innet.hosts.learning.learner import Learner, bind_learner
 from innet.hosts.pbox import PBoxJob, PBoxServer
-from innet.hosts.ring import RingCall
+from innet.hosts.ring.call import RingCall
 from innet.hosts.ssp import Consistency, SSPWorker
 from innet.hosts.training import Training
 from innet.hosts.worker.call import AllreduceCall

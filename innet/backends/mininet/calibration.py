@@ -39,9 +39,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 DATA_PLANE = ("innet/wire/packet.py", "innet/switch/runtime.py", "innet/switch/engine.py", "innet/switch/reduction.py",
               "innet/switch/program.py", "innet/hosts/worker/call.py", "innet/hosts/worker/window.py",
               "innet/hosts/worker/framing.py", "innet/hosts/worker/process.py", "innet/hosts/recovery.py",
-              "innet/hosts/ring.py", "innet/hosts/pbox.py", "innet/node/__main__.py", "innet/node/switch.py",
-              "innet/node/worker.py", "innet/io/rawport.py", "innet/io/mmsg.py", "innet/node/egress.py",
-              "innet/backends/mininet/shaper.py", "switch_programs/sum_allreduce.py")
+              "innet/hosts/ring/call.py", "innet/hosts/ring/acks.py", "innet/hosts/pbox.py", "innet/node/__main__.py",
+              "innet/node/switch.py", "innet/node/worker.py", "innet/io/rawport.py", "innet/io/mmsg.py",
+              "innet/node/egress.py", "innet/backends/mininet/shaper.py", "switch_programs/sum_allreduce.py")
 
 
 def cache_dir() -> str:

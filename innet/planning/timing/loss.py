@@ -8,8 +8,8 @@ from collections.abc import Callable
 import networkx as nx
 import numpy as np
 
-from innet.hosts.ring import WINDOW as RING_WINDOW
-from innet.hosts.ring import ring_geometry, ring_phases
+from innet.hosts.ring.acks import WINDOW as RING_WINDOW
+from innet.hosts.ring.geometry import ring_geometry, ring_phases
 from innet.planning.planner import JobPlan
 from innet.planning.prediction import direction_bytes, frame_bytes, one_way
 from innet.planning.timing.calls import busiest_direction, hops, link_rate

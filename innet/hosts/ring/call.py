@@ -1,51 +1,9 @@
-"""Ring all-reduce between the worker hosts (the Horovod / Pipe-SGD baseline), sans-I/O.
-
-Rank r sends only to rank r+1 (addressed packets, routed by the switches).
-Steps, each one packet chain per ``elements``-sized piece:
-1. N-1 exponent steps pass the running max exponent along, so all agree on a scale;
-2. N-1 reduce-scatter steps: at step k rank r sends segment (r-k) mod N, its own
-   values plus what it got for that segment at step k-1;
-3. N-1 all-gather steps pass the reduced segments along.
-Packet j of a step is sent as soon as packet j of the previous step arrived
-(the ring is pipelined), as long as fewer than WINDOW packets are unacknowledged
-(the flow control a ring gets from TCP in Gloo or NCCL; in-network all-reduce
-gets the same from its slot pool); the rest wait in order. Receivers acknowledge with a bitmap of the packets of
-a step they hold (every ACK_EVERY packets of a step, at the end of a step, on
-every retransmission and on every packet that comes out of order, as TCP's
-duplicate ACKs: a lost ACK for a hole then costs the next packet, not ACK_EVERY
-more; star of 4, 262144 values, 1/5/20% loss: -9/-12/-19%). The window is at least ACK_EVERY x steps, so when it
-is full some step has ACK_EVERY packets unacknowledged: either one of them is
-still on its way, or its ACK is, or one was lost (and the timeout's probe
-finds it); the two ends never just wait for each other.
-
-Loss recovery (RACK-like): the path to the successor is FIFO, so an unacknowledged
-packet of a step sent before one the successor has acknowledged for that step was
-lost, and is retransmitted at once. On a timeout a sender retransmits only the
-oldest unacknowledged packet of each step, as a probe: its RETX flag asks for an
-immediate ACK, which then names any other holes. A late ACK so costs at most one
-spurious packet per step, not a window's worth.
-
-A rank's ACKs share its uplink with its own data, so behind a queue of data
-they would make the round trip as long as the queue, and the window (however
-large) would hold the ring below link rate: ACKs travel in priority band 0 and
-data in the job's band, but never 0 (``data_band``), so they jump that queue
-(Mininet, star of 4 at 25 Mbit/s: 1.90 -> 1.64 s, theory 1.56 s).
-
-A rank whose call is done (every packet it owed sent and acknowledged) tells its successor so with
-a DONE frame (an ACK-shaped frame for step ``3(N-1)``, no values). After its last call a rank
-lingers (``Linger``): its predecessor may have missed its last ACKs and probe for them, so it keeps
-answering until the predecessor's DONE (``predecessor_done``) says no probe will come. That DONE is
-the one thing that ends a linger; a bound (the run's timeout) is the last resort for a predecessor
-that died, or whose DONE was lost.
-
-Frames are taken a block at a time (``receive_block``: one vectorised filter,
-then each packet's step logic) and what a block lets a rank send is built as
-one array of frames (``build_frames``) and sent with one sendmmsg.
+"""One rank's part of one ring all-reduce (``RingCall``), sans-I/O: the protocol, flow control, ACKs and loss
+recovery are the package's (innet.hosts.ring); what it ACKs and what ACKs tell it are innet.hosts.ring.acks.
 """
 
 from __future__ import annotations
 
-import bisect
 import heapq
 from collections import deque
 
@@ -54,9 +12,9 @@ import numpy as np
 from innet.hosts.endpoint import Frames
 from innet.hosts.job import JobSpec
 from innet.hosts.recovery import HostQueue, Rack, RetransmitTimer, first_window_rto
-from innet.wire.collectives import Collective
+from innet.hosts.ring.acks import ACK_EVERY, WINDOW, Receipts, Scoreboard, decode
+from innet.hosts.ring.geometry import ring_geometry, ring_phases
 from innet.wire.packet import (
-    FLAGS_OFFSET,
     HEADER_DTYPE,
     PAYLOAD_OFFSET,
     RESULT,
@@ -68,36 +26,7 @@ from innet.wire.packet import (
     parse_frame,
 )
 
-ACK_EVERY = 16
-ACK_BAND = 0  # ACKs jump the queue of data on the way back (see the module notes)
-ACK_SPAN = 1024  # pieces an ACK's bitmap covers above its cumulative point (128 bytes)
-WINDOW = 256
-
-
-def ring_geometry(length: int, n: int, per_packet: int, collective: str = "allreduce",
-                  root: int = 0) -> tuple[list[tuple[int, int]], int]:
-    """The ring's ``n`` segments of a tensor of ``length`` values (sizes differ by at most one), and the
-    pieces every step sends: as many as the longest segment needs, so a shorter segment's last may be empty.
-    For another collective: its shards (whole packets, innet.wire.collectives), segment s being shard
-    s-1, so that rank r ends the reduce-scatter holding shard r; for broadcast and reduce the root's
-    segment (root+1) is the whole tensor and the others are empty, so the one half they run is a
-    pipelined chain: from the root round to its predecessor, or from its successor round to the root."""
-    if collective in ("broadcast", "reduce"):
-        segments = [(0, length) if s == (root + 1) % n else (0, 0) for s in range(n)]
-    elif collective != "allreduce":
-        b = Collective.shards(length, n, per_packet).tolist()
-        segments = [(b[(s - 1) % n], b[(s - 1) % n + 1]) for s in range(n)]
-    else:
-        segments = [(length * i // n, length * (i + 1) // n) for i in range(n)]
-    return segments, max(1, -(-max(b - a for a, b in segments) // per_packet))
-
-
-def ring_phases(collective: str) -> tuple[bool, bool]:
-    """Which halves of the ring all-reduce a collective runs: (reduce-scatter, all-gather). Ring reduce-scatter
-    and reduce are the first (the chain to the root), all-gather and broadcast the second (the chain from it);
-    all-reduce and barrier run both."""
-    return {"reduce_scatter": (True, False), "reduce": (True, False), "all_gather": (False, True),
-            "broadcast": (False, True)}.get(collective, (True, True))
+ACK_BAND = 0  # ACKs jump the queue of data on the way back (see the package notes)
 
 
 class RingCall:
@@ -121,13 +50,10 @@ class RingCall:
         self.scale: int | None = None
         self.quantized = np.zeros(0, np.int32)
         self.result_int = np.zeros(len(self.tensor), np.int64)
-        self.got: dict[int, dict[int, np.ndarray]] = {}      # step -> piece -> values received
-        self.have: dict[int, np.ndarray] = {}                # step -> which pieces arrived (for ACKs)
-        self.unacked: dict[tuple[int, int], tuple[float, bytes]] = {}
-        self.open: dict[int, set[int]] = {}  # step -> its unacknowledged packets (the keys of ``unacked``)
+        self.receipts = Receipts(self._expected)  # what came from the predecessor, and the ACKs it is owed
+        self.scoreboard = Scoreboard(self._expected)  # what went to the successor, and what its ACKs show lost
         self.timers: list[tuple[float, int, int]] = []  # (armed at, step, j); stale once ``armed`` differs
         self.armed: dict[tuple[int, int], float] = {}
-        self.since_ack: dict[int, int] = {}
         self.pending: list[tuple[int, int]] = []
         self.backlog: deque[tuple[int, int, np.ndarray | None, int | None]] = deque()  # waiting for the window
         self.early: list[bytes] = []
@@ -139,19 +65,9 @@ class RingCall:
         self.last_sent = 0.0  # the newest new packet: an ACK waits for up to ACK_EVERY packets after the one it covers
         self.error: Exception | None = None
         self.timer = RetransmitTimer(spec)
-        self.seq = 0  # transmissions so far: a later number was sent later
-        self.sent_seq: dict[tuple[int, int], int] = {}  # each unacknowledged packet's transmission number
-        self.first_seqs: dict[int, np.ndarray] = {}  # step -> each piece's first transmission number (-1: unsent)
-        self.resent_seq: dict[tuple[int, int], list[int]] = {}  # each packet resent: its retransmissions' numbers
-        self.sends: dict[int, list[tuple[int, int]]] = {}  # step -> every transmission's (number, piece), in order
-        self.newest_acked: dict[int, int] = {}  # step -> the newest transmission acknowledged
-        self.delivered = -1  # the newest transmission taken to have arrived, of any step (the path is FIFO)
-        self.next_in: dict[int, int] = {}  # step -> the first piece not yet received (all below it were)
-        self.hole_acked: dict[int, int] = {}  # step -> the hole an out-of-order arrival last reported (``Linger``)
         self.rack = Rack(spec.min_rto, spec.reorder_window)
         self.probes = 0  # tail probes since the last useful ACK
         self.probed_at = 0.0  # the last tail probe
-        self.suspect: dict[tuple[int, int], float] = {}  # unacknowledged, though sent before one acknowledged: since when
         self.spurious = 0
         self.sent_done = False
         self.predecessor_done = False  # the predecessor's DONE came: it will not probe this call again
@@ -180,7 +96,7 @@ class RingCall:
 
     @property
     def done(self) -> bool:
-        return (self.finished_at is not None and not self.unacked and not self.backlog) or self.error is not None
+        return (self.finished_at is not None and not self.scoreboard.unacked and not self.backlog) or self.error is not None
 
     def waiting(self) -> str:
         """What this rank waits for, for a progress line: the first piece missing from its predecessor, else the
@@ -189,11 +105,11 @@ class RingCall:
             return ""
         n, tail = self.spec.nworkers, f", {self.retransmissions} retransmissions"
         for step in range(self.steps):
-            if self.missing and len(self.got.get(step, ())) < self._expected(step):
-                return (f"ring: rank {self.rank} waiting for piece {self.next_in.get(step, 0)} of step {step} "
+            if self.missing and len(self.receipts.got.get(step, ())) < self._expected(step):
+                return (f"ring: rank {self.rank} waiting for piece {self.receipts.next_in.get(step, 0)} of step {step} "
                         f"from rank {(self.rank - 1) % n}{tail}")
-        if self.unacked:
-            step, j = min(self.unacked)
+        if self.scoreboard.unacked:
+            step, j = min(self.scoreboard.unacked)
             return f"ring: rank {self.rank} waiting for rank {(self.rank + 1) % n} to acknowledge piece {j} of step {step}{tail}"
         return ""
 
@@ -220,7 +136,7 @@ class RingCall:
 
     def _drain(self, now: float) -> Frames:
         """Send what the window has room for, oldest first: blocks of equal-length frames."""
-        room = max(WINDOW, ACK_EVERY * self.steps) - len(self.unacked)
+        room = max(WINDOW, ACK_EVERY * self.steps) - len(self.scoreboard.unacked)
         items = [self.backlog.popleft() for _ in range(min(room, len(self.backlog)))]
         by_count: dict[int, list[tuple[int, int, np.ndarray | None, int | None]]] = {}
         for item in items:
@@ -238,13 +154,8 @@ class RingCall:
         values = np.stack([v for _, _, v, _ in items if v is not None]) if count else np.zeros((len(items), 0), np.int32)
         block = build_frames(spec.node, self.next_node, hdr, values, self.data_band)
         for (step, j, _, _), row in zip(items, block, strict=True):
-            self.unacked[(step, j)] = (now, row.tobytes())
+            self.scoreboard.sent((step, j), row.tobytes(), now)
             self.left[(step, j)] = self.host.leave_one(len(row), now)
-            self.sent_seq[(step, j)] = self.seq
-            self.first_seqs.setdefault(step, np.full(self._expected(step), -1, np.int64))[j] = self.seq
-            self.sends.setdefault(step, []).append((self.seq, j))
-            self.seq += 1
-            self.open.setdefault(step, set()).add(j)
             self._arm((step, j), now)
         self.last_sent = now
         return block
@@ -309,161 +220,65 @@ class RingCall:
         if src != self.prev_node or step >= self.steps:
             return
         j = chunk - self.first
-        pieces = self.got.setdefault(step, {})
-        fresh = j not in pieces
-        hole = False
+        fresh, hole = self.receipts.take(step, j, values)
         if fresh:
-            pieces[j] = values.astype(np.int64)
-            first = self.next_in.get(step, 0)
-            if j == first:
-                while first in pieces:
-                    first += 1
-                self.next_in[step] = first
-                hole = first > j + 1  # a hole filled (the piece was late, or resent): say so at once too
-            else:  # out of order on a FIFO path: say so at once, each time (TCP's duplicate ACKs, RFC 5681 4.2)
-                self.hole_acked[step] = first
-                hole = True
             self.missing -= 1
             self.last_progress = now
             if step >= self.spec.nworkers - 1 and self.scale is None:
                 self.pending.append((step, j))  # the predecessor agreed on the scale before this rank did
             else:
                 self._advance(step, j, exp)
-        self.since_ack[step] = self.since_ack.get(step, 0) + 1
-        if (not fresh or hole or flags & RETX or self.since_ack[step] >= ACK_EVERY
-                or len(pieces) == self._expected(step)):
-            self.since_ack[step] = 0
-            acks.append(self._ack(step, pieces, j, flags & RETX))
+        if self.receipts.due(step, fresh, hole, bool(flags & RETX)):
+            acks.append(self._ack(step, j, flags & RETX))
         self._check_finished(now)
 
-    def _ack(self, step: int, pieces: dict[int, np.ndarray], j: int, retx: int) -> bytes:
-        """A cumulative ACK with a selective bitmap: values[0] is the first piece of the step still
-        missing (all below it arrived), the other values a bitmap of the ACK_SPAN pieces from there. Its chunk is
-        piece ``j``'s, whose arrival sent it, and its RETX flag says that arrival was a retransmission (an echo,
-        as TCP's timestamps give one: ``_on_ack`` tells an original's late answer from its retransmission's)."""
-        have = self.have.setdefault(step, np.zeros(self._expected(step), bool))
-        have[list(pieces)] = True
-        missing = np.flatnonzero(~have)
-        base = int(missing[0]) if len(missing) else len(have)
-        bits = np.zeros(ACK_SPAN, bool)
-        span = have[base:base + ACK_SPAN]
-        bits[:len(span)] = span
-        words = np.concatenate(([base], np.packbits(bits, bitorder="little").view(np.int32)))
-        pkt = make_packet(words, job=self.spec.job, rank=self.rank, nworkers=self.spec.nworkers,
+    def _ack(self, step: int, j: int, retx: int) -> bytes:
+        """A cumulative ACK of ``step`` with a selective bitmap (innet.hosts.acks.encode). Its chunk is piece ``j``'s,
+        whose arrival sent it, and its RETX flag says that arrival was a retransmission (an echo, as TCP's
+        timestamps give one: ``Scoreboard.arrived`` tells an original's late answer from its retransmission's)."""
+        pkt = make_packet(self.receipts.ack(step), job=self.spec.job, rank=self.rank, nworkers=self.spec.nworkers,
                           slot=step, chunk=self.first + j, flags=ROUTE | RESULT | retx)
         return pkt.to_frame(self.spec.node, self.prev_node, ACK_BAND)
 
     def _on_ack(self, step: int, values: np.ndarray, now: float, arrived: int = 0, retx: bool = False) -> Frames:
-        """An ACK for ``step`` from the successor: its cumulative point, then its bitmap; ``arrived``, the piece whose
-        arrival sent it, a retransmission if ``retx``. Every piece sent before that transmission arrived or was lost
-        (the path is FIFO): RACK's newest delivered transmission (RFC 8985) is that one, known from the echo (for a
-        retransmission, which one: ``_retransmission``), not taken from the pieces acknowledged: an original's answer
-        that came late (a queue deeper than the minimum round trip, where RFC 8985's own test, 6.2 step 2, cannot
-        tell) would then pass for its retransmission's, and declare lost every piece still queued behind it."""
+        """An ACK for ``step`` from the successor (innet.hosts.acks.decode); ``arrived``, the piece whose arrival sent
+        it, a retransmission if ``retx``: what it acknowledges is off the scoreboard, its round trip sampled, and
+        what it shows lost (``Scoreboard.arrived``) resent."""
         if len(values) < 1:
             return []
-        base = int(values[0])
-        bits = np.unpackbits(np.ascontiguousarray(values[1:]).view(np.uint8), bitorder="little")
-        pending = self.open.get(step, set())
-        held = {base + int(k) for k in np.flatnonzero(bits)}  # beyond the cumulative point
-        acked = [(step, j) for j in pending if j < base or j in held]
+        base, bits = decode(values)
+        acked = self.scoreboard.acknowledged(step, base, bits)
         if acked:
             self.probes = 0
             self.timer.progress()
         # the round trip is sampled from the packet whose arrival sent this ACK: an older one's includes the wait
         # for the ACK (every ACK_EVERY packets, or a lost ACK's successor)
         trigger = (step, arrived)
-        for key in acked:
-            sent = self.unacked.pop(key)
+        for key, sent, frame, suspect, resent in acked:
             left = self.left.pop(key)
             self.retry.pop(key, None)
-            pending.discard(key[1])
             del self.armed[key]
             self.last_progress = self.last_ack = now
-            del self.sent_seq[key]
-            suspect = self.suspect.pop(key, None)
-            if key in self.resent_seq:
-                self.spurious += self.rack.answered(now - sent[0])
+            if resent:
+                self.spurious += self.rack.answered(now - sent)
             elif suspect is not None:  # late, not lost: the path reorders by that much
                 self.rack.reordered(now - suspect)
             # Karn; and the lone exponent packets never queue, so they would underestimate, as would the
             # empty pieces of a collective's empty or short shards (innet.wire.collectives)
-            elif key == trigger and step >= self.spec.nworkers - 1 and len(sent[1]) > PAYLOAD_OFFSET:
-                self.timer.sample(now - sent[0])
-                self.rack.sample(now - sent[0])
+            elif key == trigger and step >= self.spec.nworkers - 1 and len(frame) > PAYLOAD_OFFSET:
+                self.timer.sample(now - sent)
+                self.rack.sample(now - sent)
                 self.path_rtt = now - left if self.path_rtt is None else 0.875 * self.path_rtt + 0.125 * (now - left)
-        delivered = self._retransmission(step, arrived, base, bits) if retx else self._first(step, arrived)
-        if delivered > self.delivered:
-            self.delivered = delivered
-            self._lost_before(step, now)
-        if delivered > self.newest_acked.get(step, -1):
-            self.newest_acked[step] = delivered
-        newest = self.newest_acked.get(step)
-        if newest is None:
+        if not self.scoreboard.arrived(step, arrived, retx, base, bits, now):
             return []
-        # the path is FIFO: a packet sent before one acknowledged, and still not acknowledged, was lost, unless the
-        # path reorders: it is resent once it stayed so for a reordering window (innet.hosts.recovery)
-        for j in pending:
-            if self.sent_seq[(step, j)] < newest:
-                self.suspect.setdefault((step, j), now)
         return list(self._resend_lost(now))
-
-    def _lost_before(self, step: int, now: float) -> None:
-        """Packets of steps other than ``step`` sent before the newest known to have arrived (``delivered``): a lone
-        packet (an exponent step's) and a retransmission are acknowledged on arrival, and ACKs come back in order
-        too, so one still unacknowledged was lost, or its ACK was (a data piece's ACK may wait for ACK_EVERY more).
-        Per step only, a lost exponent packet waited for its RTO, which the data a rank goes on sending meanwhile
-        kept restarting (star of 4, 20% loss, seed 1: 8.5 ms, a sixth of the call)."""
-        for other, js in self.open.items():
-            if other == step:
-                continue
-            lone = self._expected(other) == 1
-            for j in js:
-                key = (other, j)
-                if (lone or key in self.resent_seq) and self.sent_seq[key] < self.delivered:
-                    self.suspect.setdefault(key, now)
-
-    def _first(self, step: int, j: int) -> int:
-        """Piece ``j`` of ``step``'s first transmission number (-1: never sent)."""
-        firsts = self.first_seqs.get(step)
-        return int(firsts[j]) if firsts is not None and j < len(firsts) else -1
-
-    def _retransmission(self, step: int, j: int, base: int, bits: np.ndarray) -> int:
-        """Which transmission of piece ``j`` of ``step`` arrived, when its retransmission's echo sent an ACK (cumulative
-        point ``base``, bitmap ``bits``): the echo cannot say which one. The ACK was sent on that arrival, so every
-        other piece it shows held arrived before it, as did what earlier ACKs echoed (``delivered``), and (the path
-        is FIFO) all were sent before it: a retransmission sent after the newest of those. Of these, the newest
-        that does not make most of the step's packets sent between that bound and it lost: a probe queued behind
-        its own original (star of 4, 1% loss: 2.5 ms, longer than the smoothed RTT) would, taken for a later
-        probe, declare lost the 20 pieces between them; a lossy tail's probes, sent with little between them, are
-        taken as they come (leaf-spine, 20% loss: a round trip survives 17% of the time)."""
-        firsts = self.first_seqs.get(step, np.zeros(0, np.int64))
-        held = np.zeros(len(firsts), bool)
-        held[:base] = True
-        beyond = base + np.flatnonzero(bits)
-        held[beyond[beyond < len(held)]] = True
-        held[j:j + 1] = False
-        bound = max(int(firsts[held].max(initial=-1)), self.delivered)  # a piece resent: its first transmission's
-        resent = [seq for seq in self.resent_seq.get((step, j), []) if seq > bound]
-        if not resent:
-            return max(self.resent_seq.get((step, j), []), default=self._first(step, j))
-        sends = self.sends.get(step, [])
-        for seq in reversed(resent):
-            between = [k for _, k in sends[bisect.bisect_right(sends, (bound, len(held))):bisect.bisect_left(sends, (seq, -1))]
-                       if k != j]
-            if sum(not held[k] for k in between) <= sum(held[k] for k in between):
-                return seq
-        return resent[0]
 
     def _resend_lost(self, now: float) -> list[bytes]:
         """Retransmit the suspects a reordering window old."""
-        if not self.suspect:
+        if not self.scoreboard.suspect:
             return []
         window = self.rack.reordering(self.timer.srtt)  # the receiver ACKs a hole at once: no jitter to wait out
-        lost = sorted(key for key, since in self.suspect.items() if since + window <= now)
-        for key in lost:
-            del self.suspect[key]
-        return [self._retransmit(key, now) for key in lost]
+        return [self._retransmit(key, now) for key in self.scoreboard.lost(now, window)]
 
     def _fin(self) -> Frames:
         """The DONE frame for the successor, the first time this call is done without an error."""
@@ -482,21 +297,14 @@ class RingCall:
         return max(self.rack.window(self.timer.srtt), 2 * self.rack.min_rtt if self.rack.min_rtt < float("inf") else 0.0)
 
     def _retransmit(self, key: tuple[int, int], now: float) -> bytes:
-        frame = bytearray(self.unacked[key][1])
-        frame[FLAGS_OFFSET] |= RETX
-        self.suspect.pop(key, None)
+        frame = self.scoreboard.resend(key, now)
         self.retransmissions += 1
-        self.resent_seq.setdefault(key, []).append(self.seq)
-        self.sends[key[0]].append((self.seq, key[1]))
-        self.unacked[key] = (now, bytes(frame))
         self.left[key] = self.host.leave_one(len(frame), now)
         due = self._retry_due(key)
         if due is not None:
             self.retry[key] = due
-        self.sent_seq[key] = self.seq
-        self.seq += 1
         self._arm(key, now)
-        return bytes(frame)
+        return frame
 
     def _advance(self, step: int, j: int, exp: int) -> None:
         """Queue what receiving packet j of ``step`` from the predecessor lets this rank send."""
@@ -517,7 +325,7 @@ class RingCall:
                 self._advance(*pending, 0)
             return
         k = step - (n - 1)
-        received = self.got[step][j]
+        received = self.receipts.got[step][j]
         if k < n - 1:  # reduce-scatter: add own part
             seg = (self.rank - k - 1) % n
             lo, hi = self._piece(seg, j)
@@ -557,7 +365,7 @@ class RingCall:
         # the timer restarts whenever an ACK makes progress (RFC 6298 5.3): a queue that grows is not a loss; and
         # while new packets go out (a chain's one step sends its pieces at its predecessor's pace, each ACK after
         # ACK_EVERY of them, which can outlast the RTO), their ACKs are still to come
-        lost = min(self.suspect.values(), default=float("inf")) + self.rack.reordering(self.timer.srtt)
+        lost = min(self.scoreboard.suspect.values(), default=float("inf")) + self.rack.reordering(self.timer.srtt)
         lost = min(lost, min(self.retry.values(), default=float("inf")))
         return min(max(self.timers[0][0], self.last_ack, self._sending()) + self.timer.rto, give_up, self._probe_due(), lost)
 
@@ -574,8 +382,8 @@ class RingCall:
         (``JobSpec.lossy``) and a round trip is measured, or a lone packet is still unacknowledged: once a rank has
         the exponent, its RTO is the data window's (``first_window_rto``, 312 ms), and its own exponent packets may
         not have reached its successor (leaf-spine, 20% loss, seed 9: a rank whose ACKs were all lost waited 312 ms)."""
-        measured = self.timer.srtt is not None or any(js and self._expected(s) == 1 for s, js in self.open.items())
-        if not (self.retransmissions or (self.spec.lossy and measured)) or not self.unacked:
+        measured = self.timer.srtt is not None or self.scoreboard.lone_out()
+        if not (self.retransmissions or (self.spec.lossy and measured)) or not self.scoreboard.unacked:
             return float("inf")
         return max(self.last_ack, self.probed_at) + self.quiet()
 
@@ -586,7 +394,7 @@ class RingCall:
             from innet.errors import AllreduceTimeout
 
             n, timeout = self.spec.nworkers, self.spec.timeout
-            if self.unacked and now >= self.last_ack + timeout:
+            if self.scoreboard.unacked and now >= self.last_ack + timeout:
                 blame = f"rank {(self.rank + 1) % n} (its successor in the ring) acknowledged nothing"
             else:
                 blame = f"nothing new from rank {(self.rank - 1) % n} (its predecessor in the ring)"
@@ -599,8 +407,8 @@ class RingCall:
                 return lost
             self.probes += 1  # a tail probe: each step's oldest packet asks for an ACK naming every hole
             self.probed_at = now
-            oldest = [(step, min(js)) for step, js in sorted(self.open.items()) if js]
-            return lost + [self._retransmit(key, now) for key in oldest if self.unacked[key][0] < now]  # not just resent
+            unacked = self.scoreboard.unacked
+            return lost + [self._retransmit(key, now) for key in self.scoreboard.oldest() if unacked[key][0] < now]  # not just resent
         probes: dict[int, tuple[int, int]] = {}  # step -> its oldest expired packet
         while self.timers and self.timers[0][0] + rto <= now:
             armed_at, step, j = heapq.heappop(self.timers)
@@ -614,38 +422,3 @@ class RingCall:
         if out:
             self.timer.expired()
         return lost + out
-
-
-DONE_REPEATS = 16  # a lossy call's DONE, resent while lingering: all lost at 20% loss on 4 links, 1 in 10^4
-
-
-class Linger:
-    """A ring rank after its last call (``call``), which keeps answering its predecessor until the
-    predecessor's DONE came, ``limit`` seconds at most. Any other call (not a ring's, or one of a ring of
-    one) has no predecessor to wait for: it is over at once.
-
-    A call that lost something (so its links lose) resends its own DONE ``DONE_REPEATS`` times, a tail probe's
-    spacing apart, and lingers until they are out: a lost DONE no longer holds the successor for ``limit``
-    (the run's timeout: 2000 s on Mininet at ×200 dilation). A clean call sends its DONE once, as before."""
-
-    def __init__(self, call: object, now: float, limit: float) -> None:
-        self.call = call if isinstance(call, RingCall) and call.spec.nworkers > 1 else None
-        self.end = now + limit
-        lossy = self.call is not None and self.call.sent_done and (self.call.retransmissions or self.call.hole_acked)
-        self.repeats = DONE_REPEATS if lossy else 0
-        self.next_repeat = now
-
-    def over(self, now: float) -> bool:
-        return self.call is None or (self.call.predecessor_done and not self.repeats) or now >= self.end
-
-    def due(self) -> float:
-        """When to resend the DONE next (inf: never again)."""
-        return self.next_repeat if self.repeats else float("inf")
-
-    def repeat(self, now: float) -> list[bytes]:
-        """The DONE, if a repeat is due."""
-        if self.call is None or not self.repeats or now < self.next_repeat:
-            return []
-        self.repeats -= 1
-        self.next_repeat = now + self.call.quiet()
-        return [self.call.done_frame()]
