@@ -4,14 +4,15 @@ what its successor tells it.
 An ACK is cumulative with a selective bitmap, per step: its first value is the first piece of the step still
 missing (all below it arrived), the others a bitmap of the ACK_SPAN pieces from there (``encode``,
 ``decode``). ``Receipts`` is the receiving side: the pieces each step brought, and when an ACK is due;
-``Scoreboard`` the sending side: every packet still unacknowledged, each transmission's number, and which
-ones order shows lost (RACK, RFC 8985: the path is FIFO, so a packet sent before one that arrived and still
+``Scoreboard`` the sending side: every packet still unacknowledged with its RTO timer, each transmission's
+number, and which ones order shows lost (RACK, RFC 8985: the path is FIFO, so a packet sent before one that arrived and still
 unacknowledged was lost), as a SACK sender's scoreboard (RFC 6675) keeps them.
 """
 
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Callable
 
 import numpy as np
@@ -89,8 +90,8 @@ class Receipts:
 
 class Scoreboard:
     """What this rank sent its successor and is not yet acknowledged, per step, with each transmission's number
-    (a later number was sent later), and the suspects: packets sent before one known to have arrived. Every
-    packet is keyed (step, piece); ``expected(step)``: the pieces a step sends."""
+    (a later number was sent later) and RTO timer, and the suspects: packets sent before one known to have
+    arrived. Every packet is keyed (step, piece); ``expected(step)``: the pieces a step sends."""
 
     def __init__(self, expected: Callable[[int], int]) -> None:
         self.expected = expected
@@ -104,6 +105,8 @@ class Scoreboard:
         self.newest_acked: dict[int, int] = {}  # step -> the newest transmission acknowledged
         self.delivered = -1  # the newest transmission taken to have arrived, of any step (the path is FIFO)
         self.suspect: dict[Key, float] = {}  # unacknowledged, though sent before one acknowledged: since when
+        self.timers: list[tuple[float, int, int]] = []  # (armed at, step, j); stale once ``armed`` differs
+        self.armed: dict[Key, float] = {}  # when each unacknowledged packet's RTO timer was last armed
 
     def sent(self, key: Key, frame: bytes, now: float) -> None:
         """Packet ``key`` went out for the first time, as ``frame``."""
@@ -114,6 +117,7 @@ class Scoreboard:
         self.sends.setdefault(step, []).append((self.seq, j))
         self.seq += 1
         self.open.setdefault(step, set()).add(j)
+        self._arm(key, now)
 
     def resend(self, key: Key, now: float) -> bytes:
         """Packet ``key`` goes again now: its frame, flagged RETX."""
@@ -125,6 +129,7 @@ class Scoreboard:
         self.unacked[key] = (now, bytes(frame))
         self.sent_seq[key] = self.seq
         self.seq += 1
+        self._arm(key, now)
         return bytes(frame)
 
     def acknowledged(self, step: int, base: int, bits: np.ndarray) -> list[tuple[Key, float, bytes, float | None, bool]]:
@@ -136,6 +141,7 @@ class Scoreboard:
         for key in [(step, j) for j in pending if j < base or j in held]:
             sent, frame = self.unacked.pop(key)
             pending.discard(key[1])
+            del self.armed[key]
             del self.sent_seq[key]
             out.append((key, sent, frame, self.suspect.pop(key, None), key in self.resent_seq))
         return out
@@ -210,6 +216,30 @@ class Scoreboard:
             if sum(not held[k] for k in between) <= sum(held[k] for k in between):
                 return seq
         return resent[0]
+
+    def _arm(self, key: Key, now: float) -> None:
+        self.armed[key] = now
+        heapq.heappush(self.timers, (now, *key))
+
+    def oldest_timer(self) -> float | None:
+        """When the oldest RTO timer still running was armed (None: none is)."""
+        while self.timers and self.armed.get(self.timers[0][1:]) != self.timers[0][0]:
+            heapq.heappop(self.timers)
+        return self.timers[0][0] if self.timers else None
+
+    def expired(self, now: float, rto: float) -> list[Key]:
+        """Each step's oldest packet whose RTO timer ran out by ``now``, to be probed; the step's others are armed
+        again, not resent: the probe's ACK names them lost, or the next timeout probes them."""
+        probes: dict[int, Key] = {}  # step -> its oldest expired packet
+        while self.timers and self.timers[0][0] + rto <= now:
+            armed_at, step, j = heapq.heappop(self.timers)
+            if self.armed.get((step, j)) != armed_at:
+                continue
+            if step in probes:
+                self._arm((step, j), now)
+            else:
+                probes[step] = (step, j)
+        return list(probes.values())
 
     def lost(self, now: float, window: float) -> list[Key]:
         """The suspects a reordering ``window`` old, in order, taken off the suspects."""

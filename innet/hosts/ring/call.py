@@ -4,7 +4,6 @@ recovery are the package's (innet.hosts.ring); what it ACKs and what ACKs tell i
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 
 import numpy as np
@@ -52,8 +51,6 @@ class RingCall:
         self.result_int = np.zeros(len(self.tensor), np.int64)
         self.receipts = Receipts(self._expected)  # what came from the predecessor, and the ACKs it is owed
         self.scoreboard = Scoreboard(self._expected)  # what went to the successor, and what its ACKs show lost
-        self.timers: list[tuple[float, int, int]] = []  # (armed at, step, j); stale once ``armed`` differs
-        self.armed: dict[tuple[int, int], float] = {}
         self.pending: list[tuple[int, int]] = []
         self.backlog: deque[tuple[int, int, np.ndarray | None, int | None]] = deque()  # waiting for the window
         self.early: list[bytes] = []
@@ -156,7 +153,6 @@ class RingCall:
         for (step, j, _, _), row in zip(items, block, strict=True):
             self.scoreboard.sent((step, j), row.tobytes(), now)
             self.left[(step, j)] = self.host.leave_one(len(row), now)
-            self._arm((step, j), now)
         self.last_sent = now
         return block
 
@@ -171,10 +167,6 @@ class RingCall:
         if self.path_rtt is None:
             return None
         return self.left[key] + max(self.rack.window(self.path_rtt), 2 * self.path_rtt)
-
-    def _arm(self, key: tuple[int, int], now: float) -> None:
-        self.armed[key] = now
-        heapq.heappush(self.timers, (now, *key))
 
     def receive(self, frame: bytes, now: float) -> Frames:
         pkt = parse_frame(frame)
@@ -257,7 +249,6 @@ class RingCall:
         for key, sent, frame, suspect, resent in acked:
             left = self.left.pop(key)
             self.retry.pop(key, None)
-            del self.armed[key]
             self.last_progress = self.last_ack = now
             if resent:
                 self.spurious += self.rack.answered(now - sent)
@@ -303,7 +294,6 @@ class RingCall:
         due = self._retry_due(key)
         if due is not None:
             self.retry[key] = due
-        self._arm(key, now)
         return frame
 
     def _advance(self, step: int, j: int, exp: int) -> None:
@@ -357,17 +347,16 @@ class RingCall:
     def next_deadline(self) -> float | None:
         if self.done:
             return None
-        while self.timers and self.armed.get(self.timers[0][1:]) != self.timers[0][0]:
-            heapq.heappop(self.timers)
+        oldest = self.scoreboard.oldest_timer()
         give_up = self.last_progress + self.spec.timeout
-        if not self.timers:
+        if oldest is None:
             return give_up
         # the timer restarts whenever an ACK makes progress (RFC 6298 5.3): a queue that grows is not a loss; and
         # while new packets go out (a chain's one step sends its pieces at its predecessor's pace, each ACK after
         # ACK_EVERY of them, which can outlast the RTO), their ACKs are still to come
         lost = min(self.scoreboard.suspect.values(), default=float("inf")) + self.rack.reordering(self.timer.srtt)
         lost = min(lost, min(self.retry.values(), default=float("inf")))
-        return min(max(self.timers[0][0], self.last_ack, self._sending()) + self.timer.rto, give_up, self._probe_due(), lost)
+        return min(max(oldest, self.last_ack, self._sending()) + self.timer.rto, give_up, self._probe_due(), lost)
 
     def _sending(self) -> float:
         """``last_sent``, while this call has lost nothing or its links reorder: once a FIFO path has lost
@@ -409,16 +398,7 @@ class RingCall:
             self.probed_at = now
             unacked = self.scoreboard.unacked
             return lost + [self._retransmit(key, now) for key in self.scoreboard.oldest() if unacked[key][0] < now]  # not just resent
-        probes: dict[int, tuple[int, int]] = {}  # step -> its oldest expired packet
-        while self.timers and self.timers[0][0] + rto <= now:
-            armed_at, step, j = heapq.heappop(self.timers)
-            if self.armed.get((step, j)) != armed_at:
-                continue
-            if step in probes:  # not resent: the probe's ACK names it lost, or the next timeout probes it
-                self._arm((step, j), now)
-            else:
-                probes[step] = (step, j)
-        out = [self._retransmit(key, now) for key in probes.values()]
+        out = [self._retransmit(key, now) for key in self.scoreboard.expired(now, rto)]
         if out:
             self.timer.expired()
         return lost + out
