@@ -3,11 +3,11 @@
 import json
 
 from innet.hosts.ensemble import InputPlan, Receiver
+from innet.hosts.job import JobSpec
 from innet.hosts.learning.model import Task
 from innet.hosts.pbox import PBoxJob
 from innet.hosts.ssp import Consistency
 from innet.hosts.training import Training
-from innet.hosts.worker import JobSpec
 from innet.node.admission import AdmissionReport
 from innet.node.codec import from_json, to_json
 from innet.node.config import (

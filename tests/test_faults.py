@@ -9,11 +9,10 @@ from innet.backends.local.fabric import Fabric
 from innet.backends.local.run import LocalRun, run_local
 from innet.errors import UserError
 from innet.graph import node_indices
-from innet.hosts.worker import AllreduceCall, JobSpec, WorkerProcess
-from innet.planning.spec import (
-    MODES,  # noqa: E402
-    RunSpec,
-)
+from innet.hosts.job import JobSpec
+from innet.hosts.worker.call import AllreduceCall
+from innet.hosts.worker.process import WorkerProcess
+from innet.planning.spec import MODES, RunSpec
 from innet.wire.faults import FaultSpec
 from innet.wire.packet import PAYLOAD_OFFSET
 from scripts.fuzz import forged_frames, malformed_frames
@@ -178,10 +177,10 @@ def test_overflow_is_never_silent():
     class Rogue(AllreduceCall):
         """A member whose fixed-point values ignore the agreed scale."""
 
-        def _build(self, exp):
-            super()._build(exp)
-            self._ensure(len(self.frames))  # every frame built now, then spoiled
-            for frames in (self.frames, self.tail):
+        def _agree(self, exp):
+            super()._agree(exp)
+            self.frames.ensure(len(self.frames.rows))  # every frame built now, then spoiled
+            for frames in (self.frames.rows, self.frames.tail):
                 frames[:, PAYLOAD_OFFSET:].view("<i4")[:] = 2**31 - 1
 
     graph = build("star", workers=3)

@@ -78,7 +78,7 @@ def test_a_ring_resends_about_what_its_links_lose(topology, seeds):
 def test_a_call_longer_than_its_slot_pool_does_not_flood(seed):
     """600000 values in-network on a star of 4 (293 chunks through 128 slots), 5% loss: exact, within 3x its
     lossless time, and fewer retransmissions than the data frames sent. A worker does not resend a chunk whose
-    last copy is still in its host's queue (``AllreduceCall._queue``): without that, a slot waiting for another
+    last copy is still in its host's queue (``Window.queue``): without that, a slot waiting for another
     worker's contribution made every newer result evidence against the chunks queued behind its retransmission,
     and these seeds resent 5752 and 5365 frames for 2102 and 2706 dropped, 6.7x and 9.2x (now 675 and 767, 1.6x
     and 1.7x)."""
@@ -93,8 +93,9 @@ def test_a_call_longer_than_its_slot_pool_does_not_flood(seed):
 def test_a_slow_call_says_what_it_waits_for():
     """The progress line's words (innet.results.progress.waits): a worker's oldest chunk unanswered and from
     whom, a ring rank's first missing piece and from which rank, each with its retransmissions; nothing once done."""
-    from innet.hosts.ring import RingCall
-    from innet.hosts.worker import AllreduceCall, JobSpec
+    from innet.hosts.job import JobSpec
+    from innet.hosts.ring.call import RingCall
+    from innet.hosts.worker.call import AllreduceCall
     from innet.results.progress import waits
 
     def spec(rank, **kw):

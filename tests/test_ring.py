@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from innet.hosts.ring import ACK_BAND, Linger, RingCall
-from innet.hosts.worker import JobSpec
+from innet.hosts.job import JobSpec
+from innet.hosts.ring.call import ACK_BAND, RingCall
+from innet.hosts.ring.linger import Linger
 from innet.wire import fixedpoint
 from innet.wire.packet import RESULT, ROUTE, make_packet, pack_frames, parse_block, parse_frame
 
@@ -111,7 +112,7 @@ def test_the_ring_moves_the_bytes_the_prediction_says(elements):
 
 
 def test_a_rank_lingers_until_its_predecessors_done_or_the_last_resort_bound():
-    """innet.hosts.ring.Linger: after its call a rank keeps answering its predecessor; the predecessor's DONE ends
+    """innet.hosts.ring.linger.Linger: after its call a rank keeps answering its predecessor; the predecessor's DONE ends
     that at once, the bound (the run's timeout) only when no DONE comes; other calls have no linger."""
     calls = ring_of(3000)
     sent = run(calls, np.random.default_rng(2))
@@ -132,7 +133,7 @@ def test_a_rank_lingers_until_its_predecessors_done_or_the_last_resort_bound():
 def test_a_call_that_lost_something_resends_its_done_while_it_lingers():
     """A lost DONE held the successor for the whole timeout (2000 s on Mininet at x200): a call whose links
     lose resends it DONE_REPEATS times, a probe's spacing apart, and lingers until they are out; a clean one never."""
-    from innet.hosts.ring import DONE_REPEATS
+    from innet.hosts.ring.linger import DONE_REPEATS
 
     calls = ring_of(3000)
     run(calls, np.random.default_rng(2))

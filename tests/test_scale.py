@@ -16,7 +16,7 @@ from innet.backends.local import fabric
 from innet.backends.local.run import run_local
 from innet.errors import UserError
 from innet.graph import bfs_parents, is_switch, natural_key, node_indices, routes
-from innet.hosts.worker import AllreduceCall
+from innet.hosts.worker.call import AllreduceCall
 from innet.planning import memory, planner
 from innet.planning.memory import TORCH_RANK, check_memory, check_torch_ranks, estimate_bytes, torch_ranks_bytes
 from innet.planning.spec import RunSpec

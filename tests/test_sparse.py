@@ -6,7 +6,8 @@ import pytest
 from innet.backends.local.run import LocalRun, run_local
 from innet.cli import main
 from innet.errors import UserError
-from innet.hosts.worker import AllreduceCall, JobSpec
+from innet.hosts.job import JobSpec
+from innet.hosts.worker.call import AllreduceCall
 from innet.planning.spec import RunSpec, make_tensors
 from innet.switch.loader import load_program
 from innet.switch.runtime import SwitchConfig, SwitchRuntime

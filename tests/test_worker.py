@@ -5,7 +5,10 @@ import os
 
 import numpy as np
 
-from innet.hosts.worker import AllreduceCall, JobSpec, WorkerProcess
+from innet.hosts.job import JobSpec
+from innet.hosts.worker.call import AllreduceCall
+from innet.hosts.worker.framing import buffers
+from innet.hosts.worker.process import WorkerProcess
 from innet.results.check import check
 from innet.switch.runtime import flatten
 from innet.wire import fixedpoint
@@ -103,12 +106,12 @@ def test_holdoff_only_while_half_the_window_is_in_flight():
                         exp=call.local_exp)
         frames.append(r.to_frame(SWITCH, 0))
     call.receive_block(parse_block(*pack_frames(frames)), 0.005)  # RTT 4 ms; 4 freed slots refilled: 8 in flight
-    assert call.timer.srtt == 0.004
+    assert call.window.timer.srtt == 0.004
     assert call.holdoff() == min(0.001, call.rto / 8)
-    call.in_flight[:5] = -1  # only 3 of 8 in flight: every result is needed at once
+    call.window.in_flight[:5] = -1  # only 3 of 8 in flight: every result is needed at once
     assert call.holdoff() == 0.0
-    call.in_flight[:5] = 1
-    call.sent_all = True  # every chunk is out: results only end the call
+    call.window.in_flight[:5] = 1
+    call.window.sent_all = True  # every chunk is out: results only end the call
     assert call.holdoff() == 0.0
 
 
@@ -132,8 +135,8 @@ def test_prepared_buffers_are_in_memory_before_the_run_and_the_calls_fill_exactl
     proc.prepare()
     arrays = [a for group in proc.resident.free.values() for a in group]
     assert sorted(a.nbytes for a in arrays) == sorted(
-        n for length in map(len, tensors) for n in (AllreduceCall.buffers(one, length)[0][0] * 4,
-                                                    int(np.prod(AllreduceCall.buffers(one, length)[1]))))
+        n for length in map(len, tensors) for n in (buffers(one, length)[0][0] * 4,
+                                                    int(np.prod(buffers(one, length)[1]))))
     assert [present(a) for a in arrays] == [1.0] * 4
     fresh = mmap.mmap(-1, 4 << 20)  # new memory, as a large allocation of a fresh process gets: not in memory until written
     assert present(np.frombuffer(fresh, np.uint8)) == 0.0
@@ -147,7 +150,7 @@ def test_prepared_buffers_are_in_memory_before_the_run_and_the_calls_fill_exactl
             echoed.append(make_packet(np.array(pkt.values, np.int64), job=1, rank=0, nworkers=1, slot=pkt.slot,
                                       chunk=pkt.chunk, flags=RESULT | (pkt.flags & VER), exp=pkt.exp).to_frame(SWITCH, 0))
         out = frames_of(proc.receive_block(parse_block(*pack_frames(echoed)), now))
-    assert [id(c._padded) in prepared and id(c.frames) in prepared for c in proc.calls] == [True, True]
+    assert [id(c._padded) in prepared and id(c.frames.rows) in prepared for c in proc.calls] == [True, True]
     assert not any(proc.resident.free.values())  # every prepared array was taken
     for call, tensor in zip(proc.calls, tensors, strict=True):
         assert call.error is None
@@ -170,7 +173,7 @@ def test_a_result_for_a_later_chunk_resends_the_earlier_one_a_reordering_window_
 
     assert result(15, 0.001) == []  # only a suspect yet: it may just be reordered
     due = call.next_deadline()
-    assert due == 0.001 + call.spec.min_rto < call.last_progress + call.rto
+    assert due == 0.001 + call.spec.min_rto < call.window.last_progress + call.rto
     resent = frames_of(call.on_timeout(due))
     assert [parse_frame(f).chunk for f in resent] == [14] and parse_frame(resent[0]).has(RETX)
     assert call.retransmissions == 1 and call.spurious == 0
@@ -184,7 +187,7 @@ def test_a_call_that_lost_nothing_never_probes():
     call.start(0.0)
     agreed = make_packet(None, job=1, rank=0, nworkers=2, slot=13 % 8, chunk=13, flags=RESULT | VER, exp=call.local_exp)
     call.receive(agreed.to_frame(SWITCH, 0), 0.0)
-    assert call._probe_due() == np.inf
+    assert call.window.probe_due() == np.inf
     assert call.next_deadline() == call.rto  # the RTO, from the last progress (0.0)
 
 
@@ -192,8 +195,8 @@ def test_a_chunk_still_in_the_hosts_queue_is_not_sent_again():
     """Order asks for a chunk whose last copy this host's link has not sent yet: nothing goes (as Linux's TCP
     does not retransmit what is still in the host's queue). The case: chunk 2's late original completes its slot
     and the answer counts for chunk 2's retransmission, sent after chunk 1's; chunk 1's, still queued, is then
-    suspect. Without the check it went again, and a call longer than its slot pool flooded (innet.hosts.worker:
-    ``_queue``)."""
+    suspect. Without the check it went again, and a call longer than its slot pool flooded (innet.hosts.worker.window:
+    ``Window.queue``)."""
     from dataclasses import replace
 
     from innet.wire.packet import PAYLOAD_OFFSET
@@ -213,11 +216,11 @@ def test_a_chunk_still_in_the_hosts_queue_is_not_sent_again():
     assert len(frames_of(call.receive(exp.to_frame(SWITCH, 0), 0.001))) == 8  # chunks 1-8: gone by 0.009
     for chunk in range(3, 9):
         result(chunk, 0.0095)  # chunks 1 and 2 unanswered: suspect; 11-16 take their slots, gone by 0.0155
-    resent = frames_of(call.on_timeout(0.0095 + call.rack.window(call.timer.srtt)))
+    resent = frames_of(call.on_timeout(0.0095 + call.window.rack.window(call.window.timer.srtt)))
     assert [parse_frame(f).chunk for f in resent] == [1, 2]  # their copies long gone; these leave by 0.0175
     result(2, 0.012)  # chunk 2's original, late: its answer counts for the retransmission, the newest sent
-    assert (call.suspect_at[[1, 3, 4, 5, 6, 7, 0]] == 0.012).all()  # chunks 1 and 11-16: sent before it
-    due = 0.012 + call.rack.window(call.timer.srtt)
-    assert call.left_at[[3, 4]].max() < due < call.left_at[[1, 7, 0]].min()
+    assert (call.window.suspect_at[[1, 3, 4, 5, 6, 7, 0]] == 0.012).all()  # chunks 1 and 11-16: sent before it
+    due = 0.012 + call.window.rack.window(call.window.timer.srtt)
+    assert call.window.left_at[[3, 4]].max() < due < call.window.left_at[[1, 7, 0]].min()
     assert [parse_frame(f).chunk for f in frames_of(call.on_timeout(due))] == [11, 12, 13, 14]  # not 1, 15, 16
     assert (call.retransmissions, call.host_queued) == (6, 3)

@@ -12,6 +12,8 @@ from typing import Protocol
 
 import numpy as np
 
+Frames = list[bytes | np.ndarray]  # what a host endpoint sends: frames, and blocks of equal-length frames (rows)
+
 
 class Endpoint(Protocol):
     """A run ends when every endpoint is done, except daemons (``daemon = True``, like the PBox) that serve

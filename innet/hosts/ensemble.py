@@ -22,7 +22,7 @@ import numpy as np
 
 from innet.errors import UserError
 from innet.graph import link_name, next_hop, node_indices, pboxes, port_to
-from innet.hosts.worker import JobSpec
+from innet.hosts.job import JobSpec
 from innet.wire.packet import (
     BANDS,
     GROUP_BASE,

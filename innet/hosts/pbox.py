@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from innet.hosts.endpoint import Frames
 from innet.hosts.ssp import Consistency, ParameterKeys
-from innet.hosts.worker import Frames
 from innet.switch.engine import ADDED, ANSWER, COMPLETE, Engine, new_pool
 from innet.switch.routed import replica_mark
 from innet.wire.operators import SUM, Operator

@@ -1,4 +1,5 @@
-"""Loss detection by order (RACK, RFC 8985), shared by the in-network, PBox and ring senders.
+"""Loss recovery, shared by the in-network, PBox and ring senders: loss detection by order (RACK, RFC 8985)
+and the retransmission timer (RFC 6298).
 
 Every path innet's senders use is FIFO: a worker's chunks reach its switch (or the PBox) in the order
 they were sent, and a slot's result leaves once the last contribution is in, so results come back in
@@ -22,8 +23,58 @@ from __future__ import annotations
 
 import numpy as np
 
+from innet.hosts.job import JobSpec
+
 REORDER_CAP = 4  # the reordering window's bound, in RTO floors: a loss is still noticed within a few
 UNSENT = np.iinfo(np.int64).max  # a free slot's transmission number: never older than a sent one
+
+
+def first_window_rto(spec: JobSpec) -> float:
+    """The RTO of a call's first window of data, before its first answer: a window may queue behind a slow
+    link or a hundred other workers' windows, so the initial RTO only if larger than the RTO's cap (a 32nd
+    of the no-progress timeout, what RFC 6298's 1 s came to here). The lone exponent packet before it takes
+    ``spec.initial_rto``, the plan's few round trips."""
+    return max(spec.initial_rto, spec.timeout / 32)
+
+
+class RetransmitTimer:
+    """Adaptive retransmission timeout: SRTT + 4 RTTVAR (RFC 6298), Karn's rule, back-off.
+
+    The back-off is capped so that ~32 tries fit in the no-progress timeout.
+    """
+
+    def __init__(self, spec: JobSpec, initial: float | None = None) -> None:
+        self.spec = spec
+        self.initial = spec.initial_rto if initial is None else initial  # the RTO before a sample
+        self.srtt: float | None = None
+        self.rttvar = 0.0
+        self.backoff = 1
+        self._update()
+
+    def _update(self) -> None:
+        """Recompute ``rto`` (read a few times per result; it changes only with a sample or an expiry)."""
+        base = self.initial if self.srtt is None else 2 * self.srtt + 4 * self.rttvar
+        self.rto = min(max(self.spec.min_rto, base) * self.backoff, max(self.spec.min_rto, self.spec.timeout / 32))
+
+    def sample(self, rtt: float) -> None:
+        self.backoff = 1
+        if self.srtt is None:
+            self.srtt, self.rttvar = rtt, rtt / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+        self._update()
+
+    def expired(self) -> None:
+        self.backoff = min(self.backoff * 2, 64)
+        self._update()
+
+    def progress(self) -> None:
+        """An answer to a retransmission: the path carries again, so the back-off ends (as Linux's does on
+        an ACK of new data) though Karn's rule keeps the answer out of SRTT."""
+        if self.backoff != 1:
+            self.backoff = 1
+            self._update()
 
 
 class Rack:

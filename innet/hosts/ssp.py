@@ -31,7 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from innet.errors import AllreduceTimeout
-from innet.hosts.worker import Frames, JobSpec, RetransmitTimer
+from innet.hosts.endpoint import Frames
+from innet.hosts.job import JobSpec
+from innet.hosts.recovery import RetransmitTimer
 from innet.wire import fixedpoint
 from innet.wire.packet import RESULT, RETX, ROUTE, make_packet, parse_frame
 

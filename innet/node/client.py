@@ -13,10 +13,11 @@ import time
 
 import numpy as np
 
-from innet.hosts.ring import Linger
+from innet.hosts.job import JobSpec
+from innet.hosts.ring.linger import Linger
 from innet.hosts.ssp import SSPWorker
 from innet.hosts.training import Training
-from innet.hosts.worker import JobSpec, WorkerProcess
+from innet.hosts.worker.process import WorkerProcess
 from innet.io.rawport import RawPort
 from innet.node.config import NO_FAULTS, Faults
 from innet.node.egress import Egress, serve_once
@@ -84,7 +85,7 @@ class AllreduceClient:
         os.replace(self.status + ".part", self.status)
 
     def linger(self, limit: float) -> None:
-        """A ring rank's linger (innet.hosts.ring.Linger): keep answering the predecessor, which may have missed
+        """A ring rank's linger (innet.hosts.ring.linger.Linger): keep answering the predecessor, which may have missed
         this rank's last ACKs, until its DONE came, ``limit`` seconds at most."""
         linger = Linger(self.proc.current if isinstance(self.proc, WorkerProcess) else None, time.monotonic(), limit)
         while not linger.over(time.monotonic()):

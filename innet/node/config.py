@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from innet.hosts.ensemble import InputPlan, Receiver
+from innet.hosts.job import JobSpec
 from innet.hosts.learning.model import Task
 from innet.hosts.pbox import PBoxJob
 from innet.hosts.ssp import Consistency
 from innet.hosts.training import Training
-from innet.hosts.worker import JobSpec
 from innet.node.admission import AdmissionReport
 from innet.switch.runtime import SwitchConfig, SwitchReport
 from innet.wire.faults import FaultSpec
@@ -88,7 +88,7 @@ class SwitchStats:
 @dataclass(frozen=True)
 class WorkerConfig:
     """One worker host's: its job, the tensors it reduces (seeded, or its learner's), its schedule, and how
-    long its ring rank may linger at most after its result is saved (innet.hosts.ring.Linger)."""
+    long its ring rank may linger at most after its result is saved (innet.hosts.ring.linger.Linger)."""
 
     spec: JobSpec
     seed: int

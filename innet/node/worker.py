@@ -20,9 +20,9 @@ import numpy as np
 
 from innet.errors import UserError
 from innet.hosts.learning.learner import Learner
-from innet.hosts.ring import Linger
+from innet.hosts.ring.linger import Linger
 from innet.hosts.ssp import SSPWorker
-from innet.hosts.worker import WorkerProcess
+from innet.hosts.worker.process import WorkerProcess
 from innet.io.netns import opened_in
 from innet.node.client import AllreduceClient
 from innet.node.config import WorkerConfig, WorkerGroup
@@ -35,7 +35,7 @@ from innet.schemes.modes import endpoint_of
 class WorkerNode:
     """One worker host's endpoint (its all-reduce calls following the training schedule, if any, or its training
     loop against the PBox), its port, and where it is: running, lingering (a ring rank answering its
-    predecessor until its DONE: innet.hosts.ring.Linger), or finished."""
+    predecessor until its DONE: innet.hosts.ring.linger.Linger), or finished."""
 
     def __init__(self, conf: WorkerConfig) -> None:
         self.conf = conf

@@ -11,7 +11,7 @@ import numpy as np
 
 from innet.errors import UserError
 from innet.graph import first_hops, hosts, indexed, is_switch, node_indices, port_to, ports, role, switches
-from innet.hosts.worker import JobSpec
+from innet.hosts.job import JobSpec
 from innet.planning.planner import JobPlan
 from innet.planning.prediction import path_links
 from innet.planning.spec import RunSpec

@@ -18,7 +18,8 @@ import networkx as nx
 import numpy as np
 
 from innet.graph import link_name, natural_key, next_hop, tier
-from innet.hosts.ring import ACK_EVERY, ACK_SPAN, ring_geometry, ring_phases
+from innet.hosts.ring.acks import ACK_EVERY, ACK_SPAN
+from innet.hosts.ring.geometry import ring_geometry, ring_phases
 from innet.planning.planner import JobPlan
 from innet.wire.collectives import ALLREDUCE, Collective
 from innet.wire.packet import PAYLOAD_OFFSET

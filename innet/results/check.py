@@ -16,7 +16,7 @@ from innet.graph import natural_key
 from innet.hosts.learning.learner import Learner
 from innet.hosts.ssp import SSPWorker
 from innet.hosts.training import iteration_stats
-from innet.hosts.worker import WorkerProcess
+from innet.hosts.worker.process import WorkerProcess
 from innet.planning.planner import JobPlan
 from innet.planning.spec import RunSpec, program_of
 from innet.results.learning import training_figures

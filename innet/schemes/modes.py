@@ -22,12 +22,14 @@ import numpy as np
 from innet.errors import UserError
 from innet.graph import node_indices
 from innet.hosts.ensemble import InputPlan, group_tables, plan_input
+from innet.hosts.job import JobSpec
 from innet.hosts.learning.learner import Learner, bind_learner
 from innet.hosts.pbox import PBoxJob, PBoxServer
-from innet.hosts.ring import RingCall
+from innet.hosts.ring.call import RingCall
 from innet.hosts.ssp import Consistency, SSPWorker
 from innet.hosts.training import Training
-from innet.hosts.worker import AllreduceCall, JobSpec, WorkerProcess
+from innet.hosts.worker.call import AllreduceCall
+from innet.hosts.worker.process import WorkerProcess
 from innet.planning.configs import pick_workers, switch_configs, worker_specs
 from innet.planning.dilation import auto_factor, carried_rate, host_link_rate
 from innet.planning.dynamic import plan_dynamic

@@ -10,10 +10,11 @@ import numpy as np
 from innet.backends.local.fabric import Fabric
 from innet.backends.local.sampler import LinkSampler
 from innet.hosts.background import BackgroundHost, asked_flows, background_hosts, background_summary, stats_of
-from innet.hosts.endpoint import Endpoint
+from innet.hosts.endpoint import Endpoint, Frames
 from innet.hosts.ensemble import InputReceiver, InputServer, input_summary
 from innet.hosts.ssp import SSPWorker
-from innet.hosts.worker import AllreduceCall, Frames, WorkerProcess
+from innet.hosts.worker.call import AllreduceCall
+from innet.hosts.worker.process import WorkerProcess
 from innet.planning.spec import RunSpec, program_of
 from innet.results.check import outcome_of, run_record, tally_drops, training_outcome
 from innet.results.fidelity import virtual_fidelity

@@ -39,9 +39,11 @@ CALIBRATION_TIMEOUT_S = 20.0  # real seconds without progress before a calibrati
 CALIBRATION_RUNS = 3  # Mininet runs per candidate rate, their median taken: one run beside other programs' load misses by chance
 CALIBRATION_VERSION = 2  # bump when the procedure above changes
 DATA_PLANE = ("innet/wire/packet.py", "innet/switch/runtime.py", "innet/switch/engine.py", "innet/switch/reduction.py",
-              "innet/switch/program.py", "innet/hosts/worker.py", "innet/hosts/ring.py", "innet/hosts/pbox.py",
-              "innet/node/__main__.py", "innet/node/switch.py", "innet/node/worker.py",
-              "innet/io/rawport.py", "innet/io/mmsg.py", "innet/node/egress.py", "innet/backends/mininet/shaper.py",
+              "innet/switch/program.py", "innet/hosts/worker/call.py", "innet/hosts/worker/window.py",
+              "innet/hosts/worker/framing.py", "innet/hosts/worker/process.py", "innet/hosts/recovery.py",
+              "innet/hosts/ring/call.py", "innet/hosts/ring/acks.py", "innet/hosts/pbox.py", "innet/node/__main__.py",
+              "innet/node/switch.py", "innet/node/worker.py", "innet/io/rawport.py", "innet/io/mmsg.py",
+              "innet/node/egress.py", "innet/backends/mininet/shaper.py",
               os.path.relpath(os.path.join(PROGRAMS, "sum_allreduce.py"), ROOT))  # innet/switch_programs/ installed
 
 

@@ -20,7 +20,7 @@ import numpy as np
 from innet.backends.mininet.network import log
 from innet.errors import UserError
 from innet.hosts.ensemble import InputOutcome, InputPlan, InputSummary, input_summary
-from innet.hosts.worker import JobSpec
+from innet.hosts.job import JobSpec
 from innet.node.codec import from_json, read
 from innet.node.config import InputServerStats, SwitchStats
 from innet.node.usage import Samples, has_exited, process_times
@@ -50,7 +50,7 @@ class Watch:
 
     def wait(self, procs: Procs, run: RunSpec, started: float, crash: dict[str, float], samples: Samples,
              run_dir: str = "") -> None:
-        """Wait for ``procs`` to end (a ring rank ends its own linger: innet.hosts.ring.Linger), crashing the
+        """Wait for ``procs`` to end (a ring rank ends its own linger: innet.hosts.ring.linger.Linger), crashing the
         workers ``crash`` names on time, reading ``samples`` as they fall due; the progress line also says what
         the first workers still running wait for (their ``run_dir/HOST.npz.status``)."""
         limit = started + 30 + run.timeout * (len(run.call_sizes()) + 1)

@@ -127,7 +127,7 @@ def start_pboxes(net: Network, run: RunSpec, rp: RunPlan, cores: int, faults: Fa
 
 def worker_configs(net: Network, run: RunSpec, rp: RunPlan, faults: FaultsOf) -> dict[str, WorkerConfig]:
     """Every worker host's configuration. A ring rank lingers after its last call until its predecessor's
-    DONE (innet.hosts.ring.Linger), the run's timeout at most."""
+    DONE (innet.hosts.ring.linger.Linger), the run's timeout at most."""
     confs = {}
     for plan in rp.plans:
         for w, spec in rp.specs[plan.job].items():

@@ -26,7 +26,7 @@ import numpy as np
 from innet.errors import UserError
 from innet.hosts.learning.model import Task
 from innet.hosts.ssp import SSPWorker
-from innet.hosts.worker import WorkerProcess
+from innet.hosts.worker.process import WorkerProcess
 from innet.wire import fixedpoint
 from innet.wire.sparse import topk_with_feedback
 

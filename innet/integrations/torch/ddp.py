@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from innet.backends.local.run import LocalRun
 from innet.hosts.learning.model import Task
-from innet.hosts.worker import WorkerProcess
+from innet.hosts.worker.process import WorkerProcess
 from innet.node.client import AllreduceClient
 from innet.planning.spec import RunSpec
 

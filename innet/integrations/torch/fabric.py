@@ -22,7 +22,7 @@ import networkx as nx
 import numpy as np
 
 from innet.backends.local.run import LocalRun
-from innet.hosts.worker import WorkerProcess
+from innet.hosts.worker.process import WorkerProcess
 from innet.planning.spec import RunSpec, program_of
 from innet.wire import fixedpoint
 from innet.wire.collectives import COLLECTIVES

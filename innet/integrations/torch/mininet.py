@@ -19,7 +19,7 @@ from typing import Any
 import networkx as nx
 
 from innet.errors import UserError
-from innet.hosts.worker import JobSpec
+from innet.hosts.job import JobSpec
 from innet.integrations.torch.procs import rank_env, read_tally, wait_ranks
 from innet.node.config import NO_FAULTS, Faults
 from innet.planning.spec import RunSpec, program_of

@@ -22,8 +22,9 @@ from datetime import timedelta
 
 import numpy as np
 
+from innet.hosts.job import JobSpec
 from innet.hosts.learning.model import Task
-from innet.hosts.worker import JobSpec, WorkerProcess
+from innet.hosts.worker.process import WorkerProcess
 from innet.node.codec import read, write
 from innet.node.config import NO_FAULTS, Faults
 

@@ -24,8 +24,8 @@ from innet.backends.mininet.iplane import host_address
 from innet.backends.mininet.network import link_bytes_between, log
 from innet.backends.mininet.nodes import port_faults
 from innet.errors import Unfinished, UserError
+from innet.hosts.job import JobSpec
 from innet.hosts.learning.model import Task
-from innet.hosts.worker import JobSpec
 from innet.integrations.torch.rank import DdpHook, DdpResult, GlooCalls, RankConfig
 from innet.node.codec import read
 from innet.planning.spec import RunSpec, program_of

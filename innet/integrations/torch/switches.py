@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from innet.hosts.worker import WorkerProcess
+from innet.hosts.worker.process import WorkerProcess
 from innet.integrations.torch.fabric import as_words, from_words, padded, unit
 from innet.node.client import AllreduceClient
 from innet.wire.collectives import COLLECTIVES

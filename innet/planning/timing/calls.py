@@ -6,7 +6,8 @@ from collections.abc import Callable, Sequence
 
 import networkx as nx
 
-from innet.hosts.ring import ACK_EVERY, WINDOW, ring_geometry, ring_phases
+from innet.hosts.ring.acks import ACK_EVERY, WINDOW
+from innet.hosts.ring.geometry import ring_geometry, ring_phases
 from innet.planning.planner import JobPlan
 from innet.planning.prediction import chunk_bytes, direction_bytes, frame_bytes, link_rate, one_way, path_links
 from innet.planning.timing.queues import Trip, back, queued

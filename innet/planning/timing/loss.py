@@ -8,8 +8,8 @@ from collections.abc import Callable
 import networkx as nx
 import numpy as np
 
-from innet.hosts.ring import WINDOW as RING_WINDOW
-from innet.hosts.ring import ring_geometry, ring_phases
+from innet.hosts.ring.acks import WINDOW as RING_WINDOW
+from innet.hosts.ring.geometry import ring_geometry, ring_phases
 from innet.planning.planner import JobPlan
 from innet.planning.prediction import direction_bytes, frame_bytes, one_way
 from innet.planning.timing.calls import busiest_direction, hops, link_rate
@@ -19,7 +19,7 @@ MOST_LOST = 0.999  # a try's chance of loss the loss term reckons with, at most 
 # round's answers come back in the slowest contributor's order, not the sender's, so RACK resends a chunk again
 # while its first retransmission still waits for another worker's: traced, 0.7-1.0 per needed one on the PBox's
 # link (star and leaf-spine, 262144 values, 5-20% loss). A worker's own link carries next to none (0.15 per needed
-# one, star in-network at 20%): a copy still in its queue is not resent (innet.hosts.worker: ``_queue``).
+# one, star in-network at 20%): a copy still in its queue is not resent (innet.hosts.worker.window: ``Window.queue``).
 SPURIOUS = 1.0
 
 
