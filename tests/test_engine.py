@@ -3,10 +3,12 @@
 import numpy as np
 import pytest
 
-from innet import BAND, BOR, MAX, MIN, SUM
+from innet import BAND, BOR, MAX, MIN, SUM, Operator
 from innet.switch.engine import ADDED, ANSWER, BAD_COUNT, COMPLETE, DUPLICATE, STALE, Engine, new_pool
 
 OPERATORS = [SUM, MAX, MIN, BOR, BAND]
+PROD = Operator("prod", "multiply", identity=1, rule="bits", arithmetic="wrap")
+COUNT = Operator("count", "add", identity=0, rule="bits", arithmetic="saturate")
 
 
 @pytest.mark.parametrize("fan_in", [1, 2, 63, 64, 65, 300, 1000, 10000])
@@ -49,7 +51,7 @@ def test_a_sum_that_wraps_int32_is_flagged_and_other_operators_never_overflow():
 
 
 @pytest.mark.parametrize("fan_in", [3, 64, 65, 200])
-@pytest.mark.parametrize("op", [SUM, MAX, BOR], ids=lambda o: o.name)
+@pytest.mark.parametrize("op", [SUM, MAX, BOR, PROD, COUNT], ids=lambda o: o.name)
 def test_batches_give_the_same_registers_as_single_packets(fan_in, op):
     """Random streams (rounds in order, repeats, retransmissions, stale chunks, mixed rounds, overflow-prone
     values) folded packet by packet in one pool and a block at a time in another: identical registers."""
@@ -82,3 +84,19 @@ def test_batches_give_the_same_registers_as_single_packets(fan_in, op):
     for name, value in vars(single.r).items():
         assert np.array_equal(value, getattr(batched.r, name)), name
     assert completed_single == completed_batched > 0
+
+
+def test_a_wrapping_product_and_a_saturating_count_fold_as_numpy_does_on_int32_in_both_paths():
+    rng = np.random.default_rng(7)
+    values = rng.integers(-(2**31), 2**31, (5, 64)).astype(np.int32)
+    product = np.multiply.reduce(values, axis=0, dtype=np.int32)
+    count = np.clip(values.view(np.uint32).astype(np.int64).sum(axis=0), 0, 2**32 - 1).astype(np.uint32).view(np.int32)
+    assert (count == -1).sum() > 10 and (product != np.prod(values.astype(np.int64), axis=0)).all()
+    for op, expected in ((PROD, product), (COUNT, count)):
+        single, batched = Engine(new_pool(2, 64, 5), op), Engine(new_pool(2, 64, 5), op)
+        for w in range(5):
+            single.contribute(1, w, 5, 0, 0, values[w], 0.0)
+        folded = batched.contribute_many(np.ones(5, np.int64), np.arange(5), 5, np.zeros(5, np.int64),
+                                         np.zeros(5, np.int8), values, np.ones(5, bool), 0.0)
+        assert folded.completed.tolist() == [1] and not single.r.overflow[1]
+        assert np.array_equal(single.values(1), expected) and np.array_equal(batched.values(1), expected), op.name

@@ -46,7 +46,7 @@ def workdir(tmp_path_factory):
 
 
 def test_the_walk_through_has_its_files_and_commands():
-    assert set(FILES) == {"my_max.py", "test_my_max.py", "my_xor.py", "count_ports.py", "test_count_ports.py"}
+    assert set(FILES) == {"my_max.py", "test_my_max.py", "my_prod.py", "count_ports.py", "test_count_ports.py"}
     assert len(COMMANDS) == 5
     readme = {b.splitlines()[0] for b in blocks(WALK, "python")}
     assert readme == {"# file: my_max.py", "# file: test_my_max.py"}  # a reduction and its test, without docs/

@@ -83,7 +83,7 @@ class Engine:
 
     def __init__(self, regs: SimpleNamespace, operator: Operator) -> None:
         self.r, self.op = regs, operator
-        self.fn, self.identity = operator.fn, np.int32(operator.identity or 0)
+        self.combine, self.identity = operator.combine, np.int32(operator.identity or 0)  # on int32, as the operator says
 
     # -- one packet --------------------------------------------------------
     def contribute(self, key: int, who: int, need: int, chunk: int, exp: int, values: np.ndarray, now: float,
@@ -128,7 +128,7 @@ class Engine:
         """Slot ``key``'s values combined with ``values`` (as long), flagging an int32 overflow."""
         r, n = self.r, len(values)
         acc = r.pool[key, :n]
-        total = self.fn(acc, values)
+        total = self.combine(acc, values)
         if self.op.can_overflow:
             wrapped = (acc ^ total) & (values ^ total)  # negative where int32 wrapped
             if n and wrapped.min() < 0:
@@ -221,10 +221,10 @@ class Engine:
         starts, sizes, slots, new = starts[ok], sizes[ok], slots[ok], new[ok]
         acc = values[order[starts]]  # a copy: the groups' first members
         if not new.all():
-            acc[~new] = self.fn(r.pool[slots[~new], :count], acc[~new])
+            acc[~new] = self.combine(r.pool[slots[~new], :count], acc[~new])
         for j in range(1, int(sizes.max())):  # the groups' later members, in arrival order
             later = np.flatnonzero(sizes > j)
-            acc[later] = self.fn(acc[later], values[order[starts[later] + j]])
+            acc[later] = self.combine(acc[later], values[order[starts[later] + j]])
         r.pool[slots, :count] = acc
         group_exp = np.maximum.reduceat(exps[taken], np.concatenate(([0], np.cumsum(sizes)[:-1])))
         r.exp[slots] = np.where(new, group_exp, np.maximum(r.exp[slots], group_exp))
@@ -261,15 +261,15 @@ class Engine:
             r.seen[at], r.have[at], r.overflow[at], r.since[at] = 0, 0, False, now
         elif not new.any():  # every packet joins its slot's round
             if isinstance(at, slice):
-                self.fn(r.pool[at, :count], values, out=r.pool[at, :count])
+                self.combine(r.pool[at, :count], values, out=r.pool[at, :count])
             else:
-                r.pool[at, :count] = self.fn(r.pool[at, :count], values)
+                r.pool[at, :count] = self.combine(r.pool[at, :count], values)
             r.exp[at] = np.maximum(r.exp[at], exps)
         else:
             fresh, joins = keys[new], keys[~new]
             r.pool[fresh, :count], r.exp[fresh] = values[new], exps[new]
             r.seen[fresh], r.have[fresh], r.overflow[fresh], r.since[fresh] = 0, 0, False, now
-            r.pool[joins, :count] = self.fn(r.pool[joins, :count], values[~new])
+            r.pool[joins, :count] = self.combine(r.pool[joins, :count], values[~new])
             r.exp[joins] = np.maximum(r.exp[joins], exps[~new])
         r.state[at], r.chunk[at], r.count[at] = COLLECTING, chunks, count
         r.seen[keys, word] |= bit

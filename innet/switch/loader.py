@@ -6,10 +6,12 @@ import functools
 import importlib.util
 import inspect
 import os
+import traceback
 
 from innet.errors import UserError
 from innet.shipped import PROGRAMS as PROGRAM_DIR
 from innet.switch.program import SwitchProgram
+from innet.wire.operators import Operator
 from innet.wire.packet import JUMBO_MTU, MAX_PACKET_ELEMENTS
 
 
@@ -43,9 +45,10 @@ def _loaded(path: str, stamp: tuple[int, int]) -> type[SwitchProgram]:
     try:
         spec.loader.exec_module(module)
     except SyntaxError as exc:
-        raise UserError(f"program file {path} has a syntax error at line {exc.lineno}: {exc.msg}") from None
-    except Exception as exc:  # noqa: BLE001 - any import-time failure of user code is a user error
-        raise UserError(f"program file {path} failed to load: {type(exc).__name__}: {exc}") from None
+        where = "" if os.path.abspath(exc.filename or path) == os.path.abspath(path) else f" (in {exc.filename})"
+        raise UserError(f"program file {path} has a syntax error at line {exc.lineno}{where}: {exc.msg}") from None
+    except (Exception, SystemExit, KeyboardInterrupt) as exc:  # noqa: BLE001 - user code failing at import is a user error
+        raise UserError(f"program file {path} failed to load: {failure(exc, path)}") from None
     found = [obj for obj in vars(module).values()
              if inspect.isclass(obj) and issubclass(obj, SwitchProgram) and obj is not SwitchProgram
              and obj.__module__ == module.__name__]
@@ -54,6 +57,10 @@ def _loaded(path: str, stamp: tuple[int, int]) -> type[SwitchProgram]:
     program = found[0]
     program.source = path
     _check_handlers(path, program)
+    operator = getattr(program, "operator", None)
+    if hasattr(program, "operator") and not isinstance(operator, Operator):
+        raise UserError(f"program file {path}: {program.__name__}.operator is {operator!r}, not an Operator; give "
+                        "SUM, MAX, MIN, BOR, BAND or Operator(name, ufunc, identity=..., rule=...) (from innet)")
     if program.memory_bytes() < 0 or program.slots < 0 or program.elements < 1:
         raise UserError(f"program {program.name}: slots and elements must be positive")
     return program
@@ -82,16 +89,33 @@ def _sized(path: str, stamp: tuple[int, int], pool_slots: int, packet_elements: 
 
 
 def _check_handlers(path: str, program: type[SwitchProgram]) -> None:
-    """One clear line for a program that cannot run: no handler, or a handler of the wrong shape."""
+    """One clear line for a program that cannot run: no handler, a batch handler without its per-packet
+    one, or a handler of the wrong shape."""
     packet, timers, starts = program.handlers()
+    batch = program.batch_handlers()  # one line for a batch handler without its per-packet one
     if not packet and not timers and not starts:
         raise UserError(f"program file {path}: {program.__name__} has no handler; tag a method with "
                         "@on_packet(\"contribution\"), or subclass Reduction and set its operator")
     wants = {**{m: 3 for m in packet.values()}, **{m: 2 for m in [*timers, *starts]},
-             **{m: 3 for m in program.batch_handlers().values()}}
+             **{m: 3 for m in batch.values()}}
     for method, args in wants.items():
         params = inspect.signature(getattr(program, method)).parameters
         if len(params) != args:
             shape = "(self, ctx, pkt)" if args == 3 else "(self, ctx)"
             raise UserError(f"program file {path}: handler {program.__name__}.{method} must take {shape}, "
                             f"it takes ({', '.join(params)})")
+
+
+def failure(exc: BaseException, path: str) -> str:
+    """``exc``, raised by program code of file ``path``, in a line: what it was and the line of ``path`` it
+    came from (the innermost; with no frame of ``path``, the innermost frame's file and line)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = [f for f in frames if os.path.abspath(f.filename) == os.path.abspath(path)]
+    at = f"line {mine[-1].lineno}" if mine else f"{frames[-1].filename} line {frames[-1].lineno}" if frames else ""
+    what = "" if isinstance(exc, UserError) else type(exc).__name__
+    head = " at ".join(x for x in (what, at) if x)
+    if isinstance(exc, SystemExit):
+        text = f"a program must not exit (its code: {exc.code!r})"
+    else:
+        text = next(iter(str(exc).strip().splitlines()), "")
+    return ": ".join(x for x in (head, text) if x)

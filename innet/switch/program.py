@@ -9,6 +9,7 @@ returns actions; the runtime does all I/O.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -17,6 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from innet.errors import UserError
 from innet.wire.packet import GROUP_BASE, PAYLOAD_OFFSET, Packet
 
 PACKET_KINDS = ("contribution", "result", "routed", "abort")
@@ -356,9 +358,12 @@ class SwitchProgram:
     def batch_handlers(cls) -> dict[str, str]:
         """Packet kind -> name of its batch handler."""
         found = {getattr(cls, a)._innet_batch: a for a in dir(cls) if hasattr(getattr(cls, a, None), "_innet_batch")}
-        missing = set(found) - set(cls.handlers()[0])
-        if missing:
-            raise TypeError(f"{cls.name} has a batch handler but no per-packet handler for {sorted(missing)}")
+        for kind in sorted(set(found) - set(cls.handlers()[0])):
+            method = getattr(cls, found[kind])
+            raise UserError(f"program file {cls.source or inspect.getfile(cls)} line {method.__code__.co_firstlineno}: "
+                            f"{cls.__name__}.{found[kind]} handles a batch of {kind!r} packets, but no method handles "
+                            f"one; add an @on_packet({kind!r}) method beside it (it gets the packets the batch handler "
+                            "leaves, and every packet where frames come one at a time)")
         return found
 
     @classmethod

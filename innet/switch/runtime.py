@@ -8,12 +8,14 @@ counts packets and bytes per port and every drop by reason.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from innet.errors import UserError
+from innet.switch.loader import failure
 from innet.switch.program import (
     Action,
     Batch,
@@ -183,7 +185,11 @@ class SwitchRuntime:
             timer[1] = now + timer[0]
         out: Out = []
         for name in self.starts:
-            self._execute(getattr(self.program, name)(self.ctx), out)
+            try:
+                result = getattr(self.program, name)(self.ctx)
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - a program's failure is one line naming it
+                raise self._failed(name, exc) from None
+            self._execute(result, out)
         return flatten(out)
 
     def next_timer(self) -> float | None:
@@ -195,7 +201,11 @@ class SwitchRuntime:
         for name, timer in self.timers.items():
             if timer[1] <= now:
                 timer[1] = now + timer[0]
-                self._execute(getattr(self.program, name)(self.ctx), out)
+                try:
+                    result = getattr(self.program, name)(self.ctx)
+                except (Exception, SystemExit) as exc:  # noqa: BLE001 - a program's failure is one line naming it
+                    raise self._failed(name, exc) from None
+                self._execute(result, out)
         return flatten(out)
 
     def receive(self, port: int, frame: bytes, now: float) -> Frames:
@@ -249,9 +259,13 @@ class SwitchRuntime:
                           block.band[rows], frames=block.frames[rows])
             handler = self.batch_handlers[KIND_NAMES[key[a] % 4]]
             if handler:
-                actions, rest = getattr(self.program, handler)(self.ctx, batch)
+                try:
+                    returned = getattr(self.program, handler)(self.ctx, batch)
+                except (Exception, SystemExit) as exc:  # noqa: BLE001 - a program's failure is one line naming it
+                    raise self._failed(handler, exc) from None
+                actions, rest = self._batch_result(handler, returned, len(batch))
             else:
-                actions, rest = self.ctx.route_many(batch), ()
+                actions, rest = self.ctx.route_many(batch), np.zeros(0, np.int64)
             self._execute(actions, out)
             for k in rest:
                 self._dispatch(port, batch.packet(int(k)), out)
@@ -282,8 +296,33 @@ class SwitchRuntime:
         if handler is None:
             result: HandlerResult = self.ctx.route(pkt) if kind == "routed" else Drop("no_handler")
         else:
-            result = getattr(self.program, handler)(self.ctx, pkt)
+            try:
+                result = getattr(self.program, handler)(self.ctx, pkt)
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - a program's failure is one line naming it
+                raise self._failed(handler, exc) from None
         self._execute(result, out)
+
+    def _where(self) -> str:
+        """The program, for a line about it: its name and file."""
+        cls = type(self.program)
+        return f"program {cls.name} ({self.program.source or inspect.getfile(cls)})"
+
+    def _failed(self, handler: str, exc: BaseException) -> UserError:
+        """A handler's exception as one line naming the program, the handler, its file and line."""
+        cls = type(self.program)
+        return UserError(f"{self._where()}: handler {cls.__name__}.{handler} raised "
+                         f"{failure(exc, self.program.source or inspect.getfile(cls))}")
+
+    def _batch_result(self, handler: str, returned: object, n: int) -> tuple[HandlerResult, np.ndarray]:
+        """A batch handler's ``(actions, rest)``, or one line saying how it is not that."""
+        cls = type(self.program)
+        ok = isinstance(returned, tuple) and len(returned) == 2
+        rest = np.asarray(returned[1]) if ok else np.zeros(0)  # type: ignore[index]
+        if not ok or rest.ndim != 1 or (len(rest) and (rest.dtype.kind not in "iu" or rest.min() < 0 or rest.max() >= n)):
+            raise UserError(f"{self._where()}: batch handler {cls.__name__}.{handler} returned {_short(returned)}; "
+                            f"return (actions, rest): rest the indices (0..{n - 1}) of the packets it leaves to the "
+                            "per-packet handler")
+        return returned[0], rest  # type: ignore[index]
 
     def _spoofed(self, port: int, pkt: Packet) -> bool:
         """Reverse-path check: a routed packet must arrive where its source's route leads,
@@ -297,22 +336,36 @@ class SwitchRuntime:
             return
         actions: Iterable[Action] = (result,) if not isinstance(result, (list, tuple)) else result
         last: tuple[EmitMany, np.ndarray] | None = None  # the block EmitMany built last
-        for action in actions:
-            if isinstance(action, Emit):
-                self._send(action.port, action.packet, out, action.priority)
-            elif isinstance(action, Multicast):
-                self._send_to(action.ports, action.packet, out, action.priority)
-            elif isinstance(action, Drop):
-                self.ctx.count("drop:" + action.reason)
-            elif isinstance(action, ToPBox):
-                self._to_pbox(action.packet, out)
-            elif isinstance(action, EmitMany):
-                last = self._send_many(action, out, last)
-            else:
-                raise UserError(f"program file {self.program.source or self.program.name}: a handler of "
-                                f"{type(self.program).__name__} returned {action!r}, "
-                                "which is not an action; return Emit, Multicast, Drop, ToPBox, EmitMany, a list of them, "
-                                "or None")
+        action: object = None
+        try:
+            for action in actions:
+                if isinstance(action, Emit):
+                    self._send(action.port, action.packet, out, action.priority)
+                elif isinstance(action, Multicast):
+                    self._send_to(action.ports, action.packet, out, action.priority)
+                elif isinstance(action, Drop):
+                    self.ctx.count("drop:" + action.reason)
+                elif isinstance(action, ToPBox):
+                    self._to_pbox(action.packet, out)
+                elif isinstance(action, EmitMany):
+                    last = self._send_many(action, out, last)
+                else:
+                    raise UserError(f"program file {self.program.source or self.program.name}: a handler of "
+                                    f"{type(self.program).__name__} returned {_short(action)}, which is not an "
+                                    "action; return Emit, Multicast, Drop, ToPBox, EmitMany, a list of them, or None")
+        except (AttributeError, TypeError, ValueError):  # the one way an action fails without a line of its own
+            packet = getattr(action, "packet", None)
+            if not isinstance(action, (Emit, Multicast, ToPBox)) or isinstance(packet, Packet):
+                raise
+            raise UserError(f"{self._where()}: a handler of {type(self.program).__name__} returned "
+                            f"{type(action).__name__} of {_short(packet)}, which is not a Packet; give it "
+                            "pkt.replace(values, ...) or make_packet(values, ...)") from None
+
+    def _bad_port(self, port: object) -> UserError:
+        """A handler's packet to a port this switch does not have, as one line naming the program."""
+        return UserError(f"{self._where()}: a handler of {type(self.program).__name__} sent a packet to port "
+                         f"{port!r}, which switch {self.config.name} does not have; its ports are "
+                         f"{', '.join(map(str, sorted(self.stats)))} (ctx.ports)")
 
     def _to_pbox(self, pkt: Packet, out: Out) -> None:
         job = self.ctx.jobs.get(pkt.job)
@@ -330,8 +383,7 @@ class SwitchRuntime:
         """Write an EmitMany's frames. The same rows to another port (a multicast's: ``last`` sent them) are
         a copy of that block with the headers for this hop."""
         if action.port not in self.stats:
-            self.ctx.count("drop:bad_port", len(action.hdr))
-            return last
+            raise self._bad_port(action.port)
         if len(action.hdr) == 0:
             return last
         band = self._band(action.priority)
@@ -371,8 +423,7 @@ class SwitchRuntime:
         for port in ports:
             stats = all_stats.get(port)
             if stats is None:
-                self.ctx.count("drop:bad_port")
-                continue
+                raise self._bad_port(port)
             if routed:
                 frame = frame_prefix(pkt.src, pkt.dst, len(payload), band) + payload
             else:
@@ -396,3 +447,9 @@ class SwitchRuntime:
             ports={self.config.ports[p]: replace(s) for p, s in self.stats.items()},
             counters=dict(self.ctx.counters),
         )
+
+
+def _short(value: object) -> str:
+    """``repr(value)`` cut to a line's worth."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -319,7 +319,7 @@ class RingCall:
         if k < n - 1:  # reduce-scatter: add own part
             seg = (self.rank - k - 1) % n
             lo, hi = self._piece(seg, j)
-            total = self.spec.operator.fn(received, self.quantized[lo:hi])
+            total = self.spec.operator.combine(received.astype(np.int32), self.quantized[lo:hi])  # on the wire's int32
             if k == n - 2:  # fully reduced: this rank's result for ``seg``; it starts the all-gather
                 self.result_int[lo:hi] = total
                 if not self.gathers:
