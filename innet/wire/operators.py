@@ -1,7 +1,7 @@
 """Reduce operators as values, as MPI_Op and NCCL's ncclRedOp_t are: one aggregation engine, the
 operator a value it is given, and the result check takes the same value.
 
-An operator names a numpy ufunc (``np.add.reduce`` is then the reference any result is checked
+An operator names a numpy ufunc (folded over the workers' values, the reference any result is checked
 against), its identity (``ufunc(identity, x) == x``), and its fixed-point rule, which says what the
 workers agree on before they stream:
 
@@ -9,8 +9,8 @@ workers agree on before they stream:
   headroom, so the sum of N values fits int32; switches still check every addition for overflow.
 - ``"select"``: a shared exponent and no headroom: the result is one of the inputs (max, min), so it
   cannot overflow.
-- ``"bits"``: no fixed point: the values are int32 bit patterns (sets as bitmaps, flags), sent as
-  they are and combined bit by bit (or, and, xor).
+- ``"bits"``: no fixed point: the values are int32 bit patterns (sets as bitmaps, flags, counts), sent
+  as they are and combined as the operator's arithmetic says (bit by bit for or, and, xor).
 
 Its ``arithmetic`` says what a combine does past int32, the wire's integer type:
 
@@ -167,8 +167,9 @@ def _refusal(op: Operator) -> str:
             wide = op.fn(a, b)
         except (TypeError, ValueError, ArithmeticError) as exc:
             return f"{name} fails on int32 values ({exc})"
-        if wire.dtype != np.int32 or wide.dtype.kind not in "iu":
-            return f"{name} does not give integers on int32 values (it gives {op.fn(a.astype(np.int32), b).dtype})"
+        gives = wire.dtype if wide.dtype.kind in "iu" else wide.dtype
+        if gives != np.int32:
+            return f"{name} does not give integers on int32 values (it gives {gives})"
         if not np.array_equal(op.combine(np.full(len(SAMPLES), op.identity, np.int32), SAMPLES.astype(np.int32)),
                               SAMPLES.astype(np.int32)):
             return f"{op.identity} is not the identity of {name} ({name}({op.identity}, x) != x)"
