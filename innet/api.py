@@ -29,7 +29,8 @@ from innet.events import Event, emit, listening
 from innet.graph import host_link_rate
 from innet.planning.planner import JobPlan
 from innet.planning.prediction import run_link_bytes
-from innet.planning.spec import FAULT_HELP, MODES, TCLINK_MAX_MBPS, RunSpec, program_of, shapeable
+from innet.planning.rules import shapeable
+from innet.planning.spec import FAULT_HELP, MODES, TCLINK_MAX_MBPS, RunSpec, program_of
 from innet.results.files import check_outputs
 from innet.results.record import RunRecord
 from innet.results.report import ExactTraining, Report
@@ -73,14 +74,14 @@ def spec_of(topology: str | nx.Graph | os.PathLike[str] | None = None, default_b
         from innet.shipped import complete
 
         graph = validate(complete(graph, "graph"), "graph")
-    spec = RunSpec(**options).validate()
+    spec = validate(RunSpec(**options))
     if graph is None:
         from innet.shipped import build
 
         graph = build(spec.topo, workers=spec.workers if spec.topo == "star" and spec.workers is not None else 4,
                       racks=spec.racks, hosts_per_rack=spec.hosts_per_rack, spines=spec.spines, k=spec.k, bw=spec.bw,
                       oversubscription=spec.oversubscription)
-    spec.validate(graph)
+    validate(spec, graph)
     check_outputs((spec.out, spec.pcap), (spec.json, spec.save_topology))  # refused now, not after the run
     if spec.save_topology:
         from innet.shipped import save_file

@@ -12,12 +12,10 @@ import pytest
 from innet.api import spec_of
 from innet.backends.local.run import LocalRun
 from innet.errors import UserError
+from innet.hosts.tensors import make_bitsets
 from innet.planning.prediction import direction_bytes
-from innet.planning.spec import (
-    MODES,  # noqa: E402
-    make_bitsets,
-)
-from innet.results.check import outcome_of
+from innet.planning.spec import MODES
+from innet.results.outcome import outcome_of
 from innet.wire.collectives import ALL_GATHER, ALLREDUCE, BARRIER, BROADCAST, COLLECTIVES, REDUCE, REDUCE_SCATTER, Collective
 from innet.wire.operators import BOR, SUM
 from innet.wire.packet import PAYLOAD_OFFSET

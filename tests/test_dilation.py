@@ -19,6 +19,7 @@ from innet.planning.dilation import (
     virtual,
 )
 from innet.planning.options import parse_dilation
+from innet.planning.rules import validate
 from innet.planning.spec import RunSpec
 from innet.wire.faults import FaultSpec
 from topologies import build
@@ -94,16 +95,16 @@ def _spec(**kw):
 
 
 def test_dilated_links_must_be_ones_tclink_can_shape():
-    assert _spec(bw=100000.0, dilation="200").validate().dilation == 200.0
+    assert validate(_spec(bw=100000.0, dilation="200")).dilation == 200.0
     with pytest.raises(UserError, match=r"bw 100000 is 1000\.5 Mbit/s on the dilated links .* dilate by at least 100,"):
-        _spec(bw=100000.0, dilation="99.95").validate()
+        validate(_spec(bw=100000.0, dilation="99.95"))
     with pytest.raises(UserError, match=r"bw 2000 is 2000 Mbit/s on the dilated links \(dilation factor 1\)"):
-        _spec(bw=2000.0, dilation="off").validate()
+        validate(_spec(bw=2000.0, dilation="off"))
 
 
 def test_the_local_backend_runs_in_virtual_time_and_refuses_a_factor(capsys):
-    assert _spec(backend="local", dilation="auto").validate().dilation == "auto"
-    assert _spec(backend="local", dilation="off").validate().dilation == 1.0
+    assert validate(_spec(backend="local", dilation="auto")).dilation == "auto"
+    assert validate(_spec(backend="local", dilation="off")).dilation == 1.0
     for extra in (["--plan-only"], ["--no-plots", "--out", os.devnull]):  # the same rules for a plan and a run
         assert main(["--backend", "local", "--topo", "star", "--dilation", "5", *extra]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -110,3 +110,17 @@ def test_the_cli_renders_a_parameter_as_its_flag():
     err = UserError("{packet_elements} must be 1..2239 and {slice_elements} positive")
     assert str(err) == "packet_elements must be 1..2239 and slice_elements positive"
     assert err.render(flag) == "--packet-elements must be 1..2239 and --slice positive"
+
+
+def test_a_process_inside_a_namespace_imports_nothing_of_the_planner_or_the_specs():
+    """A Mininet node (innet.node) runs its endpoint from its configuration: it loads neither the planner, the
+    run's options, the schemes nor the backends, only what it uses (the seeded tensors, the endpoints, an outcome)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, innet.node.__main__; print(' '.join(sorted(m for m in sys.modules if m.startswith("
+            "('innet.planning', 'innet.schemes', 'innet.backends', 'innet.api')))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=os.path.dirname(ROOT),
+                         env=dict(os.environ, PYTHONPATH=os.path.dirname(ROOT)), timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == []

@@ -8,7 +8,7 @@ from innet.api import spec_of
 from innet.backends.local.run import LocalRun
 from innet.errors import UserError
 from innet.hosts.training import Training, run_schedule, sharded_calls
-from innet.planning.spec import MODES  # noqa: E402
+from innet.planning.spec import MODES
 from innet.planning.timing import predict
 
 

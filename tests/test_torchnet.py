@@ -16,7 +16,7 @@ from innet.backends.mininet.iplane import host_address, ip_commands, link_addres
 from innet.graph import hosts
 from innet.integrations.torch.ranks import gloo_record, torch_available
 from innet.planning.spec import RunSpec, program_of
-from innet.results.check import WorkerOutcome
+from innet.results.outcome import WorkerOutcome
 from innet.schemes.modes import plan_run
 from tests.test_emulation import _wait_for_state, assert_nothing_left
 from topologies import build

@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 
+from innet.hosts.endpoints import worker_process
 from innet.hosts.job import JobSpec
 from innet.hosts.ring.linger import Linger
 from innet.hosts.ssp import SSPWorker
@@ -21,7 +22,6 @@ from innet.hosts.worker.process import WorkerProcess
 from innet.io.rawport import RawPort
 from innet.node.config import NO_FAULTS, Faults
 from innet.node.egress import Egress, serve_once
-from innet.schemes.modes import worker_process
 
 STATUS_EVERY = 2.0  # seconds between a worker's status writes
 

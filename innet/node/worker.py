@@ -19,17 +19,17 @@ from dataclasses import asdict
 import numpy as np
 
 from innet.errors import UserError
+from innet.hosts.endpoints import endpoint_of
 from innet.hosts.learning.learner import Learner
 from innet.hosts.ring.linger import Linger
 from innet.hosts.ssp import SSPWorker
+from innet.hosts.tensors import worker_tensors
 from innet.hosts.worker.process import WorkerProcess
 from innet.io.netns import opened_in
 from innet.node.client import AllreduceClient
 from innet.node.config import WorkerConfig, WorkerGroup
 from innet.node.egress import expire, feed, wait_ms
-from innet.planning.spec import worker_tensors
-from innet.results.check import WorkerOutcome, outcome_of, training_outcome
-from innet.schemes.modes import endpoint_of
+from innet.results.outcome import WorkerOutcome, outcome_of, training_outcome
 
 
 class WorkerNode:

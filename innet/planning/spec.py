@@ -1,23 +1,22 @@
-"""What a run is: its parameters (``RunSpec``), the same for every backend, and the seeded gradients
-it all-reduces."""
+"""What a run is: its parameters (``RunSpec``), the same for every backend, and what they derive (each call's
+size and collective, the compute schedule). The rules about them are innet.planning.rules; the seeded
+gradients, innet.hosts.tensors."""
 
 from __future__ import annotations
 
-import os
 import typing
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-import networkx as nx
 import numpy as np
 
 from innet.errors import UserError
-from innet.graph import host_link_rate, link_name
+from innet.graph import link_name
 from innet.hosts.background import BackgroundSpec, parse_background
 from innet.hosts.learning.learner import Learner
 from innet.hosts.learning.model import Task
 from innet.hosts.ssp import Consistency
+from innet.hosts.tensors import worker_tensors
 from innet.hosts.training import PHASES, Training, sharded_calls
 from innet.hosts.workloads import WORKLOADS, load_workload
 from innet.planning.checks import check_value
@@ -39,7 +38,6 @@ from innet.wire.collectives import COLLECTIVES, Collective
 from innet.wire.faults import FaultSpec, parse_link_fault
 from innet.wire.operators import SUM, Operator
 from innet.wire.packet import BANDS
-from innet.wire.sparse import topk_with_feedback
 
 MODES = ("innet", "pbox", "ring")  # the schemes every run can compare; "gloo" and "all" are the command's
 TOPOLOGIES = ("star", "leaf-spine", "fat-tree", "phub-rack")  # the builders (topologies.REGISTRY), or a file
@@ -262,17 +260,6 @@ class RunSpec:
         """The fields set to something other than their default."""
         return {f.name for f, _ in options_of(RunSpec) if getattr(self, f.name) != default_of(f)}
 
-    def validate(self, graph: nx.Graph | None = None) -> RunSpec:
-        """Every rule about the options, alone and together (and against ``graph``, the topology, when given):
-        the first broken one as a ``UserError`` line naming its fields in braces. Returns the spec."""
-        for rule in _RULES:
-            wrong = rule(self)
-            if wrong:
-                raise UserError(wrong)
-        if graph is not None:
-            _check_graph(self, graph)
-        return self
-
     def task(self, workers: int) -> Task:
         """What a training run trains, with ``workers`` workers (``train`` runs only)."""
         return Task(self.train, self.model, self.epochs, self.batch, self.lr, self.hidden, self.seed, workers)
@@ -378,190 +365,6 @@ class RunSpec:
             return self.faults
         given = dict(self.link_faults)
         return given.get(f"{sender}->{receiver}", given.get(link_name(sender, receiver), self.faults))
-
-
-def _ranges(s: RunSpec) -> str | None:
-    if s.elements < 1 or s.iterations < 1:
-        name = "elements" if s.elements < 1 else "iterations"
-        return f"{{{name}}} must be at least 1, got {getattr(s, name)}"
-    if s.bw is not None and not 0 < s.bw:
-        return f"{{bw}} must be positive, got {s.bw:g}"
-    if s.switch_memory < 0 or s.timeout <= 0:
-        return "{switch_memory} must not be negative and {timeout} must be positive"
-    if not 0 < s.workload_scale <= 1 or s.compute_scale < 0:
-        return "{workload_scale} must be in (0, 1] and {compute_scale} must not be negative"
-    if s.slice_elements < 0:
-        return f"{{slice_elements}} must not be negative, got {s.slice_elements}"
-    if not 0 <= s.topk <= 1:
-        return f"{{topk}} must be a fraction in [0, 1], got {s.topk:g}"
-    if s.job_slots < 0 or s.pool_slots < 0:
-        return f"{{job_slots}} and {{pool_slots}} must not be negative, got {s.job_slots} and {s.pool_slots}"
-    if s.staleness < 0 or s.compute_time < 0:
-        return "{staleness} and {compute_time} must not be negative"
-    if s.pbox_cores < 1:
-        return f"{{pbox_cores}} must be at least 1, got {s.pbox_cores}"
-    return None
-
-
-def _where(s: RunSpec) -> str | None:
-    """Options given where they mean nothing (each ``Option``'s topos, backends and needs)."""
-    given = s.given()
-    for f, opt in options_of(RunSpec):
-        if f.name not in given:
-            continue
-        if opt.topos and s.topo not in opt.topos:
-            return f"{{{f.name}}} shapes {' and '.join(opt.topos)}: it means nothing with {{topo}} {s.topo}"
-        if opt.needs and not getattr(s, opt.needs):
-            return f"{{{f.name}}} means nothing without {{{opt.needs}}}"
-        if opt.backends and s.backend and s.backend not in opt.backends:
-            owners = " and ".join(b.capitalize() for b in opt.backends)
-            return f"{{{f.name}}} is {owners}'s: it means nothing with {{backend}} {s.backend}"
-    if "staleness" in given and s.consistency != "ssp" and not (s.train and s.mode == "all"):
-        return "{staleness} is SSP's bound: it needs {consistency} ssp"
-    return None
-
-
-def _collective(s: RunSpec) -> str | None:
-    c = s.collective_of
-    if s.root < 0 or ("root" in s.given() and not c.rooted):
-        return f"{{root}} is the root rank of broadcast and reduce (at least 0): it means nothing with {{collective}} {c.name}"
-    if c.name != "allreduce" and (s.train or s.consistency or s.topk or s.input_elements or s.workload):
-        return (f"{{collective}} {c.name} runs on seeded tensors: it does not take {{train}}, {{consistency}}, {{topk}}, "
-                "{input_elements} or {workload}")
-    if c.name != "allreduce" and s.mode == "gloo":
-        return f"{{mode}} gloo runs torch.distributed's all-reduce: it does not run {{collective}} {c.name}"
-    served = program_of(s).collectives
-    if s.mode in ("innet", "all") and c.name not in served:
-        return (f"{{program}} {s.program} serves {', '.join(served)} only: it has no handler for {{collective}} {c.name} "
-                "(a Reduction subclass serves all six), or use {mode} pbox or ring")
-    if not c.combines and s.operator.rule == "select":
-        return (f"{{collective}} {c.name} replicates one rank's values with the identity elsewhere: {{program}} "
-                f"{s.program} reduces with {s.operator.name}, whose identity is no float; use a sum or bit program")
-    return None
-
-
-def _workload(s: RunSpec) -> str | None:
-    if s.overlap != "layers" and not s.workload:
-        return "{overlap} says when a workload's layers are all-reduced: it needs {workload}"
-    if s.pipeline != 1 and not s.workload:
-        return "{pipeline} overlaps a workload's compute with its communication: it needs {workload}"
-    if (s.slice_elements or s.priority != "fifo") and not s.workload:
-        return "{slice_elements} and {priority} order a workload's layers: they need {workload}"
-    return _sharded(s) if s.sharded else None
-
-
-def _sharded(s: RunSpec) -> str | None:
-    if not s.workload:
-        return "{sharded} runs a workload's layers in FSDP's schedule: it needs {workload}"
-    if s.slice_elements or s.priority != "fifo" or s.pipeline != 1 or s.overlap != "layers":
-        return "{sharded} runs FSDP's own schedule: it takes neither {slice_elements}, {priority}, {pipeline} nor {overlap}"
-    if s.topk or s.mode == "gloo":
-        return "{sharded} all-gathers and reduce-scatters dense shards: it takes neither {topk} nor {mode} gloo"
-    served = program_of(s).collectives
-    if s.mode in ("innet", "all") and not {"all_gather", "reduce_scatter"} <= set(served):
-        return (f"{{program}} {s.program} serves {', '.join(served)} only: {{sharded}} needs all_gather and "
-                "reduce_scatter (a Reduction subclass serves them), or use {mode} pbox or ring")
-    return None
-    return None
-
-
-def _backend(s: RunSpec) -> str | None:
-    if s.backend == "local" and s.dilation not in ("auto", 1.0):
-        return (f"{{dilation}} {s.dilation:g} slows Mininet's clock; the local backend runs in virtual time and needs "
-                "none: use {dilation} auto or off there")
-    if s.mode == "gloo" and s.backend == "local":
-        return "{mode} gloo runs torch.distributed between Mininet hosts: it needs {backend} mininet (and root)"
-    return shapeable(s, s.dilation) if isinstance(s.dilation, float) else None
-
-
-def shapeable(s: RunSpec, factor: float) -> str | None:
-    """Why ``s``'s links dilated by ``factor`` are ones TCLink cannot shape, or None."""
-    if s.bw is not None and s.backend == "mininet" and s.bw / factor > TCLINK_MAX_MBPS:
-        return (f"{{bw}} {s.bw:g} is {s.bw / factor:g} Mbit/s on the dilated links ({{dilation}} factor "
-                f"{factor:g}), above the {TCLINK_MAX_MBPS:g} TCLink can shape: dilate by at least "
-                f"{s.bw / TCLINK_MAX_MBPS:g}, or use the local backend")
-    return None
-
-
-def _outputs(s: RunSpec) -> str | None:
-    """The output paths can be written: tried before the run, which may take an hour, not after it. Nothing is
-    left behind: folders made for the try are removed again (the run makes them when it writes)."""
-    for name, folder in (("out", s.out), ("json", os.path.dirname(os.path.abspath(s.json)) if s.json else "")):
-        if not folder:
-            continue
-        made = []
-        try:
-            path = os.path.abspath(folder)
-            while not os.path.exists(path):
-                made.append(path)
-                path = os.path.dirname(path)
-            for new in reversed(made):
-                os.mkdir(new)
-            if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
-                return f"{{{name}}} {getattr(s, name)}: {folder} is not a writable folder"
-        except OSError as exc:
-            return f"{{{name}}} {getattr(s, name)}: cannot make {folder}: {exc.strerror}"
-        finally:
-            for new in made:
-                if os.path.isdir(new):
-                    os.rmdir(new)
-    return None
-
-
-def _dynamic(s: RunSpec) -> str | None:
-    """Dynamic trees need a program written for them, and it needs their plan."""
-    if (s.placement == "dynamic") != bool(getattr(program_of(s), "dynamic", False)):
-        return (f"{{placement}} {s.placement} and {{program}} {s.program} do not go together: dynamic trees need a "
-                "program written for them (dynamic_tree), and it needs {placement} dynamic")
-    if s.placement == "dynamic" and s.collective != "allreduce":
-        return f"{{placement}} dynamic builds all-reduce trees: it does not run {{collective}} {s.collective}"
-    return None
-
-
-_RULES: tuple[Callable[[RunSpec], str | None], ...] = (_ranges, _where, _collective, _workload, _backend, _outputs,
-                                                       _dynamic)
-
-
-def _check_graph(s: RunSpec, graph: nx.Graph) -> None:
-    """The rules that need the topology."""
-    for host, _ in s.crash:
-        if host not in graph or graph.nodes[host].get("role") != "host":
-            raise UserError(f"{{crash}} names {host!r}, which is not a host of this topology")
-    if s.background.link and not graph.has_edge(*s.background.link.split("--")[:2]):
-        raise UserError(f"{{background}} names link {s.background.link}, which this topology does not have")
-    for link, _ in s.link_faults:
-        ends = link.split("->") if "->" in link else link.split("--")
-        if not graph.has_edge(*ends):
-            raise UserError(f"{{link_faults}} names link {link}, which this topology does not have")
-    size = (s.workers or sum(1 for _, role in graph.nodes(data="role") if role == "host")) // max(1, s.jobs)
-    if s.collective_of.rooted and s.root >= size:
-        raise UserError(f"{{root}} {s.root} is not a rank of every job: ranks are 0..{size - 1}")
-    if s.mode == "gloo" and host_link_rate(graph) > TCLINK_MAX_MBPS:
-        raise UserError(f"{{mode}} gloo runs on undilated links, which TCLink shapes up to {TCLINK_MAX_MBPS:g} Mbit/s; "
-                        f"this topology's hosts have {host_link_rate(graph):g} Mbit/s links")
-
-
-def make_tensors(seed: int, job: int, rank: int, sizes: Sequence[int]) -> list[np.ndarray]:
-    """Seeded gradients: per call, normal values with a per-worker magnitude."""
-    rng = np.random.default_rng([seed, job, rank])
-    return [(rng.standard_normal(n) * 10.0 ** rng.uniform(-3, 1)).astype(np.float32) for n in sizes]
-
-
-def make_bitsets(seed: int, job: int, rank: int, sizes: Sequence[int]) -> list[np.ndarray]:
-    """Seeded int32 bit sets for the bit operators: each bit set with probability 1/8."""
-    rng = np.random.default_rng([seed, job, rank])
-    return [(rng.integers(0, 2**32, n, np.uint32) & rng.integers(0, 2**32, n, np.uint32)
-             & rng.integers(0, 2**32, n, np.uint32)).view(np.int32) for n in sizes]
-
-
-def worker_tensors(seed: int, job: int, rank: int, sizes: Sequence[int], topk: float = 0.0,
-                   layers: int = 1, bits: bool = False) -> list[np.ndarray]:
-    """The seeded gradients (bit sets with ``bits``), or with ``topk`` what top-k with error feedback per
-    layer keeps of them."""
-    if bits:
-        return make_bitsets(seed, job, rank, sizes)
-    tensors = make_tensors(seed, job, rank, sizes)
-    return topk_with_feedback(tensors, topk, layers) if topk else tensors
 
 
 def program_of(run: RunSpec, fan_in: int = 0) -> type[SwitchProgram]:

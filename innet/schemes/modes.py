@@ -13,22 +13,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from functools import partial
-from typing import Any
 
 import networkx as nx
 import numpy as np
 
 from innet.errors import UserError
 from innet.graph import node_indices
+from innet.hosts.endpoints import endpoint_of
 from innet.hosts.ensemble import InputPlan, group_tables, plan_input
 from innet.hosts.job import JobSpec
-from innet.hosts.learning.learner import Learner, bind_learner
 from innet.hosts.pbox import PBoxJob, PBoxServer
-from innet.hosts.ring.call import RingCall
-from innet.hosts.ssp import Consistency, SSPWorker
+from innet.hosts.ssp import SSPWorker
 from innet.hosts.training import Training
-from innet.hosts.worker.call import AllreduceCall
 from innet.hosts.worker.process import WorkerProcess
 from innet.planning.configs import pick_workers, switch_configs, worker_specs
 from innet.planning.dilation import auto_factor, carried_rate, host_link_rate
@@ -39,7 +35,6 @@ from innet.planning.spec import MODES, RunSpec
 from innet.planning.timing import planned_training, predict
 from innet.switch.program import SwitchProgram
 from innet.switch.runtime import SwitchConfig
-from innet.wire.collectives import COLLECTIVES
 from innet.wire.packet import BANDS
 
 DEFAULT_WINDOW = 128
@@ -169,17 +164,6 @@ def installed_configs(graph: nx.Graph, run: RunSpec, rp: RunPlan, routed: bool =
                           groups, routed, pboxed)
 
 
-def worker_process(mode: str, spec: JobSpec, ring: list[int], tensors: Sequence[Any],
-                   training: Training | None = None) -> WorkerProcess:
-    """The endpoint a worker host runs for ``mode`` (``training``: the compute schedule its calls follow)."""
-    make_call = partial(_ring_call, ring) if mode == "ring" else AllreduceCall
-    proc = WorkerProcess(spec, tensors, make_call, training=training)
-    if spec.collective != "allreduce" or (training is not None and training.phases):  # what the rank streams for its inputs
-        proc.tensors = [COLLECTIVES[s.collective].streams([t], s.rank, s.nworkers, s.root, s.elements, s.operator)[0]
-                        for t, s in ((t, proc.call_spec(k)) for k, t in enumerate(tensors))]
-    return proc
-
-
 def host_endpoint(run: RunSpec, rp: RunPlan, host: str, spec: JobSpec,
                   given: Sequence[np.ndarray] | None = None) -> WorkerProcess | SSPWorker:
     """What worker ``host`` runs: its all-reduce calls, or with ``consistency`` its training loop against the PBox;
@@ -188,26 +172,6 @@ def host_endpoint(run: RunSpec, rp: RunPlan, host: str, spec: JobSpec,
     tensors = learner if learner is not None else given if given is not None else run.tensors(spec.job, spec.rank)
     ssp = (run.parameter_server(), run.compute_times(host, spec.job, spec.rank)) if run.consistency else None
     return endpoint_of(spec, tensors, run.mode, rp.ring(spec.job), rp.training, ssp)
-
-
-def endpoint_of(spec: JobSpec, tensors: Sequence[np.ndarray], mode: str, ring: list[int], training: Training | None,
-                ssp: tuple[Consistency, list[float]] | None = None) -> WorkerProcess | SSPWorker:
-    """A worker's endpoint, the same on the fabric (``host_endpoint``) and in a Mininet worker process
-    (innet.node.worker): its all-reduce calls of ``tensors`` in ``mode``, or with ``ssp`` (the parameter server's
-    consistency, and the worker's compute times) its training loop against the PBox; ``tensors`` a Learner: its
-    gradients step by step, each reduction fed back to it."""
-    endpoint: WorkerProcess | SSPWorker
-    if ssp is not None:
-        endpoint = SSPWorker(spec, tensors, ssp[1], ssp[0])
-    else:
-        endpoint = worker_process(mode, spec, ring, tensors, training)
-    if isinstance(tensors, Learner):
-        bind_learner(endpoint, tensors)
-    return endpoint
-
-
-def _ring_call(ring: list[int], spec: JobSpec, tensor: Any, first: int) -> RingCall:
-    return RingCall(spec, ring, tensor, first)
 
 
 def pbox_servers(graph: nx.Graph, run: RunSpec, rp: RunPlan, cores: int) -> tuple[str | None, list[PBoxServer]]:

@@ -16,8 +16,9 @@ from innet.hosts.ssp import SSPWorker
 from innet.hosts.worker.call import AllreduceCall
 from innet.hosts.worker.process import WorkerProcess
 from innet.planning.spec import RunSpec, program_of
-from innet.results.check import outcome_of, run_record, tally_drops, training_outcome
+from innet.results.check import run_record, tally_drops
 from innet.results.fidelity import virtual_fidelity
+from innet.results.outcome import outcome_of, training_outcome
 from innet.results.progress import Progress
 from innet.results.record import RunRecord
 from innet.schemes.modes import RunPlan, host_endpoint, installed_configs, pbox_servers, plan_run

@@ -26,7 +26,8 @@ from innet.node.config import InputServerStats, SwitchStats
 from innet.node.usage import Samples, has_exited, process_times
 from innet.planning.dilation import virtual
 from innet.planning.spec import RunSpec
-from innet.results.check import WorkerOutcome, tally_drops
+from innet.results.check import tally_drops
+from innet.results.outcome import WorkerOutcome
 from innet.results.progress import Progress
 
 Procs = dict[str, subprocess.Popen[bytes]]

@@ -29,8 +29,9 @@ from innet.hosts.learning.model import Task
 from innet.integrations.torch.rank import DdpHook, DdpResult, GlooCalls, RankConfig
 from innet.node.codec import read
 from innet.planning.spec import RunSpec, program_of
-from innet.results.check import WorkerOutcome, run_record
+from innet.results.check import run_record
 from innet.results.fidelity import kernel_fidelity
+from innet.results.outcome import WorkerOutcome
 from innet.results.record import RunRecord
 from innet.schemes.modes import RunPlan, installed_configs, plan_run
 from innet.wire.faults import FaultSpec
