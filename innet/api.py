@@ -29,7 +29,7 @@ from innet.events import Event, emit, listening
 from innet.graph import host_link_rate
 from innet.planning.planner import JobPlan
 from innet.planning.prediction import run_link_bytes
-from innet.planning.rules import shapeable
+from innet.planning.rules import shapeable, validate
 from innet.planning.spec import FAULT_HELP, MODES, TCLINK_MAX_MBPS, RunSpec, program_of
 from innet.results.files import check_outputs
 from innet.results.record import RunRecord
@@ -70,10 +70,10 @@ def spec_of(topology: str | nx.Graph | os.PathLike[str] | None = None, default_b
         if given:
             raise UserError(f"{{{given[0]}}} sizes a topology innet builds: a graph given to innet carries its own "
                             "(set bw, latency and role on its links and nodes)")
-        from innet.graph import validate
+        from innet.graph import validate as check_graph
         from innet.shipped import complete
 
-        graph = validate(complete(graph, "graph"), "graph")
+        graph = check_graph(complete(graph, "graph"), "graph")
     spec = validate(RunSpec(**options))
     if graph is None:
         from innet.shipped import build

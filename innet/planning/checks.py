@@ -16,16 +16,17 @@ from innet.planning.options import Option
 
 _NAMES = {bool: "True or False", int: "a whole number", float: "a finite number", str: "text"}
 # sane bounds, checked before anything is sized or built from them (a fat-tree k=200 or 1e20 iterations would
-# hang or overflow long before memory is checked); the finer rules (RunSpec.validate) come after these
+# hang or overflow long before memory is checked); times only loosely (a dilated run multiplies them by its
+# factor), finite and not negative; the finer rules (innet.planning.rules) come after these
 BOUNDS: dict[str, tuple[float, float]] = {
     "elements": (1, 2**31 - 1), "iterations": (1, 10**6), "workers": (1, 65536), "jobs": (1, 65536),
     "k": (2, 64), "racks": (1, 4096), "hosts_per_rack": (1, 4096), "spines": (1, 1024), "oversubscription": (1, 1024),
     "bw": (1e-3, 1e7), "switch_memory": (0, 2**40), "pool_slots": (0, 2**20), "job_slots": (0, 2**20),
-    "packet_elements": (0, 2**16), "pbox_cores": (1, 256), "input_elements": (0, 2**31 - 1), "timeout": (1e-6, 86400),
-    "min_rto": (0, 3600), "initial_rto": (0, 3600), "hop_latency": (0, 60), "compute_time": (0, 3600),
-    "compute_scale": (0, 1e5), "workload_scale": (1e-6, 1), "staleness": (0, 10**6), "slice_elements": (0, 2**31 - 1),
+    "packet_elements": (0, 2**16), "pbox_cores": (1, 256), "input_elements": (0, 2**31 - 1), "timeout": (1e-6, 1e9),
+    "min_rto": (0, 1e9), "initial_rto": (0, 1e9), "hop_latency": (0, 1e9), "compute_time": (0, 1e9),
+    "compute_scale": (0, 1e9), "workload_scale": (1e-6, 1), "staleness": (0, 10**6), "slice_elements": (0, 2**31 - 1),
     "seed": (0, 2**63 - 1), "root": (0, 65535), "epochs": (1, 10**4), "batch": (1, 10**6), "hidden": (1, 2**20),
-    "lr": (0, 1e6), "topk": (0, 1),
+    "lr": (0, 1e6),
 }
 
 
