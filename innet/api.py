@@ -145,10 +145,14 @@ def _mode_run(graph: nx.Graph, spec: RunSpec, calibrate: bool = True) -> ModeRun
     """One mode's run, placed once (gloo: nothing of innet's to place)."""
     if spec.mode == "gloo":
         return ModeRun(spec, "gloo")
-    from innet.schemes.modes import plan_run
+    from innet.schemes.modes import installed_configs, plan_run
+    from innet.switch.runtime import check_fits
 
     rp = plan_run(graph, spec, program_of(spec))
-    return ModeRun(spec, spec.backend, rp, program_of(spec, rp.fan_in), dilation_of(graph, spec, rp) if calibrate else 1.0)
+    sized = program_of(spec, rp.fan_in)
+    for config in installed_configs(graph, spec, rp, routed=False).values():  # every switch's registers fit
+        check_fits(config, sized)
+    return ModeRun(spec, spec.backend, rp, sized, dilation_of(graph, spec, rp) if calibrate else 1.0)
 
 
 def run(topology: str | nx.Graph | os.PathLike[str] | Prepared | None = None,
@@ -174,7 +178,7 @@ def _run(prepared: Prepared) -> Report:
     runs = []
     for m in prepared.runs:
         try:
-            runs.append(BACKENDS[m.backend](prepared, m))
+            runs.append(_as_asked(m.spec, BACKENDS[m.backend](prepared, m)))
         except Unfinished as e:
             if spec.mode != "all" or m.backend != "gloo":
                 raise
@@ -195,6 +199,18 @@ def _run(prepared: Prepared) -> Report:
     if spec.out or spec.json:
         report = replace(report, files=tuple(report.write(spec.out, spec.plots, spec.json)))
     return report
+
+
+def _as_asked(spec: RunSpec, record: RunRecord) -> RunRecord:
+    """``record``, saying in one line and in its figures (``requested_placement``) where what ran is not what was
+    asked: jobs that found no room in the switches and fell back to the PBox (ATP's best effort, the point of
+    it), so an in-network run that the PBox summed is never reported as in-network alone."""
+    if not record.fallbacks:
+        return record
+    reasons = sorted({j.outcome.removeprefix("fallback: ") for j in record.jobs if j.outcome.startswith("fallback")})
+    emit("warning", f"{record.mode}: {record.fallbacks} of {len(record.jobs)} job(s) fell back to the PBox "
+                    f"({'; '.join(reasons)}): placement {spec.placement} was asked, {record.placement} ran")
+    return record.with_figures(requested_placement=spec.placement)
 
 
 class Backend(Protocol):

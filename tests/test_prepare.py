@@ -176,3 +176,30 @@ def test_readmes_own_graph_example_runs_as_written(tmp_path):
     *said, last = out.stdout.splitlines()
     assert last.startswith("True {'h1--s1': ") and set(re.findall(r"'(h\d--s1)'", last)) == {"h1--s1", "h2--s1", "h3--s1"}
     assert all(line.split()[0] in ("phase", "progress", "warning", "fidelity") for line in said)
+
+
+@pytest.mark.parametrize("options", [{}, {"placement": "tor"}, {"placement": "root"}, {"mode": "all"}])
+def test_a_program_that_cannot_aggregate_is_refused_for_an_in_network_run(options):
+    """Not reported as an in-network run the PBox summed: refused in one line before anything is built."""
+    with pytest.raises(UserError, match="program forward keeps no slot pool, so it cannot aggregate"):
+        innet.prepare("star", backend="local", program="forward", **options)
+    for fine in ({"placement": "pbox"}, {"mode": "pbox"}, {"mode": "ring"}):  # said outright: runs as said
+        assert innet.prepare("star", backend="local", program="forward", **fine).runs
+
+
+def test_a_job_that_falls_back_to_the_pbox_is_said_and_recorded_as_asked_and_as_ran():
+    heard = []
+    r = innet.run("star", backend="local", workers=4, elements=20000, jobs=2, job_slots=128, plots=False,
+                  on_event=heard.append).runs[0]
+    assert r.correct and r.fallbacks == 1 and r.placement == "pbox+tor"
+    assert r.figures["requested_placement"] == "auto" and r.to_json()["requested_placement"] == "auto"
+    assert [(e.kind, e.message) for e in heard] == [("warning", "innet: 1 of 2 job(s) fell back to the PBox (switch memory "
+                                                                "full, aggregated by p1): placement auto was asked, pbox+tor ran")]
+
+
+def test_a_job_that_does_not_fit_in_switch_memory_is_refused_while_preparing(monkeypatch):
+    from innet.backends.local import run as local
+
+    monkeypatch.setattr(local, "LocalRun", None)  # nothing may be built
+    with pytest.raises(UserError, match="switch s1 has 20000"):
+        innet.run("star", backend="local", elements=100000, switch_memory=20000)

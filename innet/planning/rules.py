@@ -165,8 +165,20 @@ def _dynamic(s: RunSpec) -> str | None:
     return None
 
 
+def _aggregates(s: RunSpec) -> str | None:
+    """In-network aggregation needs a program that aggregates: one that keeps no slot pool would see no gradient,
+    every job quietly summed at the PBox instead. Refused rather than reported as an in-network run."""
+    program = program_of(s)
+    if s.mode in ("innet", "all") and s.placement != "pbox" and not program.slots:
+        runs = "{mode} innet" if s.mode == "innet" else "{mode} all's in-network run"
+        return (f"{{program}} {s.program} keeps no slot pool, so it cannot aggregate: {runs} would have every job "
+                "summed at the PBox instead; use a program that aggregates (a Reduction, e.g. sum_allreduce), "
+                "{placement} pbox to say so, or {mode} pbox or ring")
+    return None
+
+
 _RULES: tuple[Callable[[RunSpec], str | None], ...] = (_ranges, _where, _collective, _workload, _backend, _outputs,
-                                                       _dynamic)
+                                                       _dynamic, _aggregates)
 
 
 def _check_graph(s: RunSpec, graph: nx.Graph) -> None:
