@@ -175,15 +175,26 @@ def _run(prepared: Prepared) -> Report:
     spec, graph = prepared.spec, prepared.graph
     for note in prepared.notes:
         emit("warning", note)
-    runs = []
-    for m in prepared.runs:
-        try:
-            runs.append(_as_asked(m.spec, BACKENDS[m.backend](prepared, m)))
-        except Unfinished as e:
-            if spec.mode != "all" or m.backend != "gloo":
-                raise
-            lossy = f" at {spec.faults.loss:.0%} loss" if spec.faults.loss else ""
-            emit("warning", f"gloo left out: {e}{lossy}")  # a baseline's absence, not the run's failure
+    runs: list[RunRecord] = []
+    try:
+        for m in prepared.runs:
+            try:
+                runs.append(_as_asked(m.spec, BACKENDS[m.backend](prepared, m)))
+            except Unfinished as e:
+                if spec.mode != "all" or m.backend != "gloo":
+                    raise
+                lossy = f" at {spec.faults.loss:.0%} loss" if spec.faults.loss else ""
+                emit("warning", f"gloo left out: {e}{lossy}")  # a baseline's absence, not the run's failure
+            if len(prepared.runs) > 1 and runs:  # each mode's record kept as it finishes
+                _keep(prepared, runs)
+    except BaseException as exc:  # nothing finished is lost: the runs done so far are written, and said
+        kept = _keep(prepared, runs) if runs else []
+        if kept and isinstance(exc, UserError) and not isinstance(exc, Unfinished):
+            raise UserError(f"{exc.render(lambda n: '{' + n + '}')}; the finished run(s) "
+                            f"{', '.join(r.mode for r in runs)} were kept in {', '.join(kept)}") from None
+        if kept:
+            emit("warning", f"the finished run(s) {', '.join(r.mode for r in runs)} were kept in {', '.join(kept)}")
+        raise
     exact = None
     if spec.train:
         from innet.schemes.learn import exact_history
@@ -211,6 +222,15 @@ def _as_asked(spec: RunSpec, record: RunRecord) -> RunRecord:
     emit("warning", f"{record.mode}: {record.fallbacks} of {len(record.jobs)} job(s) fell back to the PBox "
                     f"({'; '.join(reasons)}): placement {spec.placement} was asked, {record.placement} ran")
     return record.with_figures(requested_placement=spec.placement)
+
+
+def _keep(prepared: Prepared, runs: list[RunRecord]) -> list[str]:
+    """Write the runs finished so far where the run's results go (no plots: the last write draws them); where."""
+    spec = prepared.spec
+    if not (spec.out or spec.json):
+        return []
+    files = Report(spec, prepared.graph, tuple(runs)).write(spec.out, False, spec.json)
+    return [spec.out] if files else [spec.json]
 
 
 class Backend(Protocol):

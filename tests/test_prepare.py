@@ -203,3 +203,31 @@ def test_a_job_that_does_not_fit_in_switch_memory_is_refused_while_preparing(mon
     monkeypatch.setattr(local, "LocalRun", None)  # nothing may be built
     with pytest.raises(UserError, match="switch s1 has 20000"):
         innet.run("star", backend="local", elements=100000, switch_memory=20000)
+
+
+def test_mode_all_keeps_the_runs_that_finished_when_a_later_one_fails(tmp_path):
+    """The PBox's and the ring's packets are routed through the switches: a routed handler that raises fails them,
+    after the in-network run finished. That run is kept (results.json) and the one line says where."""
+    program = tmp_path / "routed_raises.py"
+    program.write_text("from innet import SUM, Reduction, on_packet\n\n\nclass RoutedRaises(Reduction):\n"
+                       "    operator = SUM\n\n    @on_packet('routed')\n    def route(self, ctx, pkt):\n"
+                       "        raise RuntimeError('not today')\n")
+    out = tmp_path / "out"
+    with pytest.raises(UserError) as caught:
+        innet.run("star", backend="local", workers=4, elements=4096, mode="all", program=str(program), out=str(out),
+                  plots=False)
+    line = str(caught.value)
+    assert "not today" in line and f"the finished run(s) innet were kept in {out}" in line and "\n" not in line
+    import json
+
+    kept = json.loads((out / "results.json").read_text())
+    assert [r["mode"] for r in kept["runs"]] == ["innet"] and kept["runs"][0]["correct"] is True
+
+
+def test_mode_all_on_a_topology_without_a_pbox_is_refused_before_any_run():
+    g = nx.Graph()
+    g.add_nodes_from(["h1", "h2", "h3"], role="host")
+    g.add_node("s1", role="tor")
+    g.add_edges_from(((h, "s1") for h in ["h1", "h2", "h3"]), bw=100)
+    with pytest.raises(UserError, match="pbox|PBox"):
+        innet.prepare(g, backend="local", mode="all")
