@@ -50,6 +50,8 @@ def spec_of(topology: str | nx.Graph | os.PathLike[str] | None = None, default_b
     if topology is not None and "topo" in options:
         raise UserError("give the topology once: as the first argument or as {topo}, not both")
     topology = options.pop("topo", "leaf-spine") if topology is None else topology
+    if not isinstance(topology, str | os.PathLike | nx.Graph):
+        raise UserError(f"{{topo}} is a builder's name, a topology file or a networkx graph, got {topology!r}")
     faults = {k: options.pop(k) for k in FAULT_HELP if k in options}
     if faults:
         if not isinstance(options.get("faults", FaultSpec()), FaultSpec):

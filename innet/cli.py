@@ -186,6 +186,10 @@ def _clean() -> int:
 def _plan(given: Options) -> int:
     from innet.api import plan
 
+    for name in ("out", "json", "plots"):
+        if name in given:
+            raise UserError(f"{{{name}}} says where a run's results go: a plan runs nothing and writes none")
+
     result = plan(**given)
     if result.spec.save_topology:
         print(f"topology: {result.spec.save_topology}")
@@ -195,6 +199,9 @@ def _plan(given: Options) -> int:
 
 def _run(given: Options) -> int:
     from innet.api import run
+
+    if given.get("out") == "":
+        raise UserError("{out} wants a folder (without it: results/<timestamp>)")
 
     given.setdefault("out", NewFolder(os.path.join("results", time.strftime("%Y%m%d-%H%M%S"))))
     report = run(**given)

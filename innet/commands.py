@@ -44,6 +44,9 @@ def parser() -> argparse.ArgumentParser:
         cli.add_options(sub, groups, left_out)
         if name == "launch":
             _launch_flags(sub)
+        if name == "run":  # as run_topology.py: innet run --plan-only is innet plan
+            sub.add_argument("--plan-only", action="store_true",
+                             help="print the placement plan and predicted bytes, start nothing (as innet plan)")
     b = subs.add_parser("bench", help="run the benchmarks in scripts/ (bench_*.py), or one by name",
                         description="Run the benchmarks in scripts/bench_*.py, or one by name; flags after the name go "
                                     "to the benchmark (see `innet bench NAME --help`). Most need root (Mininet).")

@@ -110,6 +110,8 @@ def validate(graph: nx.Graph, where: str = "topology") -> nx.Graph:
     sw = [n for n in graph if is_switch(graph, n)]
     if not sw:
         raise UserError(f"{where} has no switch")
+    if not any(role == "host" for _, role in graph.nodes(data="role")):
+        raise UserError(f"{where} has no host: a job needs worker hosts (role host)")
     if not nx.is_connected(graph):
         raise UserError(f"{where} is not connected")
     return graph

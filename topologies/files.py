@@ -19,6 +19,7 @@ import os
 import re
 from collections import Counter
 from typing import Any
+from xml.etree import ElementTree
 from xml.etree.ElementTree import ParseError
 
 import networkx as nx
@@ -37,21 +38,50 @@ def _read(path: str, where: str) -> nx.Graph:
     is_json = path.endswith(".json")
     try:
         if not is_json:
+            _declared(ElementTree.parse(path).getroot(), where)
             return nx.read_graphml(path)
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
     except (ParseError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise UserError(f"{where} is not valid {'JSON' if is_json else 'GraphML'}: {exc}") from None
+    except RecursionError:
+        raise UserError(f"{where} is nested too deeply to be a topology") from None
+    except OSError as exc:
+        raise UserError(f"{where} cannot be read: {exc.strerror}") from None
     except (nx.NetworkXError, KeyError, TypeError, ValueError) as exc:
         raise UserError(f"{where} is not a networkx graph: {exc}") from None
     if isinstance(data, dict) and "topology" in data and "nodes" not in data:
         raise UserError(f"{where} is a p4run configuration (p4app.json), not a topology: give the topology.json p4run writes")
     if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
         raise UserError(f"{where} is not a networkx graph: node-link JSON has a \"nodes\" list and a \"links\" list")
+    links = data.get("links", data.get("edges", []))
+    if not isinstance(links, list) or not all(isinstance(n, dict) for n in [*data["nodes"], *links]):
+        raise UserError(f"{where} is not a networkx graph: its nodes and links must be objects")
+    _unique([n.get("id") for n in data["nodes"]], [(e.get("source"), e.get("target")) for e in links], where)
     try:
         return nx.node_link_graph(data, edges="links" if "links" in data else "edges")
     except (nx.NetworkXError, KeyError, TypeError, AttributeError) as exc:
         raise UserError(f"{where} is not a networkx graph: {exc!r} in its nodes or links") from None
+
+
+def _declared(root: ElementTree.Element, where: str) -> None:
+    """A GraphML file's node ids are unique and its edges join declared nodes (networkx would keep the last of
+    two nodes with one id, and make a node of an edge's undeclared end)."""
+    ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
+    nodes = [n.get("id") for n in root.iter(f"{ns}node")]
+    _unique(nodes, [(e.get("source"), e.get("target")) for e in root.iter(f"{ns}edge")], where)
+
+
+def _unique(nodes: list[Any], links: list[tuple[Any, Any]], where: str) -> None:
+    seen: set[Any] = set()
+    for node in nodes:
+        if node in seen:
+            raise UserError(f"{where}: node id {node!r} is declared twice")
+        seen.add(node)
+    for u, v in links:
+        for end in (u, v):
+            if end not in seen:
+                raise UserError(f"{where}: link {u}--{v} joins node {end!r}, which the file does not declare")
 
 
 def _seconds(delay: Any, where: str) -> float:
@@ -70,8 +100,12 @@ def _host_or_switch(data: dict[str, Any]) -> str | None:
 
 def load_file(path: str) -> nx.Graph:
     where = f"topology file {path}"
-    if not os.path.isfile(path):
+    if not os.path.exists(path):
         raise UserError(f"{where} does not exist")
+    if os.path.isdir(path):
+        raise UserError(f"{where} is a folder; name a .graphml or .json file")
+    if not os.path.isfile(path):
+        raise UserError(f"{where} is not a regular file (a device, FIFO or socket); name a .graphml or .json file")
     graph = _read(path, where)
     if graph.is_multigraph():
         pairs = Counter(tuple(sorted(map(str, e))) for e in graph.edges() if e[0] != e[1])

@@ -90,7 +90,7 @@ def parse_straggler(text: str) -> tuple[str, float, float]:
         factor, chance = (float(x) for x in (rest.split(":") + ["1"])[:2])
     except ValueError:
         raise ValueError(f"wants HOST:FACTOR[:PROB], got {text!r}") from None
-    if not host or factor < 1 or not 0 <= chance <= 1:
+    if not host or not 1 <= factor < float("inf") or not 0 <= chance <= 1:
         raise ValueError(f"wants a host, a factor of at least 1 and a probability in [0, 1], got {text!r}")
     return host, factor, chance
 
@@ -99,9 +99,12 @@ def parse_crash(text: str) -> tuple[str, float]:
     """``--crash HOST@SECONDS``."""
     host, _, at = text.partition("@")
     try:
-        return host, float(at)
+        seconds = float(at)
     except ValueError:
         raise ValueError(f"wants HOST@SECONDS, got {text!r}") from None
+    if not host or not 0 <= seconds < float("inf"):
+        raise ValueError(f"wants a host and a finite number of seconds, at least 0, got {text!r}")
+    return host, seconds
 
 
 def parse_bands(text: str) -> tuple[int, ...]:

@@ -165,6 +165,24 @@ def _dynamic(s: RunSpec) -> str | None:
     return None
 
 
+def _meaningless(s: RunSpec) -> str | None:
+    """Options given where they change nothing of what runs: refused, so a run is never taken to be what it is not."""
+    given = s.given()
+    if "placement" in given and s.mode in ("pbox", "ring", "gloo"):
+        return f"{{placement}} picks the switches that aggregate: it means nothing with {{mode}} {s.mode}"
+    if "job_slots" in given and s.mode in ("pbox", "ring", "gloo"):
+        return f"{{job_slots}} asks the switches' slot pools for room: it means nothing with {{mode}} {s.mode}"
+    if "pbox_cores" in given and s.mode in ("ring", "gloo"):
+        return f"{{pbox_cores}} shards the PBox: it means nothing with {{mode}} {s.mode}, which uses none"
+    if s.stragglers and not s.consistency:
+        return "{stragglers} slows a worker's compute under {consistency}: it needs {consistency} bsp, ssp or asp"
+    if "compute_time" in given and not (s.consistency or s.train):
+        return "{compute_time} is the compute of a {consistency} or {train} run's iteration: it needs one of them"
+    if s.shared_input and s.jobs < 2:
+        return "{shared_input} multicasts one input stream to several jobs: it needs {jobs} 2 or more"
+    return None
+
+
 def _aggregates(s: RunSpec) -> str | None:
     """In-network aggregation needs a program that aggregates: one that keeps no slot pool would see no gradient,
     every job quietly summed at the PBox instead. Refused rather than reported as an in-network run."""
@@ -178,7 +196,7 @@ def _aggregates(s: RunSpec) -> str | None:
 
 
 _RULES: tuple[Callable[[RunSpec], str | None], ...] = (_ranges, _where, _collective, _workload, _backend, _outputs,
-                                                       _dynamic, _aggregates)
+                                                       _dynamic, _meaningless, _aggregates)
 
 
 def _check_graph(s: RunSpec, graph: nx.Graph) -> None:
@@ -188,6 +206,9 @@ def _check_graph(s: RunSpec, graph: nx.Graph) -> None:
             raise UserError(f"{{crash}} names {host!r}, which is not a host of this topology")
     if s.background.link and not graph.has_edge(*s.background.link.split("--")[:2]):
         raise UserError(f"{{background}} names link {s.background.link}, which this topology does not have")
+    for host, _, _ in s.stragglers:
+        if host not in graph or graph.nodes[host].get("role") != "host":
+            raise UserError(f"{{stragglers}} names {host!r}, which is not a host of this topology")
     for link, _ in s.link_faults:
         ends = link.split("->") if "->" in link else link.split("--")
         if not graph.has_edge(*ends):
