@@ -42,7 +42,8 @@ CASES += [
     ["--sharded"], ["--root", "1"], ["--collective", "broadcast", "--root", "9"], ["--k", "4"],
     ["--topo", "star", "--racks", "2"], ["--epochs", "2"], ["--cluster-key", "k"], ["--hop-latency", "0.1"],
     ["--program", "forward"], ["--program", "forward", "--placement", "tor"], ["--program", "forward", "--mode", "all"],
-    ["--placement", "dynamic", "--program", "sum_allreduce"], ["--program", "dynamic_tree"], ["--collective", "reduce", "--program", "forward"],
+    ["--placement", "dynamic", "--program", "sum_allreduce"], ["--program", "dynamic_tree"],
+    ["--collective", "reduce", "--program", "forward"],
     ["--dilation", "5"], ["--mode", "gloo"], ["--out", ""],
     # jobs that do not fit
     ["--switch-memory", "20000"], ["--jobs", "9"], ["--topo", "fat-tree", "--k", "64", "--elements", "1000000"],
