@@ -141,28 +141,45 @@ def rss_mib(pids):
     return total / 1024
 
 
+# a run in a fresh process, its events (innet.events) one JSON line each on stdout: what the bench reads, never stderr
+RUNNER = """
+import json, sys
+import innet
+
+options = json.loads(sys.argv[1])
+say = lambda e: print(json.dumps({"kind": e.kind, "message": e.message}), flush=True)
+innet.run(on_event=say, **options)
+"""
+
+
 def cli_run(k, mode, node_group, elements):
-    """One ``run_topology.py --topo fat-tree --k K --mode MODE`` in a fresh process: (bring-up s: until its
-    all-reduce starts, whole run s, all-reduce s, what it left behind, its state file's processes, their and
-    the runner's resident MiB then)."""
-    argv = [sys.executable, "run_topology.py", "--topo", "fat-tree", "--k", str(k), "--mode", mode, "--no-plots"]
-    argv += (["--node-group", node_group] if node_group else []) + (["--elements", str(elements)] if elements else [])
+    """One ``innet.run(topo="fat-tree", k=K, mode=MODE)`` in a fresh process: (bring-up s: until its all-reduce
+    starts, whole run s, all-reduce s, what it left behind, its state file's processes, their and the runner's
+    resident MiB then). The run's phases come as events (``on_event``), one JSON line each."""
+    options = {"topo": "fat-tree", "k": k, "mode": mode, "plots": False, "backend": "mininet"}
+    options.update({"node_group": node_group} if node_group else {})
+    options.update({"elements": elements} if elements else {})
     with tempfile.TemporaryDirectory() as out:
+        options["out"] = os.path.join(out, "run")
         start = time.perf_counter()
-        proc = subprocess.Popen([*argv, "--out", out], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        up, state, lines, rss = None, None, [], 0.0
-        building = False  # a calibration run (innet.backends.mininet.calibration) may come first: its lines are not this run's
-        for line in proc.stderr:
-            lines.append(line)
-            building = building or line.startswith(f"innet: building fat-tree-k{k}:")
-            if building and line.startswith("innet: all-reduce:") and up is None:
+        proc = subprocess.Popen([sys.executable, "-c", RUNNER, json.dumps(options)], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+        up, state, rss = None, None, 0.0
+        building = False  # a calibration run (innet.backends.mininet.calibration) may come first: its phases are not this run's
+        for line in proc.stdout:
+            event = json.loads(line)
+            if event["kind"] != "phase":
+                continue
+            building = building or event["message"].startswith(f"building fat-tree-k{k}:")
+            if building and event["message"].startswith("all-reduce:") and up is None:
                 up, state = time.perf_counter() - start, _state_of(proc.pid)
                 rss = rss_mib([proc.pid, *(pid for pid, _ in (state or {"pids": {}})["pids"].values())])
+        err = proc.stderr.read()
         proc.wait()
         wall = time.perf_counter() - start
         if proc.returncode != 0:
-            raise SystemExit(f"{' '.join(argv[1:])} failed: {''.join(lines[-3:]).strip()}")
-        with open(os.path.join(out, "results.json"), encoding="utf-8") as fh:
+            raise SystemExit(f"fat-tree k={k} --mode {mode} failed: {err.strip().splitlines()[-1:] if err else proc.returncode}")
+        with open(os.path.join(options["out"], "results.json"), encoding="utf-8") as fh:
             runs = json.load(fh)["runs"]
     assert all(r["correct"] for r in runs), [r["errors"] for r in runs]
     graph = build("fat-tree", k=k)
