@@ -157,7 +157,9 @@ def _launch(args: argparse.Namespace, command: list[str]) -> int:
     if options.get("mode", "innet") not in ("innet", "pbox", "ring"):
         raise UserError(f"innet launch runs the script's collectives as innet, pbox or ring, not {{mode}} {options['mode']}")
     run, graph = spec_of(default_backend="local" if os.geteuid() else "mininet", **options)
-    return launch(graph, run, command, **timeouts)
+    for line in launch(graph, run, command, **timeouts):
+        print(line)
+    return 0
 
 
 def _interrupt(*_: object) -> None:

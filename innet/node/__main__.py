@@ -20,7 +20,7 @@ from typing import Any
 from innet.hosts.ensemble import InputReceiver, InputServer
 from innet.hosts.pbox import PBoxServer
 from innet.io.rawport import RawPort
-from innet.node.codec import read, to_json, write
+from innet.node.codec import read, say_ready, to_json, write
 from innet.node.config import (
     InputConfig,
     InputServerConfig,
@@ -45,7 +45,7 @@ def serve_pbox(conf: PBoxConfig) -> int:
     egress = Egress({0: port}, conf.faults)
     poller = select.poll()
     poller.register(port.fileno(), select.POLLIN)
-    print("ready", flush=True)
+    say_ready()
     while True:
         serve_once(poller, port, server, egress)
 
@@ -61,7 +61,7 @@ def serve_input(conf: InputConfig) -> int:
     """One worker host's input stream (innet.hosts.ensemble): on "go", take it until complete; save the outcome."""
     receiver = InputReceiver(conf.plan, conf.reader)
     port, egress, poller = _host_port(conf)
-    print("ready", flush=True)
+    say_ready()
     if not wait_for_go():
         return 4
     egress.send_all(0, receiver.start(time.monotonic()), time.monotonic())
@@ -77,7 +77,7 @@ def serve_input_server(conf: InputServerConfig) -> int:
     keeping the bytes it sent in its stats file."""
     server = InputServer(conf.plan)
     port, egress, poller = _host_port(conf)
-    print("ready", flush=True)
+    say_ready()
     if not wait_for_go():
         return 4
     egress.send_all(0, server.start(time.monotonic()), time.monotonic())

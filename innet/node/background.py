@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from innet.hosts.background import BackgroundHost, BackgroundStats, stats_of
 from innet.io.rawport import RawPort
-from innet.node.codec import read, write
+from innet.node.codec import read, say_ready, write
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ def serve_background(conf: BackgroundConfig) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
     poller = select.poll()
     poller.register(port.fileno(), select.POLLIN)
-    print("ready", flush=True)
+    say_ready()
     start = time.monotonic()
     try:
         while not stop:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import sys
 import types
 import typing
 from collections.abc import Mapping
@@ -85,3 +86,10 @@ def _read(tp: Any, data: Any) -> Any:
     if tp is int and isinstance(data, str):  # a dict[int, ...]'s key
         return int(data)
     return data
+
+
+def say_ready() -> None:
+    """Tell the process that started this one (it reads our stdout) that we are ready: the one word of the
+    protocol between a node process and its parent."""
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()

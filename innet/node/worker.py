@@ -27,6 +27,7 @@ from innet.hosts.tensors import worker_tensors
 from innet.hosts.worker.process import WorkerProcess
 from innet.io.netns import opened_in
 from innet.node.client import AllreduceClient
+from innet.node.codec import say_ready
 from innet.node.config import WorkerConfig, WorkerGroup
 from innet.node.egress import expire, feed, wait_ms
 from innet.results.outcome import WorkerOutcome, outcome_of, training_outcome
@@ -135,7 +136,7 @@ def wait_for_go() -> bool:
 
 
 def _wait_for_go() -> bool:
-    print("ready", flush=True)
+    say_ready()
     return wait_for_go()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 
 LUA_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "innet.lua")
 
@@ -34,10 +35,9 @@ def main(argv: list[str] | None = None) -> None:
     what.add_argument("--install", action="store_true", help=f"copy innet.lua into {plugin_dir()} (as yourself, not root)")
     what.add_argument("--path", action="store_true", help="print the path of the shipped innet.lua")
     args = p.parse_args(argv)
-    if args.path:
-        print(LUA_SCRIPT)
-    else:
-        print(f"installed {install()}: Wireshark and tshark now decode UDP port 48879 as innet (display filter: innet)")
+    said = LUA_SCRIPT if args.path else (f"installed {install()}: Wireshark and tshark now decode UDP port 48879 as innet "
+                                         "(display filter: innet)")
+    sys.stdout.write(said + "\n")  # this command's answer
 
 
 if __name__ == "__main__":

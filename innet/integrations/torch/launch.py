@@ -43,9 +43,9 @@ def workers_of(graph: nx.Graph, run: RunSpec) -> int:
 
 
 def launch(graph: nx.Graph, run: RunSpec, command: list[str], start_timeout: float = START_TIMEOUT_S,
-           collective_timeout: float = COLLECTIVE_TIMEOUT_S) -> int:
-    """Run ``command`` as every rank (``run.backend``: on this machine with the fabric, or in Mininet hosts); print
-    what the collectives cost. On this machine, a rank that has not joined its process group within
+           collective_timeout: float = COLLECTIVE_TIMEOUT_S) -> list[str]:
+    """Run ``command`` as every rank (``run.backend``: on this machine with the fabric, or in Mininet hosts); the
+    lines that say what the collectives cost, and the fidelity verdict. On this machine, a rank that has not joined its process group within
     ``start_timeout`` seconds, or keeps the others waiting in a collective for ``collective_timeout``, ends the
     run, named (innet.integrations.torch.watch)."""
     if not command:
@@ -66,10 +66,7 @@ def launch(graph: nx.Graph, run: RunSpec, command: list[str], start_timeout: flo
     else:
         tally, wall = launch_local(graph, run, command, start_timeout, collective_timeout)
         fid = virtual_fidelity()
-    for line in summary(graph, run, tally, workers_of(graph, run), wall):
-        print(line)
-    print(verdict_line(f"launch {run.mode}", fid.to_json()))
-    return 0
+    return [*summary(graph, run, tally, workers_of(graph, run), wall), verdict_line(f"launch {run.mode}", fid.to_json())]
 
 
 def launch_local(graph: nx.Graph, run: RunSpec, command: list[str], start_timeout: float = START_TIMEOUT_S,

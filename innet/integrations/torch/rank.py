@@ -25,7 +25,7 @@ import numpy as np
 from innet.hosts.job import JobSpec
 from innet.hosts.learning.model import Task
 from innet.hosts.worker.process import WorkerProcess
-from innet.node.codec import read, write
+from innet.node.codec import read, say_ready, write
 from innet.node.config import NO_FAULTS, Faults
 
 
@@ -89,9 +89,10 @@ def serve_rank(conf: RankConfig) -> int:
                                 timeout=timedelta(seconds=conf.timeout))
         dist.barrier()
     except dist.DistError as e:  # the ranks did not meet in time (TCP's connects under heavy loss): not a failure
-        print(f"unfinished: {str(e).splitlines()[0] if str(e) else type(e).__name__}", flush=True)
+        sys.stdout.write(f"unfinished: {str(e).splitlines()[0] if str(e) else type(e).__name__}\n")  # to the launcher
+        sys.stdout.flush()
         return 5
-    print("ready", flush=True)
+    say_ready()
     if sys.stdin.readline().strip() != "go":  # the controller went away before the start
         return 4
     cpu_at_go = time.process_time()
