@@ -149,15 +149,16 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 def _launch(args: argparse.Namespace, command: list[str]) -> int:
     """``innet launch [run flags] -- COMMAND``: on Mininet as root (the default there), else on the local fabric."""
-    from innet.api import spec_of
+    from innet.api import prepare
     from innet.integrations.torch.launch import launch
 
     timeouts = {name: vars(args).pop(name) for name in ("start_timeout", "collective_timeout")}
     options = cli.options(args)
     if options.get("mode", "innet") not in ("innet", "pbox", "ring"):
         raise UserError(f"innet launch runs the script's collectives as innet, pbox or ring, not {{mode}} {options['mode']}")
-    run, graph = spec_of(default_backend="local" if os.geteuid() else "mininet", **options)
-    for line in launch(graph, run, command, **timeouts):
+    prepared = prepare(default_backend="local" if os.geteuid() else "mininet", calibrate=False, **options)
+    [ready] = prepared.runs  # the ranks' collectives run undilated: the side plane is real TCP
+    for line in launch(prepared.graph, ready.spec, command, plan=ready.plan, **timeouts):
         print(line)
     return 0
 

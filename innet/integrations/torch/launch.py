@@ -35,6 +35,7 @@ from innet.planning.memory import check_torch_ranks
 from innet.planning.spec import RunSpec
 from innet.results.fidelity import Fidelity, verdict_line, virtual_fidelity
 from innet.results.metrics import tier_bytes
+from innet.schemes.modes import RunPlan
 
 
 def workers_of(graph: nx.Graph, run: RunSpec) -> int:
@@ -43,7 +44,7 @@ def workers_of(graph: nx.Graph, run: RunSpec) -> int:
 
 
 def launch(graph: nx.Graph, run: RunSpec, command: list[str], start_timeout: float = START_TIMEOUT_S,
-           collective_timeout: float = COLLECTIVE_TIMEOUT_S) -> list[str]:
+           collective_timeout: float = COLLECTIVE_TIMEOUT_S, plan: RunPlan | None = None) -> list[str]:
     """Run ``command`` as every rank (``run.backend``: on this machine with the fabric, or in Mininet hosts); the
     lines that say what the collectives cost, and the fidelity verdict. On this machine, a rank that has not joined its process group within
     ``start_timeout`` seconds, or keeps the others waiting in a collective for ``collective_timeout``, ends the
@@ -59,7 +60,7 @@ def launch(graph: nx.Graph, run: RunSpec, command: list[str], start_timeout: flo
     if run.backend == "mininet":
         from innet.integrations.torch.mininet import launch_mininet
 
-        link_bytes, wall, tally = launch_mininet(graph, run, command, SITE)
+        link_bytes, wall, tally = launch_mininet(graph, run, command, SITE, plan)
         tally.link_bytes = Counter(link_bytes)
         fid = Fidelity(1.0, "not judged", ("Mininet: the side plane's TCP shares the links and is counted; the "
                                            "ranks' and switches' CPU are not measured",), {}, {}, {})

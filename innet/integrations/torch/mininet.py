@@ -23,6 +23,7 @@ from innet.hosts.job import JobSpec
 from innet.integrations.torch.procs import rank_env, read_tally, wait_ranks
 from innet.node.config import NO_FAULTS, Faults
 from innet.planning.spec import RunSpec, program_of
+from innet.schemes.modes import RunPlan
 
 TORCH_PORT = 29500
 
@@ -38,9 +39,10 @@ class ClientConf:
     faults: Faults = field(default_factory=lambda: dict(NO_FAULTS))
 
 
-def launch_mininet(graph: nx.Graph, run: RunSpec, command: list[str], site: str) -> tuple[dict[str, int], float, Any]:
+def launch_mininet(graph: nx.Graph, run: RunSpec, command: list[str], site: str,
+                   plan: RunPlan | None = None) -> tuple[dict[str, int], float, Any]:
     """Run ``command`` as every rank, each in its worker host; the bytes per link, the seconds, rank 0's tally.
-    ``site``: the sitecustomize every rank imports."""
+    ``site``: the sitecustomize every rank imports; ``plan``: the run's, as ``innet.prepare`` placed it."""
     from innet.backends.mininet.emulation import network
     from innet.backends.mininet.iplane import host_address
     from innet.backends.mininet.network import link_bytes_between
@@ -51,7 +53,7 @@ def launch_mininet(graph: nx.Graph, run: RunSpec, command: list[str], site: str)
 
     if run.mode == "pbox":
         raise UserError("innet launch on Mininet runs {mode} innet or ring (no PBox process is started)")
-    rp = plan_run(graph, run, program_of(run))
+    rp = plan or plan_run(graph, run, program_of(run))
     program = program_of(run, rp.fan_in)
     ranks = job_ranks(rp)
     ring = tuple(rp.ring(rp.plans[0].job))
