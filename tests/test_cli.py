@@ -73,7 +73,10 @@ def test_issue_command_eight_workers_a_million_elements(tmp_path):
     (["--job-priority", "urgent"], "argument --job-priority: wants bands like 0,2"),
     (["--shared-input"], "--shared-input needs --input-elements"),
 ])
-def test_bad_input_gets_one_clear_line(args, message, tmp_path):
+def test_bad_input_gets_one_clear_line(args, message, tmp_path, capsys):
+    """Refusals checked in process (innet.cli.main): the command line's own line, with no interpreter to start."""
+    from innet import cli
+
     files = {
         "BAD_GRAPHML": ("t.graphml", "<graphml><graph><node id='a'/>"),
         "SYNTAX_ERROR": ("p.py", "from innet import SwitchProgram\nclass P(SwitchProgram:\n"),
@@ -91,10 +94,11 @@ def test_bad_input_gets_one_clear_line(args, message, tmp_path):
             name, text = files[a]
             (tmp_path / name).write_text(text)
             args[i] = str(tmp_path / name)
-    out = run_cli("--backend", "local", "--out", str(tmp_path), *args)
-    assert out.returncode != 0
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], out.stderr
+    code = cli.main(["--backend", "local", "--out", str(tmp_path), *args])
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], err
 
 
 def test_mininet_backend_as_non_root_says_use_sudo(monkeypatch, capsys):
