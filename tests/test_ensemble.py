@@ -87,7 +87,7 @@ def test_input_shards_are_seeded_and_differ_by_rank_and_iteration():
 
 @pytest.mark.parametrize("kw,message", [
     ({"shared_input": True}, "shared_input needs input_elements"),
-    ({"input_elements": -1}, "^input_elements must not be negative"),
+    ({"input_elements": -1}, "^input_elements must be between 0 and"),
 ])
 def test_bad_input_flags_are_one_clear_error(kw, message):
     from innet.errors import UserError

@@ -112,7 +112,7 @@ metrics = ["completion_s"]
     (("[run]", "colour = 1\n[run]"), "unknown key 'colour'; an experiment has description, run, series, sweep, report"),
     (("elements = 2000", "elements = 2000\nspeed = 3"), "unknown key 'speed' in [run]: not a flag of innet run"),
     (('{ mode = "pbox" }', '{ mode = "pbox", turbo = true }'), "unknown key 'turbo' in [series.pbox]: not a flag of innet run"),
-    (("values = [10, 100]", "values = [10, -5]"), "series innet, bw=-5: --bw must be positive, got -5"),
+    (("values = [10, 100]", "values = [10, -5]"), "series innet, bw=-5: --bw must be between 0.001 and 1e+07, got -5"),
     (("values = [10, 100]", "values = [10, 'fast']"), "series innet, bw=fast: argument --bw: invalid float value: 'fast'"),
     (("values = [10, 100]", "values = []"), "[sweep] values must be a non-empty list of numbers or names"),
     (("values = [10, 100]", "values = [{a = 1}]"), "[sweep] values must be a non-empty list of numbers or names"),
