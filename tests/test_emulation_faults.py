@@ -71,10 +71,10 @@ def test_100k_malformed_frames_and_a_spoofer_at_live_switches():
     assert_nothing_left()
 
 
-def test_interrupts_at_random_points_leave_nothing_behind():
+def test_interrupts_at_random_points_leave_nothing_behind(tmp_path):
     rng = random.Random(2026)
     for n in range(6):
-        proc = _start("--elements", "2000000", "--iterations", "2", "--no-plots")
+        proc = _start(tmp_path / f"out{n}", "--elements", "2000000", "--iterations", "2", "--no-plots")
         if n % 3 == 2:  # sometimes before the network is even complete
             time.sleep(rng.uniform(0.2, 1.0))
             state = None
@@ -87,10 +87,10 @@ def test_interrupts_at_random_points_leave_nothing_behind():
         assert_nothing_left(state)
 
 
-def test_sigkill_at_random_points_then_clean():
+def test_sigkill_at_random_points_then_clean(tmp_path):
     rng = random.Random(7)
     for _ in range(3):
-        proc = _start("--elements", "2000000", "--no-plots")
+        proc = _start(tmp_path / f"out{len(list(tmp_path.iterdir()))}", "--elements", "2000000", "--no-plots")
         time.sleep(rng.uniform(0.5, 2.5))
         states = []
         for path in glob.glob("/run/innet/*.json"):
