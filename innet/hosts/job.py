@@ -28,6 +28,7 @@ class JobSpec:
     initial_rto: float = 1.0  # RFC 6298's: the first window may queue behind a slow link
     timeout: float = 10.0
     reorder_window: float = 0.0  # how long reordering may hold a frame back (innet.planning.configs.reorder_window)
+    reorder_link: float = 0.0  # how long one link may hold a frame back: all a lossy run's window covers (Rack.held)
     pbox: int | None = None  # set: send every chunk to this PBox node instead of into the network
     sparse: bool = False  # send a chunk as (index, value) pairs when that is shorter (innet.wire.sparse)
     band: int = 0  # the priority band (DSCP) of every frame the worker sends (0: most urgent)

@@ -12,7 +12,8 @@ The reordering window's floor is the RTO floor, or where the run's links lose, a
 trip (RFC 8985's) if less (a FIFO path does not reorder; a ring rank keeps the RTO floor: ``Rack.floor``),
 doubled (twice at most) whenever a retransmission order asked for turns out spurious, and never above the
 smoothed RTT. Where the run reorders, the window also covers what its links can hold back on the way
-(``innet.planning.configs.held_links``) and what was measured late. A retransmission is spurious when its
+(``innet.planning.configs.held_links``) and what was measured late; where its links also lose, one held-back
+frame's wait and no more (``Rack.reordering``: a longer wait stalls every loss). A retransmission is spurious when its
 answer comes back sooner than the minimum round trip after it (where the run reorders: sooner than the queue
 ahead of it could drain): that answer was the original's. (An answer that waited for another worker's lost
 contribution looks spurious too, which is why the window widens only so far.)
@@ -80,11 +81,13 @@ class RetransmitTimer:
 class Rack:
     """The reordering window and the minimum round trip of one sender."""
 
-    def __init__(self, min_rto: float, reorder: float = 0.0, design: float = 0.0, quarter: bool = False) -> None:
+    def __init__(self, min_rto: float, reorder: float = 0.0, design: float = 0.0, quarter: bool = False,
+                 held: float = 0.0) -> None:
         self.min_rto = min_rto
         self.quarter = quarter  # the floor may shrink to a quarter of the minimum round trip (``floor``)
         self.design = design  # how far results come back out of order by design (switches that hold partials)
         self.reorder = reorder  # how long the links are known to hold a frame back (the run's --reorder)
+        self.held = held  # where the links also lose: the reordering the window covers, one held frame (``reordering``)
         self.min_rtt = float("inf")
         self.mult = 1
         self.late = 0.0  # the longest an answer came after order made it suspect, though it was never resent
@@ -136,7 +139,17 @@ class Rack:
 
     def reordering(self, srtt: float | None) -> float:
         """The reordering known (the run's) or measured: a quarter more than the latest answer seen, at most
-        REORDER_CAP floors, or the smoothed RTT where the run reorders (RFC 8985's bound); 0 if none."""
+        REORDER_CAP floors, or the smoothed RTT where the run reorders (RFC 8985's bound); 0 if none.
+
+        Where the links lose as well as reorder, one held-back frame's wait (``held``: 1.5 ``reorder_delay``), neither
+        the sum over every link of the round trip nor what is measured. A slot's result comes with its last
+        contribution, so an answer late past one link's hold is, but for two frames held on one path (1.5% of them
+        at 5% on four links), another worker's loss being repaired after its own window: measured, it widened every
+        worker's window, and the wider windows made the repairs later still, up to the smoothed RTT (star of 4,
+        5% loss and 5% reordering: 6 -> 9 ms in-network, 12 -> 40 ms to the PBox, where the whole call takes 8.5 and
+        34 ms lossless). A window there costs every loss its length, a spurious retransmission a frame."""
+        if self.held:
+            return self.held
         cap = max(REORDER_CAP * self.floor, srtt or 0.0) if self.reorder else REORDER_CAP * self.floor
         return max(self.reorder, min(1.25 * self.late, cap))
 

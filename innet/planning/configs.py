@@ -90,7 +90,8 @@ def _route_ports(graph: nx.Graph, switch: str, by_neighbor: dict[str, int]) -> d
 def initial_rtos(graph: nx.Graph, plan: JobPlan, elements: int, run: RunSpec) -> dict[str, float]:
     """Per worker, the RTO before a round trip is measured: the run's, else (``initial_rto`` 0, auto) four unloaded
     round trips of a full frame to the farthest node the worker's job answers from (root, PBox or a ring peer),
-    never below the RTO floor (``worker_specs`` adds what reordering may hold the answer back). RFC 6298's 1 s is
+    never below the RTO floor (``worker_specs`` adds what reordering may hold the answer back, unless the links also
+    lose: a lone header resent early costs a frame, one waited for costs the call a reordering window). RFC 6298's 1 s is
     for paths nobody knows; the plan knows this one. A host on one link reaches everything through its switch, so
     one search per switch the workers hang off serves them all, all at once and kept for the run's other plans
     (``_path_costs``; a search per worker took minutes at 8192, a dijkstra per switch 20 s)."""
@@ -180,8 +181,8 @@ def worker_specs(graph: nx.Graph, plan: JobPlan, program: type[SwitchProgram], r
         held = per_link * links.get(w, 1)
         specs[w] = JobSpec(job=plan.job, rank=rank, nworkers=len(plan.workers), slots=plan.slots,
                            elements=program.elements, node=index[w], first_hop=index[plan.first_hop[w]],
-                           min_rto=run.min_rto, initial_rto=rto[w] + held,
-                           reorder_window=held, timeout=run.timeout, sparse=run.topk > 0, band=run.band(plan.job),
+                           min_rto=run.min_rto, initial_rto=rto[w] + (0.0 if lossy else held),
+                           reorder_window=held, reorder_link=per_link, timeout=run.timeout, sparse=run.topk > 0, band=run.band(plan.job),
                            operator=getattr(program, "operator", SUM), collective=run.collective, root=run.root,
                            reorder=reorder_allowance(plan, program), lossy=lossy,
                            nic_bps=graph.edges[w, plan.first_hop[w]]["bw"] * 1e6)

@@ -62,7 +62,7 @@ class RingCall:
         self.last_sent = 0.0  # the newest new packet: an ACK waits for up to ACK_EVERY packets after the one it covers
         self.error: Exception | None = None
         self.timer = RetransmitTimer(spec)
-        self.rack = Rack(spec.min_rto, spec.reorder_window)
+        self.rack = Rack(spec.min_rto, spec.reorder_window, held=spec.reorder_link if spec.lossy else 0.0)
         self.probes = 0  # tail probes since the last useful ACK
         self.probed_at = 0.0  # the last tail probe
         self.spurious = 0
