@@ -136,6 +136,8 @@ def prepare(topology: str | nx.Graph | os.PathLike[str] | None = None, default_b
     ``calibrate=False``: Mininet's auto dilation is left unresolved (1), as a plan needs none."""
     spec, graph = spec_of(topology, default_backend, **options)
     specs, notes = _mode_specs(spec, graph)
+    if spec.shared_input and spec.jobs == 1:  # harmless, and an ensemble sweep's first point: said, not refused
+        notes += ("shared_input with one job: its one stream is unicast either way, nothing is shared",)
     from innet.planning.memory import check_memory
 
     for s in specs:  # before anything is built: a run that cannot fit is refused, not OOM-killed halfway

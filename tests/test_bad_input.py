@@ -35,7 +35,7 @@ CASES += [
     # options that mean nothing where they are given
     ["--placement", "tor", "--mode", "ring"], ["--placement", "root", "--mode", "pbox"],
     ["--job-slots", "4", "--mode", "ring"], ["--pbox-cores", "2", "--mode", "ring"],
-    ["--straggler", "h1:2"], ["--compute-time", "0.1"], ["--shared-input", "--input-elements", "10"],
+    ["--straggler", "h1:2"], ["--compute-time", "0.1"], ["--shared-input"],
     ["--mode", "pbox", "--consistency", "ssp", "--straggler", "h9:2"], ["--crash", "h9@1"],
     ["--train", "digits", "--iterations", "7"], ["--train", "digits", "--elements", "5"],
     ["--staleness", "2"], ["--overlap", "none"], ["--pipeline", "2"], ["--slice", "100"], ["--priority", "p3"],

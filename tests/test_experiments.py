@@ -155,3 +155,42 @@ def test_a_good_file_of_ones_own_runs(tmp_path):
     times = {(r["series"], r["bw"]): float(r["completion_s"]) for r in rows}
     assert times["innet", "10"] > 5 * times["innet", "100"]  # ten times the bandwidth, far less time
     assert sorted(os.listdir(tmp_path / "o" / "runs")) == ["innet-10", "innet-100", "pbox-10", "pbox-100"]
+
+
+def test_a_point_that_fails_keeps_the_points_before_it(tmp_path, monkeypatch):
+    """Each point is written as it comes: a later point's failure (here the third run's, as a run that fails once
+    traffic flows would) costs only itself, and its line says where the earlier ones are."""
+    from innet.errors import UserError
+    from innet.experiments import sweep
+
+    real, calls = sweep.run_point, []
+
+    def third_fails(argv, out):
+        calls.append(argv)
+        if len(calls) == 3:
+            raise UserError("program raises.py: handler add raised RuntimeError at line 9")
+        return real(argv, out)
+
+    monkeypatch.setattr(sweep, "run_point", third_fails)
+    (tmp_path / "mine.toml").write_text(GOOD)
+    with pytest.raises(UserError) as caught:
+        sweep.reproduce(load(str(tmp_path / "mine.toml")), out=str(tmp_path / "o"))
+    assert str(caught.value) == ("program raises.py: handler add raised RuntimeError at line 9; the 2 point(s) before it "
+                                 f"are in {tmp_path / 'o' / 'points.csv'}")
+    with open(tmp_path / "o" / "points.csv") as f:
+        assert [(r["series"], r["bw"]) for r in csv.DictReader(f)] == [("innet", "10"), ("pbox", "10")]
+
+
+def test_a_figure_that_cannot_be_drawn_leaves_the_table_and_says_so(tmp_path, monkeypatch, said):
+    from innet.experiments import report
+    from innet.experiments.sweep import reproduce
+
+    def broken(*_, **__):
+        raise ValueError("cannot plot this")
+
+    monkeypatch.setattr(report, "plot_sweep", broken)
+    (tmp_path / "mine.toml").write_text(GOOD)
+    files = reproduce(load(str(tmp_path / "mine.toml")), quick=True, out=str(tmp_path / "o"))
+    assert [os.path.basename(f) for f in files] == ["points.csv", "points.json"]
+    assert [e.message for e in said if e.kind == "warning"] == [
+        f"mine: the figure was not drawn (ValueError: cannot plot this); the table is in {tmp_path / 'o' / 'points.csv'}"]

@@ -155,10 +155,11 @@ def _experiment(data: dict[str, Any], name: str, path: str, where: str) -> Exper
 
 
 def check(argv: list[str], where: str) -> None:
-    """Refuse a point's command line as ``innet run`` would refuse it, in one line that says where."""
-    from innet.api import spec_of
+    """Refuse a point's command line as ``innet run`` would refuse it, in one line that says where: every rule,
+    memory and the switches' registers, and the plan (``innet.prepare``), before the first point runs."""
+    from innet.api import prepare
 
     try:
-        spec_of(**cli.parse_options(["--backend", "local", *argv]))
+        prepare(calibrate=False, **cli.parse_options(["--backend", "local", *argv]))
     except UserError as exc:
         raise UserError(f"{where}: {exc.render(cli.flag)}") from None

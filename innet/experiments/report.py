@@ -9,6 +9,7 @@ import json
 import os
 from typing import Any
 
+from innet.events import emit
 from innet.experiments.file import Experiment
 from innet.results.files import make_output_folder, write_text_atomic
 from innet.results.plots import plot_sweep
@@ -36,8 +37,8 @@ def rows_with_ratios(experiment: Experiment, rows: list[Row]) -> list[Row]:
     base = {(r["series"], r[experiment.flag]): r for r in rows}
     out = []
     for row in rows:
-        ref = base[(experiment.baseline_of(row["series"]), row[experiment.flag])]
-        ratios = {f"{m}/{experiment.baseline}": _ratio(row[m], ref[m]) for m in experiment.metrics}
+        ref = base.get((experiment.baseline_of(row["series"]), row[experiment.flag]), {})  # not run yet: no ratio
+        ratios = {f"{m}/{experiment.baseline}": _ratio(row[m], ref.get(m)) for m in experiment.metrics}
         out.append({**row, **ratios})
     return out
 
@@ -73,8 +74,9 @@ def summary(experiment: Experiment, rows: list[Row]) -> Row:
     return out
 
 
-def write_outputs(experiment: Experiment, rows: list[Row], out: str) -> list[str]:
-    """points.csv, points.json and NAME.png in ``out``; their paths."""
+def write_outputs(experiment: Experiment, rows: list[Row], out: str, plot: bool = True) -> list[str]:
+    """points.csv, points.json and (with ``plot``) NAME.png in ``out``; the paths written. A figure that cannot be
+    drawn is said (a warning event) and left out; the table stays."""
     out = make_output_folder(out)
     files = [os.path.join(out, f) for f in ("points.csv", "points.json", f"{experiment.name}.png")]
     table = io.StringIO(newline="")
@@ -89,5 +91,12 @@ def write_outputs(experiment: Experiment, rows: list[Row], out: str) -> list[str
     panels = list(experiment.plot or experiment.metrics)
     if experiment.baseline and not experiment.plot:
         panels.append(f"{experiment.metrics[0]}/{experiment.baseline}")
-    plot_sweep(rows, experiment.flag, panels, files[2], experiment.description, experiment.log_x)
+    if not plot:
+        return files[:2]
+    try:
+        plot_sweep(rows, experiment.flag, panels, files[2], experiment.description, experiment.log_x)
+    except Exception as exc:  # noqa: BLE001 -- a figure's failure must not cost the table already written
+        emit("warning", f"{experiment.name}: the figure was not drawn ({type(exc).__name__}: {exc}); "
+                        f"the table is in {files[0]}")
+        return files[:2]
     return files

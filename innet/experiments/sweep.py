@@ -37,15 +37,22 @@ def reproduce(experiment: Experiment, backend: str = "local", quick: bool = Fals
     values = experiment.quick if quick else experiment.values
     points = [(s, v) for v in values for s in experiment.series]
     done: dict[tuple[str, ...], RunRecord] = {}  # a series that does not sweep runs once
-    rows = []
+    rows: list[Row] = []
     with tqdm(points, unit="point", file=sys.stderr, dynamic_ncols=True) as bar:
         for series, value in bar:
             argv = ["--backend", backend, *argv_of(experiment.flags(series, value))]
             bar.set_postfix_str(f"{experiment.flag}={value} {series}")
             key = tuple(argv)
             if key not in done:
-                done[key] = run_point(argv, os.path.join(out, "runs", f"{series}-{_slug(value)}"))
+                try:
+                    done[key] = run_point(argv, os.path.join(out, "runs", f"{series}-{_slug(value)}"))
+                except UserError as exc:
+                    if not rows:
+                        raise
+                    raise UserError(f"{exc.render(lambda n: '{' + n + '}')}; the {len(rows)} point(s) before it are "
+                                    f"in {os.path.join(out, 'points.csv')}") from None
             rows.append(_row(experiment, series, value, done[key].to_json(), command(argv)))
+            write_outputs(experiment, rows_with_ratios(experiment, rows), out, plot=False)  # each point kept as it comes
     return write_outputs(experiment, rows_with_ratios(experiment, rows), out)
 
 

@@ -178,8 +178,6 @@ def _meaningless(s: RunSpec) -> str | None:
         return "{stragglers} slows a worker's compute under {consistency}: it needs {consistency} bsp, ssp or asp"
     if "compute_time" in given and not (s.consistency or s.train):
         return "{compute_time} is the compute of a {consistency} or {train} run's iteration: it needs one of them"
-    if s.shared_input and s.input_elements and s.jobs < 2:
-        return "{shared_input} multicasts one input stream to several jobs: it needs {jobs} 2 or more"
     return None
 
 
