@@ -212,7 +212,11 @@ def _run(prepared: Prepared) -> Report:
         table, runs = prediction_table(graph, prepared.runs[0].spec, runs, plans, spec.hop_latency)
     report = Report(spec, graph, tuple(runs), exact, table)
     if spec.out or spec.json:
-        report = replace(report, files=tuple(report.write(spec.out, spec.plots, spec.json)))
+        try:
+            report = replace(report, files=tuple(report.write(spec.out, spec.plots, spec.json)))
+        except OSError as exc:  # a full disk or a size limit after the run: one line, and what was kept
+            raise UserError(f"cannot write the results: {exc.strerror or exc} ({exc.filename or spec.out}); "
+                            f"what each mode's run wrote as it finished is in {spec.out or spec.json}") from None
     return report
 
 
@@ -233,7 +237,11 @@ def _keep(prepared: Prepared, runs: list[RunRecord]) -> list[str]:
     spec = prepared.spec
     if not (spec.out or spec.json):
         return []
-    files = Report(spec, prepared.graph, tuple(runs)).write(spec.out, False, spec.json)
+    try:
+        files = Report(spec, prepared.graph, tuple(runs)).write(spec.out, False, spec.json)
+    except OSError as exc:
+        emit("warning", f"the finished run(s) could not be written: {exc.strerror or exc} ({exc.filename})")
+        return []
     return [spec.out] if files else [spec.json]
 
 

@@ -231,3 +231,17 @@ def test_mode_all_on_a_topology_without_a_pbox_is_refused_before_any_run():
     g.add_edges_from(((h, "s1") for h in ["h1", "h2", "h3"]), bw=100)
     with pytest.raises(UserError, match="pbox|PBox"):
         innet.prepare(g, backend="local", mode="all")
+
+
+def test_a_full_disk_after_the_run_is_one_line_not_a_traceback(tmp_path, monkeypatch):
+    import errno
+
+    from innet.results import report
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device", path)
+
+    monkeypatch.setattr(report, "write_text_atomic", full)
+    with pytest.raises(UserError) as caught:
+        innet.run("star", backend="local", elements=1000, out=str(tmp_path / "o"), plots=False)
+    assert str(caught.value).startswith(f"cannot write the results: No space left on device ({tmp_path / 'o'}")
