@@ -44,7 +44,7 @@ def test_each_experiment_runs_and_matches_a_direct_run(name, tmp_path):
     bar = re.sub(r"local: [^\r\n]*\n", "", out.stderr)
     last = bar.rstrip("\n").split("\r")[-1]
     assert "\n" not in bar.rstrip("\n") and bar.endswith("\n")
-    assert f" {points}/{points} " in last and last.endswith(f"{experiment.flag}={experiment.quick[-1]} "
+    assert f" {points}/{points} " in last and last.endswith(f"{experiment.option}={experiment.quick[-1]} "
                                                               f"{list(experiment.series)[-1]}]")
     files = [tmp_path / "out" / f for f in ("points.csv", "points.json", f"{name}.png")]
     assert out.stdout == f"results: {', '.join(map(str, files))}\n"
@@ -53,14 +53,14 @@ def test_each_experiment_runs_and_matches_a_direct_run(name, tmp_path):
         rows = list(csv.DictReader(f))
     data = json.loads(files[1].read_text())
     ratios = [f"{m}/{experiment.baseline}" for m in experiment.metrics if experiment.baseline]
-    assert list(rows[0]) == ["series", experiment.flag, *experiment.metrics, "correct", "command", *ratios]
-    assert [(r["series"], r[experiment.flag]) for r in rows] == [
+    assert list(rows[0]) == ["series", experiment.option, *experiment.metrics, "correct", "command", *ratios]
+    assert [(r["series"], r[experiment.option]) for r in rows] == [
         (s, str(v)) for v in experiment.quick for s in experiment.series]
     assert [{k: "" if v is None else str(v) for k, v in p.items()} for p in data["points"]] == rows
     assert all(p["correct"] is True for p in data["points"])
     for p in data["points"]:
         base = next(b for b in data["points"] if b["series"] == experiment.baseline_of(p["series"])
-                    and b[experiment.flag] == p[experiment.flag]) if experiment.baseline else None
+                    and b[experiment.option] == p[experiment.option]) if experiment.baseline else None
         for m in experiment.metrics:
             assert isinstance(p[m], int | float), (m, p)
             if base and base[m]:
@@ -100,7 +100,7 @@ elements = 2000
 innet = { mode = "innet" }
 pbox = { mode = "pbox" }
 [sweep]
-flag = "bw"
+option = "bw"
 values = [10, 100]
 [report]
 metrics = ["completion_s"]
@@ -110,15 +110,16 @@ metrics = ["completion_s"]
 @pytest.mark.parametrize("change,message", [
     (("[run]", "[run"), "not valid TOML: "),
     (("[run]", "colour = 1\n[run]"), "unknown key 'colour'; an experiment has description, run, series, sweep, report"),
-    (("elements = 2000", "elements = 2000\nspeed = 3"), "unknown key 'speed' in [run]: not a flag of innet run"),
-    (('{ mode = "pbox" }', '{ mode = "pbox", turbo = true }'), "unknown key 'turbo' in [series.pbox]: not a flag of innet run"),
-    (("values = [10, 100]", "values = [10, -5]"), "series innet, bw=-5: --bw must be between 0.001 and 1e+07, got -5"),
-    (("values = [10, 100]", "values = [10, 'fast']"), "series innet, bw=fast: argument --bw: invalid float value: 'fast'"),
+    (("elements = 2000", "elements = 2000\nspeed = 3"), "unknown key 'speed' in [run]: not an option of innet.run"),
+    (('{ mode = "pbox" }', '{ mode = "pbox", turbo = true }'), "unknown key 'turbo' in [series.pbox]: not an option of innet.run"),
+    (("values = [10, 100]", "values = [10, -5]"), "series innet, bw=-5: bw must be between 0.001 and 1e+07, got -5"),
+    (("values = [10, 100]", "values = [10, 'fast']"), "series innet, bw=fast: bw must be a finite number, got 'fast'"),
     (("values = [10, 100]", "values = []"), "[sweep] values must be a non-empty list of numbers or names"),
     (("values = [10, 100]", "values = [{a = 1}]"), "[sweep] values must be a non-empty list of numbers or names"),
-    (('flag = "bw"', 'flag = "speed"'), "[sweep] flag 'speed' is not a flag of innet run"),
-    (('flag = "bw"', 'flag = "k"'), "series innet, k=10: --k shapes fat-tree: it means nothing with --topo star"),
-    (('{ mode = "pbox" }', '{ mode = "bus" }'), "series pbox, bw=10: argument --mode: invalid choice: 'bus'"),
+    (('option = "bw"', 'option = "speed"'), "[sweep] option 'speed' is not an option of innet.run"),
+    (('option = "bw"', 'option = "k"'), "series innet, k=10: k shapes fat-tree: it means nothing with topo star"),
+    (('{ mode = "pbox" }', '{ mode = "bus" }'), "series pbox, bw=10: mode must be one of innet, pbox, ring, gloo, all, got 'bus'"),
+    (("elements = 2000", "pool-slots = 16"), "unknown key 'pool-slots' in [run]: not an option of innet.run (the option is 'pool_slots')"),
     (('metrics = ["completion_s"]', 'metrics = ["completion_s"]\nbaseline = "ring"'), "[report] baseline 'ring' is not a series"),
     (('metrics = ["completion_s"]', 'metrics = []'), "[report] metrics must be a non-empty list of run record fields"),
     (('metrics = ["completion_s"]', 'metrics = ["completion_s"]\nplot = ["bytes"]'),

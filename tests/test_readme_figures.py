@@ -15,7 +15,7 @@ from innet.results.plots import axis_label  # noqa: E402
 
 
 def in_words(label: str, fields: set[str]) -> bool:
-    """Not a field name (``completion_s``, ``cross_rack_bytes``, ``hosts-per-rack``, ``input.bytes``) nor built of one."""
+    """Not a field name (``completion_s``, ``cross_rack_bytes``, ``hosts_per_rack``, ``input.bytes``) nor built of one."""
     return bool(label) and label not in fields and "_" not in label and not any(f in label for f in fields if "-" in f or "." in f)
 
 
@@ -47,7 +47,7 @@ def fake_rows(name: str) -> list[dict]:
     rows = []
     for k, value in enumerate(exp.values):
         for i, series in enumerate(exp.series):
-            row = {"series": series, exp.flag: value}
+            row = {"series": series, exp.option: value}
             for m in exp.metrics:
                 big = m.endswith("bytes")
                 row[m] = (4.4e6 if big else 0.5) * (1 + k) * (1 + i)

@@ -1,13 +1,13 @@
-"""An experiment file, read and checked: every point's command line is parsed and checked as ``innet run``
-would before anything runs, so a bad file is one line and costs nothing.
+"""An experiment file, read and checked: every point's options are prepared as ``innet.run`` would prepare them
+(innet.prepare) before anything runs, so a bad file is one line and costs nothing.
 
     description = "one line"           # what ``innet reproduce --list`` shows
-    [run]                              # flags of ``innet run`` every point shares (key = the flag's name)
+    [run]                              # options every point shares (key = the RunSpec field: innet.run's keyword)
     topo = "star"
-    [series]                           # one line of the figure each: its own flags
+    [series]                           # one line of the figure each: its own options
     innet = { mode = "innet" }
     [sweep]
-    flag = "bw"                        # the flag the x axis sweeps
+    option = "bw"                      # the option the x axis sweeps
     values = [10, 100, 1000]
     quick = [100]                      # ``--quick``: the short sweep tests run
     [report]
@@ -17,7 +17,7 @@ would before anything runs, so a bad file is one line and costs nothing.
     log_x = true                       # optional
     plot = ["completion_s/pbox"]       # optional: the figure's panels, any of the columns
 
-A series with ``sweep = false`` does not take the swept flag (it runs once and is drawn flat); a flag a
+A series with ``sweep = false`` does not take the swept option (it runs once and is drawn flat); an option a
 series sets itself wins over the sweep's. A series with ``vs = "other"`` takes its ratios over series
 ``other`` instead of the baseline (two topologies in one file, each against its own baseline).
 """
@@ -29,12 +29,11 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
-from innet import cli
 from innet.errors import UserError
 from innet.shipped import EXPERIMENTS as SHIPPED
 
 TABLES = {"description": str, "run": dict, "series": dict, "sweep": dict, "report": dict}
-SWEEP_KEYS = {"flag", "values", "quick"}
+SWEEP_KEYS = {"option", "values", "quick"}
 REPORT_KEYS = {"metrics", "baseline", "breakeven", "log_x", "plot"}
 Value = str | int | float | bool | list[str]
 
@@ -46,7 +45,7 @@ class Experiment:
     description: str
     run: dict[str, Value]
     series: dict[str, dict[str, Value]]
-    flag: str
+    option: str  # the RunSpec field the x axis sweeps
     values: tuple[Value, ...]
     quick: tuple[Value, ...]
     metrics: tuple[str, ...]
@@ -55,30 +54,36 @@ class Experiment:
     log_x: bool = False
     plot: tuple[str, ...] = ()  # the figure's panels (default: the metrics, and the first over the baseline)
 
-    def flags(self, series: str, value: Value) -> dict[str, Value]:
-        """The flags of one point: the shared ones, the swept one, the series' own."""
+    def options(self, series: str, value: Value) -> dict[str, Any]:
+        """The options of one point, as ``innet.run`` takes them: the shared ones, the swept one, the series' own
+        (a list is a repeated option's tuple)."""
         own = dict(self.series[series])
         own.pop("vs", None)
-        swept = {self.flag: value} if own.pop("sweep", True) else {}
-        return {**self.run, **swept, **own}
+        swept = {self.option: value} if own.pop("sweep", True) else {}
+        return {k: tuple(v) if isinstance(v, list) else v for k, v in {**self.run, **swept, **own}.items()}
 
     def baseline_of(self, series: str) -> str:
         """The series ``series``' ratios are over: its ``vs``, else the baseline."""
         return str(self.series[series].get("vs", self.baseline))
 
 
-def argv_of(flags: dict[str, Value]) -> list[str]:
-    """The ``innet run`` command line of ``flags``: true is a bare flag, a list repeats the flag."""
-    argv: list[str] = []
-    for name, value in flags.items():
-        if value is True:
-            argv.append(f"--{name}")
-        elif isinstance(value, list):
-            for v in value:
-                argv += [f"--{name}", str(v)]
-        elif value is not False:
-            argv += [f"--{name}", str(value)]
-    return argv
+def command_of(options: dict[str, Any]) -> str:
+    """The ``innet run`` command line that runs ``options``: what a point's row records, to run it again by hand."""
+    from innet.planning.options import default_of, flag_of, options_of
+    from innet.planning.spec import RunSpec
+
+    fields = {f.name: (f, opt) for f, opt in options_of(RunSpec)}
+    argv = ["innet", "run"]
+    for name, value in options.items():
+        f, opt = fields.get(name, (None, None))
+        flag = flag_of(f) if f is not None else f"--{name}"  # a fault of every link: --loss, --delay, ...
+        if f is not None and opt is not None and opt.switch:
+            argv += [flag] if value != default_of(f) else []
+        elif isinstance(value, tuple):
+            argv += [a for v in value for a in (flag, str(v))]
+        else:
+            argv += [flag, str(value)]
+    return " ".join(argv)
 
 
 def shipped() -> dict[str, str]:
@@ -104,7 +109,7 @@ def load(name: str) -> Experiment:
     experiment = _experiment(data, os.path.basename(path).removesuffix(".toml"), path, where)
     for series in experiment.series:
         for value in (*experiment.values, *experiment.quick):
-            check(argv_of(experiment.flags(series, value)), f"{where}: series {series}, {experiment.flag}={value}")
+            check(experiment.options(series, value), f"{where}: series {series}, {experiment.option}={value}")
     return experiment
 
 
@@ -119,21 +124,22 @@ def _experiment(data: dict[str, Any], name: str, path: str, where: str) -> Exper
         _want(isinstance(value, TABLES[key]), where, f"{key} must be a {'table' if TABLES[key] is dict else 'string'}")
     for key in ("description", "series", "sweep", "report"):
         _want(key in data, where, f"missing {key}")
-    flags = cli.flag_names()
+    names = option_names()
     run = data.get("run", {})
     series = data["series"]
     _want(bool(series) and all(isinstance(s, dict) for s in series.values()), where,
-          "series must be tables of flags, e.g. innet = { mode = \"innet\" }")
+          "series must be tables of options, e.g. innet = { mode = \"innet\" }")
     for table, keys in [("run", run), *((f"series.{s}", {k: v for k, v in f.items() if k not in ("sweep", "vs")})
                                         for s, f in series.items())]:
         for key in keys:
-            _want(key in flags, where, f"unknown key {key!r} in [{table}]: not a flag of innet run")
+            _want(key in names, where, f"unknown key {key!r} in [{table}]: not an option of innet.run" + _hint(key))
     sweep, report = data["sweep"], data["report"]
     for table, allowed, got in (("sweep", SWEEP_KEYS, sweep), ("report", REPORT_KEYS, report)):
         unknown = set(got) - allowed
         if unknown:
             raise UserError(f"{where}: unknown key {sorted(unknown)[0]!r} in [{table}]; it takes {', '.join(sorted(allowed))}")
-    _want(sweep.get("flag", "") in flags, where, f"[sweep] flag {sweep.get('flag')!r} is not a flag of innet run")
+    _want(sweep.get("option", "") in names, where, f"[sweep] option {sweep.get('option')!r} is not an option of innet.run"
+          + _hint(str(sweep.get("option", ""))))
     values, quick = sweep.get("values"), sweep.get("quick", sweep.get("values"))
     for key, got in (("values", values), ("quick", quick)):
         _want(isinstance(got, list) and bool(got) and all(isinstance(v, str | int | float) for v in got), where,
@@ -149,17 +155,37 @@ def _experiment(data: dict[str, Any], name: str, path: str, where: str) -> Exper
     for key in ("plot", "breakeven"):
         for column in report.get(key, []) if key == "plot" else [report.get(key, "")] if key in report else []:
             _want(column in columns, where, f"[report] {key}: {column!r} is not a column; the columns are {', '.join(columns)}")
-    return Experiment(name, path, data["description"], run, series, sweep["flag"], tuple(values), tuple(quick),
+    return Experiment(name, path, data["description"], run, series, sweep["option"], tuple(values), tuple(quick),
                       tuple(metrics), baseline, report.get("breakeven", ""), bool(report.get("log_x", False)),
                       tuple(report.get("plot", ())))
 
 
-def check(argv: list[str], where: str) -> None:
-    """Refuse a point's command line as ``innet run`` would refuse it, in one line that says where: every rule,
+def option_names() -> set[str]:
+    """What an experiment's keys may be: ``innet.run``'s options (RunSpec's fields, and the faults of every link)."""
+    from dataclasses import fields
+
+    from innet.planning.spec import FAULT_HELP, RunSpec
+
+    return {f.name for f in fields(RunSpec)} | set(FAULT_HELP)
+
+
+def _hint(key: str) -> str:
+    """A flag's name given for an option's: say the option's."""
+    under = key.replace("-", "_")
+    from innet.planning.options import flag_of, options_of
+    from innet.planning.spec import RunSpec
+
+    named = {flag_of(f)[2:]: f.name for f, _ in options_of(RunSpec)}
+    near = named.get(key) or (under if under in option_names() else "")
+    return f" (the option is {near!r})" if near and near != key else ""
+
+
+def check(options: dict[str, Any], where: str) -> None:
+    """Refuse a point's options as ``innet.run`` would refuse them, in one line that says where: every rule,
     memory and the switches' registers, and the plan (``innet.prepare``), before the first point runs."""
     from innet.api import prepare
 
     try:
-        prepare(calibrate=False, **cli.parse_options(["--backend", "local", *argv]))
+        prepare(calibrate=False, **{**options, "backend": "local"})
     except UserError as exc:
-        raise UserError(f"{where}: {exc.render(cli.flag)}") from None
+        raise UserError(f"{where}: {exc}") from None

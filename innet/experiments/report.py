@@ -34,10 +34,10 @@ def rows_with_ratios(experiment: Experiment, rows: list[Row]) -> list[Row]:
     own ``vs``, where it names one)."""
     if not experiment.baseline:
         return rows
-    base = {(r["series"], r[experiment.flag]): r for r in rows}
+    base = {(r["series"], r[experiment.option]): r for r in rows}
     out = []
     for row in rows:
-        ref = base.get((experiment.baseline_of(row["series"]), row[experiment.flag]), {})  # not run yet: no ratio
+        ref = base.get((experiment.baseline_of(row["series"]), row[experiment.option]), {})  # not run yet: no ratio
         ratios = {f"{m}/{experiment.baseline}": _ratio(row[m], ref.get(m)) for m in experiment.metrics}
         out.append({**row, **ratios})
     return out
@@ -64,11 +64,11 @@ def summary(experiment: Experiment, rows: list[Row]) -> Row:
     if experiment.baseline:
         first = f"{experiment.metrics[0]}/{experiment.baseline}"
         time = experiment.metrics[0].endswith("_s") and not experiment.metrics[0].endswith("per_s")
-        out["speedup"] = {s: {str(r[experiment.flag]): (1 / r[first] if time else r[first]) if r[first] else None
+        out["speedup"] = {s: {str(r[experiment.option]): (1 / r[first] if time else r[first]) if r[first] else None
                               for r in rows if r["series"] == s} for s in experiment.series
                           if s != experiment.baseline_of(s)}
     if experiment.breakeven:
-        out["breakeven"] = {s: crossing([(r[experiment.flag], r[experiment.breakeven]) for r in rows
+        out["breakeven"] = {s: crossing([(r[experiment.option], r[experiment.breakeven]) for r in rows
                                          if r["series"] == s and r[experiment.breakeven] is not None])
                             for s in experiment.series if s != experiment.baseline}
     return out
@@ -85,7 +85,7 @@ def write_outputs(experiment: Experiment, rows: list[Row], out: str, plot: bool 
     writer.writerows(rows)
     write_text_atomic(files[0], table.getvalue())
     write_text_atomic(files[1], json.dumps({"experiment": experiment.name, "description": experiment.description,
-                                            "sweep": experiment.flag, "series": list(experiment.series),
+                                            "sweep": experiment.option, "series": list(experiment.series),
                                             "metrics": list(experiment.metrics), "points": rows,
                                             "summary": summary(experiment, rows)}, indent=1))
     panels = list(experiment.plot or experiment.metrics)
@@ -94,7 +94,7 @@ def write_outputs(experiment: Experiment, rows: list[Row], out: str, plot: bool 
     if not plot:
         return files[:2]
     try:
-        plot_sweep(rows, experiment.flag, panels, files[2], experiment.description, experiment.log_x)
+        plot_sweep(rows, experiment.option, panels, files[2], experiment.description, experiment.log_x)
     except Exception as exc:  # noqa: BLE001 -- a figure's failure must not cost the table already written
         emit("warning", f"{experiment.name}: the figure was not drawn ({type(exc).__name__}: {exc}); "
                         f"the table is in {files[0]}")

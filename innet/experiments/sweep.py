@@ -1,33 +1,30 @@
-"""Run an experiment: every point is an ``innet run`` command line, its options run through ``innet.run``,
-its results.json kept under ``runs/``; then the table, the summary and the figure (innet.experiments.report)."""
+"""Run an experiment: every point's options run through ``innet.run`` (its results.json kept under ``runs/``, the
+``innet run`` command line that would run it recorded); then the table, the summary and the figure
+(innet.experiments.report)."""
 
 from __future__ import annotations
 
 import os
 import sys
 import time
+from typing import Any
 
 from tqdm import tqdm
 
-from innet import cli
 from innet.api import run
 from innet.errors import UserError
-from innet.experiments.file import Experiment, Value, argv_of
+from innet.experiments.file import Experiment, Value, command_of
 from innet.experiments.report import Row, metric, rows_with_ratios, write_outputs
 from innet.results.files import NewFolder, make_output_folder
 from innet.results.record import JsonObject, RunRecord
 
 
-def run_point(argv: list[str], out: str) -> RunRecord:
-    """One point's run record, run as ``innet run ARGV --out OUT`` would (its files written into ``out``)."""
+def run_point(options: dict[str, Any], out: str) -> RunRecord:
+    """One point's run record, its files written into ``out``."""
     try:
-        return run(**cli.parse_options([*argv, "--no-plots", "--out", out])).runs[0]
+        return run(**options, plots=False, out=out).runs[0]
     except UserError as exc:
-        raise UserError(f"innet run {' '.join(argv)}: {exc.render(cli.flag)}") from None
-
-
-def command(argv: list[str]) -> str:
-    return "innet run " + " ".join(argv)
+        raise UserError(f"{command_of(options)}: {exc}") from None
 
 
 def reproduce(experiment: Experiment, backend: str = "local", quick: bool = False, out: str | None = None) -> list[str]:
@@ -36,28 +33,27 @@ def reproduce(experiment: Experiment, backend: str = "local", quick: bool = Fals
     out = make_output_folder(out or NewFolder(os.path.join("results", f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}")))
     values = experiment.quick if quick else experiment.values
     points = [(s, v) for v in values for s in experiment.series]
-    done: dict[tuple[str, ...], RunRecord] = {}  # a series that does not sweep runs once
+    done: dict[tuple[tuple[str, str], ...], RunRecord] = {}  # a series that does not sweep runs once
     rows: list[Row] = []
     with tqdm(points, unit="point", file=sys.stderr, dynamic_ncols=True) as bar:
         for series, value in bar:
-            argv = ["--backend", backend, *argv_of(experiment.flags(series, value))]
-            bar.set_postfix_str(f"{experiment.flag}={value} {series}")
-            key = tuple(argv)
+            options = {"backend": backend, **experiment.options(series, value)}
+            bar.set_postfix_str(f"{experiment.option}={value} {series}")
+            key = tuple(sorted((k, repr(v)) for k, v in options.items()))
             if key not in done:
                 try:
-                    done[key] = run_point(argv, os.path.join(out, "runs", f"{series}-{_slug(value)}"))
+                    done[key] = run_point(options, os.path.join(out, "runs", f"{series}-{_slug(value)}"))
                 except UserError as exc:
                     if not rows:
                         raise
-                    raise UserError(f"{exc.render(lambda n: '{' + n + '}')}; the {len(rows)} point(s) before it are "
-                                    f"in {os.path.join(out, 'points.csv')}") from None
-            rows.append(_row(experiment, series, value, done[key].to_json(), command(argv)))
+                    raise UserError(f"{exc}; the {len(rows)} point(s) before it are in {os.path.join(out, 'points.csv')}") from None
+            rows.append(_row(experiment, series, value, done[key].to_json(), command_of(options)))
             write_outputs(experiment, rows_with_ratios(experiment, rows), out, plot=False)  # each point kept as it comes
     return write_outputs(experiment, rows_with_ratios(experiment, rows), out)
 
 
 def _row(experiment: Experiment, series: str, value: Value, record: JsonObject, cmd: str) -> Row:
-    row: Row = {"series": series, experiment.flag: value}
+    row: Row = {"series": series, experiment.option: value}
     row.update({m: metric(record, m) for m in experiment.metrics})
     row.update(correct=record["correct"], command=cmd)
     return row

@@ -34,11 +34,11 @@ LABELS: dict[str, tuple[str, float]] = {
     "delay": ("latency per link (s)", 1.0),
     "elements": ("tensor length (elements)", 1.0),
     "workers": ("workers (hosts)", 1.0),
-    "hosts-per-rack": ("workers per rack", 1.0),
+    "hosts_per_rack": ("workers per rack", 1.0),
     "jobs": ("jobs sharing the network", 1.0),
     "staleness": ("staleness bound (iterations)", 1.0),
     "topk": ("density (fraction of the gradient sent)", 1.0),
-    "compute-scale": ("compute per iteration (× the workload's)", 1.0),
+    "compute_scale": ("compute per iteration (× the workload's)", 1.0),
     "workload": ("model trained (workload)", 1.0),
     "background": ("background traffic (pattern: load)", 1.0),
 }
