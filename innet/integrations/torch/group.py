@@ -134,6 +134,7 @@ class InnetGroup(Calls):
         self.plane: Runner | Client = Runner(store, size, self._run) if rank == 0 else Client(store, rank)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="innet") if self.switches else None  # in order
         self.pending: set[torch.futures.Future[Any]] = set()  # the calls in flight, for shutdown
+        self.side_pending = []
         self.lock = threading.Lock()
         self.innet_name = ""  # torch's name of the group (``keeps_its_name``)
         self.watched = watch.watched(size)  # under innet launch: each call said in the launcher's store
@@ -234,15 +235,23 @@ class InnetGroup(Calls):
     def _side(self, what: str, method: str, collective: bool, *args: Any, **kwargs: Any) -> Any:
         """``what`` handed to the side plane's gloo group (``method``): its Work; a collective's said to the watch."""
         side_plane_warning(what)
-        if not (collective and self.watched):
+        if not collective:
             return getattr(self.side, method)(*args, **kwargs)
         rank = self.rank()
-        watch.entered(rank)
+        if self.watched:
+            watch.entered(rank)
         work = getattr(self.side, method)(*args, **kwargs)
         try:
-            work.get_future().then(lambda _: watch.left(rank))
+            future = work.get_future()
         except RuntimeError:  # gloo gives this call no future: said to have left now
-            watch.left(rank)
+            future = None
+        if future is not None:
+            self.side_pending[:] = [f for f in self.side_pending if not f.done()] + [future]
+        if self.watched:
+            if future is None:
+                watch.left(rank)
+            else:
+                future.then(lambda _: watch.left(rank))
         return work
 
     def shutdown(self) -> None:

@@ -65,6 +65,7 @@ class Calls(dist.ProcessGroup):
 
     _collective: Callable[..., InnetWork]
     _side: Callable[..., Any]
+    side_pending: list[torch.futures.Future[Any]]  # the side plane's collectives since the last barrier
 
     @staticmethod
     def _reducible(tensor: torch.Tensor, op: str, name: str) -> bool:
@@ -90,7 +91,7 @@ class Calls(dist.ProcessGroup):
             return self._side("allreduce_coalesced", "allreduce_coalesced", True, tensors, opts)
         return self._last([self._collective("allreduce", t, reduce_op) for t in tensors], tensors)
 
-    def reduce(self, tensors: Any, opts: Any = None, root: Any = None, op: Any = None, timeout: Any = None) -> Any:  # type: ignore[override]
+    def reduce(self, tensors: Any, opts: Any = None, op: Any = None, timeout: Any = None, root: Any = None) -> Any:  # type: ignore[override]
         tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
         opts = options(dist.ReduceOptions, opts if not isinstance(opts, int) else None,
                        rootRank=opts if isinstance(opts, int) else root, reduceOp=op, timeout=timeout)
@@ -107,7 +108,10 @@ class Calls(dist.ProcessGroup):
         return self._collective("broadcast", source, "bits", opts.rootRank, into=tensors, result=tensors)
 
     def barrier(self, opts: Any = None) -> InnetWork:
-        return self._collective("barrier", torch.zeros(1), into=[], result=[])
+        """Through the network, and (as gloo's) not done before the side plane's collectives made before it."""
+        work = self._collective("barrier", torch.zeros(1), into=[], result=[])
+        before, self.side_pending[:] = list(self.side_pending), []
+        return self._last([work, *(InnetWork(f) for f in before)], []) if before else work
 
     def reduce_scatter_single(self, output: torch.Tensor, tensor: torch.Tensor, opts: Any = None) -> InnetWork:
         """``reduce_scatter_tensor``."""
