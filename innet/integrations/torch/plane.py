@@ -106,8 +106,8 @@ def listen_address() -> str:
 
 
 class Client:
-    """A rank's (not rank 0's) end: its calls go out in order, as many a message as are waiting; each result ends
-    its call (``Done``), in order."""
+    """A rank's (not rank 0's) end: its calls go out in order, from the callers' threads, as many a message as
+    were made while the last was being sent; each result ends its call (``Done``), in order."""
 
     def __init__(self, store: Any, rank: int) -> None:
         host, port = store.get(KEY).decode().rsplit(":", 1)
@@ -118,30 +118,33 @@ class Client:
         self.outbox: deque[tuple[Call, np.ndarray]] = deque()
         self.waiting: deque[Done] = deque()
         self.closed = ""  # why no more calls can end (the connection's end)
-        threading.Thread(target=self._send, name=f"innet-calls-out{rank}", daemon=True).start()
+        self.sending = False  # a caller is sending: the calls made meanwhile go with its next message
         threading.Thread(target=self._receive, name=f"innet-calls-in{rank}", daemon=True).start()
 
     def submit(self, call: Call, values: np.ndarray, done: Done) -> None:
+        """Send the call, with those made while this rank was sending (a caller that finds a send under way leaves
+        its call to it)."""
         with self.lock:
             if self.closed:
                 done(Result(error=self.closed), None)
                 return
             self.outbox.append((call, values))
             self.waiting.append(done)
-            self.lock.notify_all()
-
-    def _send(self) -> None:
+            if self.sending:
+                return
+            self.sending = True
         while True:
             with self.lock:
-                while not self.outbox and not self.closed:
-                    self.lock.wait()
-                if self.closed:
-                    return
                 batch = list(self.outbox)
                 self.outbox.clear()
+                if not batch or self.closed:
+                    self.sending = False
+                    return
             try:
                 send_message(self.sock, [c for c, _ in batch], [v for _, v in batch])
             except OSError as exc:
+                with self.lock:
+                    self.sending = False
                 self._close(f"innet: the call plane to rank 0 failed: {exc}")
                 return
 
