@@ -15,7 +15,6 @@ being torch's piece r; the call's packets are as short as hold a piece in as few
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import networkx as nx
@@ -23,12 +22,16 @@ import numpy as np
 
 from innet.backends.local.run import LocalRun
 from innet.hosts.worker.process import WorkerProcess
+from innet.integrations.torch.programs import PROD_FILE, XOR_FILE
 from innet.planning.spec import RunSpec, program_of
+from innet.schemes.modes import RunPlan, plan_run
+from innet.switch.program import SwitchProgram
 from innet.wire import fixedpoint
 from innet.wire.collectives import COLLECTIVES
 
 PROGRAMS = {"sum": "sum_allreduce", "avg": "sum_allreduce", "min": "min_allreduce", "max": "max_allreduce",
-            "bor": "or_allreduce", "band": "and_allreduce", "bits": "or_allreduce"}
+            "bor": "or_allreduce", "band": "and_allreduce", "bits": "or_allreduce",
+            "prod": PROD_FILE, "bxor": XOR_FILE}
 EXACT_FLOAT = 2**24  # integers a float32 holds exactly: fixed point carries an integer sum below it unrounded
 
 
@@ -40,6 +43,8 @@ class Tally:
     virtual_s: float = 0.0
     calls: Counter[str] = field(default_factory=Counter)
     side_plane: set[str] = field(default_factory=set)  # the calls that went over the side plane instead
+    fused: int = 0  # of ``calls``, small all-reduces that travelled together with others (batch.fuse)
+    fusions: int = 0  # the collectives they travelled in
 
     def add(self, other: Tally) -> None:
         """Add ``other``'s counts to these."""
@@ -47,13 +52,15 @@ class Tally:
         self.virtual_s += other.virtual_s
         self.calls.update(other.calls)
         self.side_plane.update(other.side_plane)
+        self.fused += other.fused
+        self.fusions += other.fusions
 
 
 def exact_ints(tensors: list[np.ndarray], op: str) -> bool:
     """Whether integer ``tensors`` reduce exactly on the wire with ``op``: bit operators on int32 values; sums,
     minima and maxima whose fixed-point scale is whole (no bit dropped) and whose every partial result a float32
     holds exactly."""
-    if op in ("bor", "band"):
+    if op in ("bor", "band", "bxor"):
         return all(np.all((t >= -(2**31)) & (t < 2**31)) for t in tensors)
     q = max(fixedpoint.magnitude_exponent(t.astype(np.float64)) for t in tensors)
     bound = sum(int(np.abs(t.astype(np.int64)).max(initial=0)) for t in tensors)
@@ -92,23 +99,35 @@ def unpadded(whole: np.ndarray, pieces: int, piece: int) -> np.ndarray:
 
 
 class FabricCollectives:
-    """Rank 0's fabric: ``graph`` and ``run`` (topology, mode, faults), one ``LocalRun`` per collective call."""
+    """Rank 0's fabric: ``graph`` and ``run`` (topology, mode, faults), one ``LocalRun`` per collective call; each
+    shape of call (collective, operator, root, length, packet) planned once."""
 
     def __init__(self, graph: nx.Graph, run: RunSpec) -> None:
         self.graph, self.run = graph, run
         self.tally = Tally()
         self.per_packet = program_of(run).elements  # the job's values a packet
+        self._planned: dict[tuple[object, ...], tuple[RunSpec, RunPlan, type[SwitchProgram]]] = {}
 
-    def collective(self, name: str, op: str, inputs: list[np.ndarray], root: int = 0, per_packet: int = 0) -> list[np.ndarray]:
+    def _plan(self, name: str, op: str, root: int, workers: int, elements: int,
+              per_packet: int) -> tuple[RunSpec, RunPlan, type[SwitchProgram]]:
+        key = (name, op, root, workers, elements, per_packet, self.run)
+        if key not in self._planned:
+            run = replace(self.run, collective=name, root=root, program=PROGRAMS[op], workers=workers, elements=elements,
+                          iterations=1, packet_elements=per_packet or self.run.packet_elements)
+            rp = plan_run(self.graph, run, program_of(run))
+            self._planned[key] = (run, rp, program_of(run, rp.fan_in))
+        return self._planned[key]
+
+    def collective(self, name: str, op: str, inputs: list[np.ndarray], root: int = 0, per_packet: int = 0,
+                   planned: int = 0) -> list[np.ndarray]:
         """Every rank's result of collective ``name`` (innet.wire.collectives) with operator ``op`` over ``inputs``
-        (rank r's flat numpy array at r), ``per_packet`` values a packet (default: the run's): the whole result for
-        each rank, its own part for routed collectives being assembled from the parts each rank received."""
-        run = replace(self.run, collective=name, root=root, program=PROGRAMS[op], workers=len(inputs),
-                      elements=max(1, len(inputs[0])), iterations=1, packet_elements=per_packet or self.run.packet_elements)
-        local = LocalRun(self.graph, run, given={r: [t] for r, t in enumerate(inputs)})
+        (rank r's flat numpy array at r), ``per_packet`` values a packet (default: the run's), planned as a call of
+        ``planned`` values (default: its own): the whole result for each rank, its own part for routed collectives
+        being assembled from the parts each rank received."""
+        run, rp, program = self._plan(name, op, root, len(inputs), max(1, planned or len(inputs[0])), per_packet)
+        local = LocalRun(self.graph, run, given={r: [t] for r, t in enumerate(inputs)}, planned=rp, program=program)
         self.tally.virtual_s += local.fabric.run()
         self.tally.link_bytes.update(local.fabric.link_bytes())
-        self.tally.calls[name] += 1
         procs = sorted((p for p in local.procs if isinstance(p, WorkerProcess)), key=lambda p: p.spec.rank)
         for proc in procs:
             failed = proc.error or proc.calls[-1].error
@@ -121,56 +140,3 @@ class FabricCollectives:
                                     for r, v in enumerate(values)])
             values = [whole for _ in values]
         return values
-
-
-UFUNCS = {"sum": np.add, "avg": np.add, "min": np.minimum, "max": np.maximum, "band": np.bitwise_and, "bor": np.bitwise_or}
-
-
-def served(dtype: np.dtype, op: str, inputs: list[np.ndarray]) -> bool:
-    """Whether the wire reduces ``inputs`` with ``op`` as torch would: floats by fixed point (not the bit operators),
-    integers exactly (``exact_ints``; no average, whose integer rounding torch leaves to the backend)."""
-    if dtype.kind == "f" and dtype.itemsize >= 4:
-        return op in ("sum", "avg", "min", "max")
-    return dtype.kind in "iu" and op != "avg" and exact_ints(inputs, op)
-
-
-def compute(fabric: FabricCollectives | None, name: str, op: str, inputs: list[np.ndarray], root: int,
-            warn: Callable[[str], None]) -> list[np.ndarray]:
-    """Every rank's result (each of one length and ``inputs``' dtype) of torch collective ``name``: allreduce,
-    reduce_scatter and reduce (the whole reduction: each rank takes its part), all_gather (the concatenation),
-    broadcast (the root's), barrier. What the wire cannot carry (with no ``fabric``: anything) is done here, after
-    ``warn`` names it."""
-    dtype, size = inputs[0].dtype, len(inputs)
-    if name in ("all_gather", "broadcast"):
-        if fabric is None:
-            warn(name)
-            return [np.concatenate(inputs) if name == "all_gather" else inputs[root]] * size
-        if name == "broadcast":
-            return [from_words(g, inputs[root], len(inputs[root]))
-                    for g in fabric.collective(name, "bits", [as_words(x) for x in inputs], root)]
-        words = np.stack([as_words(x) for x in inputs])
-        short = unit(words.shape[1], fabric.per_packet)
-        got = fabric.collective(name, "bits", [padded(words, short)] * size, root, short)  # each rank sends its piece
-        return [np.concatenate([from_words(row, inputs[0], len(inputs[0])) for row in g.reshape(size, -1)]) for g in got]
-    if name == "barrier":
-        if fabric is None:
-            warn(name)
-        else:
-            fabric.collective(name, "sum", [np.zeros(1, np.float32)] * size)
-        return list(inputs)
-    if fabric is None or not served(dtype, op, inputs):
-        warn(f"{name} ReduceOp.{op.upper()} on {dtype}")
-        exact = UFUNCS[op].reduce(np.stack(inputs), axis=0)
-        total = exact / size if op == "avg" else exact
-        return [np.asarray(total).astype(dtype) for _ in inputs]
-    wire = [x.astype(np.int32 if op in ("bor", "band") else np.float32) for x in inputs]
-    if name == "reduce_scatter":  # torch's pieces, each in whole packets of its own
-        piece = len(inputs[0]) // size
-        short = unit(piece, fabric.per_packet)
-        got = [unpadded(g, size, piece) for g in fabric.collective(
-            name, op, [padded(x.reshape(size, piece), short) for x in wire], root, short)]
-    else:
-        got = fabric.collective(name, op, wire, root)
-    if dtype.kind in "iu":
-        return [np.rint(g).astype(dtype) if g.dtype.kind == "f" else g.astype(dtype) for g in got]
-    return [(g / size if op == "avg" else g).astype(dtype) for g in got]

@@ -1,17 +1,22 @@
 """torch.distributed's backend "innet": a process group whose collectives run through the emulated network.
 
 ``import innet.torch`` registers it; ``dist.init_process_group("innet")`` (or ``dist.new_group(backend="innet")``)
-makes an ``InnetGroup``. Each collective call goes, in the order the ranks issue it, to one worker thread per group
-(its ``Work`` is real: ``wait()`` blocks on the call's future); there every rank hands its tensor to the group's
-rank 0 over a TCP side plane (an internal gloo group on the same store), rank 0 runs the collective on the fabric
-(innet.integrations.torch.fabric: the run's topology, scheme and faults) and hands each rank its result back.
-Under ``innet launch`` on Mininet, the world's group runs what the switches' sum program serves from every rank's
-own host instead (innet.integrations.torch.switches), and only the rest through rank 0 over the side plane.
+makes an ``InnetGroup``. Each collective call returns a real ``Work`` at once (``wait()`` blocks on its future,
+whose value is what gloo's holds) and goes, in the order the rank makes them, over the group's call plane to its
+rank 0 (innet.integrations.torch.plane: one TCP connection per rank, the calls waiting at a rank sent in one
+message). Rank 0 runs each call once every rank has made it, on the fabric (innet.integrations.torch.batch and
+fabric: the run's topology, scheme and faults; small all-reduces in flight together fused), and hands each rank
+its result. Under ``innet launch`` on Mininet the world's group runs what the switches' sum program serves from
+every rank's own host instead (innet.integrations.torch.switches), in order on one thread, and the rest through
+rank 0.
 
-Served through the network: all_reduce (SUM, AVG, MIN, MAX on floats by fixed point; SUM, MIN, MAX, BAND, BOR on
-integers exactly), reduce_scatter_tensor, all_gather_into_tensor, all_gather (lists), broadcast, reduce, barrier.
-Everything else (all_to_all, send/recv, gather, scatter, ...) and what the wire cannot carry exactly (integers too
-large for it, half floats) goes over the side plane, with a warning naming it once.
+Served through the network: all_reduce and reduce (SUM, AVG, MIN, MAX on floats by fixed point; SUM, MIN, MAX,
+BAND, BOR, BXOR, PRODUCT on integers exactly), reduce_scatter_tensor, all_gather_into_tensor, all_gather (lists),
+broadcast, barrier, and their coalesced forms. Rank 0 reduces what the wire cannot carry exactly for the values
+given (integers too large for it), with a warning naming it once. What it cannot carry whatever the values (sparse
+tensors, half floats, a float PRODUCT) and the calls innet does not serve (all_to_all, send/recv, gather,
+scatter, ...) go to the side plane, a gloo group on the same store, itself: gloo's own Work, values and
+progress (sends and receives independent of each other and of the innet calls), with a warning naming it once.
 """
 
 from __future__ import annotations
@@ -19,12 +24,12 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import threading
 import warnings
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import timedelta
-from functools import partial
 from typing import Any
 
 import networkx as nx
@@ -33,7 +38,11 @@ import torch
 import torch.distributed as dist
 
 from innet.integrations.torch import watch
-from innet.integrations.torch.fabric import FabricCollectives, Tally, compute
+from innet.integrations.torch.batch import Inputs, Taken, compute_batch
+from innet.integrations.torch.fabric import FabricCollectives, Tally
+from innet.integrations.torch.forms import flat, tensor_of
+from innet.integrations.torch.methods import Calls, InnetWork
+from innet.integrations.torch.plane import Call, Client, Result, Runner
 from innet.integrations.torch.switches import SwitchCollectives, serves
 from innet.node import codec
 from innet.node.client import AllreduceClient
@@ -54,7 +63,6 @@ def check_torch(version: str) -> None:
 
 check_torch(torch.__version__)
 
-OPS = {"SUM": "sum", "AVG": "avg", "MIN": "min", "MAX": "max", "BAND": "band", "BOR": "bor"}
 _warned: set[str] = set()
 _client_taken: list[str] = []  # the worker client's configuration, once a group has it
 
@@ -65,24 +73,6 @@ def side_plane_warning(what: str) -> None:
         _warned.add(what)
         warnings.warn(f"innet: {what} is not served through the emulated network: it goes over the TCP side plane",
                       stacklevel=3)
-
-
-class InnetWork(dist.Work):
-    """A collective in flight: ``wait()`` until its future has a result (raising its error, if any)."""
-
-    def __init__(self, future: torch.futures.Future[Any]) -> None:
-        super().__init__()
-        self.future = future
-
-    def wait(self, timeout: timedelta | None = None) -> bool:
-        self.future.wait()
-        return True
-
-    def is_completed(self) -> bool:
-        return self.future.done()
-
-    def get_future(self) -> torch.futures.Future[Any]:
-        return self.future
 
 
 def _fabric_of(size: int) -> FabricCollectives:
@@ -103,7 +93,7 @@ def _fabric_of(size: int) -> FabricCollectives:
 def _switches_of(path: str, rank: int, size: int) -> SwitchCollectives | None:
     """This rank's collectives through the switches, with the worker client on its Mininet host's interface
     (innet.integrations.torch.mininet.ClientConf): for the first group of the whole world only (the client is the
-    job's one worker; later groups take the side plane)."""
+    job's one worker; later groups go through rank 0)."""
     from innet.integrations.torch.mininet import ClientConf
 
     if size != int(os.environ.get("WORLD_SIZE", size)) or _client_taken:
@@ -111,17 +101,6 @@ def _switches_of(path: str, rank: int, size: int) -> SwitchCollectives | None:
     _client_taken.append(path)
     conf = read(ClientConf, path)
     return SwitchCollectives(AllreduceClient(conf.spec, conf.iface, conf.mode, list(conf.ring), conf.faults), rank, size)
-
-
-def _side_call(what: str, method: str = "") -> Callable[..., InnetWork]:
-    """A process group method that sends ``what`` over the side plane (the gloo group's ``method``, default the
-    same name)."""
-
-    def call(self: InnetGroup, *args: Any) -> InnetWork:
-        return self._side(what, *args, method=method)
-
-    call.__name__ = what
-    return call
 
 
 def keeps_its_name(cls: type[dist.ProcessGroup]) -> type[dist.ProcessGroup]:
@@ -140,7 +119,7 @@ def keeps_its_name(cls: type[dist.ProcessGroup]) -> type[dist.ProcessGroup]:
 
 
 @keeps_its_name
-class InnetGroup(dist.ProcessGroup):
+class InnetGroup(Calls):
     """The backend's process group (see module doc). ``mode``: the scheme its collectives run as (innet, pbox or
     ring), the launcher's ``--mode`` unless ``innet.torch.set_mode`` says otherwise."""
 
@@ -152,134 +131,141 @@ class InnetGroup(dist.ProcessGroup):
         self.fabric = _fabric_of(size) if rank == 0 and not on_mininet else None
         self.tally: Tally | None = self.fabric.tally if self.fabric else Tally() if rank == 0 else None
         self.mode = self.fabric.run.mode if self.fabric and self.fabric.run.mode in MODES else "innet"
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="innet")
+        self.plane: Runner | Client = Runner(store, size, self._run) if rank == 0 else Client(store, rank)
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="innet") if self.switches else None  # in order
+        self.pending: set[torch.futures.Future[Any]] = set()  # the calls in flight, for shutdown
+        self.side_pending = []
+        self.lock = threading.Lock()
         self.innet_name = ""  # torch's name of the group (``keeps_its_name``)
         self.watched = watch.watched(size)  # under innet launch: each call said in the launcher's store
         if self.tally is not None:  # a script that never destroys its group still has its bytes counted
             atexit.register(self.shutdown)
 
-    # -- the calls, in order, on the group's worker thread --------------------------------------------------
-    def _submit(self, call: Callable[[], None], result: Any) -> InnetWork:
-        future: torch.futures.Future[Any] = torch.futures.Future()
+    def getBackendName(self) -> str:  # noqa: N802 (torch's name: DDP's logging and ``ProcessGroup.name()`` read it)
+        return "innet"
 
-        def run() -> None:
+    # -- rank 0: every rank's calls, run ----------------------------------------------------------------------
+    def _run(self, batch: list[list[tuple[Call, np.ndarray]]]) -> list[list[tuple[Result, np.ndarray | None]]]:
+        if self.fabric is not None and self.fabric.run.mode != self.mode:
+            self.fabric.run = replace(self.fabric.run, mode=self.mode)
+        calls: list[tuple[str, str, int, Inputs]] = []
+        differ: dict[int, str] = {}
+        for i, ranks in enumerate(batch):
+            first = ranks[0][0]
+            odd = next((r for r, (c, _) in enumerate(ranks) if c != replace(first, count=c.count)
+                        or (c.count != first.count and first.name != "barrier")), None)
+            if odd is not None:
+                differ[i] = f"innet: the ranks' calls differ: rank 0 {first}, rank {odd} {ranks[odd][0]}"
+            calls.append((first.name, first.op, first.root, [v for _, v in ranks]))
+        done = iter(compute_batch(self.fabric, [c for i, c in enumerate(calls) if i not in differ], side_plane_warning))
+        out: list[list[tuple[Result, np.ndarray | None]]] = []
+        for i, ranks in enumerate(batch):
+            taken: Taken | Exception = RuntimeError(differ[i]) if i in differ else next(done)
+            if isinstance(taken, Exception):
+                out.append([(Result(error=str(taken)), None)] * len(ranks))
+            else:
+                out.append([(Result(), None) if v is None else (Result(v.dtype.str, v.size), v) for v in taken])
+        return out
+
+    # -- every rank: a call ----------------------------------------------------------------------------------
+    def _collective(self, name: str, tensor: torch.Tensor, op: str = "sum", root: int = 0,
+                    into: list[torch.Tensor] | None = None, result: Any = None,
+                    place: Callable[[np.ndarray], None] | None = None) -> InnetWork:
+        """Run ``name`` on ``tensor``; the result this rank takes into each of ``into`` (default ``tensor``), or
+        handed to ``place``; the future's value ``result`` (default ``[tensor]``)."""
+        targets = [tensor] if into is None else into
+        mine = flat(tensor)
+        future: torch.futures.Future[Any] = torch.futures.Future()
+        rank = self.rank()
+        if self.watched:
+            watch.entered(rank)
+
+        def done(res: Result, got: np.ndarray | None) -> None:
             try:
-                if self.watched:
-                    watch.entered(self.rank())
-                call()
+                if res.error:
+                    raise RuntimeError(res.error)
+                if got is not None:
+                    with torch.no_grad():
+                        if place is not None:
+                            place(got)
+                        for target in targets if place is None else []:
+                            target.copy_(tensor_of(got, target))
             except Exception as exc:  # noqa: BLE001 (the caller's wait() raises it)
                 future.set_exception(exc)
             else:
-                future.set_result(result)
+                future.set_result([tensor] if result is None else result)
             finally:
+                with self.lock:
+                    self.pending.discard(future)
                 if self.watched:
-                    watch.left(self.rank())
+                    watch.left(rank)
 
-        self.pool.submit(run)
+        with self.lock:
+            self.pending.add(future)
+        call = Call(name, op, root, mine.dtype.str, mine.size)
+        if self.pool is not None:
+            self.pool.submit(self._through_switches, call, mine, done)
+        else:
+            self.plane.submit(call, mine, done)
         return InnetWork(future)
 
-    def _exchange(self, name: str, op: str, mine: np.ndarray, out_len: int, root: int = 0) -> np.ndarray:
-        """Hand rank 0 this rank's flat ``mine``; rank 0 computes every rank's result (``out_len`` values each, of
-        ``mine``'s dtype) on the fabric and hands each back; this rank's result."""
-        size, rank = self.size(), self.rank()
-        kind = torch.from_numpy(mine[:0]).dtype
-        if rank != 0:
-            self.side.send([torch.from_numpy(mine)], 0, 0).wait()
-            out = torch.empty(out_len, dtype=kind)
-            self.side.recv([out], 0, 0).wait()
-            return out.numpy()
-        inputs = [mine]
-        for r in range(1, size):
-            got = torch.empty(len(mine), dtype=kind)
-            self.side.recv([got], r, 0).wait()
-            inputs.append(got.numpy())
-        if self.fabric is not None:
-            self.fabric.run = replace(self.fabric.run, mode=self.mode)
-        results = compute(self.fabric, name, op, inputs, root, side_plane_warning)
-        for r in range(1, size):
-            self.side.send([torch.from_numpy(np.ascontiguousarray(results[r]))], r, 0).wait()
-        return results[0]
+    def _through_switches(self, call: Call, mine: np.ndarray, done: Callable[[Result, np.ndarray | None], None]) -> None:
+        """On Mininet, in order on the group's thread: what the switches serve from this rank's host, the rest
+        through rank 0 (waited for, so that the calls end in order)."""
+        assert self.switches is not None
+        if not serves(call.name, call.op, mine.dtype):
+            ended = threading.Event()
 
-    def _collective(self, name: str, tensor: torch.Tensor, op: str = "sum", root: int = 0, into: torch.Tensor | None = None,
-                    result: Any = None) -> InnetWork:
-        """Run ``name`` on ``tensor``; the result (sliced to this rank's part for reduce_scatter) into ``into``
-        (default ``tensor``); rank ``root`` alone takes a reduce's."""
-        target = tensor if into is None else into
+            def end(res: Result, got: np.ndarray | None) -> None:
+                done(res, got)
+                ended.set()
 
-        def call() -> None:
-            mine = np.ascontiguousarray(tensor.detach().reshape(-1).numpy())
-            got: np.ndarray | None
-            if self.switches is not None and serves(name, op, mine.dtype):
-                got = self.switches.run(name, op, mine, root)
-                if self.tally is not None:
-                    self.tally.calls[name] += 1
-            else:
-                got = self._exchange(name, op, mine, mine.size * (self.size() if name == "all_gather" else 1), root)
-                if name == "reduce_scatter":
-                    got = np.split(got, self.size())[self.rank()]
-                elif name == "reduce" and self.rank() != root:
-                    got = None
-            if got is not None:
-                with torch.no_grad():
-                    target.copy_(torch.from_numpy(got).view_as(target))
+            self.plane.submit(call, mine, end)
+            ended.wait()
+            return
+        try:
+            got = self.switches.run(call.name, call.op, mine, call.root)
+            if self.tally is not None:
+                self.tally.calls[call.name] += 1
+        except Exception as exc:  # noqa: BLE001
+            done(Result(error=str(exc)), None)
+        else:
+            done(Result(), None if got is None or call.name == "barrier" else got)
 
-        return self._submit(call, [target] if result is None else result)
-
-    # -- torch's collectives --------------------------------------------------------------------------------
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> InnetWork:  # type: ignore[override]
-        return self._many("allreduce", tensors, _op(opts))
-
-    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> InnetWork:  # type: ignore[override]
-        return self._many("reduce", tensors, _op(opts), opts.rootRank)
-
-    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> InnetWork:  # type: ignore[override]
-        return self._many("broadcast", tensors, "bits", opts.rootRank)
-
-    def barrier(self, opts: Any = None) -> InnetWork:
-        return self._collective("barrier", torch.zeros(1), result=[])
-
-    def reduce_scatter_single(self, output: torch.Tensor, tensor: torch.Tensor, opts: Any = None) -> InnetWork:
-        """``reduce_scatter_tensor``."""
-        return self._collective("reduce_scatter", tensor, _op(opts), into=output, result=[output])
-
-    def all_gather_single(self, output: torch.Tensor, tensor: torch.Tensor, opts: Any = None) -> InnetWork:
-        """``all_gather_into_tensor``."""
-        return self._collective("all_gather", tensor, "bits", into=output, result=[output])
-
-    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> InnetWork:  # type: ignore[override]
-        """All-gather of lists: each input gathered whole, then cut into the output list."""
-        for out, tensor in zip(outputs, inputs, strict=True):
-            whole = torch.empty(len(out) * tensor.numel(), dtype=tensor.dtype)
-            self._collective("all_gather", tensor, "bits", into=whole, result=whole)
-            self._submit(partial(_cut, whole, out), None)
-        return self._submit(lambda: None, outputs)
-
-    def _many(self, name: str, tensors: list[torch.Tensor], op: str, root: int = 0) -> InnetWork:
-        for tensor in tensors[:-1]:
-            self._collective(name, tensor, op, root)
-        return self._collective(name, tensors[-1], op, root, result=tensors)
-
-    def _side(self, what: str, *args: Any, method: str = "") -> InnetWork:
-        """``what`` over the side plane: the gloo group's ``method`` (default: the same name), in order."""
+    def _side(self, what: str, method: str, collective: bool, *args: Any, **kwargs: Any) -> Any:
+        """``what`` handed to the side plane's gloo group (``method``): its Work; a collective's said to the watch."""
         side_plane_warning(what)
-        return self._submit(lambda: getattr(self.side, method or what)(*args).wait(), None)
-
-    # the calls innet does not serve: the side plane's, each with its one-time warning
-    all_to_all_single = _side_call("all_to_all_single", "alltoall_base")
-    alltoall_base = _side_call("alltoall_base")
-    alltoall = _side_call("alltoall")
-    send = _side_call("send")
-    recv = _side_call("recv")
-    recv_anysource = _side_call("recv_anysource")
-    gather = _side_call("gather")
-    scatter = _side_call("scatter")
-    reduce_scatter = _side_call("reduce_scatter")
-    allreduce_coalesced = _side_call("allreduce_coalesced")
-    allgather_coalesced = _side_call("allgather_coalesced")
+        if not collective:
+            return getattr(self.side, method)(*args, **kwargs)
+        rank = self.rank()
+        if self.watched:
+            watch.entered(rank)
+        work = getattr(self.side, method)(*args, **kwargs)
+        try:
+            future = work.get_future()
+        except RuntimeError:  # gloo gives this call no future: said to have left now
+            future = None
+        if future is not None:
+            self.side_pending[:] = [f for f in self.side_pending if not f.done()] + [future]
+        if self.watched:
+            if future is None:
+                watch.left(rank)
+            else:
+                future.then(lambda _: watch.left(rank))
+        return work
 
     def shutdown(self) -> None:
         """``destroy_process_group``: the calls in flight end, then rank 0 writes what its fabric counted."""
-        self.pool.shutdown(wait=True)
+        with self.lock:
+            pending = list(self.pending)
+        for future in pending:
+            try:
+                future.wait()
+            except Exception:  # noqa: BLE001 (its Work said so)
+                pass
+        if self.pool is not None:
+            self.pool.shutdown(wait=True)
+        self.plane.close()
         if self.tally is not None:
             write_tally(self.tally)
             self.tally = None
@@ -295,22 +281,6 @@ def write_tally(tally: Tally) -> None:
         tally.side_plane |= _warned
         with open(path, "a", encoding="utf-8") as fh:
             fh.write(json.dumps(codec.to_json(tally)) + "\n")
-
-
-def _cut(whole: torch.Tensor, parts: list[torch.Tensor]) -> None:
-    """``whole`` into the tensors ``parts``, in order."""
-    for part, piece in zip(parts, whole.chunk(len(parts)), strict=True):
-        part.copy_(piece.view_as(part))
-
-
-def _op(opts: Any) -> str:
-    """innet's name of the options' ``reduceOp`` (SUM when none given)."""
-    if opts is None:
-        return "sum"
-    for name, ours in OPS.items():
-        if opts.reduceOp == getattr(dist.ReduceOp, name):
-            return ours
-    raise ValueError(f"innet: {opts.reduceOp} is not a reduce operator innet serves ({', '.join(OPS)})")
 
 
 def set_mode(group: Any, mode: str) -> None:

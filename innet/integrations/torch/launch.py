@@ -107,7 +107,9 @@ def summary(graph: nx.Graph, run: RunSpec, tally: Tally, world: int, wall: float
     """What the launcher prints at the end: the collectives, bytes per tier and per link."""
     calls = ", ".join(f"{n} {c}" for n, c in sorted(tally.calls.items())) or "none (did the script use backend innet?)"
     virtual = f"; {tally.virtual_s:.3f} virtual seconds in them" if run.backend == "local" else ""
-    out = [f"innet launch: {world} ranks, {run.mode}, {wall:.1f} s; collectives through the network: {calls}{virtual}"]
+    fused = f" ({tally.fused} small all-reduces in {tally.fusions} fused collectives)" if tally.fused else ""
+    out = [f"innet launch: {world} ranks, {run.mode}, {wall:.1f} s; collectives through the network: {calls}{fused}"
+           f"{virtual}"]
     if tally.side_plane:
         counted = "counted on the links" if run.backend == "mininet" else "not counted"
         out.append(f"over the TCP side plane ({counted}): {', '.join(sorted(tally.side_plane))}")

@@ -4,8 +4,10 @@ names a rank that does not keep up.
 The launcher makes torch's rendezvous store itself (``Store``): a ``TCPStore`` server on a socket it bound to
 127.0.0.1 and keeps (the port is held from choice to use, and only this machine can reach it), and the ranks
 reach it as torchrun's agent store (TORCHELASTIC_USE_AGENT_STORE), as clients. Each rank says there when it has
-joined its process group (``init_process_group`` returned) and, in the innet backend's world group, when it enters
-and leaves each collective call. ``Store.hung`` reads that: a rank that has not joined within the start timeout,
+joined its process group (``init_process_group`` returned) and, in the innet backend's world group, how many
+collective calls it has entered and left (counted in the rank, published by a thread every ``PUBLISH_EVERY_S``
+when they changed: a rank making thousands of small calls pays no store round trip for each). ``Store.hung``
+reads that: a rank that has not joined within the start timeout,
 or has not entered a call others entered (or, all in it, the call has not finished) within the collective
 timeout, is named.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -22,7 +25,12 @@ from typing import Any
 WATCH = "INNET_WATCH"  # set by the launcher in every rank's environment: report to its store
 START_TIMEOUT_S = 120.0
 COLLECTIVE_TIMEOUT_S = 300.0
+PUBLISH_EVERY_S = 0.1
 _client: list[Any] = []  # this rank's store client, once made
+_counts = {"entered": 0, "left": 0}  # this rank's calls in the world's group (one rank per process)
+_published: dict[str, int] = {}
+_publisher: list[threading.Thread] = []
+_lock = threading.Lock()
 
 
 def _key(what: str, rank: int) -> str:
@@ -46,11 +54,31 @@ def watched(size: int) -> bool:
 
 
 def entered(rank: int) -> None:
-    _store().add(_key("entered", rank), 1)
+    _count("entered", rank)
 
 
 def left(rank: int) -> None:
-    _store().add(_key("left", rank), 1)
+    _count("left", rank)
+
+
+def _count(what: str, rank: int) -> None:
+    with _lock:
+        _counts[what] += 1
+        if not _publisher:
+            _publisher.append(threading.Thread(target=_publish, args=(rank,), name="innet-watch", daemon=True))
+            _publisher[0].start()
+
+
+def _publish(rank: int) -> None:
+    """Say this rank's counts in the store whenever they changed (until the process ends)."""
+    while True:
+        with _lock:
+            now = dict(_counts)
+        for what, n in now.items():
+            if _published.get(what) != n:
+                _store().set(_key(what, rank), str(n))
+                _published[what] = n
+        time.sleep(PUBLISH_EVERY_S)
 
 
 def install() -> None:
@@ -101,6 +129,10 @@ class Store:
         """The server stops, its socket closed."""
         del self.store
 
+    def _count(self, what: str, rank: int) -> int:
+        key = _key(what, rank)
+        return int(self.store.get(key)) if self.store.check([key]) else 0
+
     def hung(self, now: float | None = None) -> tuple[int, str] | None:
         """A rank that does not keep up, and how (None: all do)."""
         now = time.monotonic() if now is None else now
@@ -112,8 +144,8 @@ class Store:
             arrived = [self.store.check([_key("arrived", r)]) for r in ranks]  # the others wait for one that has not
             late = arrived.index(False) if not all(arrived) else joined.index(False)
             return late, f"did not join the process group within {self.start_timeout:g} s (--start-timeout)"
-        into = [int(self.store.add(_key("entered", r), 0)) for r in ranks]
-        out = [int(self.store.add(_key("left", r), 0)) for r in ranks]
+        into = [self._count("entered", r) for r in ranks]
+        out = [self._count("left", r) for r in ranks]
         top = max(into)
         for r in ranks:
             call, since = self._lagging.get(r, (top, now))

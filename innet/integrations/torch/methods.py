@@ -1,0 +1,187 @@
+"""The ``ProcessGroup`` methods torch calls on an ``innet`` group, in every form torch's own take (a list of tensors
+or one tensor; options objects, a ``ReduceOp``, ``root=``), each made of the group's two ways of running a call
+(``Calls``): through the network, or handed to the side plane's gloo. Futures hold what gloo's hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from innet.integrations.torch.batch import carried
+from innet.integrations.torch.forms import op_of, options, reducible, tensor_of, torch_name
+
+
+class InnetWork(dist.Work):
+    """A collective in flight: ``wait()`` until its future has a result (raising its error, if any)."""
+
+    def __init__(self, future: torch.futures.Future[Any]) -> None:
+        super().__init__()
+        self.future = future
+
+    def wait(self, timeout: timedelta | None = None) -> bool:
+        self.future.wait()
+        return True
+
+    def is_completed(self) -> bool:
+        return self.future.done()
+
+    def is_success(self) -> bool:
+        if not self.future.done():
+            return False
+        try:
+            self.future.value()
+        except Exception:  # noqa: BLE001
+            return False
+        return True
+
+    def result(self) -> Any:
+        return self.future.wait()
+
+    def get_future(self) -> torch.futures.Future[Any]:
+        return self.future
+
+
+def _side_call(what: str, method: str = "", collective: bool = True) -> Callable[..., Any]:
+    """A process group method that hands ``what`` to the side plane's gloo group (its ``method``, default the same
+    name), with every argument form gloo takes; its Work is gloo's."""
+
+    def call(self: Calls, *args: Any, **kwargs: Any) -> Any:
+        return self._side(what, method or what, collective, *args, **kwargs)
+
+    call.__name__ = what
+    return call
+
+
+class Calls(dist.ProcessGroup):
+    """The methods (see module doc); the group supplies ``_collective`` (through the network) and ``_side`` (the
+    side plane)."""
+
+    _collective: Callable[..., InnetWork]
+    _side: Callable[..., Any]
+    side_pending: list[torch.futures.Future[Any]]  # the side plane's collectives since the last barrier
+
+    @staticmethod
+    def _reducible(tensor: torch.Tensor, op: str, name: str) -> bool:
+        """Whether the network can carry ``name`` with ``op`` on ``tensor`` at all (else: the side plane)."""
+        dtype = reducible(tensor.dtype)
+        return not tensor.is_sparse and dtype is not None and carried(name, op, dtype)
+
+    def allreduce(self, tensors: Any, opts: Any = None, op: Any = None, timeout: Any = None) -> Any:  # type: ignore[override]
+        tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+        reduce_op = op_of(opts if op is None else op)
+        if not all(self._reducible(t, reduce_op, "allreduce") for t in tensors):
+            return self._side(f"allreduce ReduceOp.{torch_name(reduce_op)} of {_kind(tensors[0])}", "allreduce", True,
+                              tensors, options(dist.AllreduceOptions, opts, reduceOp=op, timeout=timeout))
+        if len(tensors) == 1:
+            return self._collective("allreduce", tensors[0], reduce_op)
+        total = torch.stack([t.detach() for t in tensors]).sum(0) if reduce_op in ("sum", "avg") else None
+        whole = total if total is not None else _fold(tensors, reduce_op)
+        return self._collective("allreduce", whole, reduce_op, into=tensors, result=tensors)
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> InnetWork:
+        reduce_op = op_of(opts)
+        if not all(self._reducible(t, reduce_op, "allreduce") for t in tensors):
+            return self._side("allreduce_coalesced", "allreduce_coalesced", True, tensors, opts)
+        return self._last([self._collective("allreduce", t, reduce_op) for t in tensors], tensors)
+
+    def reduce(self, tensors: Any, opts: Any = None, op: Any = None, timeout: Any = None, root: Any = None) -> Any:  # type: ignore[override]
+        tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+        opts = options(dist.ReduceOptions, opts if not isinstance(opts, int) else None,
+                       rootRank=opts if isinstance(opts, int) else root, reduceOp=op, timeout=timeout)
+        reduce_op = op_of(opts)
+        if len(tensors) != 1 or not self._reducible(tensors[0], reduce_op, "reduce"):
+            return self._side(f"reduce ReduceOp.{torch_name(reduce_op)} of {_kind(tensors[0])}", "reduce", True, tensors, opts)
+        return self._collective("reduce", tensors[0], reduce_op, opts.rootRank)
+
+    def broadcast(self, tensors: Any, opts: Any = None, root: Any = None, timeout: Any = None) -> Any:  # type: ignore[override]
+        tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+        opts = options(dist.BroadcastOptions, opts if not isinstance(opts, int) else None,
+                       rootRank=opts if isinstance(opts, int) else root, timeout=timeout)
+        source = tensors[opts.rootTensor]
+        return self._collective("broadcast", source, "bits", opts.rootRank, into=tensors, result=tensors)
+
+    def barrier(self, opts: Any = None) -> InnetWork:
+        """Through the network, and (as gloo's) not done before the side plane's collectives made before it."""
+        work = self._collective("barrier", torch.zeros(1), into=[], result=[])
+        before, self.side_pending[:] = list(self.side_pending), []
+        return self._last([work, *(InnetWork(f) for f in before)], []) if before else work
+
+    def reduce_scatter_single(self, output: torch.Tensor, tensor: torch.Tensor, opts: Any = None) -> InnetWork:
+        """``reduce_scatter_tensor``."""
+        reduce_op = op_of(opts)
+        if not self._reducible(tensor, reduce_op, "reduce_scatter"):
+            return self._side("reduce_scatter_tensor", "reduce_scatter_single", True, output, tensor, opts)
+        return self._collective("reduce_scatter", tensor, reduce_op, into=[output], result=[output])
+
+    def all_gather_single(self, output: torch.Tensor, tensor: torch.Tensor, opts: Any = None) -> InnetWork:
+        """``all_gather_into_tensor``: the future holds the output's pieces, rank by rank (as gloo's)."""
+        return self._collective("all_gather", tensor, "bits", into=[output], result=list(output.chunk(self.size())))
+
+    def reduce_scatter_tensor_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                        opts: Any = None) -> InnetWork:
+        works = [self.reduce_scatter_single(out, x, opts) for out, x in zip(outputs, inputs, strict=True)]
+        return self._last(works, outputs)
+
+    def allgather_into_tensor_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                        opts: Any = None) -> InnetWork:
+        """Each input gathered into its output; the future holds, rank by rank, that rank's piece of each (gloo's)."""
+        works = [self.all_gather_single(out, x, opts) for out, x in zip(outputs, inputs, strict=True)]
+        pieces = [list(out.chunk(self.size())) for out in outputs]
+        return self._last(works, [[p[r] for p in pieces] for r in range(self.size())])
+
+    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced  # type: ignore[assignment]
+    all_gather_single_coalesced = allgather_into_tensor_coalesced  # type: ignore[assignment]
+
+    def allgather(self, outputs: Any, inputs: Any, opts: Any = None) -> InnetWork:
+        """All-gather of lists: each input gathered whole, then cut into its output list; the future holds the
+        output tensors in one flat list (gloo's)."""
+        if isinstance(inputs, torch.Tensor):
+            outputs, inputs = [outputs], [inputs]
+        works = [self._collective("all_gather", tensor, "bits", place=partial(_cut, out), result=out)
+                 for out, tensor in zip(outputs, inputs, strict=True)]
+        return self._last(works, [t for out in outputs for t in out])
+
+    def _last(self, works: list[InnetWork], value: Any) -> InnetWork:
+        """One Work for ``works`` (made in order: the last ends last), its future holding ``value``."""
+        futures = [w.future for w in works]
+        return InnetWork(torch.futures.collect_all(futures).then(lambda f: ([x.wait() for x in f.wait()], value)[1]))
+
+    # the calls innet does not serve: the side plane's gloo, each with its one-time warning
+    all_to_all_single = _side_call("all_to_all_single", "alltoall_base")
+    alltoall_base = _side_call("alltoall_base")
+    alltoall = _side_call("alltoall")
+    send = _side_call("send", collective=False)
+    recv = _side_call("recv", collective=False)
+    recv_anysource = _side_call("recv_anysource", collective=False)
+    gather = _side_call("gather")
+    scatter = _side_call("scatter")
+    reduce_scatter = _side_call("reduce_scatter")
+    allgather_coalesced = _side_call("allgather_coalesced")
+    monitored_barrier = _side_call("monitored_barrier")
+
+
+def _cut(parts: list[torch.Tensor], whole: np.ndarray) -> None:
+    """A gathered ``whole`` into the tensors ``parts``, in order."""
+    for part, piece in zip(parts, np.split(whole, len(parts)), strict=True):
+        part.copy_(tensor_of(piece, part))
+
+
+def _kind(tensor: torch.Tensor) -> str:
+    return f"sparse {tensor.dtype}" if tensor.is_sparse else str(tensor.dtype).replace("torch.", "")
+
+
+def _fold(tensors: list[torch.Tensor], op: str) -> torch.Tensor:
+    """Several tensors of one rank folded into one with ``op`` (gloo reduces a list's tensors together)."""
+    fns = {"min": torch.minimum, "max": torch.maximum, "prod": torch.mul, "band": torch.bitwise_and,
+           "bor": torch.bitwise_or, "bxor": torch.bitwise_xor}
+    out = tensors[0].detach().clone()
+    for t in tensors[1:]:
+        out = fns[op](out, t)
+    return out
