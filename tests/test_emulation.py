@@ -205,15 +205,18 @@ def _start(out, *args):
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
-def _wait_for_state(proc, line_start="innet: all-reduce"):
-    """Read the runner's progress until it says ``line_start``; return its state record."""
-    for line in proc.stderr:
-        if line.startswith(line_start):
-            break
-    for _, state in state_records():
-        if state["runner"][0] == proc.pid:
-            return state
-    raise AssertionError(f"run {proc.pid} wrote no state file")
+def _wait_for_state(proc, phase="all-reduce", timeout=600, hosts=1):
+    """Wait until the run's own state record (innet.backends.mininet.cleanup) shows ``phase`` — "building": it is
+    written; "all-reduce": processes run in ``hosts`` worker hosts — and return it. The record says what
+    happened, not the run's words on stderr."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        for _, state in state_records():
+            if state["runner"][0] == proc.pid and (
+                    phase == "building" or sum(label.startswith("innet:h") for label in state["pids"]) >= hosts):
+                return state
+        time.sleep(0.05)
+    raise AssertionError(f"run {proc.pid} wrote no state record showing {phase} (exit {proc.poll()})")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])

@@ -79,7 +79,7 @@ def test_interrupts_at_random_points_leave_nothing_behind(tmp_path):
             time.sleep(rng.uniform(0.2, 1.0))
             state = None
         else:
-            state = _wait_for_state(proc, "innet: building" if n % 2 else "innet: all-reduce")
+            state = _wait_for_state(proc, "building" if n % 2 else "all-reduce")
             time.sleep(rng.uniform(0.0, 1.5))
         proc.send_signal(rng.choice([signal.SIGINT, signal.SIGTERM]))
         _, err = proc.communicate(timeout=60)
