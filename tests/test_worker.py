@@ -224,3 +224,26 @@ def test_a_chunk_still_in_the_hosts_queue_is_not_sent_again():
     assert call.window.left_at[[3, 4]].max() < due < call.window.left_at[[1, 7, 0]].min()
     assert [parse_frame(f).chunk for f in frames_of(call.on_timeout(due))] == [11, 12, 13, 14]  # not 1, 15, 16
     assert (call.retransmissions, call.host_queued) == (6, 3)
+
+
+def test_an_answer_of_the_wrong_shape_is_dropped_and_named_if_the_call_then_times_out():
+    """A result for a chunk in flight with the wrong number of values (a switch program's bug, or a spoofer's frame)
+    is not taken; the call goes on (a spoofer must not end it), and if it then times out its error says why, by the
+    frame and the block path alike."""
+    for path in ("frame", "block"):
+        call = AllreduceCall(spec(0, 2), np.ones(100, np.float32), first_chunk=13)
+        call.start(0.0)
+        agreed = make_packet(None, job=1, rank=0, nworkers=2, slot=13 % 8, chunk=13, flags=RESULT | VER,
+                             exp=call.local_exp)
+        call.receive(agreed.to_frame(SWITCH, 0), 0.0)
+        short = make_packet(np.zeros(5, np.int32), job=1, rank=0, nworkers=2, slot=14 % 8, chunk=14,
+                            flags=RESULT | VER, exp=call.local_exp).to_frame(SWITCH, 0)
+        if path == "frame":
+            call.receive(short, 0.001)
+        else:
+            call.receive_block(parse_block(*pack_frames([short])), 0.001)
+        assert call.error is None and not call.done
+        while not call.done:
+            call.on_timeout(call.next_deadline())
+        assert str(call.error).endswith("; its switch answered chunk 14 with 5 values where 16 were due: the switch "
+                                        "program's result has the wrong shape"), (path, call.error)

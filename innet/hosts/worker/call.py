@@ -56,6 +56,7 @@ class AllreduceCall:
         self.started_at: float | None = None
         self.finished_at: float | None = None
         self.error: Exception | None = None
+        self.misshapen = ""  # an answer to a chunk in flight that carried the wrong number of values, if one came
 
     @property
     def done(self) -> bool:
@@ -148,6 +149,8 @@ class AllreduceCall:
         slot = chunk % spec.slots
         offset = (chunk - self.first - 1) * spec.elements
         if window.in_flight[slot] != chunk or count != self._count_of(chunk, offset):
+            if window.in_flight[slot] == chunk:
+                self._misshapen(chunk, count, self._count_of(chunk, offset))
             window.stale(np.array([slot]), np.array([chunk]))
             return []  # stale, a duplicate, or a bad length
         window.answered_one(slot, chunk, now)
@@ -174,7 +177,12 @@ class AllreduceCall:
         rows = np.flatnonzero(mine & (hdr["flags"] & RESULT != 0))
         chunks = hdr["chunk"][rows].astype(np.int64)
         slots = chunks % self.spec.slots
-        fresh = (window.in_flight[slots] == chunks) & (self._dense_counts(block, rows) == self._count(chunks))
+        counts, due = self._dense_counts(block, rows), self._count(chunks)
+        current = window.in_flight[slots] == chunks
+        fresh = current & (counts == due)
+        if (current & ~fresh).any():
+            k = int(np.flatnonzero(current & ~fresh)[0])
+            self._misshapen(int(chunks[k]), int(counts[k]), int(due[k]))
         window.stale(slots[~fresh], chunks[~fresh])
         chunks, first = np.unique(chunks[fresh], return_index=True)  # a duplicate result counts once
         if not len(chunks):
@@ -198,6 +206,13 @@ class AllreduceCall:
         if window.drained():
             self.finished_at = now
         return out
+
+    def _misshapen(self, chunk: int, got: int, due: int) -> None:
+        """Remember the first answer of the wrong length to a chunk in flight: dropped (a spoofer's must not end
+        the call), but if the call then times out, its error says why: the switch program's result."""
+        if not self.misshapen:
+            self.misshapen = (f"; its switch answered chunk {chunk} with {got} values where {due} were due: the "
+                              "switch program's result has the wrong shape")
 
     @staticmethod
     def _dense_counts(block: FrameBlock, rows: np.ndarray) -> np.ndarray:
@@ -259,7 +274,7 @@ class AllreduceCall:
             outstanding = np.sort(in_flight[in_flight >= 0])
             self.error = AllreduceTimeout(
                 f"job {self.spec.job} rank {self.spec.rank}: no result for {self.spec.timeout:g}s "
-                f"(chunks {outstanding[:4].tolist()}... outstanding)"
+                f"(chunks {outstanding[:4].tolist()}... outstanding){self.misshapen}"
             )
             return []
         return self.window.on_timeout(now)
