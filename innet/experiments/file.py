@@ -29,6 +29,7 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any
 
+from innet.cli import Options
 from innet.errors import UserError
 from innet.shipped import EXPERIMENTS as SHIPPED
 
@@ -54,7 +55,7 @@ class Experiment:
     log_x: bool = False
     plot: tuple[str, ...] = ()  # the figure's panels (default: the metrics, and the first over the baseline)
 
-    def options(self, series: str, value: Value) -> dict[str, Any]:
+    def options(self, series: str, value: Value) -> Options:
         """The options of one point, as ``innet.run`` takes them: the shared ones, the swept one, the series' own
         (a list is a repeated option's tuple)."""
         own = dict(self.series[series])
@@ -67,7 +68,7 @@ class Experiment:
         return str(self.series[series].get("vs", self.baseline))
 
 
-def command_of(options: dict[str, Any]) -> str:
+def command_of(options: Options) -> str:
     """The ``innet run`` command line that runs ``options``: what a point's row records, to run it again by hand."""
     from innet.planning.options import default_of, flag_of, options_of
     from innet.planning.spec import RunSpec
@@ -180,7 +181,7 @@ def _hint(key: str) -> str:
     return f" (the option is {near!r})" if near and near != key else ""
 
 
-def check(options: dict[str, Any], where: str) -> None:
+def check(options: Options, where: str) -> None:
     """Refuse a point's options as ``innet.run`` would refuse them, in one line that says where: every rule,
     memory and the switches' registers, and the plan (``innet.prepare``), before the first point runs."""
     from innet.api import prepare

@@ -7,11 +7,11 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any
 
 from tqdm import tqdm
 
 from innet.api import run
+from innet.cli import Options
 from innet.errors import UserError
 from innet.experiments.file import Experiment, Value, command_of
 from innet.experiments.report import Row, metric, rows_with_ratios, write_outputs
@@ -19,7 +19,7 @@ from innet.results.files import NewFolder, make_output_folder
 from innet.results.record import JsonObject, RunRecord
 
 
-def run_point(options: dict[str, Any], out: str) -> RunRecord:
+def run_point(options: Options, out: str) -> RunRecord:
     """One point's run record, its files written into ``out``."""
     try:
         return run(**options, plots=False, out=out).runs[0]
