@@ -50,7 +50,7 @@ class DynamicTree(SwitchProgram):
     name = "dynamic_tree"
     dynamic = True  # needs --placement dynamic's plan (innet.planning.dynamic)
     slots = 128
-    elements = 2040  # a partial's bitmap (up to 8 words) still fits a 2048-value frame
+    elements = 2048  # a partial is 8 values longer (its bitmap): 8282 bytes still fit a jumbo frame (MAX_PACKET_ELEMENTS)
     fan_in = 256  # ranks a bitmap holds
     extra_values = 8  # a partial's bitmap after its values: links carry frames this much longer than a chunk's
     window = 4e-4  # seconds a partial waits for more contributions before it goes on (6 frames at 1 Gbit/s: at 200 µs
