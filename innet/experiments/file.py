@@ -19,7 +19,10 @@ would before anything runs, so a bad file is one line and costs nothing.
 
 A series with ``sweep = false`` does not take the swept flag (it runs once and is drawn flat); a flag a
 series sets itself wins over the sweep's. A series with ``vs = "other"`` takes its ratios over series
-``other`` instead of the baseline (two topologies in one file, each against its own baseline).
+``other`` instead of the baseline (two topologies in one file, each against its own baseline). A series with
+``best = [{ placement = "root" }, { placement = "tree", pool-slots = 64 }, ...]`` runs each variant (its own flags
+and the variant's) at every point and keeps the one with the least first metric: the best configuration a user
+could choose; its row's ``best`` column says which variant won.
 """
 
 from __future__ import annotations
@@ -59,8 +62,18 @@ class Experiment:
         """The flags of one point: the shared ones, the swept one, the series' own."""
         own = dict(self.series[series])
         own.pop("vs", None)
+        own.pop("best", None)
         swept = {self.flag: value} if own.pop("sweep", True) else {}
         return {**self.run, **swept, **own}
+
+    def variants(self, series: str, value: Value) -> list[tuple[str, dict[str, Value]]]:
+        """The points a series runs at swept value ``value``: (label, flags) of each of its ``best`` variants (the
+        label its flags, e.g. ``placement=tree pool-slots=64``), or its one point (label "")."""
+        flags = self.flags(series, value)
+        best: Any = self.series[series].get("best")
+        if not isinstance(best, list):
+            return [("", flags)]
+        return [(" ".join(f"{k}={v}" for k, v in variant.items()), {**flags, **variant}) for variant in best]
 
     def baseline_of(self, series: str) -> str:
         """The series ``series``' ratios are over: its ``vs``, else the baseline."""
@@ -104,7 +117,8 @@ def load(name: str) -> Experiment:
     experiment = _experiment(data, os.path.basename(path).removesuffix(".toml"), path, where)
     for series in experiment.series:
         for value in (*experiment.values, *experiment.quick):
-            check(argv_of(experiment.flags(series, value)), f"{where}: series {series}, {experiment.flag}={value}")
+            for label, flags in experiment.variants(series, value):
+                check(argv_of(flags), f"{where}: series {series}{f' ({label})' if label else ''}, {experiment.flag}={value}")
     return experiment
 
 
@@ -124,8 +138,13 @@ def _experiment(data: dict[str, Any], name: str, path: str, where: str) -> Exper
     series = data["series"]
     _want(bool(series) and all(isinstance(s, dict) for s in series.values()), where,
           "series must be tables of flags, e.g. innet = { mode = \"innet\" }")
-    for table, keys in [("run", run), *((f"series.{s}", {k: v for k, v in f.items() if k not in ("sweep", "vs")})
-                                        for s, f in series.items())]:
+    for label, own in series.items():
+        best = own.get("best", [{"": ""}])
+        _want(isinstance(best, list) and bool(best) and all(isinstance(v, dict) and v for v in best), where,
+              f"series {label}: best must be a non-empty list of tables of flags, e.g. [{{ placement = \"root\" }}]")
+    variants = [(f"series.{s}.best", v) for s, f in series.items() for v in f.get("best", [])]
+    for table, keys in [("run", run), *((f"series.{s}", {k: v for k, v in f.items() if k not in ("sweep", "vs", "best")})
+                                        for s, f in series.items()), *variants]:
         for key in keys:
             _want(key in flags, where, f"unknown key {key!r} in [{table}]: not a flag of innet run")
     sweep, report = data["sweep"], data["report"]

@@ -38,21 +38,35 @@ def reproduce(experiment: Experiment, backend: str = "local", quick: bool = Fals
     points = [(s, v) for v in values for s in experiment.series]
     done: dict[tuple[str, ...], RunRecord] = {}  # a series that does not sweep runs once
     rows = []
+    bests = any("best" in own for own in experiment.series.values())
     with tqdm(points, unit="point", file=sys.stderr, dynamic_ncols=True) as bar:
         for series, value in bar:
-            argv = ["--backend", backend, *argv_of(experiment.flags(series, value))]
             bar.set_postfix_str(f"{experiment.flag}={value} {series}")
-            key = tuple(argv)
-            if key not in done:
-                done[key] = run_point(argv, os.path.join(out, "runs", f"{series}-{_slug(value)}"))
-            rows.append(_row(experiment, series, value, done[key].to_json(), command(argv)))
+            tried = []
+            for label, flags in experiment.variants(series, value):
+                argv = ["--backend", backend, *argv_of(flags)]
+                key = tuple(argv)
+                if key not in done:
+                    slug = f"{series}-{_slug(value)}" + (f"-{_slug(label).replace(' ', '-')}" if label else "")
+                    done[key] = run_point(argv, os.path.join(out, "runs", slug))
+                tried.append(_row(experiment, series, value, done[key].to_json(), command(argv), label if bests else None))
+            rows.append(best_of(experiment, tried))
     return write_outputs(experiment, rows_with_ratios(experiment, rows), out)
 
 
-def _row(experiment: Experiment, series: str, value: Value, record: JsonObject, cmd: str) -> Row:
+def best_of(experiment: Experiment, rows: list[Row]) -> Row:
+    """Of one point's variants, the row with the least first metric (a failed run never wins: an inexact one
+    counts as slowest)."""
+    first = experiment.metrics[0]
+    return min(rows, key=lambda r: (not r["correct"], r[first] if isinstance(r[first], int | float) else float("inf")))
+
+
+def _row(experiment: Experiment, series: str, value: Value, record: JsonObject, cmd: str, best: str | None) -> Row:
     row: Row = {"series": series, experiment.flag: value}
     row.update({m: metric(record, m) for m in experiment.metrics})
     row.update(correct=record["correct"], command=cmd)
+    if best is not None:
+        row["best"] = best
     return row
 
 
