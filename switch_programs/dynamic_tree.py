@@ -1,7 +1,7 @@
 """Dynamic aggregation trees (Canary): each switch picks, chunk by chunk, the least congested way up.
 
 Run with ``--placement dynamic`` (innet.planning.dynamic says what each switch knows: its uplinks,
-the port towards the job's root ToR, the ranks that may pass it). A partial aggregate carries the
+the port towards the job's root, the ranks that may pass it). A partial aggregate carries the
 set of ranks it holds as a bitmap after its values (``rank`` = PARTIAL). A switch folds whatever
 arrives for a chunk; the first arrival picks the chunk's way on: down the route once the root is
 below, else up an uplink — the one the rotation names (so partials meet when nothing is

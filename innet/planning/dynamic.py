@@ -1,10 +1,11 @@
 """``--placement dynamic``: what every switch needs to build a job's aggregation trees on the fly (Canary).
 
-No tree is fixed. The job has one meeting point, the root ToR ``R`` (the worker ToR closest to all
-workers). A partial aggregate heads for ``R`` in two phases, as up-down routing in a Clos network
-does: while ``R`` is not below a switch, the switch sends it up through any of its uplinks (its own
-choice, chunk by chunk: innet's ``dynamic_tree`` program picks the least congested); once ``R`` is
-below, it goes down the routed path. Results go the other way: from ``R`` up through one uplink per
+No tree is fixed. The job has one meeting point, the root ``R``: the switch nearest all workers on the highest
+tier that still leaves some switch a choice of uplinks (a fat-tree's aggregation switch, a leaf-spine's worker
+ToR: a core or a spine would leave none). A partial aggregate heads for ``R`` in two phases, as up-down routing
+in a Clos network does: while ``R`` is not below a switch, the switch sends it up through any of its uplinks that
+lead to ``R`` (its own choice, chunk by chunk: innet's ``dynamic_tree`` program picks the least congested); once
+``R`` is below, it goes down the routed path. Results go the other way: from ``R`` up through one uplink per
 switch and flooded down from wherever they rise to, every worker once.
 
 Each switch's ``JobPort`` says: ``uplinks`` (the higher switches it may send to), ``stride`` (so that
