@@ -1,7 +1,7 @@
 """Dynamic aggregation trees (Canary): each switch picks, chunk by chunk, the least congested way up.
 
 Run with ``--placement dynamic`` (innet.planning.dynamic says what each switch knows: its uplinks,
-the port towards the job's root ToR, the ranks that may pass it). A partial aggregate carries the
+the port towards the job's root, the ranks that may pass it). A partial aggregate carries the
 set of ranks it holds as a bitmap after its values (``rank`` = PARTIAL). A switch folds whatever
 arrives for a chunk; the first arrival picks the chunk's way on: down the route once the root is
 below, else up an uplink — the one the rotation names (so partials meet when nothing is
@@ -50,7 +50,7 @@ class DynamicTree(SwitchProgram):
     name = "dynamic_tree"
     dynamic = True  # needs --placement dynamic's plan (innet.planning.dynamic)
     slots = 128
-    elements = 2040  # a partial's bitmap (up to 8 words) still fits a 2048-value frame
+    elements = 2048  # a partial is 8 values longer (its bitmap): 8282 bytes still fit a jumbo frame (MAX_PACKET_ELEMENTS)
     fan_in = 256  # ranks a bitmap holds
     extra_values = 8  # a partial's bitmap after its values: links carry frames this much longer than a chunk's
     window = 4e-4  # seconds a partial waits for more contributions before it goes on (6 frames at 1 Gbit/s: at 200 µs

@@ -53,7 +53,8 @@ def test_each_experiment_runs_and_matches_a_direct_run(name, tmp_path):
         rows = list(csv.DictReader(f))
     data = json.loads(files[1].read_text())
     ratios = [f"{m}/{experiment.baseline}" for m in experiment.metrics if experiment.baseline]
-    assert list(rows[0]) == ["series", experiment.option, *experiment.metrics, "correct", "command", *ratios]
+    best = ["best"] if any("best" in own for own in experiment.series.values()) else []  # which variant won
+    assert list(rows[0]) == ["series", experiment.option, *experiment.metrics, "correct", "command", *best, *ratios]
     assert [(r["series"], r[experiment.option]) for r in rows] == [
         (s, str(v)) for v in experiment.quick for s in experiment.series]
     assert [{k: "" if v is None else str(v) for k, v in p.items()} for p in data["points"]] == rows
@@ -127,6 +128,11 @@ metrics = ["completion_s"]
     (('metrics = ["completion_s"]', 'metrics = ["completion_s"]\ncolour = 1'),
      "unknown key 'colour' in [report]; it takes baseline, breakeven, log_x, metrics, plot"),
     (('description = "a test"\n', ''), "missing description"),
+    (('{ mode = "pbox" }', '{ mode = "pbox", best = [] }'), "series pbox: best must be a non-empty list of tables of flags"),
+    (('{ mode = "pbox" }', '{ mode = "pbox", best = [{ turbo = 1 }] }'),
+     "unknown key 'turbo' in [series.pbox.best]: not a flag of innet run"),
+    (('{ mode = "pbox" }', '{ best = [{ mode = "pbox" }, { mode = "bus" }] }'),
+     "series pbox (mode=bus), bw=10: argument --mode: invalid choice: 'bus'"),
 ])
 def test_a_bad_experiment_file_is_one_line(change, message, tmp_path):
     path = tmp_path / "bad.toml"
@@ -195,3 +201,20 @@ def test_a_figure_that_cannot_be_drawn_leaves_the_table_and_says_so(tmp_path, mo
     assert [os.path.basename(f) for f in files] == ["points.csv", "points.json"]
     assert [e.message for e in said if e.kind == "warning"] == [
         f"mine: the figure was not drawn (ValueError: cannot plot this); the table is in {tmp_path / 'o' / 'points.csv'}"]
+
+
+def test_a_best_of_series_keeps_the_fastest_variant_and_says_which(tmp_path):
+    """``best = [...]``: each variant runs at every point; the row is the fastest one's, its ``best`` column the
+    variant's flags; every variant's run is kept."""
+    (tmp_path / "best.toml").write_text(GOOD.replace('pbox = { mode = "pbox" }',
+                                                     'best = { best = [{ mode = "pbox" }, { mode = "innet" }] }'))
+    out = innet("reproduce", "best.toml", "--out", "o", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    with open(tmp_path / "o" / "points.csv") as f:
+        rows = {(r["series"], r["bw"]): r for r in csv.DictReader(f)}
+    for bw in ("10", "100"):
+        assert rows["best", bw]["best"] == "mode=innet" and rows["innet", bw]["best"] == ""
+        assert rows["best", bw]["completion_s"] == rows["innet", bw]["completion_s"]
+        assert "--mode innet" in rows["best", bw]["command"]
+    assert sorted(os.listdir(tmp_path / "o" / "runs")) == [
+        "best-10-mode=pbox", "best-100-mode=pbox", "innet-10", "innet-100"]  # a variant that is another series' point runs once

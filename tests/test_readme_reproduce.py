@@ -99,12 +99,15 @@ def _stated(name: str, points: dict) -> list[str]:
                 f"{rate['ssp', 8]:.1f} (s=8) to ASP's {rate['asp', 0]:.1f}", f"ASP's reaches {at['asp', 0]['max_staleness']}"]
     if name == "canary":
         fat, leaf = speedup["dynamic"], speedup["dynamic-leaf-spine"]
-        assert min(fat["none"], leaf["none"]) >= 1 / 1.04 and all(r["correct"] for r in rows)  # "within 4%", exact
-        loads = ("permutation:0.25", "permutation:0.5", "permutation:0.75")
-        model = {k: at["static", k]["background_model_s"] / at["dynamic", k]["background_model_s"] for k in loads}
-        return [", ".join(f"{fat[k]:.2f}×" for k in loads) + " faster on the fat-tree",
-                "(the timing model, `background_model_s`: " + ", ".join(f"{model[k]:.2f}×" for k in loads) + ")",
-                ", ".join(f"{leaf[k]:.2f}×" for k in loads) + " on the leaf-spine"]
+        loads = [str(v) for v in points["values"]]
+        assert all(r["correct"] for r in rows)
+        # issue 46's bounds at default settings: never over 3% slower where there is nothing to route around,
+        # at least 1.25x where the core is congested
+        assert min(fat.values()) >= 0.97 and min(leaf.values()) >= 1.25
+        best = {s: {at[s, v]["best"] for v in points["values"]} for s in ("static", "static-leaf-spine")}
+        assert best == {"static": {"placement=tree"}, "static-leaf-spine": {"placement=tor"}}  # "at the default window"
+        return [", ".join(f"{fat[k]:.2f}×" for k in loads) + " the best static (`tree` at the default window)",
+                ", ".join(f"{leaf[k]:.2f}×" for k in loads) + " faster (`tor`)"]
     if name == "fsdp":
         def over_ddp(mode, n, metric="iteration_s"):
             return at[f"fsdp-{mode}", n][metric] / at[f"ddp-{mode}", n][metric]

@@ -19,7 +19,10 @@
 
 A series with ``sweep = false`` does not take the swept option (it runs once and is drawn flat); an option a
 series sets itself wins over the sweep's. A series with ``vs = "other"`` takes its ratios over series
-``other`` instead of the baseline (two topologies in one file, each against its own baseline).
+``other`` instead of the baseline (two topologies in one file, each against its own baseline). A series with
+``best = [{ placement = "root" }, { placement = "tree", pool_slots = 64 }, ...]`` runs each variant (its own options
+and the variant's) at every point and keeps the one with the least first metric: the best configuration a user
+could choose; its row's ``best`` column says which variant won.
 """
 
 from __future__ import annotations
@@ -60,8 +63,18 @@ class Experiment:
         (a list is a repeated option's tuple)."""
         own = dict(self.series[series])
         own.pop("vs", None)
+        own.pop("best", None)
         swept = {self.option: value} if own.pop("sweep", True) else {}
         return {k: tuple(v) if isinstance(v, list) else v for k, v in {**self.run, **swept, **own}.items()}
+
+    def variants(self, series: str, value: Value) -> list[tuple[str, Options]]:
+        """The points a series runs at swept value ``value``: (label, options) of each of its ``best`` variants
+        (the label its options, e.g. ``placement=tree pool_slots=64``), or its one point (label "")."""
+        options = self.options(series, value)
+        best: Any = self.series[series].get("best")
+        if not isinstance(best, list):
+            return [("", options)]
+        return [(" ".join(f"{k}={v}" for k, v in variant.items()), {**options, **variant}) for variant in best]
 
     def baseline_of(self, series: str) -> str:
         """The series ``series``' ratios are over: its ``vs``, else the baseline."""
@@ -110,7 +123,8 @@ def load(name: str) -> Experiment:
     experiment = _experiment(data, os.path.basename(path).removesuffix(".toml"), path, where)
     for series in experiment.series:
         for value in (*experiment.values, *experiment.quick):
-            check(experiment.options(series, value), f"{where}: series {series}, {experiment.option}={value}")
+            for label, options in experiment.variants(series, value):
+                check(options, f"{where}: series {series}{f' ({label})' if label else ''}, {experiment.option}={value}")
     return experiment
 
 
@@ -130,8 +144,13 @@ def _experiment(data: dict[str, Any], name: str, path: str, where: str) -> Exper
     series = data["series"]
     _want(bool(series) and all(isinstance(s, dict) for s in series.values()), where,
           "series must be tables of options, e.g. innet = { mode = \"innet\" }")
-    for table, keys in [("run", run), *((f"series.{s}", {k: v for k, v in f.items() if k not in ("sweep", "vs")})
-                                        for s, f in series.items())]:
+    for label, own in series.items():
+        best = own.get("best", [{"": ""}])
+        _want(isinstance(best, list) and bool(best) and all(isinstance(v, dict) and v for v in best), where,
+              f"series {label}: best must be a non-empty list of tables of options, e.g. [{{ placement = \"root\" }}]")
+    variants = [(f"series.{s}.best", v) for s, f in series.items() for v in f.get("best", [])]
+    for table, keys in [("run", run), *((f"series.{s}", {k: v for k, v in f.items() if k not in ("sweep", "vs", "best")})
+                                        for s, f in series.items()), *variants]:
         for key in keys:
             _want(key in names, where, f"unknown key {key!r} in [{table}]: not an option of innet.run" + _hint(key))
     sweep, report = data["sweep"], data["report"]

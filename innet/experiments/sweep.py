@@ -35,27 +35,43 @@ def reproduce(experiment: Experiment, backend: str = "local", quick: bool = Fals
     points = [(s, v) for v in values for s in experiment.series]
     done: dict[tuple[tuple[str, str], ...], RunRecord] = {}  # a series that does not sweep runs once
     rows: list[Row] = []
+    bests = any("best" in own for own in experiment.series.values())
     with tqdm(points, unit="point", file=sys.stderr, dynamic_ncols=True) as bar:
         for series, value in bar:
-            options = {"backend": backend, **experiment.options(series, value)}
             bar.set_postfix_str(f"{experiment.option}={value} {series}")
-            key = tuple(sorted((k, repr(v)) for k, v in options.items()))
-            if key not in done:
-                try:
-                    done[key] = run_point(options, os.path.join(out, "runs", f"{series}-{_slug(value)}"))
-                except UserError as exc:
-                    if not rows:
-                        raise
-                    raise UserError(f"{exc}; the {len(rows)} point(s) before it are in {os.path.join(out, 'points.csv')}") from None
-            rows.append(_row(experiment, series, value, done[key].to_json(), command_of(options)))
+            tried = []
+            for label, own in experiment.variants(series, value):
+                options = {"backend": backend, **own}
+                key = tuple(sorted((k, repr(v)) for k, v in options.items()))
+                if key not in done:
+                    slug = f"{series}-{_slug(value)}" + (f"-{_slug(label).replace(' ', '-')}" if label else "")
+                    try:
+                        done[key] = run_point(options, os.path.join(out, "runs", slug))
+                    except UserError as exc:
+                        if not rows:
+                            raise
+                        raise UserError(f"{exc}; the {len(rows)} point(s) before it are in "
+                                        f"{os.path.join(out, 'points.csv')}") from None
+                tried.append(_row(experiment, series, value, done[key].to_json(), command_of(options),
+                                  label if bests else None))
+            rows.append(best_of(experiment, tried))
             write_outputs(experiment, rows_with_ratios(experiment, rows), out, plot=False)  # each point kept as it comes
     return write_outputs(experiment, rows_with_ratios(experiment, rows), out)
 
 
-def _row(experiment: Experiment, series: str, value: Value, record: JsonObject, cmd: str) -> Row:
+def best_of(experiment: Experiment, rows: list[Row]) -> Row:
+    """Of one point's variants, the row with the least first metric (a failed run never wins: an inexact one
+    counts as slowest)."""
+    first = experiment.metrics[0]
+    return min(rows, key=lambda r: (not r["correct"], r[first] if isinstance(r[first], int | float) else float("inf")))
+
+
+def _row(experiment: Experiment, series: str, value: Value, record: JsonObject, cmd: str, best: str | None) -> Row:
     row: Row = {"series": series, experiment.option: value}
     row.update({m: metric(record, m) for m in experiment.metrics})
     row.update(correct=record["correct"], command=cmd)
+    if best is not None:
+        row["best"] = best
     return row
 
 

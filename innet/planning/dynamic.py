@@ -1,10 +1,11 @@
 """``--placement dynamic``: what every switch needs to build a job's aggregation trees on the fly (Canary).
 
-No tree is fixed. The job has one meeting point, the root ToR ``R`` (the worker ToR closest to all
-workers). A partial aggregate heads for ``R`` in two phases, as up-down routing in a Clos network
-does: while ``R`` is not below a switch, the switch sends it up through any of its uplinks (its own
-choice, chunk by chunk: innet's ``dynamic_tree`` program picks the least congested); once ``R`` is
-below, it goes down the routed path. Results go the other way: from ``R`` up through one uplink per
+No tree is fixed. The job has one meeting point, the root ``R``: the switch nearest all workers on the highest
+tier that still leaves some switch a choice of uplinks (a fat-tree's aggregation switch, a leaf-spine's worker
+ToR: a core or a spine would leave none). A partial aggregate heads for ``R`` in two phases, as up-down routing
+in a Clos network does: while ``R`` is not below a switch, the switch sends it up through any of its uplinks that
+lead to ``R`` (its own choice, chunk by chunk: innet's ``dynamic_tree`` program picks the least congested); once
+``R`` is below, it goes down the routed path. Results go the other way: from ``R`` up through one uplink per
 switch and flooded down from wherever they rise to, every worker once.
 
 Each switch's ``JobPort`` says: ``uplinks`` (the higher switches it may send to), ``stride`` (so that
@@ -44,27 +45,15 @@ def plan_dynamic(graph: nx.Graph, workers: Sequence[str], job: int = 1, slots: i
     if len(workers) > MAX_RANKS:
         raise UserError(f"placement dynamic: a partial's bitmap holds {MAX_RANKS} ranks; this job has {len(workers)}")
     tor = {w: next(iter(graph[w])) for w in workers}
-    root = _closest_switch(graph, sorted(set(tor.values()), key=natural_key), workers)
     level = levels(graph)
     up = {s: sorted((n for n in graph[s] if is_switch(graph, n) and level[n] > level[s]), key=natural_key)
           for s in graph if is_switch(graph, s)}
-    toward = {s: next_hop(graph, s, root) for s in up if s != root}
-    climbing = {s for s, hop in toward.items() if hop in up[s]}  # the root is not below: go up, any uplink
-    reach: dict[str, set[str]] = {}
-    for w in workers:
-        seen, todo = set(), [tor[w]]
-        while todo:
-            s = todo.pop()
-            if s in seen:
-                continue
-            seen.add(s)
-            if s != root:
-                todo += up[s] if s in climbing else [toward[s]]
-        if root not in seen:
-            raise UserError(f"placement dynamic: worker {w} cannot reach root {root} up then down")
-        reach[w] = seen
+    ways = [w for w in (_ways(graph, workers, tor, level, up, r) for r in _roots(graph, workers, tor, level))
+            if w is not None]
+    if not ways:
+        raise UserError(f"placement dynamic: no switch every worker reaches up then down (workers {', '.join(workers)})")
+    root, up, toward, climbing, reach = next((w for w in ways if w[5]), ways[-1])[:5]
     on = sorted(set().union(*reach.values()), key=natural_key)
-    up = {s: [n for n in ups if n in reach_any] for s, ups in up.items()} if (reach_any := set(on)) else up
     widths = {level[s]: len(up[s]) for s in on if s in climbing}
     rank = {w: i for i, w in enumerate(workers)}
     index = indexed(graph).index
@@ -83,6 +72,60 @@ def plan_dynamic(graph: nx.Graph, workers: Sequence[str], job: int = 1, slots: i
             pbox=None if pbox is None else index[pbox], uplinks=tuple(port_of[n] for n in up[s]), stride=stride)
     parents = {w: tor[w] for w in workers} | {s: toward[s] for s in on if s != root}
     return JobPlan(job, "dynamic", workers, root, tuple(on), parents, switch_ports, tor, slots, pbox)
+
+
+Ways = tuple[str, dict[str, list[str]], dict[str, str], set[str], dict[str, set[str]], bool]
+
+
+def _roots(graph: nx.Graph, workers: Sequence[str], tor: dict[str, str], level: dict[str, int]) -> list[str]:
+    """Candidate meeting points, nearest the workers first: per tier from the top down, the switch of that tier
+    closest to all workers (the lowest, the worker ToRs', last)."""
+    tors = sorted(set(tor.values()), key=natural_key)
+    tiers = sorted({level[s] for s in graph if is_switch(graph, s) and level[s] > 1}, reverse=True)
+    above = [_closest_switch(graph, sorted((s for s in graph if is_switch(graph, s) and level[s] == lv),
+                                           key=natural_key), workers) for lv in tiers]
+    return [*above, _closest_switch(graph, tors, workers)]
+
+
+def _ways(graph: nx.Graph, workers: Sequence[str], tor: dict[str, str], level: dict[str, int],
+          up: dict[str, list[str]], root: str) -> Ways | None:
+    """How partials reach ``root`` up then down: each switch's uplinks that still lead there, its routed hop
+    towards it, which switches climb, each worker's switches on the way, and whether any switch has a choice
+    (two uplinks or more); None where a worker cannot reach ``root`` so."""
+    below = {root}  # switches with the root below them (or the root): they go down the route
+    for lv in sorted({level[s] for s in up if level[s] > level[root]}):
+        below |= {s for s in up if level[s] == lv and any(n in below for n in graph[s] if level.get(n, 0) < lv)}
+    leads = set(below)
+    for lv in sorted({level[s] for s in up}, reverse=True):
+        leads |= {s for s in up if level[s] == lv and s not in below and any(u in leads for u in up[s])}
+    ups = {s: [u for u in up[s] if u in leads] for s in up}
+    toward = {}
+    for s in up:
+        if s in below and s != root:
+            hop = next_hop(graph, s, root)
+            ok = hop in below and level[hop] < level[s]
+            toward[s] = hop if ok else next(n for n in sorted(graph[s], key=natural_key) if n in below
+                                           and level.get(n, 0) < level[s])
+        elif s not in below and ups[s]:
+            toward[s] = next_hop(graph, s, root) if next_hop(graph, s, root) in ups[s] else ups[s][0]
+    climbing = {s for s in up if s not in below}
+    reach: dict[str, set[str]] = {}
+    for w in workers:
+        seen, todo = set(), [tor[w]]
+        while todo:
+            s = todo.pop()
+            if s in seen:
+                continue
+            seen.add(s)
+            if s != root:
+                todo += ups[s] if s in climbing else [toward[s]]
+        if root not in seen or tor[w] not in leads:
+            return None
+        reach[w] = seen
+    on = set().union(*reach.values())
+    ups = {s: [n for n in u if n in on] for s, u in ups.items()}
+    choice = any(len(ups[s]) > 1 for s in on if s in climbing)
+    return root, ups, toward, climbing, reach, choice
 
 
 def _leads_to_workers(graph: nx.Graph, node: str, above: str, level: dict[str, int], workers: set[str]) -> bool:
