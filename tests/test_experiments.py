@@ -128,7 +128,7 @@ metrics = ["completion_s"]
     (('metrics = ["completion_s"]', 'metrics = ["completion_s"]\ncolour = 1'),
      "unknown key 'colour' in [report]; it takes baseline, breakeven, log_x, metrics, plot"),
     (('description = "a test"\n', ''), "missing description"),
-    (('{ mode = "pbox" }', '{ mode = "pbox", best = [] }'), "series pbox: best must be a non-empty list of tables of flags"),
+    (('{ mode = "pbox" }', '{ mode = "pbox", best = [] }'), "series pbox: best must be a non-empty list of tables of options"),
     (('{ mode = "pbox" }', '{ mode = "pbox", best = [{ turbo = 1 }] }'),
      "unknown key 'turbo' in [series.pbox.best]: not a flag of innet run"),
     (('{ mode = "pbox" }', '{ best = [{ mode = "pbox" }, { mode = "bus" }] }'),
