@@ -41,7 +41,7 @@ def test_each_experiment_runs_and_matches_a_direct_run(name, tmp_path):
     points = len(experiment.quick) * len(experiment.series)
     # the progress bar (tqdm): one line redrawn in place, ending at points/points with the last point's label
     # a point slow enough on a loaded machine also logs its own status lines ("local: virtual time ..."): aside
-    bar = re.sub(r"local: [^\r\n]*\n", "", out.stderr)
+    bar = re.sub(r"(local|innet): [^\r\n]*\n", "", out.stderr)  # and the run's events (an ensemble's one-job note)
     last = bar.rstrip("\n").split("\r")[-1]
     assert "\n" not in bar.rstrip("\n") and bar.endswith("\n")
     assert f" {points}/{points} " in last and last.endswith(f"{experiment.option}={experiment.quick[-1]} "
