@@ -76,6 +76,11 @@ def spec_of(topology: str | nx.Graph | os.PathLike[str] | None = None, default_b
         from innet.shipped import complete
 
         graph = check_graph(complete(graph, "graph"), "graph")
+    if options.get("train"):  # a training run's calls are its model's: what it derives is not the user's to give
+        for name in ("elements", "iterations"):
+            if name in options:
+                raise UserError(f"{{{name}}} is what {{train}} derives from its model and data: it takes no {{{name}}} "
+                                "of its own; size it with {hidden}, {epochs} and {batch}")
     spec = validate(RunSpec(**options))
     if graph is None:
         from innet.shipped import build

@@ -238,10 +238,6 @@ class RunSpec:
             object.__setattr__(self, "min_rto", MININET_MIN_RTO if self.backend == "mininet" else LOCAL_MIN_RTO)
         if self.train:  # a training run all-reduces the model's parameters once a step
             task = self.task(1)
-            for name, own in (("elements", task.mlp.size), ("iterations", task.steps)):
-                if getattr(self, name) not in (own, default_of(next(f for f, _ in options_of(RunSpec) if f.name == name))):
-                    raise UserError(f"{{{name}}} is what {{train}} derives from its model and data ({own} here): it "
-                                    f"takes no {{{name}}} of its own; size it with {{hidden}}, {{epochs}} and {{batch}}")
             object.__setattr__(self, "elements", task.mlp.size)
             object.__setattr__(self, "iterations", task.steps)
 
