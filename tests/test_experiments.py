@@ -130,9 +130,9 @@ metrics = ["completion_s"]
     (('description = "a test"\n', ''), "missing description"),
     (('{ mode = "pbox" }', '{ mode = "pbox", best = [] }'), "series pbox: best must be a non-empty list of tables of options"),
     (('{ mode = "pbox" }', '{ mode = "pbox", best = [{ turbo = 1 }] }'),
-     "unknown key 'turbo' in [series.pbox.best]: not a flag of innet run"),
+     "unknown key 'turbo' in [series.pbox.best]: not an option of innet.run"),
     (('{ mode = "pbox" }', '{ best = [{ mode = "pbox" }, { mode = "bus" }] }'),
-     "series pbox (mode=bus), bw=10: argument --mode: invalid choice: 'bus'"),
+     "series pbox (mode=bus), bw=10: mode must be one of innet, pbox, ring, gloo, all, got 'bus'"),
 ])
 def test_a_bad_experiment_file_is_one_line(change, message, tmp_path):
     path = tmp_path / "bad.toml"
