@@ -42,15 +42,16 @@ def available_kib():
 
 
 def command(k, elements, mode="innet", plan_only=False):
-    args = ["--backend", "local", "--topo", "fat-tree", "--k", str(k), "--mode", mode, "--no-plots"]
-    return args + (["--plan-only"] if plan_only else ["--elements", str(elements)])
+    args = ["--backend", "local", "--topo", "fat-tree", "--k", str(k), "--mode", mode]
+    return args + (["--plan-only"] if plan_only else ["--elements", str(elements), "--no-plots"])
 
 
 def timed(checkout, args):
     """(wall seconds, peak RSS in MiB) of run_topology.py from ``checkout`` in a fresh process; it must succeed."""
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "run_topology.py", *args, "--out", out], cwd=checkout,
+        outs = [] if "--plan-only" in args else ["--out", out]  # a plan writes nothing
+        proc = subprocess.Popen([sys.executable, "run_topology.py", *args, *outs], cwd=checkout,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": checkout})
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start

@@ -169,10 +169,10 @@ def test_progress_on_a_terminal_rewrites_one_line():
     assert out.getvalue() == "\rlocal: step 0 (0s)\rlocal: step 1 (1s)\rlocal: step 2 (2s)\n"  # tqdm's line
 
 
-def test_a_local_run_reports_its_progress(monkeypatch, capsys):
+def test_a_local_run_reports_its_progress(monkeypatch, said):
     monkeypatch.setattr(fabric, "Progress", lambda label: Progress(label, after=0, every=0))
     assert run_local(build("fat-tree", k=4), RunSpec(elements=524288)).correct  # tens of thousands of events
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("local: virtual time")]
+    lines = [e.message for e in said if e.kind == "progress" and e.message.startswith("local: virtual time")]
     assert lines and lines[-1].endswith("s)") and "/15 hosts done" in lines[-1]
 
 
