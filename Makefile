@@ -55,6 +55,7 @@ bench: deps
 	$(SUDO) $(PYTHON) scripts/bench_fabric.py
 	$(PYTHON) scripts/bench_loss.py
 	$(PYTHON) scripts/bench_blocks.py
+	$(PYTHON) scripts/bench_torch_calls.py
 	$(PYTHON) scripts/plot_performance.py
 
 clean:

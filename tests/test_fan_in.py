@@ -40,10 +40,10 @@ def test_fat_trees_are_exact_in_every_mode_and_placement(k, mode, placement):
     ["--topo", "star", "--workers", "70", "--pool-slots", "100000"],
 ])
 def test_plan_only_and_a_run_accept_the_same(args, capsys, tmp_path):
-    common = ["--backend", "local", "--elements", "300", "--out", str(tmp_path)]
-    planned = main([*common, *args, "--plan-only"])
+    common = ["--backend", "local", "--elements", "300"]
+    planned = main([*common, *args, "--plan-only"])  # a plan writes nothing: no --out
     plan_err = capsys.readouterr().err
-    ran = main([*common, *args])
+    ran = main([*common, "--out", str(tmp_path), *args])
     run_err = capsys.readouterr().err
     assert planned == ran
     if planned:

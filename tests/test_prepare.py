@@ -21,7 +21,7 @@ BAD = [
     ({"elements": 0}, "elements must be between 1"),
     ({"iterations": 10**20}, "iterations must be between 1 and 1e+06"),
     ({"workers": "4"}, "workers must be a whole number"),
-    ({"seed": -1}, "seed must be between 0"),
+    ({"seed": -1}, "seed must be a non-negative integer"),
     ({"seed": 1.5}, "seed must be a whole number"),
     ({"placement": "bogus"}, "placement must be one of auto, root, tor, tree, pbox, dynamic"),
     ({"collective": "bogus"}, "collective must be one of allreduce"),

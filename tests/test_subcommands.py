@@ -44,10 +44,10 @@ def test_each_subcommand_shows_its_own_flags_in_sections():
                                 "faults", "output"]
     assert sections_of(plan) == ["options", "topology", "job", "workload", "shared input"]
     assert sections_of(train)[:3] == ["options", "backend", "training"]
-    # run takes every flag of run_topology.py but planning, cleaning and training a model
+    # run takes every flag of run_topology.py but cleaning and training a model (--plan-only: as innet plan)
     flat = {s for a in cli.parser()._actions for s in a.option_strings if s.startswith("--")}
     training = {"--train", "--model", "--epochs", "--batch", "--lr", "--hidden"}
-    assert flags_of(run) == flat - {"--help", "--plan-only", "--clean"} - training | {"--help"}
+    assert flags_of(run) == flat - {"--help", "--clean"} - training | {"--help"}
     assert {"--k", "--mode", "--workload", "--slice", "--input-elements"} <= flags_of(plan)
     assert not flags_of(plan) & {"--backend", "--loss", "--crash", "--out", "--consistency", "--pcap", "--seed", "--train"}
     assert training | {"--mode", "--topk", "--staleness", "--backend"} <= flags_of(train)
@@ -156,11 +156,11 @@ def test_innet_train_trains_digits_by_default(tmp_path):
 def test_innet_bench_lists_the_benchmarks_and_refuses_an_unknown_one():
     out = innet("bench", "--list")
     names = [line.split()[0] for line in out.stdout.splitlines()]
-    expected = ["allreduce", "blocks", "dilation", "fabric", "loss", "scale", "switch"]
+    expected = ["allreduce", "blocks", "dilation", "fabric", "loss", "scale", "switch", "torch_calls"]
     assert out.returncode == 0 and names == commands.bench_names() == expected
     out = innet("bench", "nope")
     assert (out.returncode, out.stderr) == (2, "error: unknown benchmark 'nope'; choose one of "
-                                               "allreduce, blocks, dilation, fabric, loss, scale, switch\n")
+                                               "allreduce, blocks, dilation, fabric, loss, scale, switch, torch_calls\n")
 
 
 def test_innet_bench_runs_one_by_name_with_its_own_flags():

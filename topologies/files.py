@@ -79,6 +79,8 @@ def _unique(nodes: list[Any], links: list[tuple[Any, Any]], where: str) -> None:
             raise UserError(f"{where}: node id {node!r} is declared twice")
         seen.add(node)
     for u, v in links:
+        if u is None or v is None:
+            raise UserError(f"{where}: a link has no {'source' if u is None else 'target'} (link {u}--{v})")
         for end in (u, v):
             if end not in seen:
                 raise UserError(f"{where}: link {u}--{v} joins node {end!r}, which the file does not declare")

@@ -25,7 +25,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "packet_elements": (0, 2**16), "pbox_cores": (1, 256), "input_elements": (0, 2**31 - 1), "timeout": (1e-6, 1e9),
     "min_rto": (0, 1e9), "initial_rto": (0, 1e9), "hop_latency": (0, 1e9), "compute_time": (0, 1e9),
     "compute_scale": (0, 1e9), "workload_scale": (1e-6, 1), "staleness": (0, 10**6), "slice_elements": (0, 2**31 - 1),
-    "seed": (0, 2**63 - 1), "root": (0, 65535), "epochs": (1, 10**4), "batch": (1, 10**6), "hidden": (1, 2**20),
+"root": (0, 65535), "epochs": (1, 10**4), "batch": (1, 10**6), "hidden": (1, 2**20),
     "lr": (0, 1e6),
 }
 
