@@ -106,4 +106,8 @@ def _mininet(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from innet.cli import Render
+    from innet.events import listening
+
+    with listening(Render()):  # the runs' phases and warnings on stderr, as the command line draws them
+        sys.exit(main())

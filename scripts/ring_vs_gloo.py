@@ -90,4 +90,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from innet.cli import Render
+    from innet.events import listening
+
+    with listening(Render()):  # the runs' phases and warnings on stderr, as the command line draws them
+        sys.exit(main())

@@ -78,5 +78,5 @@ def test_bad_links_are_named():
     with pytest.raises(UserError, match="link h1--s1 has a non-numeric bw"):
         validate(g)
     g["h1"]["s1"]["bw"] = -5
-    with pytest.raises(UserError, match="needs bw > 0"):
+    with pytest.raises(UserError, match="needs a finite bw > 0"):
         validate(g)

@@ -25,8 +25,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "packet_elements": (0, 2**16), "pbox_cores": (1, 256), "input_elements": (0, 2**31 - 1), "timeout": (1e-6, 1e9),
     "min_rto": (0, 1e9), "initial_rto": (0, 1e9), "hop_latency": (0, 1e9), "compute_time": (0, 1e9),
     "compute_scale": (0, 1e9), "workload_scale": (1e-6, 1), "staleness": (0, 10**6), "slice_elements": (0, 2**31 - 1),
-"root": (0, 65535), "epochs": (1, 10**4), "batch": (1, 10**6), "hidden": (1, 2**20),
-    "lr": (0, 1e6),
+    "root": (0, 65535), "epochs": (-math.inf, 10**4), "batch": (-math.inf, 10**6),
+    "hidden": (-math.inf, 2**20),
 }
 
 
@@ -49,6 +49,8 @@ def check_value(f: Field[Any], opt: Option, hint: Any, value: Any) -> None:
         raise UserError(f"{{{f.name}}} must be a finite number, got {value!r}")
     if f.name in BOUNDS and _is(value, float) and not BOUNDS[f.name][0] <= value <= BOUNDS[f.name][1]:
         lo, hi = BOUNDS[f.name]
+        if lo == -math.inf:  # its own rule says the least it takes (a training run's): here only the most
+            raise UserError(f"{{{f.name}}} must be at most {hi:g}, got {value!r}")
         raise UserError(f"{{{f.name}}} must be between {lo:g} and {hi:g}, got {value!r}")
     if opt.choices is not None and value not in opt.choices and not (value == "" and f.default == ""):
         raise UserError(f"{{{f.name}}} must be one of {', '.join(map(str, opt.choices))}, got {value!r}")
