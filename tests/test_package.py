@@ -154,7 +154,7 @@ def test_the_installed_innet_reproduces_an_experiment_by_name_from_another_folde
     out = run([innet, "reproduce", "phub", "--quick", "--out", str(tmp_path / "phub")], work)
     assert out.returncode == 0, out.stderr
     points = json.loads((tmp_path / "phub" / "points.json").read_text())["points"]
-    assert [(p["series"], p["hosts-per-rack"]) for p in points] == [
+    assert [(p["series"], p["hosts_per_rack"]) for p in points] == [
         (s, n) for n in (2, 4) for s in ("innet", "pbox", "ring")]
     assert all(p["correct"] is True for p in points)
     assert (tmp_path / "phub" / "phub.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
