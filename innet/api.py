@@ -194,7 +194,7 @@ def _run(prepared: Prepared) -> Report:
                     raise
                 lossy = f" at {spec.faults.loss:.0%} loss" if spec.faults.loss else ""
                 emit("warning", f"gloo left out: {e}{lossy}")  # a baseline's absence, not the run's failure
-            if len(prepared.runs) > 1 and runs:  # each mode's record kept as it finishes
+            if runs and m is not prepared.runs[-1]:  # each mode's record kept as it finishes (the last: by the report)
                 _keep(prepared, runs)
     except BaseException as exc:  # nothing finished is lost: the runs done so far are written, and said
         kept = _keep(prepared, runs) if runs else []

@@ -37,7 +37,7 @@ def check_value(f: Field[Any], opt: Option, hint: Any, value: Any) -> None:
         if isinstance(value, str) or not isinstance(value, tuple | list):
             raise UserError(f"{{{f.name}}} takes a list of values (each as its flag reads it), got {value!r}")
         return
-    allowed = [a for a in (typing.get_args(hint) if _is_union(hint) else (hint,))]
+    allowed = typing.get_args(hint) if _is_union(hint) else (hint,)
     if value is None and type(None) in allowed:
         return
     if opt.parse is not None and isinstance(value, str):  # read as the flag reads it (RunSpec._read_texts)
