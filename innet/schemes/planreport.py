@@ -13,8 +13,7 @@ from innet.planning.spec import RunSpec, program_of
 from innet.planning.timing import MININET_HOP, busiest_direction, predict
 from innet.results.metrics import cross_rack_bytes, tier_bytes
 from innet.results.record import RunRecord
-from innet.schemes.modes import RunPlan, installed_configs, plan_run
-from innet.switch.runtime import check_fits
+from innet.schemes.modes import RunPlan, plan_run
 
 
 def _job_lines(run: RunSpec, plan: JobPlan, outcome: str) -> list[str]:
@@ -34,11 +33,9 @@ def _job_lines(run: RunSpec, plan: JobPlan, outcome: str) -> list[str]:
 
 def plan_report(graph: nx.Graph, run: RunSpec, rp: RunPlan | None = None) -> str:
     """The plan ``--plan-only`` prints; ``rp``: ``plan_run``'s for this graph and run when the caller has it
-    (planning a k=32 fat-tree twice took seconds)."""
+    (planning a k=32 fat-tree twice took seconds). What a run would refuse (registers that do not fit), the plan
+    refuses too: ``innet.plan`` prepares it first (innet.api.prepare)."""
     rp = rp or plan_run(graph, run, program_of(run))
-    sized = program_of(run, rp.fan_in)
-    for config in installed_configs(graph, run, rp, routed=False).values():
-        check_fits(config, sized)  # what a run would refuse, the plan refuses too
     placement = run.placement
     if placement == "auto" and run.mode == "innet":
         placement += f" ({'+'.join(sorted({p.method for p in rp.plans}))}: the fastest the timing model predicts)"
