@@ -68,7 +68,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _launch_flags(p: argparse.ArgumentParser) -> None:
-    from innet.integrations.torch.watch import COLLECTIVE_TIMEOUT_S, START_TIMEOUT_S
+    from innet.integrations.launch.watch import COLLECTIVE_TIMEOUT_S, START_TIMEOUT_S
 
     g = p.add_argument_group("launch")
     g.add_argument("--start-timeout", type=float, default=START_TIMEOUT_S, metavar="S",
@@ -150,7 +150,7 @@ def _reproduce(args: argparse.Namespace) -> int:
 def _launch(args: argparse.Namespace, command: list[str]) -> int:
     """``innet launch [run flags] -- COMMAND``: on Mininet as root (the default there), else on the local fabric."""
     from innet.api import prepare
-    from innet.integrations.torch.launch import launch
+    from innet.integrations.launch.command import launch
 
     timeouts = {name: vars(args).pop(name) for name in ("start_timeout", "collective_timeout")}
     options = cli.options(args)

@@ -65,7 +65,7 @@ def main() -> int:
         return _mininet(args)
     import torch.multiprocessing as mp
 
-    from innet.integrations.torch.procs import free_port
+    from innet.integrations.launch.procs import free_port
 
     ctx = mp.get_context("spawn")
     out = ctx.SimpleQueue()

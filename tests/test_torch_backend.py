@@ -11,9 +11,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import innet.torch
+from innet.integrations.launch.procs import free_port
 from innet.integrations.torch.fabric import exact_ints
 from innet.integrations.torch.group import InnetGroup, check_torch
-from innet.integrations.torch.procs import free_port
 from innet.wire import fixedpoint
 
 WORLD = 3

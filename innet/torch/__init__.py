@@ -7,7 +7,7 @@
 
 import os
 
-from innet.integrations.torch import watch
+from innet.integrations.launch import watch
 from innet.integrations.torch.group import InnetGroup, register, set_mode
 
 register(default=bool(os.environ.get("INNET_RUN")))  # under innet launch: the default backend of CPU tensors

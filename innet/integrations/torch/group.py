@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from innet.integrations.torch import watch
+from innet.integrations.launch import watch
 from innet.integrations.torch.batch import Inputs, Taken, compute_batch
 from innet.integrations.torch.fabric import FabricCollectives, Tally
 from innet.integrations.torch.forms import flat, tensor_of
@@ -92,9 +92,9 @@ def _fabric_of(size: int) -> FabricCollectives:
 
 def _switches_of(path: str, rank: int, size: int) -> SwitchCollectives | None:
     """This rank's collectives through the switches, with the worker client on its Mininet host's interface
-    (innet.integrations.torch.mininet.ClientConf): for the first group of the whole world only (the client is the
+    (innet.integrations.launch.mininet.ClientConf): for the first group of the whole world only (the client is the
     job's one worker; later groups go through rank 0)."""
-    from innet.integrations.torch.mininet import ClientConf
+    from innet.integrations.launch.mininet import ClientConf
 
     if size != int(os.environ.get("WORLD_SIZE", size)) or _client_taken:
         return None

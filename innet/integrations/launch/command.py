@@ -27,9 +27,9 @@ import networkx as nx
 
 from innet.errors import UserError
 from innet.graph import hosts
+from innet.integrations.launch.procs import SITE, rank_env, read_tally, stop, wait_ranks
+from innet.integrations.launch.watch import COLLECTIVE_TIMEOUT_S, START_TIMEOUT_S, Store
 from innet.integrations.torch.fabric import Tally
-from innet.integrations.torch.procs import SITE, rank_env, read_tally, stop, wait_ranks
-from innet.integrations.torch.watch import COLLECTIVE_TIMEOUT_S, START_TIMEOUT_S, Store
 from innet.node.codec import write
 from innet.planning.memory import check_torch_ranks
 from innet.planning.spec import RunSpec
@@ -48,7 +48,7 @@ def launch(graph: nx.Graph, run: RunSpec, command: list[str], start_timeout: flo
     """Run ``command`` as every rank (``run.backend``: on this machine with the fabric, or in Mininet hosts); the
     lines that say what the collectives cost, and the fidelity verdict. On this machine, a rank that has not joined its process group within
     ``start_timeout`` seconds, or keeps the others waiting in a collective for ``collective_timeout``, ends the
-    run, named (innet.integrations.torch.watch)."""
+    run, named (innet.integrations.launch.watch)."""
     if not command:
         raise UserError("innet launch needs a command after --, e.g. innet launch {backend} local -- python train.py")
     if shutil.which(command[0]) is None:
@@ -58,7 +58,7 @@ def launch(graph: nx.Graph, run: RunSpec, command: list[str], start_timeout: flo
             raise UserError(f"{name} must be a positive number of seconds, got {value:g}")
     check_torch_ranks(workers_of(graph, run))  # before any rank starts: ~270 MiB each
     if run.backend == "mininet":
-        from innet.integrations.torch.mininet import launch_mininet
+        from innet.integrations.launch.mininet import launch_mininet
 
         link_bytes, wall, tally = launch_mininet(graph, run, command, SITE, plan)
         tally.link_bytes = Counter(link_bytes)
@@ -73,7 +73,7 @@ def launch(graph: nx.Graph, run: RunSpec, command: list[str], start_timeout: flo
 def launch_local(graph: nx.Graph, run: RunSpec, command: list[str], start_timeout: float = START_TIMEOUT_S,
                  collective_timeout: float = COLLECTIVE_TIMEOUT_S) -> tuple[Tally, float]:
     """Run ``command`` as every rank on this machine, the collectives on the fabric: what they cost, the seconds.
-    The ranks meet at the launcher's own store, on loopback (innet.integrations.torch.watch.Store)."""
+    The ranks meet at the launcher's own store, on loopback (innet.integrations.launch.watch.Store)."""
     from innet.shipped import save_file
 
     world = workers_of(graph, run)

@@ -20,7 +20,7 @@ from innet.node import codec
 SITE = "import innet.torch  # noqa: F401  (innet launch: the default backend of CPU tensors is innet)\n"
 GRACE_S = 5.0  # for a rank to leave after SIGTERM before SIGKILL
 WATCH_EVERY_S = 0.5  # how often the launcher looks for a rank that hangs
-Watch = Callable[[], "tuple[int, str] | None"]  # a rank that hangs, and how (innet.integrations.torch.watch)
+Watch = Callable[[], "tuple[int, str] | None"]  # a rank that hangs, and how (innet.integrations.launch.watch)
 _OUT = threading.Lock()  # one rank's line at a time onto the launcher's standard output
 
 

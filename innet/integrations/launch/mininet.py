@@ -20,7 +20,7 @@ import networkx as nx
 
 from innet.errors import UserError
 from innet.hosts.job import JobSpec
-from innet.integrations.torch.procs import rank_env, read_tally, wait_ranks
+from innet.integrations.launch.procs import rank_env, read_tally, wait_ranks
 from innet.node.config import NO_FAULTS, Faults
 from innet.planning.spec import RunSpec, program_of
 from innet.schemes.modes import RunPlan
