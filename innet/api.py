@@ -293,7 +293,7 @@ def dilation_of(graph: nx.Graph, spec: RunSpec, rp: RunPlan | None = None) -> fl
     if spec.dilation != "auto":
         return float(spec.dilation)
     from innet.backends.mininet.calibration import faithful_rate
-    from innet.planning.dilation import auto_factor
+    from innet.planning.timing.dilation import auto_factor
     from innet.schemes.modes import auto_dilation, plan_run
 
     faithful = faithful_rate()

@@ -116,10 +116,11 @@ class Render:
     """The library's events (innet.events) on ``stream``: a line ``innet: MESSAGE`` each; progress on a terminal as
     one tqdm line redrawn in place, elsewhere (a log, CI) a line every ``every`` seconds."""
 
-    def __init__(self, stream: TextIO | None = None, every: float = 5.0) -> None:
+    def __init__(self, stream: TextIO | None = None, every: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.stream = stream or sys.stderr
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.every, self.shown_at = every, float("-inf")
+        self.every, self.clock, self.shown_at = every, clock, float("-inf")
         self.bar: Any = None
 
     def __call__(self, event: Event) -> None:
@@ -130,8 +131,8 @@ class Render:
 
                     self.bar = tqdm(file=self.stream, bar_format="{desc}", mininterval=0, dynamic_ncols=True, delay=1e9)
                 self.bar.set_description_str(event.message)
-            elif time.monotonic() - self.shown_at >= self.every:
-                self.shown_at = time.monotonic()
+            elif self.clock() - self.shown_at >= self.every:  # a log keeps a line every few seconds readable
+                self.shown_at = self.clock()
                 self.stream.write(event.message + "\n")
             return
         self.close()

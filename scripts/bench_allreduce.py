@@ -35,7 +35,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from innet.backends.mininet.emulation import run_mininet, saturated  # noqa: E402
-from innet.planning.dilation import TCLINK_MAX_MBPS  # noqa: E402
+from innet.planning.timing.dilation import TCLINK_MAX_MBPS  # noqa: E402
 from innet.results.check import RunSpec  # noqa: E402
 from scripts.report import report  # noqa: E402
 from topologies import build  # noqa: E402

@@ -21,8 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from innet.backends.local.run import run_local  # noqa: E402
 from innet.backends.mininet.calibration import faithful_rate  # noqa: E402
 from innet.backends.mininet.emulation import run_mininet  # noqa: E402
-from innet.planning.dilation import LOCAL_MIN_RTO, MININET_MIN_RTO  # noqa: E402
 from innet.planning.spec import RunSpec, program_of  # noqa: E402
+from innet.planning.timing.dilation import LOCAL_MIN_RTO, MININET_MIN_RTO  # noqa: E402
 from innet.schemes.modes import auto_dilation, plan_run  # noqa: E402
 from scripts.report import report  # noqa: E402
 from topologies import build  # noqa: E402

@@ -221,7 +221,7 @@ def write(args: argparse.Namespace, rows: list[dict[str, object]], claimed: list
            "clock on Mininet) and predicted by `innet/planning/timing/` (`--predict` prints the same). The model "
            "covers link bandwidth and latency (`--delay`), the window's pace, top-k's sparse frames and their "
            "densification up the tree, training against the PBox under BSP/SSP/ASP with stragglers "
-           "(`innet/planning/consistency.py`), jobs sharing links, and a workload's schedule (FIFO, P3, "
+           "(`innet/planning/timing/consistency.py`), jobs sharing links, and a workload's schedule (FIFO, P3, "
            "`--pipeline 2`, `--overlap none`), wide-area graphs of the Internet Topology Zoo (`topologies/zoo.py`), "
            "and loss (`--loss`: each mode's expected time, `lossy_time`). Error = model / measured - 1.", "",
            *table(rows), "", "## The papers' claims, reproduced", "", *claimed, ""]

@@ -12,7 +12,7 @@ import pytest
 from innet.api import spec_of
 from innet.backends.local.run import LocalRun
 from innet.errors import UserError
-from innet.hosts.tensors import make_bitsets
+from innet.hosts.job import make_bitsets
 from innet.planning.prediction import direction_bytes
 from innet.planning.spec import MODES
 from innet.results.outcome import outcome_of

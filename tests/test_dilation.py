@@ -1,4 +1,4 @@
-"""Time dilation's arithmetic (innet.planning.dilation) and the CLI's factor: rates divided, every given time
+"""Time dilation's arithmetic (innet.planning.timing.dilation) and the CLI's factor: rates divided, every given time
 multiplied, every measured time divided, and the flag's errors one line each."""
 
 import os
@@ -7,7 +7,10 @@ import pytest
 
 from innet.cli import main
 from innet.errors import UserError
-from innet.planning.dilation import (
+from innet.planning.options import parse_dilation
+from innet.planning.rules import validate
+from innet.planning.spec import RunSpec
+from innet.planning.timing.dilation import (
     LOCAL_MIN_RTO,
     MININET_MIN_RTO,
     auto_factor,
@@ -18,9 +21,6 @@ from innet.planning.dilation import (
     host_link_rate,
     virtual,
 )
-from innet.planning.options import parse_dilation
-from innet.planning.rules import validate
-from innet.planning.spec import RunSpec
 from innet.wire.faults import FaultSpec
 from topologies import build
 

@@ -12,8 +12,8 @@ import pytest
 
 from innet.backends.mininet.calibration import faithful_rate
 from innet.cli import main
-from innet.planning.dilation import auto_factor, host_link_rate
 from innet.planning.spec import RunSpec, program_of
+from innet.planning.timing.dilation import auto_factor, host_link_rate
 from innet.schemes.modes import auto_dilation, plan_run
 from topologies import build
 

@@ -96,12 +96,12 @@ def test_a_call_longer_than_its_slot_pool_does_not_flood(seed):
 
 
 def test_a_slow_call_says_what_it_waits_for():
-    """The progress line's words (innet.results.progress.waits): a worker's oldest chunk unanswered and from
+    """The progress line's words (innet.events.waits): a worker's oldest chunk unanswered and from
     whom, a ring rank's first missing piece and from which rank, each with its retransmissions; nothing once done."""
+    from innet.events import waits
     from innet.hosts.job import JobSpec
     from innet.hosts.ring.call import RingCall
     from innet.hosts.worker.call import AllreduceCall
-    from innet.results.progress import waits
 
     def spec(rank, **kw):
         return JobSpec(job=1, rank=rank, nworkers=4, slots=8, elements=16, node=rank, first_hop=9, **kw)

@@ -14,14 +14,15 @@ import pytest
 
 from innet.backends.local import fabric
 from innet.backends.local.run import run_local
+from innet.cli import Render
 from innet.errors import UserError
+from innet.events import Event, Progress
 from innet.graph import bfs_parents, is_switch, natural_key, node_indices, routes
 from innet.hosts.worker.call import AllreduceCall
 from innet.planning import memory, planner
 from innet.planning.memory import TORCH_RANK, check_memory, check_torch_ranks, estimate_bytes, torch_ranks_bytes
 from innet.planning.spec import RunSpec
 from innet.results.metrics import tier_bytes
-from innet.results.progress import Progress
 from innet.switch import runtime
 from innet.wire.faults import FaultSpec
 from innet.wire.packet import Packet, pack_frames, parse_block
@@ -144,29 +145,30 @@ class Clock:
         return self.now
 
 
-def test_progress_is_silent_at_first_then_a_line_every_few_seconds():
-    clock, out = Clock(), io.StringIO()
-    progress = Progress("local", out, after=3, every=5, clock=clock)
+def test_progress_is_silent_at_first_then_an_event_every_few_seconds(said):
+    clock = Clock()
+    progress = Progress("local", after=3, every=5, clock=clock)
     for t in range(0, 20):
         clock.now = t
         progress.update(lambda t=t: f"step {t}")
-    progress.close()
-    assert out.getvalue().splitlines() == ["local: step 3 (3s)", "local: step 8 (8s)", "local: step 13 (13s)",
-                                           "local: step 18 (18s)"]
+    assert [e.message for e in said if e.kind == "progress"] == [
+        "local: step 3 (3s)", "local: step 8 (8s)", "local: step 13 (13s)", "local: step 18 (18s)"]
 
 
-def test_progress_on_a_terminal_rewrites_one_line():
+def test_the_command_line_draws_progress_in_place_on_a_terminal_and_every_few_seconds_in_a_log():
     class Tty(io.StringIO):
         def isatty(self):
             return True
 
-    clock, out = Clock(), Tty()
-    progress = Progress("local", out, after=0, clock=clock)
-    for t in (0, 1, 2):
+    clock, tty, log = Clock(), Tty(), io.StringIO()
+    on_tty, in_log = Render(tty, clock=clock), Render(log, every=5, clock=clock)
+    for t in range(12):
         clock.now = t
-        progress.update(f"step {t}")
-    progress.close()
-    assert out.getvalue() == "\rlocal: step 0 (0s)\rlocal: step 1 (1s)\rlocal: step 2 (2s)\n"  # tqdm's line
+        for render in (on_tty, in_log):
+            render(Event("progress", f"local: step {t}"))
+    on_tty(Event("phase", "done"))
+    assert tty.getvalue() == "".join(f"\rlocal: step {t}" for t in range(12)) + "\ninnet: done\n"  # tqdm's line
+    assert log.getvalue().splitlines() == ["local: step 0", "local: step 5", "local: step 10"]
 
 
 def test_a_local_run_reports_its_progress(monkeypatch, said):

@@ -106,8 +106,8 @@ def test_a_dilated_port_holds_each_frame_for_its_serialization_in_order_after_it
     from innet.backends.mininet.nodes import port_faults
     from innet.node.config import PortFaults
     from innet.node.egress import Egress
-    from innet.planning.dilation import dilate_graph
     from innet.planning.spec import RunSpec
+    from innet.planning.timing.dilation import dilate_graph
     from innet.wire.faults import FaultSpec
     from topologies import build
 

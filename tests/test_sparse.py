@@ -6,8 +6,7 @@ import pytest
 from innet.backends.local.run import LocalRun, run_local
 from innet.cli import main
 from innet.errors import UserError
-from innet.hosts.job import JobSpec
-from innet.hosts.tensors import make_tensors
+from innet.hosts.job import JobSpec, make_tensors
 from innet.hosts.worker.call import AllreduceCall
 from innet.planning.spec import RunSpec
 from innet.switch.loader import load_program

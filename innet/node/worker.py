@@ -20,10 +20,10 @@ import numpy as np
 
 from innet.errors import UserError
 from innet.hosts.endpoints import endpoint_of
+from innet.hosts.job import worker_tensors
 from innet.hosts.learning.learner import Learner
 from innet.hosts.ring.linger import Linger
 from innet.hosts.ssp import SSPWorker
-from innet.hosts.tensors import worker_tensors
 from innet.hosts.worker.process import WorkerProcess
 from innet.io.netns import opened_in
 from innet.node.client import AllreduceClient

@@ -1,6 +1,6 @@
 """What a run is: its parameters (``RunSpec``), the same for every backend, and what they derive (each call's
 size and collective, the compute schedule). The rules about them are innet.planning.rules; the seeded
-gradients, innet.hosts.tensors."""
+gradients, innet.hosts.job."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import numpy as np
 from innet.errors import UserError
 from innet.graph import link_name
 from innet.hosts.background import BackgroundSpec, parse_background
+from innet.hosts.job import worker_tensors
 from innet.hosts.learning.learner import Learner
 from innet.hosts.learning.model import Task
 from innet.hosts.ssp import Consistency
-from innet.hosts.tensors import worker_tensors
 from innet.hosts.training import PHASES, Training, sharded_calls
 from innet.hosts.workloads import WORKLOADS, load_workload
 from innet.planning.checks import check_value

@@ -27,12 +27,12 @@ from innet.hosts.ssp import SSPWorker
 from innet.hosts.training import Training
 from innet.hosts.worker.process import WorkerProcess
 from innet.planning.configs import pick_workers, switch_configs, worker_specs
-from innet.planning.dilation import auto_factor, carried_rate, host_link_rate
 from innet.planning.dynamic import plan_dynamic
 from innet.planning.planner import METHODS, JobPlan, JobRequest, Placement, plan_job, plan_jobs
 from innet.planning.prediction import direction_bytes
 from innet.planning.spec import MODES, RunSpec
 from innet.planning.timing import planned_training, predict
+from innet.planning.timing.dilation import auto_factor, carried_rate, host_link_rate
 from innet.switch.program import SwitchProgram
 from innet.switch.runtime import SwitchConfig
 from innet.wire.packet import BANDS
@@ -73,7 +73,7 @@ def fastest_placement(graph: nx.Graph, run: RunSpec, requests: list[JobRequest],
 
 
 def auto_dilation(graph: nx.Graph, run: RunSpec, rp: RunPlan, faithful_mbps: float) -> float:
-    """``--dilation auto``'s factor for ``run`` (innet.planning.dilation.auto_factor): from its host links' rate
+    """``--dilation auto``'s factor for ``run`` (innet.planning.timing.dilation.auto_factor): from its host links' rate
     and from the traffic its plan ``rp`` puts on every link at once (all jobs together)."""
     loads: dict[tuple[str, str], float] = {}
     for plan in rp.plans:

@@ -19,10 +19,10 @@ from typing import Any
 import networkx as nx
 import numpy as np
 
+from innet.events import Progress, waits
 from innet.graph import link_name, ports
 from innet.hosts.background import BACKGROUND_JOB
 from innet.hosts.endpoint import Endpoint
-from innet.results.progress import Progress, waits
 from innet.switch.runtime import SwitchRuntime
 from innet.wire.faults import FaultInjector, FaultSpec, fault_seed
 from innet.wire.packet import BANDS, HEADER_OFFSET, TOS_OFFSET
@@ -243,7 +243,6 @@ class Fabric:
                 heapq.heappop(self._times)
                 del self._due[time]
         self.events_run = ran
-        progress.close()
         ended = self.now
         if finite and not left:
             self._drain()

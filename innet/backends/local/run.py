@@ -9,6 +9,7 @@ import numpy as np
 
 from innet.backends.local.fabric import Fabric
 from innet.backends.local.sampler import LinkSampler
+from innet.events import Progress
 from innet.hosts.background import BackgroundHost, asked_flows, background_hosts, background_summary, stats_of
 from innet.hosts.endpoint import Endpoint, Frames
 from innet.hosts.ensemble import InputReceiver, InputServer, input_summary
@@ -19,7 +20,6 @@ from innet.planning.spec import RunSpec, program_of
 from innet.results.check import run_record, tally_drops
 from innet.results.fidelity import virtual_fidelity
 from innet.results.outcome import outcome_of, training_outcome
-from innet.results.progress import Progress
 from innet.results.record import RunRecord
 from innet.schemes.modes import RunPlan, host_endpoint, installed_configs, pbox_servers, plan_run
 from innet.switch.program import SwitchProgram
@@ -60,7 +60,6 @@ class LocalRun:
                 self.fabric.attach(w, Crashing(proc, crash[w]) if crash and w in crash else proc)
                 self.procs.append(proc)
                 progress.update(lambda: f"building: {len(self.procs)} workers")
-        progress.close()
         self.background: dict[str, BackgroundHost] = {}
         self.sampler: LinkSampler | None = None
         if run.background.active:

@@ -153,8 +153,8 @@ def measured_ratio(rate: float) -> float:
     real Mbit/s (``TARGET_MBPS`` virtual): the median of ``CALIBRATION_RUNS`` Mininet runs."""
     from innet.backends.local.run import run_local
     from innet.backends.mininet.emulation import run_mininet
-    from innet.planning.dilation import CALIBRATION_WORKERS, MININET_MIN_RTO
     from innet.planning.spec import RunSpec
+    from innet.planning.timing.dilation import CALIBRATION_WORKERS, MININET_MIN_RTO
     from innet.shipped import build
 
     factor = TARGET_MBPS / rate

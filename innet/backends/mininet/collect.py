@@ -2,7 +2,7 @@
 stream's, the switches' stats, and the run record built from them.
 
 Every time a worker wrote is on its host's monotonic clock (on one machine, the clock every namespace
-shares); a dilated run's are put back on the requested timeline (innet.planning.dilation.virtual).
+shares); a dilated run's are put back on the requested timeline (innet.planning.timing.dilation.virtual).
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ import numpy as np
 
 from innet.backends.mininet.network import log
 from innet.errors import UserError
+from innet.events import Progress
 from innet.hosts.ensemble import InputOutcome, InputPlan, InputSummary, input_summary
 from innet.hosts.job import JobSpec
 from innet.node.codec import from_json, read
 from innet.node.config import InputServerStats, SwitchStats
 from innet.node.usage import Samples, has_exited, process_times
-from innet.planning.dilation import virtual
 from innet.planning.spec import RunSpec
+from innet.planning.timing.dilation import virtual
 from innet.results.check import tally_drops
 from innet.results.outcome import WorkerOutcome
-from innet.results.progress import Progress
 
 Procs = dict[str, subprocess.Popen[bytes]]
 
@@ -70,7 +70,6 @@ class Watch:
                                     f"finished{statuses(run_dir, [h for h, p in procs.items() if p.poll() is None])}")
             samples.due()
             time.sleep(0.01)
-        progress.close()
         for host in procs if run_dir else ():
             with contextlib.suppress(OSError):
                 os.remove(os.path.join(run_dir, f"{host}.npz.status"))

@@ -40,8 +40,8 @@ from innet.backends.mininet.shaper import BURST_S
 from innet.graph import host_link_rate, is_switch, natural_key
 from innet.node.config import SwitchStats
 from innet.node.usage import Samples, drops_between
-from innet.planning.dilation import dilate_graph, dilate_spec, dilate_times
 from innet.planning.spec import RunSpec, program_of
+from innet.planning.timing.dilation import dilate_graph, dilate_spec, dilate_times
 from innet.results.check import run_record
 from innet.results.fidelity import CPU_BOUND, Fidelity, fidelity, with_model, with_retransmissions
 from innet.results.record import RunRecord
@@ -102,7 +102,7 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     workers (the tests' spoofers and fuzzers); ``cluster`` spreads the network over
     servers (innet.backends.cluster.servers), every one of them checked before anything starts.
     ``dilation``: the time dilation factor
-    (innet.planning.dilation): the network is built and the run given its times ``dilation``
+    (innet.planning.timing.dilation): the network is built and the run given its times ``dilation``
     times slower, and the record's times are the requested (virtual) ones. ``node_group``: switches
     (and workers) per process, None for innet.planning.grouping's choice. ``placed``: the run's plan as
     ``innet.prepare`` placed it, realised here on the dilated links and clock (else planned here).

@@ -31,8 +31,8 @@ from innet.events import emit
 from innet.graph import link_name, natural_key, port_to
 from innet.node.codec import write
 from innet.node.usage import interface_drops, queue_drops
-from innet.planning.dilation import TCLINK_MAX_MBPS
 from innet.planning.grouping import group_size, node_groups
+from innet.planning.timing.dilation import TCLINK_MAX_MBPS
 from innet.shipped import CHECKOUT as ROOT  # on the node processes' PYTHONPATH
 from innet.wire.packet import ETH_MTU
 

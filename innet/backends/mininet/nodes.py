@@ -22,6 +22,7 @@ import networkx as nx
 from innet.backends.mininet.control import Control
 from innet.backends.mininet.network import Network, log
 from innet.errors import UserError
+from innet.events import Progress
 from innet.graph import is_switch, natural_key, ports
 from innet.hosts.ensemble import InputPlan
 from innet.node.config import (
@@ -38,7 +39,6 @@ from innet.node.config import (
 from innet.planning.grouping import group_label, start_timeout
 from innet.planning.spec import RunSpec
 from innet.results.files import make_output_folder
-from innet.results.progress import Progress
 from innet.schemes.modes import RunPlan, pbox_servers
 from innet.switch.program import SwitchProgram
 from innet.switch.runtime import SwitchConfig
@@ -106,7 +106,6 @@ def start_switches(net: Network, run: RunSpec, program: type[SwitchProgram], con
         controls[sw] = Control(confs[sw].control, max(0.0, deadline - time.monotonic()), proc, log_path)
         net.controls.append(controls[sw])
         progress.update(lambda: f"{len(controls)}/{len(switches)} switches up")
-    progress.close()
     for sw, ctl in controls.items():
         ctl.install(configs[sw])
     grouped = f" in {len(procs)} processes" if len(procs) < len(switches) else ""

@@ -44,7 +44,7 @@ class DdpHook:
 
 @dataclass(frozen=True)
 class GlooCalls:
-    """An ``allreduce`` rank's: the run's seeded tensors (innet.hosts.tensors.worker_tensors) of ``job``."""
+    """An ``allreduce`` rank's: the run's seeded tensors (innet.hosts.job.worker_tensors) of ``job``."""
 
     seed: int
     job: int
@@ -109,7 +109,7 @@ def _allreduce(conf: GlooCalls, result: str, rank: int, cpu_at_go: float) -> Non
     import torch
     import torch.distributed as dist
 
-    from innet.hosts.tensors import worker_tensors
+    from innet.hosts.job import worker_tensors
 
     tensors = worker_tensors(conf.seed, conf.job, rank, conf.sizes, 0.0, conf.layers, False)
     results, started, finished = [], [], []

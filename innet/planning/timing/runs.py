@@ -7,10 +7,10 @@ from dataclasses import replace
 import networkx as nx
 
 from innet.hosts.training import Training, iteration_stats, p3_order, run_schedule
-from innet.planning.consistency import consistency_time
 from innet.planning.planner import JobPlan
 from innet.planning.spec import LOCAL_MIN_RTO, RunSpec
 from innet.planning.timing.calls import call_time
+from innet.planning.timing.consistency import consistency_time
 from innet.planning.timing.loss import lossy_time
 from innet.wire.collectives import Collective
 
