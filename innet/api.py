@@ -29,7 +29,7 @@ from innet.events import Event, emit, listening
 from innet.graph import host_link_rate
 from innet.planning.planner import JobPlan
 from innet.planning.prediction import run_link_bytes
-from innet.planning.rules import shapeable, validate
+from innet.planning.rules import gloo_applies, shapeable, validate
 from innet.planning.spec import FAULT_HELP, MODES, TCLINK_MAX_MBPS, RunSpec, program_of
 from innet.results.files import check_outputs
 from innet.results.record import RunRecord
@@ -98,15 +98,21 @@ def spec_of(topology: str | nx.Graph | os.PathLike[str] | None = None, default_b
 
 
 def _backend(backend: str) -> str:
-    """The backend a run takes: ``backend``, else Mininet; Mininet needs root."""
-    if backend in ("", "mininet") and os.geteuid() != 0:
-        raise UserError("the mininet backend needs root: run with sudo, or use {backend} local")
+    """The backend a run takes: ``backend``, else Mininet; Mininet (and gloo, between its hosts) needs root."""
+    if backend in ("", "mininet", "gloo") and os.geteuid() != 0:
+        raise UserError(f"the {backend or 'mininet'} backend needs root: run with sudo, or use {{backend}} local")
+    if backend == "gloo":
+        from innet.integrations.torch.ranks import torch_available
+
+        if not torch_available():
+            raise UserError("{backend} gloo needs torch: pip install -e '.[torch]' (torch==2.13.0, the CPU build)")
     return backend or "mininet"
 
 
 def mode_specs(spec: RunSpec, graph: nx.Graph) -> list[RunSpec]:
-    """One spec per run ``spec`` asks for: its mode, or with ``mode="all"`` innet, pbox and ring (gloo too on
-    Mininet where it applies; a training run: every scheme of innet.schemes.learn)."""
+    """One spec per run ``spec`` asks for: its mode, or with ``mode="all"`` innet, pbox and ring (the gloo backend
+    too on Mininet where it applies; a training run: every scheme of innet.schemes.learn). gloo's spec is the ring's
+    (its record is laid out as the ring's: the same plan and predicted bytes) on backend gloo."""
     return _mode_specs(spec, graph)[0]
 
 
@@ -117,13 +123,15 @@ def _mode_specs(spec: RunSpec, graph: nx.Graph) -> tuple[list[RunSpec], tuple[st
         from innet.schemes.learn import scheme_specs
 
         return scheme_specs(base, spec.topk or 0.01, spec.staleness), ()
+    if spec.backend == "gloo":
+        return [replace(base, mode="ring")], ()
     if spec.mode != "all":
         return [base], ()
     specs = [replace(base, mode=mode) for mode in MODES]
     if spec.backend == "mininet" and host_link_rate(graph) <= TCLINK_MAX_MBPS:  # gloo: TCP on undilated links
-        from innet.integrations.torch.ranks import gloo_applies, torch_available
+        from innet.integrations.torch.ranks import torch_available
 
-        gloo = replace(base, mode="gloo")
+        gloo = replace(base, mode="ring", backend="gloo")
         if gloo_applies(base) and torch_available():
             from innet.planning.memory import wont_fit
 
@@ -151,17 +159,17 @@ def prepare(topology: str | nx.Graph | os.PathLike[str] | None = None, default_b
 
 
 def _mode_run(graph: nx.Graph, spec: RunSpec, calibrate: bool = True) -> ModeRun:
-    """One mode's run, placed once (gloo: nothing of innet's to place)."""
-    if spec.mode == "gloo":
-        return ModeRun(spec, "gloo")
+    """One mode's run, placed once (gloo's: the ring's plan, its hosts and predicted bytes; no switch of innet's)."""
     from innet.schemes.modes import installed_configs, plan_run
     from innet.switch.runtime import check_fits
 
     rp = plan_run(graph, spec, program_of(spec))
     sized = program_of(spec, rp.fan_in)
+    if spec.backend == "gloo":
+        return ModeRun(spec, rp, sized)
     for config in installed_configs(graph, spec, rp, routed=False).values():  # every switch's registers fit
         check_fits(config, sized)
-    return ModeRun(spec, spec.backend, rp, sized, dilation_of(graph, spec, rp) if calibrate else 1.0)
+    return ModeRun(spec, rp, sized, dilation_of(graph, spec, rp) if calibrate else 1.0)
 
 
 def run(topology: str | nx.Graph | os.PathLike[str] | Prepared | None = None,
@@ -188,9 +196,9 @@ def _run(prepared: Prepared) -> Report:
     try:
         for m in prepared.runs:
             try:
-                runs.append(_as_asked(m.spec, BACKENDS[m.backend](prepared, m)))
+                runs.append(_as_asked(m.spec, BACKENDS[m.spec.backend](prepared, m)))
             except Unfinished as e:
-                if spec.mode != "all" or m.backend != "gloo":
+                if spec.mode != "all" or m.spec.backend != "gloo":
                     raise
                 lossy = f" at {spec.faults.loss:.0%} loss" if spec.faults.loss else ""
                 emit("warning", f"gloo left out: {e}{lossy}")  # a baseline's absence, not the run's failure
@@ -277,7 +285,8 @@ def _gloo(prepared: Prepared, m: ModeRun) -> RunRecord:
     """torch.distributed's gloo all-reduce between the same Mininet hosts: the baseline ``--mode all`` compares."""
     from innet.integrations.torch.ranks import run_gloo
 
-    return run_gloo(prepared.graph, m.spec)
+    assert m.plan is not None
+    return run_gloo(prepared.graph, m.spec, m.plan)
 
 
 BACKENDS: dict[str, Backend] = {"local": _local, "mininet": _mininet, "gloo": _gloo}
@@ -288,7 +297,7 @@ def dilation_of(graph: nx.Graph, spec: RunSpec, rp: RunPlan | None = None) -> fl
     the factor this mode needs for its links to be carried faithfully (the machine's rate calibrated once,
     cached; innet.schemes.modes.auto_dilation; ``rp``: the run's plan, else it is planned). The local backend
     runs in virtual time: 1."""
-    if spec.backend == "local" or spec.mode == "gloo":
+    if spec.backend in ("local", "gloo"):
         return 1.0
     if spec.dilation != "auto":
         return float(spec.dilation)

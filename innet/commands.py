@@ -154,8 +154,9 @@ def _launch(args: argparse.Namespace, command: list[str]) -> int:
 
     timeouts = {name: vars(args).pop(name) for name in ("start_timeout", "collective_timeout")}
     options = cli.options(args)
-    if options.get("mode", "innet") not in ("innet", "pbox", "ring"):
-        raise UserError(f"innet launch runs the script's collectives as innet, pbox or ring, not {{mode}} {options['mode']}")
+    if options.get("mode") == "all" or options.get("backend") == "gloo":
+        given = "{mode} all" if options.get("mode") == "all" else "{backend} gloo (that is plain torchrun)"
+        raise UserError(f"innet launch runs the script's collectives as innet, pbox or ring, one at a time: not {given}")
     prepared = prepare(default_backend="local" if os.geteuid() else "mininet", calibrate=False, **options)
     [ready] = prepared.runs  # the ranks' collectives run undilated: the side plane is real TCP
     for line in launch(prepared.graph, ready.spec, command, plan=ready.plan, **timeouts):

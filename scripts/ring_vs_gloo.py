@@ -4,9 +4,9 @@
     sudo python scripts/ring_vs_gloo.py --bw 50 200 --repeats 3
 
 For each link rate: ``run_topology.py --backend mininet --topo star --workers 4 --elements N --mode M --bw B`` for
-M in ring, gloo (and innet), alternating, ``--repeats`` times; prints each mode's median completion time, the
-ring's theoretical time (2(N-1)/N of the tensor over one host link), and the medians' ratio ring / gloo
-(the target is at most 1.1). Run it alone: it measures wall-clock time on a shared CPU.
+M in ring (and innet), and the same with ``--backend gloo`` in place of the mode, alternating, ``--repeats`` times;
+prints each mode's median completion time, the ring's theoretical time (2(N-1)/N of the tensor over one host link),
+and the medians' ratio ring / gloo (the target is at most 1.1). Run it alone: it measures wall-clock time on a shared CPU.
 
 ``--loss L`` loses L of the frames on every link direction, in every mode: innet's ports inject it, gloo's TCP meets
 it in the kernel (a random drop on the same TCLinks). Given several rates, each mode's median at every other rate is also
@@ -30,13 +30,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def measure(mode: str, bw: float, elements: int, workers: int, packet_elements: int = 0, dilation: str = "auto",
             loss: float = 0.0) -> float:
-    """One run's completion time (seconds, on the requested timeline), from its results JSON."""
+    """One run's completion time (seconds, on the requested timeline), from its results JSON. ``mode`` gloo: the
+    gloo backend (undilated, its own packets: TCP's)."""
     with tempfile.TemporaryDirectory() as out:
-        argv = [sys.executable, os.path.join(ROOT, "run_topology.py"), "--backend", "mininet", "--topo", "star",
-                "--workers", str(workers), "--elements", str(elements), "--mode", mode, "--bw", f"{bw:g}",
-                "--out", out, "--no-plots", "--dilation", dilation,
-                *(["--packet-elements", str(packet_elements)] if packet_elements else []),
-                *(["--loss", f"{loss:g}"] if loss else [])]
+        innets = ["--backend", "mininet", "--mode", mode, "--dilation", dilation,
+                  *(["--packet-elements", str(packet_elements)] if packet_elements else [])]
+        argv = [sys.executable, os.path.join(ROOT, "run_topology.py"), *(["--backend", "gloo"] if mode == "gloo" else innets),
+                "--topo", "star", "--workers", str(workers), "--elements", str(elements), "--bw", f"{bw:g}",
+                "--out", out, "--no-plots", *(["--loss", f"{loss:g}"] if loss else [])]
         done = subprocess.run(argv, capture_output=True, text=True, timeout=900)
         if done.returncode != 0:
             raise SystemExit(f"error: {' '.join(argv[1:])} failed: {done.stderr.strip().splitlines()[-1:]}")

@@ -67,7 +67,7 @@ def test_a_graph_a_file_and_faults_given_one_by_one(tmp_path):
     ({"loss": 2.0}, "bad fault option: loss must be a probability in [0, 1), got 2.0"),
     ({"out": "/proc/forbidden"}, "out /proc/forbidden: cannot make /proc/forbidden"),
     ({"json": "/proc/forbidden/r.json"}, "json /proc/forbidden/r.json: cannot make /proc/forbidden"),
-    ({"mode": "gloo"}, "mode gloo runs torch.distributed between Mininet hosts"),
+    ({"mode": "gloo"}, "mode must be one of innet, pbox, ring, all, got 'gloo'"),
     ({"crash": ("h9@1",)}, "crash names 'h9', which is not a host of this topology"),
 ])
 def test_a_broken_rule_is_one_user_error_before_anything_runs(options, message, monkeypatch):

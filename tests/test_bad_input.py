@@ -44,7 +44,7 @@ CASES += [
     ["--program", "forward"], ["--program", "forward", "--placement", "tor"], ["--program", "forward", "--mode", "all"],
     ["--placement", "dynamic", "--program", "sum_allreduce"], ["--program", "dynamic_tree"],
     ["--collective", "reduce", "--program", "forward"],
-    ["--dilation", "5"], ["--mode", "gloo"], ["--out", ""],
+    ["--dilation", "5"], ["--mode", "gloo"], ["--backend", "gloo", "--mode", "ring"], ["--out", ""],
     # jobs that do not fit
     ["--switch-memory", "20000"], ["--jobs", "9"], ["--topo", "fat-tree", "--k", "64", "--elements", "1000000"],
     ["--pool-slots", "100000", "--packet-elements", "2048"], ["--packet-elements", "3000"],

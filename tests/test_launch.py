@@ -230,8 +230,8 @@ def test_a_launch_without_a_command_or_in_a_gloo_mode_is_one_line():
     out = launch("--backend", "local", "--collective-timeout", "inf", "--", "true")
     assert out.returncode == 2 and out.stderr.splitlines() == [
         "error: --collective-timeout must be a positive number of seconds, got inf"]
-    out = launch("--backend", "local", "--mode", "gloo", "--", "true")
-    assert out.returncode == 2 and "innet, pbox or ring, not --mode gloo" in out.stderr
+    out = launch("--backend", "local", "--mode", "all", "--", "true")
+    assert out.returncode == 2 and "innet, pbox or ring, one at a time: not --mode all" in out.stderr
     out = launch("--backend", "local", "--topo", "fat-tree", "--k", "16", "--", "true")  # 1023 ranks (a host is the PBox): ~270 GiB
     assert out.returncode == 2 and len(out.stderr.splitlines()) == 1, out.stderr
     assert out.stderr.startswith("error: 1023 torch ranks need about 269.9 GiB") and "use fewer --workers" in out.stderr

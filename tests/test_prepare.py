@@ -26,12 +26,12 @@ BAD = [
     ({"placement": "bogus"}, "placement must be one of auto, root, tor, tree, pbox, dynamic"),
     ({"collective": "bogus"}, "collective must be one of allreduce"),
     ({"consistency": "bogus"}, "consistency must be one of bsp, ssp, asp"),
-    ({"mode": "bogus"}, "mode must be one of innet, pbox, ring, gloo, all"),
+    ({"mode": "bogus"}, "mode must be one of innet, pbox, ring, all"),
     ({"overlap": "bogus"}, "overlap must be one of layers, none"),
     ({"priority": "bogus"}, "priority must be one of fifo, p3"),
     ({"workload": "bogus"}, "workload must be one of"),
     ({"pipeline": 3}, "pipeline must be one of 1, 2"),
-    ({"backend": "bogus"}, "backend must be one of mininet, local"),
+    ({"backend": "bogus"}, "backend must be one of mininet, local, gloo"),
     ({"loss": "0.1"}, "loss must be a finite number"),
     ({"loss": 1.5}, "loss must be a probability in [0, 1)"),
     ({"delay": math.nan}, "delay must be a finite number"),
@@ -135,7 +135,7 @@ def test_the_program_file_runs_once_and_every_job_is_placed_once_per_run(tmp_pat
 
 def test_a_prepared_run_is_what_runs_and_takes_no_options():
     prepared = innet.prepare("star", workers=4, backend="local", elements=4096, seed=3)
-    assert [m.spec.mode for m in prepared.runs] == ["innet"] and prepared.runs[0].backend == "local"
+    assert [m.spec.mode for m in prepared.runs] == ["innet"] and prepared.runs[0].spec.backend == "local"
     first, again = innet.run(prepared), innet.run(prepared)
     assert first.runs[0].result_digest == again.runs[0].result_digest
     with pytest.raises(UserError, match="a prepared run takes no options"):

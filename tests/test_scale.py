@@ -204,7 +204,7 @@ def test_torch_ranks_are_counted_and_refused_in_one_line_when_they_cannot_fit():
     with pytest.raises(UserError, match=r"^127 torch ranks need about 33\.\d GiB \(270 MiB each\) but 24\.0 GiB"):
         check_torch_ranks(127, 0, available=24 << 30)
     k8, star = build("fat-tree", k=8), build("star", workers=4)
-    gloo, innet = RunSpec(elements=65536, mode="gloo"), RunSpec(elements=65536, mode="innet")
+    gloo, innet = RunSpec(elements=65536, backend="gloo"), RunSpec(elements=65536, mode="innet")
     # gloo's ranks in place of innet's processes: on the fat-tree, ten times innet's estimate, past the machine
     assert estimate_bytes(k8, gloo, "mininet") > 127 * TORCH_RANK > 3 * estimate_bytes(k8, innet, "mininet")
     with pytest.raises(UserError, match="127 workers x 65536 elements, 270 MiB a torch rank"):
@@ -223,9 +223,9 @@ def test_mode_all_leaves_gloo_out_where_its_ranks_cannot_fit(monkeypatch):
     modes = {}
     for topo, size in (("star", {}), ("fat-tree", {"k": 8})):
         prepared = prepare(topo, backend="mininet", mode="all", bw=100, calibrate=False, **size)
-        modes[topo] = ([m.spec.mode for m in prepared.runs], prepared.notes)
-    assert modes["star"] == (["innet", "pbox", "ring", "gloo"], ())
-    assert modes["fat-tree"][0] == ["innet", "pbox", "ring"]
+        modes[topo] = ([(m.spec.mode, m.spec.backend) for m in prepared.runs], prepared.notes)
+    assert modes["star"] == ([("innet", "mininet"), ("pbox", "mininet"), ("ring", "mininet"), ("ring", "gloo")], ())
+    assert modes["fat-tree"][0] == [("innet", "mininet"), ("pbox", "mininet"), ("ring", "mininet")]
     assert len(modes["fat-tree"][1]) == 1 and modes["fat-tree"][1][0].startswith("gloo left out: this run needs about 34.")
 
 
@@ -272,7 +272,7 @@ def test_the_readme_scaling_commands_run_as_written(tmp_path):
 @pytest.mark.skipif(os.geteuid() != 0, reason="a Mininet spec needs root (nothing is built)")
 def test_mode_all_goes_on_without_a_gloo_that_did_not_finish(monkeypatch):
     """At 20% loss gloo's TCP did not finish within its ranks' limit: --mode all reports innet's three modes and
-    says in one line that gloo is left out; --mode gloo alone still ends with the error."""
+    says in one line that gloo is left out; --backend gloo alone still ends with the error."""
     pytest.importorskip("torch")
     import innet
     from innet import api
@@ -293,7 +293,7 @@ def test_mode_all_goes_on_without_a_gloo_that_did_not_finish(monkeypatch):
     warnings = [e.message for e in events if e.kind == "warning"]
     assert warnings == ["gloo left out: torch ranks did not finish within 130s at 20% loss"], events
     with pytest.raises(Unfinished):
-        innet.run("star", backend="mininet", mode="gloo", bw=100, workers=4, elements=4099, loss=0.2, plots=False,
+        innet.run("star", backend="gloo", bw=100, workers=4, elements=4099, loss=0.2, plots=False,
                   dilation="off")
 
 

@@ -1,5 +1,5 @@
 """torch.distributed ranks in Mininet hosts (innet.integrations.torch.ranks): the IP network beside innet's frames,
-``--mode gloo`` and DDP trained through the switches with the ClientState hook."""
+``--backend gloo`` and DDP trained through the switches with the ClientState hook."""
 
 import json
 import os
@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 
 from innet.backends.mininet.iplane import host_address, ip_commands, link_addresses
+from innet.errors import UserError
 from innet.graph import hosts
 from innet.integrations.torch.ranks import gloo_record, torch_available
+from innet.planning.rules import validate
 from innet.planning.spec import RunSpec, program_of
 from innet.results.outcome import WorkerOutcome
 from innet.schemes.modes import plan_run
@@ -87,35 +89,43 @@ def test_gloos_verdict_is_the_float_sum_within_float32_rounding_and_its_bytes_ar
     assert not bad["correct"] and bad["errors"] and bad["max_abs_error"] >= 1e-3 * 0.99
 
 
-def test_mode_gloo_on_the_local_backend_is_one_line():
+def test_gloo_is_a_backend_not_a_mode():
+    """--mode gloo is argparse's one line; gloo's own refusals name the backend."""
     out = subprocess.run([sys.executable, os.path.join(ROOT, "run_topology.py"), "--backend", "local", "--mode", "gloo"],
                          capture_output=True, text=True, timeout=120)
-    assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr.splitlines() == ["error: --mode gloo runs torch.distributed between Mininet hosts: it needs "
-                                       "--backend mininet (and root)"]
+    assert out.returncode == 2 and out.stdout == "" and "--mode: invalid choice: 'gloo'" in out.stderr.splitlines()[-1]
+    for given, says in (({"program": "max_allreduce"}, "{backend} gloo sums plain tensors"),
+                        ({"mode": "ring"}, "{backend} gloo runs torch.distributed's own all-reduce: it takes no {mode} "
+                                           "(got ring)"),
+                        ({"placement": "tor"}, "{placement} picks the switches that aggregate: it means nothing with "
+                                               "{backend} gloo"),
+                        ({"dilation": 2.0}, "{dilation} 2 slows Mininet's clock; gloo's TCP runs undilated")):
+        with pytest.raises(UserError) as err:
+            validate(RunSpec(backend="gloo", **given))
+        assert err.value.args[0].startswith(says), err.value
 
 
 @pytest.mark.mininet
-def test_mode_gloo_on_links_tclink_cannot_shape_is_one_line_before_anything_is_built():
-    """gloo runs on undilated links: --bw 2000 under --dilation 2 suits innet's modes, not gloo."""
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "run_topology.py"), "--backend", "mininet", "--mode", "gloo",
-                          "--bw", "2000", "--dilation", "2"], capture_output=True, text=True, timeout=120)
+def test_backend_gloo_on_links_tclink_cannot_shape_is_one_line_before_anything_is_built():
+    """gloo runs on undilated links: --bw 2000 suits innet's modes (dilated), not gloo."""
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "run_topology.py"), "--backend", "gloo",
+                          "--bw", "2000"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr.splitlines() == ["error: --mode gloo runs on undilated links, which TCLink shapes up to 1000 Mbit/s; "
+    assert out.stderr.splitlines() == ["error: --backend gloo runs on undilated links, which TCLink shapes up to 1000 Mbit/s; "
                                        "this topology's hosts have 2000 Mbit/s links"]
     assert_nothing_left()
 
 
 @pytest.mark.mininet
 @needs_torch
-def test_mode_gloo_sums_like_numpy_and_its_link_bytes_cover_a_ring(tmp_path):
+def test_backend_gloo_sums_like_numpy_and_its_link_bytes_cover_a_ring(tmp_path):
     elements, n = 300000, 3
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "run_topology.py"), "--backend", "mininet", "--topo", "star",
-                          "--workers", str(n), "--mode", "gloo", "--elements", str(elements), "--iterations", "2",
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "run_topology.py"), "--backend", "gloo", "--topo", "star",
+                          "--workers", str(n), "--elements", str(elements), "--iterations", "2",
                           "--bw", "200", "--out", str(tmp_path), "--no-plots"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     (run,) = json.loads((tmp_path / "results.json").read_text())["runs"]
-    assert run["mode"] == "gloo" and run["correct"] and run["completion_s"] > 0, run["errors"]
+    assert (run["mode"], run["backend"]) == ("gloo", "gloo") and run["correct"] and run["completion_s"] > 0, run["errors"]
     exact = np.sum([RunSpec(elements=elements, iterations=2).tensors(1, r)[1].astype(np.float64) for r in range(n)], axis=0)
     assert run["max_abs_error"] <= n * np.finfo(np.float32).eps * np.abs(exact).max() * 4
     ring_payload = 2 * (n - 1) / n * 4 * elements * 2  # per host link: each direction carries 2(N-1)/N of the tensor
@@ -153,7 +163,7 @@ def test_interrupted_ddp_ranks_leave_nothing_behind(sig):
 
 
 def test_gloo_is_left_out_of_what_it_cannot_run():
-    from innet.integrations.torch.ranks import gloo_applies
+    from innet.planning.rules import gloo_applies
 
     assert gloo_applies(RunSpec())
     assert gloo_applies(replace(RunSpec(), faults=replace(RunSpec().faults, loss=0.01)))  # the kernel loses as innet's ports do

@@ -13,7 +13,7 @@ prints the estimate next to the measured peak); the estimate errs high.
 - mininet: the same, plus one Python process per switch, worker and PBox, or per node group of them
   (innet.planning.grouping; ``MININET_PER_PROCESS``: an interpreter with numpy and innet loaded), every
   node's namespace with its links, and every raw port's buffers.
-- torch ranks (``--mode gloo``, the gloo baseline of ``--mode all``, ``innet launch``): one process per worker
+- torch ranks (``--backend gloo``, the gloo baseline of ``--mode all``, ``innet launch``): one process per worker
   host with torch, gloo and innet loaded (``TORCH_RANK``) and its tensors, in place of innet's processes.
 """
 
@@ -54,7 +54,7 @@ def estimate_bytes(graph: nx.Graph, run: RunSpec, backend: str, node_group: int 
     per_worker = 0 if run.train else LOCAL_PER_ELEMENT * sum(run.call_sizes())  # a learner's model is small
     total = (BASE + workers * per_worker + switches * (registers + PER_ROUTE * len(graph))
              + PER_LINK * graph.number_of_edges() + PER_NODE * len(graph))
-    if run.mode == "gloo":  # no innet process: Mininet's nodes and one torch rank per worker host
+    if run.backend == "gloo":  # no innet process: Mininet's nodes and one torch rank per worker host
         return total + MININET_PER_NODE * len(graph) + torch_ranks_bytes(workers, sum(run.call_sizes()))
     if backend == "mininet":
         cores = cores or os.cpu_count() or 1
@@ -67,7 +67,7 @@ def estimate_bytes(graph: nx.Graph, run: RunSpec, backend: str, node_group: int 
 
 def torch_ranks_bytes(ranks: int, elements: int = 0) -> int:
     """The memory ``ranks`` torch ranks take, each holding ``elements`` gradient elements (what ``innet launch``
-    and ``--mode gloo`` start: one per worker host)."""
+    and ``--backend gloo`` start: one per worker host)."""
     return ranks * (TORCH_RANK + LOCAL_PER_ELEMENT * elements)
 
 
@@ -106,7 +106,7 @@ def check_memory(graph: nx.Graph, run: RunSpec, backend: str, available: int | N
     have = available_bytes() if available is None else available
     if need > have:
         workers = len(pick_workers(graph, run.workers))
-        ranks = f", {TORCH_RANK // MIB} MiB a torch rank" if run.mode == "gloo" else ""
+        ranks = f", {TORCH_RANK // MIB} MiB a torch rank" if run.backend == "gloo" else ""
         raise UserError(
             f"this run needs about {need / 2**30:.1f} GiB ({workers} workers x {sum(run.call_sizes())} elements{ranks} on "
             f"{graph.number_of_nodes()} nodes, {backend} backend) but {have / 2**30:.1f} GiB is available; "

@@ -13,6 +13,7 @@ from innet.errors import UserError
 from innet.graph import host_link_rate
 from innet.planning.options import options_of
 from innet.planning.spec import TCLINK_MAX_MBPS, RunSpec, program_of
+from innet.wire.faults import FaultSpec
 
 
 def validate(s: RunSpec, graph: nx.Graph | None = None) -> RunSpec:
@@ -75,8 +76,8 @@ def _collective(s: RunSpec) -> str | None:
     if c.name != "allreduce" and (s.train or s.consistency or s.topk or s.input_elements or s.workload):
         return (f"{{collective}} {c.name} runs on seeded tensors: it does not take {{train}}, {{consistency}}, {{topk}}, "
                 "{input_elements} or {workload}")
-    if c.name != "allreduce" and s.mode == "gloo":
-        return f"{{mode}} gloo runs torch.distributed's all-reduce: it does not run {{collective}} {c.name}"
+    if c.name != "allreduce" and s.backend == "gloo":
+        return f"{{backend}} gloo runs torch.distributed's all-reduce: it does not run {{collective}} {c.name}"
     served = program_of(s).collectives
     if s.mode in ("innet", "all") and c.name not in served:
         return (f"{{program}} {s.program} serves {', '.join(served)} only: it has no handler for {{collective}} {c.name} "
@@ -102,8 +103,8 @@ def _sharded(s: RunSpec) -> str | None:
         return "{sharded} runs a workload's layers in FSDP's schedule: it needs {workload}"
     if s.slice_elements or s.priority != "fifo" or s.pipeline != 1 or s.overlap != "layers":
         return "{sharded} runs FSDP's own schedule: it takes neither {slice_elements}, {priority}, {pipeline} nor {overlap}"
-    if s.topk or s.mode == "gloo":
-        return "{sharded} all-gathers and reduce-scatters dense shards: it takes neither {topk} nor {mode} gloo"
+    if s.topk or s.backend == "gloo":
+        return "{sharded} all-gathers and reduce-scatters dense shards: it takes neither {topk} nor {backend} gloo"
     served = program_of(s).collectives
     if s.mode in ("innet", "all") and not {"all_gather", "reduce_scatter"} <= set(served):
         return (f"{{program}} {s.program} serves {', '.join(served)} only: {{sharded}} needs all_gather and "
@@ -113,11 +114,11 @@ def _sharded(s: RunSpec) -> str | None:
 
 
 def _backend(s: RunSpec) -> str | None:
-    if s.backend == "local" and s.dilation not in ("auto", 1.0):
-        return (f"{{dilation}} {s.dilation:g} slows Mininet's clock; the local backend runs in virtual time and needs "
-                "none: use {dilation} auto or off there")
-    if s.mode == "gloo" and s.backend == "local":
-        return "{mode} gloo runs torch.distributed between Mininet hosts: it needs {backend} mininet (and root)"
+    if s.backend in ("local", "gloo") and s.dilation not in ("auto", 1.0):
+        why = "the local backend runs in virtual time" if s.backend == "local" else "gloo's TCP runs undilated"
+        return f"{{dilation}} {s.dilation:g} slows Mininet's clock; {why} and needs none: use {{dilation}} auto or off there"
+    if s.backend == "gloo":
+        return _gloo(s)
     return shapeable(s, s.dilation) if isinstance(s.dilation, float) else None
 
 
@@ -165,15 +166,36 @@ def _dynamic(s: RunSpec) -> str | None:
     return None
 
 
+def gloo_applies(s: RunSpec) -> bool:
+    """Whether gloo can run what ``s`` asks: sums of plain tensors for one job, on links without injected faults
+    but loss on every link (innet's processes inject faults, which gloo's TCP would not see; the same loss rate the
+    kernel gives on every link direction: innet.backends.mininet.network)."""
+    return s.program == "sum_allreduce" and s.collective == "allreduce" and not (
+        s.train or s.workload or s.topk or s.consistency or s.input_elements or s.jobs != 1
+        or s.link_faults or s.faults != FaultSpec(loss=s.faults.loss))
+
+
+def _gloo(s: RunSpec) -> str | None:
+    """The gloo backend runs torch's own all-reduce: innet's schemes and what only they take are not its."""
+    if "mode" in s.given():
+        return f"{{backend}} gloo runs torch.distributed's own all-reduce: it takes no {{mode}} (got {s.mode})"
+    if not gloo_applies(s):
+        return ("{backend} gloo sums plain tensors ({elements}, {iterations}) for one job: it takes no {program} and "
+                "none of {train}, {workload}, {topk}, {consistency}, {input_elements}, {jobs}, nor link faults but "
+                "{loss} on every link ({dup}, {reorder}, {delay}, {fault})")
+    return None
+
+
 def _meaningless(s: RunSpec) -> str | None:
     """Options given where they change nothing of what runs: refused, so a run is never taken to be what it is not."""
     given = s.given()
-    if "placement" in given and s.mode in ("pbox", "ring", "gloo"):
-        return f"{{placement}} picks the switches that aggregate: it means nothing with {{mode}} {s.mode}"
-    if "job_slots" in given and s.mode in ("pbox", "ring", "gloo"):
-        return f"{{job_slots}} asks the switches' slot pools for room: it means nothing with {{mode}} {s.mode}"
-    if "pbox_cores" in given and s.mode in ("ring", "gloo"):
-        return f"{{pbox_cores}} shards the PBox: it means nothing with {{mode}} {s.mode}, which uses none"
+    scheme = "{backend} gloo" if s.backend == "gloo" else f"{{mode}} {s.mode}"
+    if "placement" in given and (s.mode in ("pbox", "ring") or s.backend == "gloo"):
+        return f"{{placement}} picks the switches that aggregate: it means nothing with {scheme}"
+    if "job_slots" in given and (s.mode in ("pbox", "ring") or s.backend == "gloo"):
+        return f"{{job_slots}} asks the switches' slot pools for room: it means nothing with {scheme}"
+    if "pbox_cores" in given and (s.mode == "ring" or s.backend == "gloo"):
+        return f"{{pbox_cores}} shards the PBox: it means nothing with {scheme}, which uses none"
     if s.stragglers and not s.consistency:
         return "{stragglers} slows a worker's compute under {consistency}: it needs {consistency} bsp, ssp or asp"
     if "compute_time" in given and not (s.consistency or s.train):
@@ -214,6 +236,6 @@ def _check_graph(s: RunSpec, graph: nx.Graph) -> None:
     size = (s.workers or sum(1 for _, role in graph.nodes(data="role") if role == "host")) // max(1, s.jobs)
     if s.collective_of.rooted and s.root >= size:
         raise UserError(f"{{root}} {s.root} is not a rank of every job: ranks are 0..{size - 1}")
-    if s.mode == "gloo" and host_link_rate(graph) > TCLINK_MAX_MBPS:
-        raise UserError(f"{{mode}} gloo runs on undilated links, which TCLink shapes up to {TCLINK_MAX_MBPS:g} Mbit/s; "
+    if s.backend == "gloo" and host_link_rate(graph) > TCLINK_MAX_MBPS:
+        raise UserError(f"{{backend}} gloo runs on undilated links, which TCLink shapes up to {TCLINK_MAX_MBPS:g} Mbit/s; "
                         f"this topology's hosts have {host_link_rate(graph):g} Mbit/s links")

@@ -39,7 +39,7 @@ from innet.wire.faults import FaultSpec, parse_link_fault
 from innet.wire.operators import SUM, Operator
 from innet.wire.packet import BANDS
 
-MODES = ("innet", "pbox", "ring")  # the schemes every run can compare; "gloo" and "all" are the command's
+MODES = ("innet", "pbox", "ring")  # the schemes every run can compare; "all" is the command's
 TOPOLOGIES = ("star", "leaf-spine", "fat-tree", "phub-rack")  # the builders (topologies.REGISTRY), or a file
 RACKED = ("leaf-spine", "phub-rack")
 TCLINK_MAX_MBPS = 1000.0  # the fastest rate Mininet's TCLink (tc htb) shapes: a dilation must bring links below it
@@ -60,11 +60,10 @@ class RunSpec:
     holds every rule. Frozen: ``dataclasses.replace`` makes a variant."""
 
     # job
-    mode: str = option("innet", group="job", choices=(*MODES, "gloo", "all"),
-                       help="innet: switches aggregate; pbox: the PBox host does (PHub); ring: ring all-reduce; gloo: "
-                            "torch.distributed's gloo all-reduce between the same hosts (mininet, needs torch); all: "
-                            "innet, pbox and ring (and gloo on mininet when torch is installed), same topology and "
-                            "gradients, side by side (default innet)")
+    mode: str = option("innet", group="job", choices=(*MODES, "all"),
+                       help="innet: switches aggregate; pbox: the PBox host does (PHub); ring: ring all-reduce; all: "
+                            "innet, pbox and ring (and the gloo backend on mininet when torch is installed), same "
+                            "topology and gradients, side by side (default innet)")
     collective: str = option("allreduce", group="job", choices=tuple(COLLECTIVES),
                              help="what the job runs (SHARP's set): allreduce, reduce_scatter (rank r keeps the r-th "
                                   "shard of the reduction, whole packets), all_gather (rank r gives its shard, every "
@@ -182,9 +181,10 @@ class RunSpec:
     save_topology: str = option("", group="topology", metavar="FILE",
                                 help="also write the topology as FILE: .json (node-link, as p4-utils writes it) or .graphml")
     # backend
-    backend: str = option("", group="backend", choices=("mininet", "local"),
+    backend: str = option("", group="backend", choices=("mininet", "local", "gloo"),
                           help="mininet: real Python switches on veth links (needs root; the default as root); "
-                               "local: the in-process fabric in virtual time (no root)")
+                               "local: the in-process fabric in virtual time (no root); gloo: torch.distributed's "
+                               "gloo all-reduce between the same Mininet hosts, no innet process (root, torch)")
     pbox_cores: int = option(1, group="job", help="PBox shards (processes), keys spread by slot (default 1)")
     crash: tuple[tuple[str, float], ...] = option(
         (), group="faults", metavar="HOST@SECONDS", parse=parse_crash, repeat=True,

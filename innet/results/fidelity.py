@@ -110,7 +110,7 @@ def virtual_fidelity(dilation: float = 1.0) -> Fidelity:
 
 
 def kernel_fidelity() -> Fidelity:
-    """gloo's (``--mode gloo``): the kernel's TCP on undilated links; none of innet's processes is in it."""
+    """gloo's (``--backend gloo``): the kernel's TCP on undilated links; none of innet's processes is in it."""
     return Fidelity(1.0, "not judged", ("torch's gloo: the kernel's TCP on undilated links, not innet's processes",),
                     {}, {}, {})
 

@@ -18,11 +18,10 @@ from innet.switch.program import SwitchProgram
 
 @dataclass(frozen=True)
 class ModeRun:
-    """One run of a prepared run: its spec (its mode among them), the backend that runs it, its plan, placed once,
-    and its program, sized for the plan's fan-in. gloo plans nothing of innet's: no plan, no program."""
+    """One run of a prepared run: its spec (its mode and the backend that runs it among them), its plan, placed
+    once, and its program, sized for the plan's fan-in."""
 
     spec: RunSpec
-    backend: str
     plan: RunPlan | None = None
     program: type[SwitchProgram] | None = None
     dilation: float = 1.0  # Mininet's time dilation factor, resolved ("auto" calibrated) while preparing
@@ -31,7 +30,7 @@ class ModeRun:
 @dataclass(frozen=True)
 class Prepared:
     """A run ready to go: its spec, its topology (roles and link attributes checked and completed), and one
-    ``ModeRun`` per mode it runs (``--mode all``: innet, pbox, ring, and gloo where it applies)."""
+    ``ModeRun`` per mode it runs (``--mode all``: innet, pbox, ring, and the gloo backend where it applies)."""
 
     spec: RunSpec
     graph: nx.Graph = field(repr=False)

@@ -1,4 +1,4 @@
-"""torch.distributed ranks inside Mininet hosts: gloo's all-reduce as a baseline (``--mode gloo``), and DDP trained
+"""torch.distributed ranks inside Mininet hosts: gloo's all-reduce as a baseline (``--backend gloo``), and DDP trained
 through innet's switches (the ``ClientState`` hook of innet.integrations.torch.ddp).
 
 The topology comes up as for any Mininet run (innet.backends.mininet.emulation: the same shaped links, every process recorded
@@ -34,7 +34,6 @@ from innet.results.fidelity import kernel_fidelity
 from innet.results.outcome import WorkerOutcome
 from innet.results.record import RunRecord
 from innet.schemes.modes import RunPlan, installed_configs, plan_run
-from innet.wire.faults import FaultSpec
 from innet.wire.packet import link_mtu
 
 RENDEZVOUS_PORT = 29500
@@ -47,15 +46,6 @@ def torch_available() -> bool:
     except ImportError:
         return False
     return True
-
-
-def gloo_applies(run: RunSpec) -> bool:
-    """Whether gloo can run what ``run`` asks: sums of plain tensors for one job, on links without injected faults
-    but loss on every link (innet's processes inject faults, which gloo's TCP would not see; the same loss rate the
-    kernel gives on every link direction: innet.backends.mininet.network)."""
-    return run.program == "sum_allreduce" and run.collective == "allreduce" and not (
-        run.train or run.workload or run.topk or run.consistency or run.input_elements or run.jobs != 1
-        or run.link_faults or run.faults != FaultSpec(loss=run.faults.loss))
 
 
 def job_ranks(rp: RunPlan) -> list[tuple[str, JobSpec]]:
@@ -117,29 +107,22 @@ def _last_words(emu: Emulation, host: str, tag: str) -> str:
     return lines[-1] if lines else "no message"
 
 
-def run_gloo(graph: nx.Graph, run: RunSpec) -> RunRecord:
-    """``--mode gloo``: torch.distributed's gloo all-reduce of the run's tensors between the job's worker hosts, over
-    the same links; its record beside innet's modes (predicted bytes: the ring's; correct: every rank's result is
-    the float sum within float32 rounding)."""
-    if not gloo_applies(run):
-        raise UserError("{mode} gloo sums plain tensors ({elements}, {iterations}) for one job: it takes no {program} and "
-                        "none of {train}, {workload}, {topk}, {consistency}, {input_elements}, {jobs}, nor link faults "
-                        "but {loss} on every link ({dup}, {reorder}, {delay}, {fault})")
-    if not torch_available():
-        raise UserError("{mode} gloo needs torch: pip install -e '.[torch]' (torch==2.13.0, the CPU build)")
-    ring = replace(run, mode="ring")
-    rp = plan_run(graph, ring, program_of(ring))
+def run_gloo(graph: nx.Graph, ring: RunSpec, rp: RunPlan) -> RunRecord:
+    """``--backend gloo``: torch.distributed's gloo all-reduce of the run's tensors between the job's worker hosts,
+    over the same links; its record beside innet's modes (``ring``, ``rp``: the ring's spec and plan, whose
+    predicted bytes it is laid out with; correct: every rank's result is the float sum within float32 rounding).
+    Prepared (innet.prepare) as any run: what gloo can run is checked there (innet.planning.rules)."""
     ranks = job_ranks(rp)
-    timeout = STARTUP_S + run.timeout * run.iterations
+    timeout = STARTUP_S + ring.timeout * ring.iterations
     lossy = graph.copy()
-    lossy.graph["kernel_loss"] = run.faults.loss  # gloo's TCP under the loss innet's ports inject, the kernel's
+    lossy.graph["kernel_loss"] = ring.faults.loss  # gloo's TCP under the loss innet's ports inject, the kernel's
     with network(lossy, link_mtu(0), "gloo") as emu:
         emu.add_ip_network()
         job = rp.plans[0].job
-        procs = _start_ranks(emu, ranks, "gloo", [GlooCalls(run.seed, job, tuple(run.call_sizes()), run.layers())
+        procs = _start_ranks(emu, ranks, "gloo", [GlooCalls(ring.seed, job, tuple(ring.call_sizes()), ring.layers())
                                                   for _ in ranks], timeout)
         before = emu.interface_bytes()
-        log(f"gloo all-reduce: {len(ranks)} ranks x {run.elements} elements x {run.iterations} iteration(s)")
+        log(f"gloo all-reduce: {len(ranks)} ranks x {ring.elements} elements x {ring.iterations} iteration(s)")
         wall = _go_and_wait(emu, procs, "gloo", timeout)
         after = emu.interface_bytes()
         outcomes, host_cpu = [], 0.0
@@ -156,7 +139,7 @@ def gloo_record(graph: nx.Graph, ring: RunSpec, rp: RunPlan, outcomes: list[Work
                 **extra: object) -> RunRecord:
     """gloo's run record: laid out as the ring's (same plan and predicted bytes), its verdict in floats: every
     rank's every result within float32 rounding of the float64 sum (N ulps of the largest partial sum)."""
-    record = run_record(graph, ring, rp, "mininet", outcomes, link_bytes, {}, **extra)
+    record = run_record(graph, ring, rp, "gloo", outcomes, link_bytes, {}, **extra)
     inputs = [ring.tensors(o.job, o.rank) for o in outcomes]
     correct, max_err = True, 0.0
     for call in range(len(inputs[0])):
