@@ -81,16 +81,16 @@ def main() -> int:
 
 
 def _mininet(args: argparse.Namespace) -> int:
+    from innet.api import prepare
     from innet.errors import UserError
     from innet.integrations.torch.ranks import ddp_mininet
-    from innet.planning.spec import RunSpec
-    from topologies import build
 
     if os.geteuid() != 0:
         print("error: --backend mininet needs root: run with sudo, or use --backend fabric", file=sys.stderr)
         return 2
     try:
-        out = ddp_mininet(build("star", workers=args.procs), RunSpec(packet_elements=1024), _task(args, args.procs))
+        prepared = prepare("star", workers=args.procs, backend="mininet", packet_elements=1024, calibrate=False)
+        out = ddp_mininet(prepared.graph, prepared.runs[0], _task(args, args.procs))
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -28,12 +28,13 @@ from innet.hosts.job import JobSpec
 from innet.hosts.learning.model import Task
 from innet.integrations.torch.rank import DdpHook, DdpResult, GlooCalls, RankConfig
 from innet.node.codec import read
-from innet.planning.spec import RunSpec, program_of
+from innet.planning.spec import RunSpec
 from innet.results.check import run_record
 from innet.results.fidelity import kernel_fidelity
 from innet.results.outcome import WorkerOutcome
 from innet.results.record import RunRecord
-from innet.schemes.modes import RunPlan, installed_configs, plan_run
+from innet.schemes.modes import RunPlan, installed_configs
+from innet.schemes.prepared import ModeRun
 from innet.wire.packet import link_mtu
 
 RENDEZVOUS_PORT = 29500
@@ -167,14 +168,16 @@ class DdpOutcome:
     link_bytes: dict[str, int]
 
 
-def ddp_mininet(graph: nx.Graph, run: RunSpec, train: Task, hooks: tuple[str, ...] = ("innet", "plain")) -> dict[str, DdpOutcome]:
+def ddp_mininet(graph: nx.Graph, ready: ModeRun, train: Task,
+                hooks: tuple[str, ...] = ("innet", "plain")) -> dict[str, DdpOutcome]:
     """Train the torch example with DDP, one rank per worker host, once per hook: "innet" (every bucket through the
-    switches: ClientState, ``run.mode`` innet, pbox or ring) and "plain" (DDP's own gloo all-reduce). Per hook:
-    every rank's test accuracy and seconds, and the bytes per link."""
+    switches: ClientState, the prepared run's mode innet, pbox or ring, its plan and program made once by
+    innet.prepare) and "plain" (DDP's own gloo all-reduce). Per hook: every rank's test accuracy and seconds, and
+    the bytes per link."""
     if not torch_available():
         raise UserError("the DDP example needs torch: pip install -e '.[torch]' (torch==2.13.0, the CPU build)")
-    rp = plan_run(graph, run, program_of(run))
-    program = program_of(run, rp.fan_in)
+    run, rp, program = ready.spec, ready.plan, ready.program
+    assert rp is not None and program is not None
     ranks = job_ranks(rp)
     job = rp.plans[0].job
     timeout = STARTUP_S + 60.0 * train.epochs
