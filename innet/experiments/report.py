@@ -7,26 +7,39 @@ import csv
 import io
 import json
 import os
+from collections.abc import Mapping
+from dataclasses import fields
 from typing import Any
 
+from innet.errors import UserError
 from innet.events import emit
 from innet.experiments.file import Experiment
 from innet.results.files import make_output_folder, write_text_atomic
 from innet.results.plots import plot_sweep
-from innet.results.record import JsonObject
+from innet.results.record import RunRecord, json_value
 
 Row = dict[str, Any]  # a point as points.csv and points.json hold it: the edge where results become a table
 PAYS = 0.99  # a ratio to the baseline "breaks even" where it saves less than 1%
 
 
-def metric(record: JsonObject, name: str) -> Any:
-    """A run record's field by name: ``a.b`` is field b of field a; ``total_bytes`` is every link's bytes."""
+def metric(record: RunRecord, name: str) -> Any:
+    """A run record's value by name, read from the typed record: one of its fields (``completion_s``) or figures
+    (``iteration_s``: the scheme's or the backend's own), ``a.b`` the field or key b of a; ``total_bytes`` is every
+    link's bytes. A name the record does not have is one line naming what it has, never an empty column."""
     if name == "total_bytes":
-        return sum(record["link_bytes"].values())
-    value: Any = record
-    for part in name.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
+        return sum(record.link_bytes.values())
+    first, *rest = name.split(".")
+    has = [f.name for f in fields(record) if f.name != "figures"] + list(record.figures)
+    if first not in has:
+        raise UserError(f"metric {name!r} is not in the {record.mode} run's record; it has {', '.join(sorted(has))}")
+    value: Any = record.figures[first] if first in record.figures else getattr(record, first)
+    for i, part in enumerate(rest):
+        value = json_value(value)
+        if not isinstance(value, Mapping) or part not in value:
+            where = ".".join([first, *rest[:i]])
+            raise UserError(f"metric {name!r}: the {record.mode} run's {where} has no {part!r}")
+        value = value[part]
+    return json_value(value)
 
 
 def rows_with_ratios(experiment: Experiment, rows: list[Row]) -> list[Row]:

@@ -16,7 +16,7 @@ from innet.errors import UserError
 from innet.experiments.file import Experiment, Value, command_of
 from innet.experiments.report import Row, metric, rows_with_ratios, write_outputs
 from innet.results.files import NewFolder, make_output_folder
-from innet.results.record import JsonObject, RunRecord
+from innet.results.record import RunRecord
 
 
 def run_point(options: Options, out: str) -> RunRecord:
@@ -52,7 +52,7 @@ def reproduce(experiment: Experiment, backend: str = "local", quick: bool = Fals
                             raise
                         raise UserError(f"{exc}; the {len(rows)} point(s) before it are in "
                                         f"{os.path.join(out, 'points.csv')}") from None
-                tried.append(_row(experiment, series, value, done[key].to_json(), command_of(options),
+                tried.append(_row(experiment, series, value, done[key], command_of(options),
                                   label if bests else None))
             rows.append(best_of(experiment, tried))
             write_outputs(experiment, rows_with_ratios(experiment, rows), out, plot=False)  # each point kept as it comes
@@ -66,10 +66,10 @@ def best_of(experiment: Experiment, rows: list[Row]) -> Row:
     return min(rows, key=lambda r: (not r["correct"], r[first] if isinstance(r[first], int | float) else float("inf")))
 
 
-def _row(experiment: Experiment, series: str, value: Value, record: JsonObject, cmd: str, best: str | None) -> Row:
+def _row(experiment: Experiment, series: str, value: Value, record: RunRecord, cmd: str, best: str | None) -> Row:
     row: Row = {"series": series, experiment.option: value}
     row.update({m: metric(record, m) for m in experiment.metrics})
-    row.update(correct=record["correct"], command=cmd)
+    row.update(correct=record.correct, command=cmd)
     if best is not None:
         row["best"] = best
     return row

@@ -108,18 +108,18 @@ def _json(record: Any) -> JsonObject:
         elif isinstance(value, Mapping):
             value = dict(value)
         out[f.name] = value
-    return {**out, **{k: _plain(v) for k, v in record.figures.items()}}
+    return {**out, **{k: json_value(v) for k, v in record.figures.items()}}
 
 
-def _plain(value: object) -> object:
+def json_value(value: object) -> object:
     """A figure as JSON values: a record (innet.results.fidelity.Fidelity, an input stream's summary...) as its
     ``to_json`` or its fields, in order; everything else as it is."""
     if hasattr(value, "to_json"):
         return value.to_json()
     if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+        return {f.name: json_value(getattr(value, f.name)) for f in fields(value)}
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: json_value(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_plain(v) for v in value]
+        return [json_value(v) for v in value]
     return value
