@@ -83,6 +83,13 @@ class RunRecord(_JsonView):
     figures: Mapping[str, Any] = field(default_factory=dict)
     spurious_retransmissions: int = 0  # of ``retransmissions``: answered sooner than a round trip could
     host_queued: int = 0  # resends not made: the last copy was still in the sender's host queue (``skb_still_in_host_queue``)
+    # ``link_bytes`` and ``predicted_link_bytes`` one direction at a time, by link name: up is from the end the link's
+    # tier names first (host to ToR, ToR to spine: innet.graph.uplink), down the other way; measured: empty where
+    # the backend counted no directions
+    link_bytes_up: Mapping[str, int] = field(default_factory=dict)
+    link_bytes_down: Mapping[str, int] = field(default_factory=dict)
+    predicted_link_bytes_up: Mapping[str, int] = field(default_factory=dict)
+    predicted_link_bytes_down: Mapping[str, int] = field(default_factory=dict)
 
     def with_figures(self, **more: Any) -> RunRecord:
         """The record with more figures (e.g. the model's prediction, or a backend's measurements)."""

@@ -14,6 +14,7 @@ from innet.results.files import make_output_folder, write_text_atomic
 from innet.results.learning import learning_lines
 from innet.results.metrics import (
     cluster_lines,
+    direction_table,
     input_lines,
     job_lines,
     summary_table,
@@ -69,7 +70,7 @@ class Report:
     def lines(self) -> list[str]:
         """Everything the command line prints of a run, line by line."""
         runs = list(self.runs)
-        out = [self.table(), *(fidelity_line(r) for r in runs)]
+        out = [self.table(), direction_table(self.graph, runs), *(fidelity_line(r) for r in runs)]
         out += job_lines(runs) + training_lines(runs) + input_lines(runs)
         out += learning_lines(runs, self.exact.accuracy if self.exact else None) + cluster_lines(runs)
         out += [f"{r.mode}: background {b.pattern}: {b.flows} flows, offered {b.offered_mbps:g} Mbit/s, delivered "

@@ -17,7 +17,7 @@ from innet.hosts.ssp import SSPWorker
 from innet.hosts.worker.call import AllreduceCall
 from innet.hosts.worker.process import WorkerProcess
 from innet.planning.spec import RunSpec, program_of
-from innet.results.check import run_record, tally_drops
+from innet.results.check import run_record, tally_drops, with_directions
 from innet.results.fidelity import virtual_fidelity
 from innet.results.outcome import outcome_of, training_outcome
 from innet.results.record import RunRecord
@@ -92,11 +92,12 @@ class LocalRun:
             switch_bytes = sum(rt.ctx.counters.get("input_bytes", 0) for rt in self.runtimes.values())
             extra["input"] = input_summary(self.graph, self.rp.input, [r.outcome() for r in self.inputs],
                                            self.input_server.sent_bytes + switch_bytes)
-        return run_record(
+        record = run_record(
             self.graph, self.run, self.rp, "local", outcomes, self.fabric.link_bytes(),
             drops, switch_memory_bytes={n: rt.memory_bytes for n, rt in self.runtimes.items()},
             **{"fidelity": virtual_fidelity(), **extra},
         )
+        return with_directions(record, self.graph, self.fabric.direction_bytes())
 
 
 def run_local(graph: nx.Graph, run: RunSpec, pbox_cores: int = 1, crash: dict[str, float] | None = None) -> RunRecord:
