@@ -118,6 +118,9 @@ def _backend(s: RunSpec) -> str | None:
                 "none: use {dilation} auto or off there")
     if s.mode == "gloo" and s.backend == "local":
         return "{mode} gloo runs torch.distributed between Mininet hosts: it needs {backend} mininet (and root)"
+    if s.timeline and s.cluster:
+        return ("{timeline} puts every node's instants on one clock, and the servers of a {cluster} each keep their "
+                "own: write it from a run on one machine")
     return shapeable(s, s.dilation) if isinstance(s.dilation, float) else None
 
 
@@ -133,7 +136,8 @@ def shapeable(s: RunSpec, factor: float) -> str | None:
 def _outputs(s: RunSpec) -> str | None:
     """The output paths can be written: tried before the run, which may take an hour, not after it. Nothing is
     left behind: folders made for the try are removed again (the run makes them when it writes)."""
-    for name, folder in (("out", s.out), ("json", os.path.dirname(os.path.abspath(s.json)) if s.json else "")):
+    for name, folder in (("out", s.out), *((n, os.path.dirname(os.path.abspath(getattr(s, n))) if getattr(s, n) else "")
+                                          for n in ("json", "timeline"))):
         if not folder:
             continue
         made = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -19,7 +20,8 @@ from innet.planning.spec import RunSpec, program_of
 from innet.results.learning import training_figures
 from innet.results.metrics import busiest_link, cross_rack_bytes, tier_bytes, up_and_down
 from innet.results.outcome import WorkerOutcome
-from innet.results.record import JobRecord, RunRecord
+from innet.results.record import CallSpan, JobRecord, RunRecord, SlotTrack, Timeline
+from innet.switch.runtime import SwitchReport
 from innet.wire import fixedpoint
 from innet.wire.collectives import ALLREDUCE, Collective
 from innet.wire.operators import SUM, Operator
@@ -262,3 +264,21 @@ def with_directions(record: RunRecord, graph: nx.Graph, directions: Mapping[tupl
     """``record`` with the bytes measured on each link direction (from, to): ``link_bytes_up`` and ``_down``."""
     up, down = up_and_down(graph, directions)
     return replace(record, link_bytes_up=up, link_bytes_down=down)
+
+
+def timeline_of(run: RunSpec, workers: Mapping[tuple[int, int], str], outcomes: Sequence[WorkerOutcome],
+                reports: Mapping[str, SwitchReport], origin: float = 0.0, clock: float = 1.0) -> Timeline:
+    """``run``'s timeline from its workers' outcomes (``workers``: (job, rank) -> host; times on the run's
+    timeline) and its switches' reports (times on their clocks, ``clock`` seconds per second of the run's),
+    both from ``origin`` on."""
+    names, sizes = [c.name for c in run.call_collectives()], run.call_sizes()
+    calls = []
+    for o in sorted(outcomes, key=lambda o: (o.job, o.rank)):
+        for k, (start, end) in enumerate(zip(o.started, o.finished, strict=False)):
+            if math.isfinite(start) and math.isfinite(end):  # a call never finished has no slice
+                calls.append(CallSpan(o.job, o.rank, workers.get((o.job, o.rank), ""), k,
+                                      names[k] if k < len(names) else "call", sizes[k] if k < len(sizes) else 0,
+                                      start - origin, end - origin))
+    switches = [SlotTrack(name, r.slots, tuple((t / clock - origin, n) for t, n in r.slots_held))
+                for name, r in reports.items() if r.slots]
+    return Timeline(tuple(calls), tuple(switches))

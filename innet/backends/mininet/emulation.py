@@ -10,6 +10,7 @@ bytes measured at every interface and the fidelity verdict. Only the modules of 
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import time
@@ -42,7 +43,7 @@ from innet.node.config import SwitchStats
 from innet.node.usage import Samples, drops_between
 from innet.planning.spec import RunSpec, program_of
 from innet.planning.timing.dilation import dilate_graph, dilate_spec, dilate_times
-from innet.results.check import run_record, with_directions
+from innet.results.check import run_record, timeline_of, with_directions
 from innet.results.fidelity import CPU_BOUND, Fidelity, fidelity, with_model, with_retransmissions
 from innet.results.record import RunRecord
 from innet.schemes.modes import RunPlan, installed_configs, plan_run, realise
@@ -286,6 +287,12 @@ class Emulation(Network):
                if self.cluster is not None else {}),
         )
         record = with_directions(record, graph, measured.directions)
+        if run.timeline:  # the hosts' monotonic clock, from the first call's start
+            starts = [t for o in outcomes for t in o.started if math.isfinite(t)]
+            workers = {(s.job, s.rank): w for specs in rp.specs.values() for w, s in specs.items()}
+            reports = {sw: st.runtime for sw, st in stats.items() if st.runtime is not None}
+            record = replace(record, timeline=timeline_of(run, workers, outcomes, reports, min(starts, default=0.0),
+                                                          self.dilation))
         fid = with_retransmissions(measured.fidelity, record.retransmissions, _faulty(run))
         if modelled and _modelled(run):  # the timing model gives what the links allow: the local backend's time
             key = "iteration_s" if run.workload else "completion_s"
