@@ -272,12 +272,14 @@ def timeline_of(run: RunSpec, workers: Mapping[tuple[int, int], str], outcomes: 
     timeline) and its switches' reports (times on their clocks, ``clock`` seconds per second of the run's),
     both from ``origin`` on."""
     names, sizes = [c.name for c in run.call_collectives()], run.call_sizes()
+    if run.consistency:  # a parameter server's iterations (push, then pull), not collectives
+        names = []
     calls = []
     for o in sorted(outcomes, key=lambda o: (o.job, o.rank)):
         for k, (start, end) in enumerate(zip(o.started, o.finished, strict=False)):
             if math.isfinite(start) and math.isfinite(end):  # a call never finished has no slice
                 calls.append(CallSpan(o.job, o.rank, workers.get((o.job, o.rank), ""), k,
-                                      names[k] if k < len(names) else "call", sizes[k] if k < len(sizes) else 0,
+                                      names[k] if k < len(names) else "iteration", sizes[k] if k < len(sizes) else 0,
                                       start - origin, end - origin))
     switches = [SlotTrack(name, r.slots, tuple((t / clock - origin, n) for t, n in r.slots_held))
                 for name, r in reports.items() if r.slots]
