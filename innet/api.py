@@ -89,7 +89,7 @@ def spec_of(topology: str | nx.Graph | os.PathLike[str] | None = None, default_b
                       racks=spec.racks, hosts_per_rack=spec.hosts_per_rack, spines=spec.spines, k=spec.k, bw=spec.bw,
                       oversubscription=spec.oversubscription)
     validate(spec, graph)
-    check_outputs((spec.out, spec.pcap), (spec.json, spec.save_topology))  # refused now, not after the run
+    check_outputs((spec.out, spec.pcap), (spec.json, spec.save_topology, spec.timeline))  # refused now, not after the run
     if spec.save_topology:
         from innet.shipped import save_file
 
@@ -224,9 +224,9 @@ def _run(prepared: Prepared) -> Report:
         plans = {m.spec.mode: m.plan for m in prepared.runs if m.plan is not None}
         table, runs = prediction_table(graph, prepared.runs[0].spec, runs, plans, spec.hop_latency)
     report = Report(spec, graph, tuple(runs), exact, table)
-    if spec.out or spec.json:
+    if spec.out or spec.json or spec.timeline:
         try:
-            report = replace(report, files=tuple(report.write(spec.out, spec.plots, spec.json)))
+            report = replace(report, files=tuple(report.write(spec.out, spec.plots, spec.json, spec.timeline)))
         except OSError as exc:  # a full disk or a size limit after the run: one line, and what was kept
             raise UserError(f"cannot write the results: {exc.strerror or exc} ({exc.filename or spec.out}); "
                             f"what each mode's run wrote as it finished is in {spec.out or spec.json}") from None
@@ -248,14 +248,14 @@ def _as_asked(spec: RunSpec, record: RunRecord) -> RunRecord:
 def _keep(prepared: Prepared, runs: list[RunRecord]) -> list[str]:
     """Write the runs finished so far where the run's results go (no plots: the last write draws them); where."""
     spec = prepared.spec
-    if not (spec.out or spec.json):
+    if not (spec.out or spec.json or spec.timeline):
         return []
     try:
-        files = Report(spec, prepared.graph, tuple(runs)).write(spec.out, False, spec.json)
+        files = Report(spec, prepared.graph, tuple(runs)).write(spec.out, False, spec.json, spec.timeline)
     except OSError as exc:
         emit("warning", f"the finished run(s) could not be written: {exc.strerror or exc} ({exc.filename})")
         return []
-    return [spec.out] if files else [spec.json]
+    return [spec.out] if files else [p for p in (spec.json, spec.timeline) if p]
 
 
 class Backend(Protocol):

@@ -187,7 +187,7 @@ def _clean() -> int:
 def _plan(given: Options) -> int:
     from innet.api import plan
 
-    for name in ("out", "json", "plots"):
+    for name in ("out", "json", "plots", "timeline"):
         if name in given:
             raise UserError(f"{{{name}}} says where a run's results go: a plan runs nothing and writes none")
 
@@ -211,6 +211,8 @@ def _run(given: Options) -> int:
     for line in report.lines():
         print(line)
     print(f"results: {', '.join(report.files)}")
+    if report.spec.timeline:
+        print(f"timeline: {report.spec.timeline} (open it in Perfetto's UI or chrome://tracing)")
     for r in report.runs:
         for err in r.errors:
             print(f"error: {err}", file=sys.stderr)

@@ -80,6 +80,21 @@ def tier(graph: nx.Graph, u: str, v: str) -> str:
     return f"{a}-{b}"
 
 
+def link_totals(directions: dict[tuple[str, str], int]) -> dict[str, int]:
+    """Bytes per link name, both directions together, from bytes per direction (from, to)."""
+    out: dict[str, int] = {}
+    for (u, v), n in directions.items():
+        out[link_name(u, v)] = out.get(link_name(u, v), 0) + n
+    return out
+
+
+def uplink(graph: nx.Graph, u: str, v: str) -> tuple[str, str]:
+    """Link u-v's "up" direction, (from, to): from the end its tier names first to the other (host to ToR, ToR
+    to spine); between ends of one role, from the first in name order (the one its link name puts first)."""
+    a, b = sorted((u, v), key=lambda n: (TIER_ORDER[role(graph, n)], role(graph, n), natural_key(n)))
+    return a, b
+
+
 def validate(graph: nx.Graph, where: str = "topology") -> nx.Graph:
     """Check roles and links, fill link defaults; raise UserError naming the problem."""
     if graph.number_of_nodes() == 0:

@@ -12,6 +12,7 @@ import pytest
 from innet.api import spec_of
 from innet.backends.local.run import LocalRun
 from innet.errors import UserError
+from innet.graph import link_name
 from innet.hosts.job import make_bitsets
 from innet.planning.prediction import direction_bytes
 from innet.planning.spec import MODES
@@ -129,6 +130,17 @@ def test_every_link_direction_as_the_planner_predicts(topology, mode):
         got = {uv: b for uv, b in directions(local).items() if b}
         assert got == {uv: round(b) for uv, b in predicted.items() if b}, (mode, name)
         assert record.link_bytes == record.predicted_link_bytes
+        # the record's up and down: every link, each the fabric's direction (host to switch, ToR to spine is up)
+        # and the planner's; and together the total
+        up, down = record.link_bytes_up, record.link_bytes_down
+        assert set(up) == set(down) == set(record.link_bytes) == {link_name(*e) for e in graph.edges}
+        level = {"host": 0, "pbox": 0, "tor": 1, "spine": 2}
+        for u, v in graph.edges:
+            a, b = sorted((u, v), key=lambda n: level[graph.nodes[n]["role"]])
+            assert (up[link_name(u, v)], down[link_name(u, v)]) == (local.fabric.links[a, b].bytes,
+                                                                    local.fabric.links[b, a].bytes), (u, v)
+        assert up == record.predicted_link_bytes_up and down == record.predicted_link_bytes_down, (mode, name)
+        assert {k: up[k] + down[k] for k in up} == record.link_bytes
 
 
 def test_reduce_scatter_in_the_switches_sends_each_worker_a_shard():
@@ -138,9 +150,11 @@ def test_reduce_scatter_in_the_switches_sends_each_worker_a_shard():
     hosts = [f"h{i + 1}" for i in range(8)]
     got = {}
     for name in ("allreduce", "reduce_scatter", "all_gather"):
-        spec, _, local, _ = measured("star", workers=8, elements=1_000_003, collective=name)
+        spec, _, local, record = measured("star", workers=8, elements=1_000_003, collective=name)
         d = directions(local)
         got[name] = ([d["s1", h] for h in hosts], [d[h, "s1"] for h in hosts])
+        assert got[name] == ([record.link_bytes_down[f"{h}--s1"] for h in hosts],  # the record says it too
+                             [record.link_bytes_up[f"{h}--s1"] for h in hosts])
     unit, chunks = 2048, -(-1_000_003 // 2048)
     shard = np.diff(Collective.shards(1_000_003, 8, unit))
     headers = (chunks + 1) * PAYLOAD_OFFSET  # the exponent chunk's and every data chunk's

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import innet.backends.mininet.shaper as shaper
@@ -334,6 +335,38 @@ def test_bytes_at_the_interfaces_match_the_planner(topo, params, mode):
     result = run_mininet(graph, RunSpec(mode=mode, elements=30011, min_rto=0.2, initial_rto=1.0, timeout=30), pbox_cores=2)
     assert result["correct"] and result["retransmissions"] == 0, result["errors"]
     assert result["link_bytes"] == result["predicted_link_bytes"]
+    assert_nothing_left()
+
+
+def test_each_interface_is_its_link_directions_prediction_and_the_run_its_own_timeline():
+    """Star of 4, reduce-scatter in the switch: each end's tx counter is its direction's bytes, equal to the planner's
+    prediction for that direction: every uplink all-reduce's stream, every downlink its rank's shard and the
+    chunks' headers. The timeline: a slice per rank on the hosts' clock, within the run, and the switch's slots."""
+    from innet.results.report import trace_events
+    from innet.wire.collectives import Collective
+    from innet.wire.packet import PAYLOAD_OFFSET
+
+    graph = build("star", workers=4)
+    spec = RunSpec(mode="innet", collective="reduce_scatter", elements=30011, packet_elements=1024, min_rto=0.2,
+                   initial_rto=1.0, timeout=30, timeline="t.json")  # the record keeps it; innet.run writes the file
+    result = run_mininet(graph, spec)
+    assert result.correct and result.retransmissions == 0, result.errors
+    hosts = [f"h{i}--s1" for i in range(1, 5)]
+    assert result.link_bytes_up == result.predicted_link_bytes_up and result.link_bytes_down == result.predicted_link_bytes_down
+    shard = np.diff(Collective.shards(30011, 4, 1024))
+    headers = (-(-30011 // 1024) + 1) * PAYLOAD_OFFSET  # the exponent chunk's and every data chunk's
+    assert [result.link_bytes_down[h] for h in hosts] == [headers + 4 * int(s) for s in shard]
+    assert {result.link_bytes_up[h] for h in hosts} == {headers + 4 * 30011}
+    assert result.link_bytes_up["p1--s1"] == result.link_bytes_down["p1--s1"] == 0
+    timeline = result.timeline
+    assert timeline is not None and sorted((c.rank, c.call) for c in timeline.calls) == [(r, 0) for r in range(4)]
+    assert min(c.start_s for c in timeline.calls) == 0.0  # from the first call's start, on the hosts' one clock
+    assert all(0 <= c.start_s < c.end_s <= result.completion_s * (1 + 1e-9) for c in timeline.calls)
+    [track] = timeline.switches
+    assert track.switch == "s1" and track.held and track.held[-1][1] == 0
+    assert all(-0.01 < t <= timeline.end_s + 0.01 and 0 <= n <= track.slots for t, n in track.held)
+    trace = trace_events([("innet", timeline)])
+    assert sum(e["ph"] == "X" for e in trace["traceEvents"]) == 4
     assert_nothing_left()
 
 

@@ -184,3 +184,33 @@ def test_the_cluster_commands_run_as_written(shell):
     finally:
         gone = shell(down)
     assert gone.returncode == 0 and "removed 2 test server(s)" in gone.stdout, gone.stderr
+
+
+def test_the_bytes_each_way_and_timeline_command_runs_as_written(shell, tmp_path):
+    """*Running it*'s reduce-scatter on a star of 4: links.csv gives each downlink its rank's shard (and every chunk's
+    header), each way beside the planner's; trace.json holds a reduce-scatter slice per rank and the switch's slots."""
+    from innet.wire.collectives import Collective
+    from innet.wire.packet import PAYLOAD_OFFSET
+    from tests.test_timeline import check_trace_format
+
+    [command] = [line for b in blocks(section("Running it"), "sh") for line in b.strip().splitlines() if "--timeline" in line]
+    out = shell(command)
+    assert out.returncode == 0, out.stderr
+    assert "timeline: trace.json" in out.stdout
+    assert re.search(r"^innet +host-tor +\d+ +\d+ +\d+ +\d+$", out.stdout, re.M)  # the table per tier and direction
+    [csv] = list((tmp_path / "results").glob("*/links.csv"))
+    head, *rows = [line.split(",") for line in csv.read_text().splitlines()]
+    assert head == ["mode", "backend", "link", "tier", "bytes", "up", "bytes_up", "bytes_down", "predicted_up",
+                    "predicted_down"]
+    hosts = {r[2]: r for r in rows if r[3] == "host-tor"}
+    shards = [int(s) for s in Collective.shards(65536, 4, 2048)]
+    headers = (65536 // 2048 + 1) * PAYLOAD_OFFSET
+    for rank, name in enumerate(sorted(hosts)):
+        r = hosts[name]
+        assert r[5] == f"h{rank + 1}->s1" and r[6:8] == r[8:10] and int(r[4]) == int(r[6]) + int(r[7])
+        assert int(r[7]) == headers + 4 * (shards[rank + 1] - shards[rank])  # a quarter of the values down
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    check_trace_format(trace)
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert sorted(e["tid"] for e in slices) == [1, 2, 3, 4] and {e["name"] for e in slices} == {"reduce_scatter"}
+    assert any(e["args"].get("name") == "innet (tor, local): switch s1 (256 slots)" for e in trace["traceEvents"])

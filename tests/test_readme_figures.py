@@ -32,7 +32,7 @@ def drawn(monkeypatch):
                 panels.append(("", ax.get_ylabel(), []))
                 continue
             ys = [float(y) for line in ax.get_lines() for y in line.get_ydata()]
-            ys += [float(p.get_height()) for p in ax.patches]
+            ys += [float(p.get_height()) for p in ax.patches if hasattr(p, "get_height")]  # bars, not a graph's arrows
             panels.append((ax.get_xlabel(), ax.get_ylabel(), ys))
         saved.append(panels)
         return original(fig, *args, **kwargs)
@@ -100,7 +100,7 @@ def test_a_runs_plots_label_their_axes(drawn, tmp_path):
     runs = [run_local(graph, RunSpec(elements=4096, mode=m)) for m in ("innet", "pbox")]
     plots.write_plots(graph, runs, str(tmp_path))
     links, tiers = drawn
-    assert [y for _, y, _ in links if y] == ["MB on link (both directions)"]
+    assert [y for _, y, _ in links if y] == ["MB on link, each way"]
     [(x, y, ys)] = tiers
-    assert x == "tier (the roles of a link's two ends)" and y == "traffic per tier, both directions (MB)"
-    assert 0 < max(ys) < 1e3
+    assert x == "tier (the roles of a link's two ends; up: towards the second)" and y == "traffic per tier, up + down (MB)"
+    assert 0 < max(ys) < 1e3 and len(ys) == 2 * 2 * 2  # per run and tier, a bar up and one down

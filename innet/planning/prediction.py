@@ -299,3 +299,16 @@ def run_link_bytes(graph: nx.Graph, mode: str, plans: Sequence[JobPlan], per_pac
             for name, b in predicted_link_bytes(graph, mode, plan, size, per_packet, count, density, collective, root).items():
                 out[name] = out.get(name, 0) + b
     return out
+
+
+def run_direction_bytes(graph: nx.Graph, mode: str, plans: Sequence[JobPlan], per_packet: int,
+                        calls: Sequence[tuple[int, Collective]], density: float = 1.0,
+                        root: int = 0) -> dict[tuple[str, str], int]:
+    """Predicted bytes of a whole run on each link direction, (from, to): ``run_link_bytes`` one direction at a
+    time (only the directions something crosses)."""
+    out: Counter[tuple[str, str]] = Counter()
+    for plan in plans:
+        for (size, collective), count in Counter(calls).items():
+            for uv, b in direction_bytes(graph, mode, plan, size, per_packet, density, collective, root).items():
+                out[uv] += round(b * count)
+    return dict(out)

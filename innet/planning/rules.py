@@ -117,8 +117,11 @@ def _backend(s: RunSpec) -> str | None:
     if s.backend in ("local", "gloo") and s.dilation not in ("auto", 1.0):
         why = "the local backend runs in virtual time" if s.backend == "local" else "gloo's TCP runs undilated"
         return f"{{dilation}} {s.dilation:g} slows Mininet's clock; {why} and needs none: use {{dilation}} auto or off there"
-    if s.backend == "gloo":
-        return _gloo(s)
+    if s.backend == "gloo" and (wrong := _gloo(s)):
+        return wrong
+    if s.timeline and s.cluster:
+        return ("{timeline} puts every node's instants on one clock, and the servers of a {cluster} each keep their "
+                "own: write it from a run on one machine")
     return shapeable(s, s.dilation) if isinstance(s.dilation, float) else None
 
 
@@ -134,7 +137,8 @@ def shapeable(s: RunSpec, factor: float) -> str | None:
 def _outputs(s: RunSpec) -> str | None:
     """The output paths can be written: tried before the run, which may take an hour, not after it. Nothing is
     left behind: folders made for the try are removed again (the run makes them when it writes)."""
-    for name, folder in (("out", s.out), ("json", os.path.dirname(os.path.abspath(s.json)) if s.json else "")):
+    for name, folder in (("out", s.out), *((n, os.path.dirname(os.path.abspath(getattr(s, n))) if getattr(s, n) else "")
+                                          for n in ("json", "timeline"))):
         if not folder:
             continue
         made = []
@@ -179,6 +183,8 @@ def _gloo(s: RunSpec) -> str | None:
     """The gloo backend runs torch's own all-reduce: innet's schemes and what only they take are not its."""
     if "mode" in s.given():
         return f"{{backend}} gloo runs torch.distributed's own all-reduce: it takes no {{mode}} (got {s.mode})"
+    if s.timeline:
+        return "{timeline} draws innet's calls and switch slots: {backend} gloo runs torch's own, which it cannot see"
     if not gloo_applies(s):
         return ("{backend} gloo sums plain tensors ({elements}, {iterations}) for one job: it takes no {program} and "
                 "none of {train}, {workload}, {topk}, {consistency}, {input_elements}, {jobs}, nor link faults but "

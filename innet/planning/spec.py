@@ -221,6 +221,9 @@ class RunSpec:
     # output
     out: str = option("", group="output", help="directory for results.json and links.csv (default results/<timestamp>)")
     json: str = option("", group="output", help="also write the results JSON to this path")
+    timeline: str = option("", group="output", metavar="FILE",
+                           help="also write a trace of the run to FILE (Chrome/Perfetto trace-event JSON): each rank's "
+                                "calls, each switch's aggregation slots held")
     plots: bool = option(True, group="output", flag="--no-plots", switch=True,
                          help="do not write links.png and tiers.png")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -17,9 +18,10 @@ from innet.hosts.training import iteration_stats
 from innet.planning.planner import JobPlan
 from innet.planning.spec import RunSpec, program_of
 from innet.results.learning import training_figures
-from innet.results.metrics import busiest_link, cross_rack_bytes, tier_bytes
+from innet.results.metrics import busiest_link, cross_rack_bytes, tier_bytes, up_and_down
 from innet.results.outcome import WorkerOutcome
-from innet.results.record import JobRecord, RunRecord
+from innet.results.record import CallSpan, JobRecord, RunRecord, SlotTrack, Timeline
+from innet.switch.runtime import SwitchReport
 from innet.wire import fixedpoint
 from innet.wire.collectives import ALLREDUCE, Collective
 from innet.wire.operators import SUM, Operator
@@ -196,12 +198,13 @@ def background_model(graph: nx.Graph, run: RunSpec, rp: Planned) -> dict[str, fl
 
 def run_record(graph: nx.Graph, run: RunSpec, rp: Planned, backend: str, outcomes: Sequence[WorkerOutcome],
                link_bytes: dict[str, int], drops: dict[str, int], **extra: object) -> RunRecord:
-    """A run's record (``extra``: the backend's own figures).
+    """A run's record (``extra``: the backend's own figures); a backend that counts each link direction adds
+    them with ``with_directions``.
 
     With several jobs, ``jobs`` holds each one's verdict; the top-level fields
     are over all jobs (correct: all of them; completion: the slowest job's).
     """
-    from innet.planning.prediction import run_link_bytes
+    from innet.planning.prediction import run_direction_bytes, run_link_bytes
 
     names = dict(enumerate(sorted(graph, key=natural_key)))
     jobs = []
@@ -212,7 +215,10 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Planned, backend: str, outcome
     def predict(density: float) -> dict[str, int]:
         return run_link_bytes(graph, run.mode, rp.plans, rp.per_packet, run.calls(), density, run.root)
 
-    predicted = predict(run.topk if run.topk and run.mode != "ring" else 1.0)  # top-k: expected bytes
+    density = run.topk if run.topk and run.mode != "ring" else 1.0  # top-k: expected bytes
+    predicted = predict(density)
+    predicted_up, predicted_down = up_and_down(graph, run_direction_bytes(
+        graph, run.mode, rp.plans, rp.per_packet, run.calls(), density, run.root))
     dense = predict(1.0) if run.topk else predicted
     busiest = busiest_link(graph, link_bytes)
     methods = sorted({j.placement for j in jobs})
@@ -226,6 +232,7 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Planned, backend: str, outcome
         link_bytes=dict(sorted(link_bytes.items(), key=lambda kv: natural_key(kv[0]))),
         tier_bytes=tier_bytes(graph, link_bytes), cross_rack_bytes=cross_rack_bytes(graph, link_bytes),
         max_link_bytes=link_bytes.get(busiest, 0), busiest_link=busiest, predicted_link_bytes=predicted,
+        predicted_link_bytes_up=predicted_up, predicted_link_bytes_down=predicted_down,
         retransmissions=sum(j.retransmissions for j in jobs),
         spurious_retransmissions=sum(j.spurious_retransmissions for j in jobs), host_queued=sum(j.host_queued for j in jobs),
         packets_dropped=sum(drops.values()), drops=drops,
@@ -251,3 +258,29 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Planned, backend: str, outcome
             **extra,
         },
     )
+
+
+def with_directions(record: RunRecord, graph: nx.Graph, directions: Mapping[tuple[str, str], int]) -> RunRecord:
+    """``record`` with the bytes measured on each link direction (from, to): ``link_bytes_up`` and ``_down``."""
+    up, down = up_and_down(graph, directions)
+    return replace(record, link_bytes_up=up, link_bytes_down=down)
+
+
+def timeline_of(run: RunSpec, workers: Mapping[tuple[int, int], str], outcomes: Sequence[WorkerOutcome],
+                reports: Mapping[str, SwitchReport], origin: float = 0.0, clock: float = 1.0) -> Timeline:
+    """``run``'s timeline from its workers' outcomes (``workers``: (job, rank) -> host; times on the run's
+    timeline) and its switches' reports (times on their clocks, ``clock`` seconds per second of the run's),
+    both from ``origin`` on."""
+    names, sizes = [c.name for c in run.call_collectives()], run.call_sizes()
+    if run.consistency:  # a parameter server's iterations (push, then pull), not collectives
+        names = []
+    calls = []
+    for o in sorted(outcomes, key=lambda o: (o.job, o.rank)):
+        for k, (start, end) in enumerate(zip(o.started, o.finished, strict=False)):
+            if math.isfinite(start) and math.isfinite(end):  # a call never finished has no slice
+                calls.append(CallSpan(o.job, o.rank, workers.get((o.job, o.rank), ""), k,
+                                      names[k] if k < len(names) else "iteration", sizes[k] if k < len(sizes) else 0,
+                                      start - origin, end - origin))
+    switches = [SlotTrack(name, r.slots, tuple((t / clock - origin, n) for t, n in r.slots_held))
+                for name, r in reports.items() if r.slots]
+    return Timeline(tuple(calls), tuple(switches))

@@ -3,22 +3,34 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import networkx as nx
 
-from innet.graph import is_switch, link_name, natural_key, role, tier
+from innet.graph import is_switch, link_name, natural_key, role, tier, uplink
 from innet.planning.prediction import link_rate
 from innet.results.files import write_text_atomic
 from innet.results.record import JsonObject, RunRecord
 
 
-def tier_bytes(graph: nx.Graph, link_bytes: dict[str, int]) -> dict[str, int]:
+def tier_bytes(graph: nx.Graph, link_bytes: Mapping[str, int]) -> dict[str, int]:
+    """Bytes per tier (``host-tor``, ``tor-spine``...), summed over its links."""
     out: dict[str, int] = {}
     for u, v in graph.edges:
         t = tier(graph, u, v)
         out[t] = out.get(t, 0) + link_bytes.get(link_name(u, v), 0)
     return dict(sorted(out.items()))
+
+
+def up_and_down(graph: nx.Graph, directions: Mapping[tuple[str, str], int]) -> tuple[dict[str, int], dict[str, int]]:
+    """Bytes per link direction (from, to) as two maps by link name, every link named: up (innet.graph.uplink:
+    host to ToR, ToR to spine) and down."""
+    up, down = {}, {}
+    for u, v in sorted(graph.edges, key=lambda e: natural_key(link_name(*e))):
+        a, b = uplink(graph, u, v)
+        up[link_name(a, b)], down[link_name(a, b)] = directions.get((a, b), 0), directions.get((b, a), 0)
+    return up, down
 
 
 def cross_rack_bytes(graph: nx.Graph, link_bytes: dict[str, int]) -> int:
@@ -41,11 +53,11 @@ def busiest_link(graph: nx.Graph, link_bytes: dict[str, int]) -> str:
 
 
 def topology_summary(graph: nx.Graph) -> JsonObject:
-    """results.json's ``topology``: every node's role, every link's tier and rate."""
+    """results.json's ``topology``: every node's role, every link's tier, rate and up direction ("h1->t1")."""
     return {
         "name": graph.graph.get("name", "topology"),
         "nodes": {n: role(graph, n) for n in sorted(graph, key=natural_key)},
-        "links": [{"link": link_name(u, v), "tier": tier(graph, u, v), "bw_mbps": d["bw"]}
+        "links": [{"link": link_name(u, v), "tier": tier(graph, u, v), "bw_mbps": d["bw"], "up": "->".join(uplink(graph, u, v))}
                   for u, v, d in sorted(graph.edges(data=True), key=lambda e: link_name(e[0], e[1]))],
     }
 
@@ -122,12 +134,33 @@ def write_results(path: str, graph: nx.Graph, runs: list[RunRecord], **top: Any)
                                         "runs": [r.to_json() for r in runs]}, indent=2))
 
 
+def direction_table(graph: nx.Graph, runs: list[RunRecord]) -> str:
+    """Bytes per tier and direction (up: host to ToR, ToR to spine...), measured and the planner's, a row per
+    run and tier that carried any; "-" where a run measured no directions."""
+    head = ["mode", "tier", "up_B", "down_B", "predicted_up_B", "predicted_down_B"]
+    rows = [head]
+    for r in runs:
+        maps = [r.link_bytes_up, r.link_bytes_down, r.predicted_link_bytes_up, r.predicted_link_bytes_down]
+        per_tier = [tier_bytes(graph, m) if m else {} for m in maps]
+        for t in sorted({t for m in per_tier for t in m}):
+            cells = [m.get(t) for m in per_tier]
+            if any(cells):
+                rows.append([r.figures.get("scheme", r.mode), t, *("-" if c is None else str(c) for c in cells)])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) for row in rows)
+
+
 def write_link_csv(path: str, graph: nx.Graph, runs: list[RunRecord]) -> None:
-    lines = ["mode,backend,link,tier,bytes"]
+    """links.csv: a row per run and link: its bytes (both directions, ``bytes``), its up direction (``up``,
+    "h1->t1"), the bytes each way and the planner's prediction each way (empty where a run measured none)."""
+    lines = ["mode,backend,link,tier,bytes,up,bytes_up,bytes_down,predicted_up,predicted_down"]
     for r in runs:
         for u, v in sorted(graph.edges, key=lambda e: link_name(*e)):
             name = link_name(u, v)
-            lines.append(f"{r.mode},{r.backend},{name},{tier(graph, u, v)},{r.link_bytes.get(name, 0)}")
+            each_way = [r.link_bytes_up.get(name, ""), r.link_bytes_down.get(name, ""),
+                        r.predicted_link_bytes_up.get(name, 0), r.predicted_link_bytes_down.get(name, 0)]
+            lines.append(f"{r.mode},{r.backend},{name},{tier(graph, u, v)},{r.link_bytes.get(name, 0)},"
+                         f"{'->'.join(uplink(graph, u, v))}," + ",".join(str(x) for x in each_way))
     write_text_atomic(path, "\n".join(lines) + "\n")
 
 

@@ -7,7 +7,7 @@ import textwrap
 
 import networkx as nx
 
-from innet.graph import TIER_ORDER, link_name, natural_key, role
+from innet.graph import TIER_ORDER, link_name, natural_key, role, uplink
 from innet.results.files import save_figure
 from innet.results.record import RunRecord
 
@@ -76,53 +76,84 @@ def _layout(graph: nx.Graph) -> dict[str, tuple[float, float]]:
     return pos
 
 
+def _directions(graph: nx.Graph, run: RunRecord) -> list[tuple[tuple[str, str], int]]:
+    """Each link direction (from, to) and its bytes: both directions of each link where ``run`` measured them,
+    else each link once with both directions' bytes."""
+    out = []
+    for u, v in sorted(graph.edges, key=lambda e: link_name(*e)):
+        name = link_name(u, v)
+        if name in run.link_bytes_up:
+            a, b = uplink(graph, u, v)
+            out += [((a, b), run.link_bytes_up[name]), ((b, a), run.link_bytes_down[name])]
+        else:
+            out.append(((u, v), run.link_bytes.get(name, 0)))
+    return out
+
+
 def plot_links(graph: nx.Graph, runs: list[RunRecord], path: str) -> None:
-    """One panel per run: each link's width and colour by the bytes it carried."""
+    """One panel per run: each link direction's width and colour by the bytes it carried (two arcs per link, an
+    arrow each way, where the run measured directions and the graph is small enough to name its nodes)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     pos = _layout(graph)
-    peak = max((max(r.link_bytes.values(), default=0) for r in runs), default=0) or 1
+    large = len(graph) > LABELLED  # a thousand names would be one black smear, and take seconds to draw
+    each = [_directions(graph, r) if not large else [(e, r.link_bytes.get(link_name(*e), 0)) for e in graph.edges]
+            for r in runs]
+    peak = max((b for loads in each for _, b in loads), default=0) or 1
     fig, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 4.5), squeeze=False)
     cmap = plt.get_cmap("viridis")
-    for ax, run in zip(axes[0], runs, strict=True):
-        edges = sorted(graph.edges, key=lambda e: link_name(*e))
-        load = [run.link_bytes.get(link_name(u, v), 0) / peak for u, v in edges]
-        nx.draw_networkx_edges(graph, pos, edgelist=edges, width=[0.5 + 7 * x for x in load],
-                               edge_color=[cmap(x) for x in load], ax=ax)
+    for ax, run, loads in zip(axes[0], runs, each, strict=True):
+        directed = not large and bool(run.link_bytes_up)
+        load = [b / peak for _, b in loads]
+        nx.draw_networkx_edges(nx.DiGraph(graph) if directed else graph, pos, edgelist=[e for e, _ in loads],
+                               width=[0.5 + 7 * x for x in load], edge_color=[cmap(x) for x in load], ax=ax,
+                               **({"arrows": True, "arrowsize": 8, "connectionstyle": "arc3,rad=0.12",
+                                   "node_size": 260} if directed else {}))
         colours = ["#d62728" if role(graph, n) == "pbox" else "#1f77b4" if role(graph, n) == "host" else "#7f7f7f"
                    for n in graph]
-        large = len(graph) > LABELLED  # a thousand names would be one black smear, and take seconds to draw
         nx.draw_networkx_nodes(graph, pos, node_size=20 if large else 260, node_color=colours, ax=ax)
         if not large:
             nx.draw_networkx_labels(graph, pos, font_size=7, font_color="white", ax=ax)
         ax.set_title(f"{run.mode} ({run.placement}): cross-rack {run.cross_rack_bytes / 1e6:.2f} MB", fontsize=9)
         ax.axis("off")
     sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, peak / 1e6))
-    fig.colorbar(sm, ax=axes[0].tolist(), label="MB on link (both directions)", shrink=0.8)
+    both = large or not all(r.link_bytes_up for r in runs)
+    fig.colorbar(sm, ax=axes[0].tolist(), label="MB on link (both directions)" if both else "MB on link, each way",
+                 shrink=0.8)
     save_figure(fig, path, dpi=110)
     plt.close(fig)
 
 
-def plot_tiers(runs: list[RunRecord], path: str) -> None:
-    """Grouped bars: bytes per tier, one bar per mode."""
+def plot_tiers(graph: nx.Graph, runs: list[RunRecord], path: str) -> None:
+    """Grouped bars: bytes per tier, one bar per mode, up (host to ToR, ToR to spine...) and down stacked where
+    the run measured directions."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    from innet.results.metrics import tier_bytes
 
     tiers = sorted({t for r in runs for t in r.tier_bytes})
     fig, ax = plt.subplots(figsize=(1.5 + 1.6 * len(tiers), 4))
     width = 0.8 / max(len(runs), 1)
     for i, run in enumerate(runs):
         xs = [t + i * width for t in range(len(tiers))]
-        ax.bar(xs, [run.tier_bytes.get(t, 0) / 1e6 for t in tiers], width, label=f"{run.mode} ({run.placement})")
+        label = f"{run.mode} ({run.placement})"
+        if not run.link_bytes_up:
+            ax.bar(xs, [run.tier_bytes.get(t, 0) / 1e6 for t in tiers], width, label=label)
+            continue
+        up, down = tier_bytes(graph, run.link_bytes_up), tier_bytes(graph, run.link_bytes_down)
+        bars = ax.bar(xs, [up.get(t, 0) / 1e6 for t in tiers], width, label=f"{label}: up")
+        ax.bar(xs, [down.get(t, 0) / 1e6 for t in tiers], width, bottom=[up.get(t, 0) / 1e6 for t in tiers],
+               color=bars.patches[0].get_facecolor(), alpha=0.45, hatch="//", label=f"{label}: down")
     ax.set_xticks([t + width * (len(runs) - 1) / 2 for t in range(len(tiers))], tiers)
-    ax.set_xlabel("tier (the roles of a link's two ends)")
-    ax.set_ylabel("traffic per tier, both directions (MB)")
-    ax.set_title("bytes per tier")
+    ax.set_xlabel("tier (the roles of a link's two ends; up: towards the second)")
+    ax.set_ylabel("traffic per tier, up + down (MB)")
+    ax.set_title("bytes per tier and direction")
     ax.legend(fontsize=8)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
@@ -157,7 +188,7 @@ def write_plots(graph: nx.Graph, runs: list[RunRecord], out_dir: str, exact: flo
     """links.png and tiers.png; accuracy.png too for training runs (``exact``: the float baseline's accuracy)."""
     links, tiers = os.path.join(out_dir, "links.png"), os.path.join(out_dir, "tiers.png")
     plot_links(graph, runs, links)
-    plot_tiers(runs, tiers)
+    plot_tiers(graph, runs, tiers)
     if not any(r.figures.get("train") for r in runs):
         return [links, tiers]
     accuracy = os.path.join(out_dir, "accuracy.png")

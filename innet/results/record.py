@@ -52,6 +52,43 @@ class JobRecord(_JsonView):
 
 
 @dataclass(frozen=True)
+class CallSpan:
+    """One call of one rank: its collective, elements, start and end (seconds on the run's timeline)."""
+
+    job: int
+    rank: int
+    host: str
+    call: int
+    collective: str
+    elements: int
+    start_s: float
+    end_s: float
+
+
+@dataclass(frozen=True)
+class SlotTrack:
+    """One switch's slots held, (seconds, slots) at each change from none, and its pool's slots."""
+
+    switch: str
+    slots: int
+    held: tuple[tuple[float, int], ...]
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """A mode run's timeline (``--timeline``): every rank's calls and every switch's slots held, on the run's
+    timeline (innet.results.report.trace_events)."""
+
+    calls: tuple[CallSpan, ...]
+    switches: tuple[SlotTrack, ...]
+
+    @property
+    def end_s(self) -> float:
+        """When the last call ended."""
+        return max((c.end_s for c in self.calls), default=0.0)
+
+
+@dataclass(frozen=True)
 class RunRecord(_JsonView):
     """One run of one mode on one backend."""
 
@@ -83,6 +120,15 @@ class RunRecord(_JsonView):
     figures: Mapping[str, Any] = field(default_factory=dict)
     spurious_retransmissions: int = 0  # of ``retransmissions``: answered sooner than a round trip could
     host_queued: int = 0  # resends not made: the last copy was still in the sender's host queue (``skb_still_in_host_queue``)
+    # ``link_bytes`` and ``predicted_link_bytes`` one direction at a time, by link name: up is from the end the link's
+    # tier names first (host to ToR, ToR to spine: innet.graph.uplink), down the other way; measured: empty where
+    # the backend counted no directions
+    link_bytes_up: Mapping[str, int] = field(default_factory=dict)
+    link_bytes_down: Mapping[str, int] = field(default_factory=dict)
+    predicted_link_bytes_up: Mapping[str, int] = field(default_factory=dict)
+    predicted_link_bytes_down: Mapping[str, int] = field(default_factory=dict)
+    # with ``--timeline``: each rank's calls and each switch's slots held (written as a trace, not into results.json)
+    timeline: Timeline | None = field(default=None, compare=False, repr=False, metadata={"json": False})
 
     def with_figures(self, **more: Any) -> RunRecord:
         """The record with more figures (e.g. the model's prediction, or a backend's measurements)."""
@@ -99,7 +145,7 @@ def _json(record: Any) -> JsonObject:
     out: JsonObject = {}
     for f in fields(record):
         value = getattr(record, f.name)
-        if f.name == "figures":
+        if f.name == "figures" or not f.metadata.get("json", True):
             continue
         if isinstance(value, tuple) and value and hasattr(value[0], "to_json"):
             value = [v.to_json() for v in value]

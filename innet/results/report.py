@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -14,6 +15,7 @@ from innet.results.files import make_output_folder, write_text_atomic
 from innet.results.learning import learning_lines
 from innet.results.metrics import (
     cluster_lines,
+    direction_table,
     input_lines,
     job_lines,
     summary_table,
@@ -21,7 +23,7 @@ from innet.results.metrics import (
     training_lines,
     write_link_csv,
 )
-from innet.results.record import JsonObject, RunRecord
+from innet.results.record import JsonObject, RunRecord, Timeline
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ class Report:
     def lines(self) -> list[str]:
         """Everything the command line prints of a run, line by line."""
         runs = list(self.runs)
-        out = [self.table(), *(fidelity_line(r) for r in runs)]
+        out = [self.table(), direction_table(self.graph, runs), *(fidelity_line(r) for r in runs)]
         out += job_lines(runs) + training_lines(runs) + input_lines(runs)
         out += learning_lines(runs, self.exact.accuracy if self.exact else None) + cluster_lines(runs)
         out += [f"{r.mode}: background {b.pattern}: {b.flows} flows, offered {b.offered_mbps:g} Mbit/s, delivered "
@@ -81,11 +83,16 @@ class Report:
         return {"topology": topology_summary(self.graph), **(self.exact.to_json() if self.exact else {}),
                 "runs": [r.to_json() for r in self.runs]}
 
-    def write(self, out: str, plots: bool = True, json_path: str = "") -> list[str]:
-        """results.json, links.csv and (with ``plots``) the plots into folder ``out`` (none without one), and
-        results.json's content to ``json_path`` too; the files written into ``out``."""
+    def write(self, out: str, plots: bool = True, json_path: str = "", timeline: str = "") -> list[str]:
+        """results.json, links.csv and (with ``plots``) the plots into folder ``out`` (none without one),
+        results.json's content to ``json_path`` too, and the runs' trace to ``timeline``
+        (innet.results.timeline); the files written into ``out``."""
         if json_path:
             self.write_json(json_path)
+        if timeline:
+            write_text_atomic(timeline, json.dumps(trace_events([(f"{r.figures.get('scheme', r.mode)} ({r.placement}, "
+                                                                  f"{r.backend})", r.timeline)
+                                                                 for r in self.runs if r.timeline is not None])))
         if not out:
             return []
         out = make_output_folder(out)
@@ -119,3 +126,44 @@ def _write_utilisation(out: str, runs: list[RunRecord], plots: bool) -> list[str
         return [path]
     plot_utilisation(sampled[0][1], os.path.join(out, "utilisation.png"))
     return [path, os.path.join(out, "utilisation.png")]
+
+
+US = 1e6  # the trace-event format's timestamps are microseconds
+
+
+def trace_events(runs: Sequence[tuple[str, Timeline]]) -> dict[str, object]:
+    """``--timeline``'s Chrome/Perfetto trace (the trace-event JSON format: open it in Perfetto's UI or
+    chrome://tracing) of ``runs``, each a label ("innet (tor, local)") and its timeline (innet.results.record.Timeline).
+
+    Per mode run and job, a process whose threads are the ranks (thread id: rank + 1), each call a complete ("X")
+    slice named for its collective; per switch with a slot pool, a process with one counter ("C") track, ``slots
+    held``, stepping at each change. Times are the run's: virtual seconds from the fabric's start on the local
+    backend; on Mininet, the hosts' shared monotonic clock from the first call's start, put back on the requested
+    timeline when dilated."""
+    events: list[dict[str, object]] = []
+    pid = 0
+
+    def process(name: str) -> int:
+        nonlocal pid
+        pid += 1
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
+        return pid
+
+    for label, t in runs:
+        for job in sorted({c.job for c in t.calls}):
+            p = process(f"{label}: job {job}, calls per rank")
+            mine = [c for c in t.calls if c.job == job]
+            for rank, host in sorted({(c.rank, c.host) for c in mine}):
+                events.append({"ph": "M", "name": "thread_name", "pid": p, "tid": rank + 1,  # tid 0: Perfetto's idle thread
+                               "args": {"name": f"rank {rank} ({host})" if host else f"rank {rank}"}})
+            events += [{"ph": "X", "cat": "call", "name": c.collective, "pid": p, "tid": c.rank + 1, "ts": c.start_s * US,
+                        "dur": (c.end_s - c.start_s) * US, "args": {"call": c.call, "elements": c.elements}}
+                       for c in mine]
+        for sw in t.switches:
+            p = process(f"{label}: switch {sw.switch} ({sw.slots} slots)")
+            end = max([t.end_s, *(s for s, _ in sw.held)])
+            steps = [(0.0, 0), *sw.held, (end, sw.held[-1][1] if sw.held else 0)]  # the track spans the run
+            events += [{"ph": "C", "name": "slots", "pid": p, "tid": 0, "ts": s * US, "args": {"held": n}}
+                       for s, n in steps]
+    return {"traceEvents": events, "displayTimeUnit": "ns"}

@@ -160,8 +160,9 @@ def installed_configs(graph: nx.Graph, run: RunSpec, rp: RunPlan, routed: bool =
     plans = installed_plans(run, rp)
     groups = group_tables(graph, rp.input) if rp.input and rp.input.shared else {}
     pboxed = [p for p in rp.plans if run.mode != "ring" and p.method == "pbox"]
-    return switch_configs(graph, plans, run.switch_memory, run.timeout / 2, {p.job: run.band(p.job) for p in plans},
-                          groups, routed, pboxed)
+    configs = switch_configs(graph, plans, run.switch_memory, run.timeout / 2, {p.job: run.band(p.job) for p in plans},
+                             groups, routed, pboxed)
+    return {n: replace(c, timeline=True) for n, c in configs.items()} if run.timeline else configs
 
 
 def host_endpoint(run: RunSpec, rp: RunPlan, host: str, spec: JobSpec,

@@ -59,6 +59,16 @@ def new_pool(keys: int, elements: int, fan_in: int) -> SimpleNamespace:
     return SimpleNamespace(**{r.name: r.array(None) for r in pool_registers(keys, elements, words(fan_in))})
 
 
+def slots_held(regs: SimpleNamespace) -> tuple[int, int] | None:
+    """(slots holding a round, slots in all) of a pool's registers: a slot is held from its round's first
+    contribution until its result goes down (collecting, or complete and waiting for the parent's result);
+    None for registers without a pool (a program of its own)."""
+    state, chunk = getattr(regs, "state", None), getattr(regs, "chunk", None)
+    if not isinstance(state, np.ndarray) or not isinstance(chunk, np.ndarray) or state.shape != chunk.shape:
+        return None
+    return int(np.count_nonzero(((state == COLLECTING) & (chunk >= 0)) | (state == WAITING))), len(state)
+
+
 @dataclass
 class Folded:
     """What ``contribute_many`` did: the batch rows it took, the keys it completed, and for each of those

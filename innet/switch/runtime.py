@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from innet.errors import UserError
+from innet.switch.engine import slots_held
 from innet.switch.loader import failure
 from innet.switch.program import (
     Action,
@@ -86,6 +87,9 @@ class SwitchReport:
     jobs: dict[int, JobSlots]
     ports: dict[str, PortStats]  # interface -> its packets and bytes
     counters: dict[str, int]
+    slots_held: tuple[tuple[float, int], ...] = ()  # with ``SwitchConfig.timeline``: (instant, slots held) at each
+    # change, from none held
+    slots: int = 0  # the pool's slots, with ``slots_held``
 
 
 @dataclass
@@ -102,6 +106,7 @@ class SwitchConfig:
     memory_bytes: int = DEFAULT_SWITCH_MEMORY
     groups: dict[int, tuple[int, ...]] = field(default_factory=dict)  # multicast group address -> ports
     clock: float = 1.0  # the switch's seconds per second of the run's timeline (a dilated run's factor)
+    timeline: bool = False  # keep the slots held at each change (innet.results.timeline)
 
 
 def kind_of(pkt: Packet) -> str:
@@ -174,6 +179,9 @@ class SwitchRuntime:
         self.batch_kinds = np.isin(np.arange(len(KIND_NAMES)), [KIND_CODES[k] for k in self.batch_handlers])
         self.timers = {name: [interval * config.clock] * 2 for name, interval in timers.items()}  # on the run's timeline
         self.stats = {port: PortStats() for port in config.ports}
+        held = slots_held(self.ctx.regs) if config.timeline else None  # a program without a pool has no track
+        self.slot_log: list[tuple[float, int]] | None = [] if held is not None else None  # none held at first
+        self.slots = held[1] if held is not None else 0
 
     @property
     def memory_bytes(self) -> int:
@@ -206,7 +214,19 @@ class SwitchRuntime:
                 except (Exception, SystemExit) as exc:  # noqa: BLE001 - a program's failure is one line naming it
                     raise self._failed(name, exc) from None
                 self._execute(result, out)
+        if self.slot_log is not None:
+            self._note_slots(now)
         return flatten(out)
+
+    def _note_slots(self, now: float) -> None:
+        """The slots held now, kept where they changed (at one instant, the last count: a slot taken and freed
+        by frames of one instant was held for no time)."""
+        held, log = slots_held(self.ctx.regs), self.slot_log
+        assert log is not None and held is not None
+        if log and log[-1][0] == now:
+            log.pop()
+        if held[0] != (log[-1][1] if log else 0):
+            log.append((now, held[0]))
 
     def receive(self, port: int, frame: bytes, now: float) -> Frames:
         """Handle one frame that arrived on ``port``; return the frames to send."""
@@ -220,6 +240,8 @@ class SwitchRuntime:
             self.ctx.count("bad:" + frame_problem(frame))
             return []
         self._dispatch(port, pkt, out)
+        if self.slot_log is not None:
+            self._note_slots(now)
         return flatten(out)
 
     def receive_block(self, port: int, block: FrameBlock, now: float) -> Out:
@@ -269,6 +291,8 @@ class SwitchRuntime:
             self._execute(actions, out)
             for k in rest:
                 self._dispatch(port, batch.packet(int(k)), out)
+        if self.slot_log is not None:
+            self._note_slots(now)
         return out
 
     def receive_rows(self, port: int, frames: np.ndarray, lengths: np.ndarray, now: float) -> Out:
@@ -446,6 +470,7 @@ class SwitchRuntime:
             jobs={job.job: JobSlots(job.aggregate, job.slot_base, job.slots) for job in self.ctx.jobs.values()},
             ports={self.config.ports[p]: replace(s) for p, s in self.stats.items()},
             counters=dict(self.ctx.counters),
+            slots_held=tuple(self.slot_log or ()), slots=self.slots,
         )
 
 

@@ -20,7 +20,7 @@ import networkx as nx
 import numpy as np
 
 from innet.events import Progress, waits
-from innet.graph import link_name, ports
+from innet.graph import link_name, link_totals, ports
 from innet.hosts.background import BACKGROUND_JOB
 from innet.hosts.endpoint import Endpoint
 from innet.switch.runtime import SwitchRuntime
@@ -269,11 +269,12 @@ class Fabric:
             heapq.heappop(self._times)
             del self._due[time]
 
+    def direction_bytes(self, background: bool = False) -> dict[tuple[str, str], int]:
+        """Bytes put on each link direction, (from, to): the jobs' (background traffic's with ``background``)."""
+        return {uv: link.background_bytes if background else link.bytes - link.background_bytes
+                for uv, link in self.links.items()}
+
     def link_bytes(self, background: bool = False) -> dict[str, int]:
         """Bytes put on each link, both directions together, by link name: the jobs' (background traffic's
         with ``background``)."""
-        out: dict[str, int] = {}
-        for (u, v), link in self.links.items():
-            n = link.background_bytes if background else link.bytes - link.background_bytes
-            out[link_name(u, v)] = out.get(link_name(u, v), 0) + n
-        return out
+        return link_totals(self.direction_bytes(background))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import networkx as nx
 import numpy as np
@@ -17,7 +18,7 @@ from innet.hosts.ssp import SSPWorker
 from innet.hosts.worker.call import AllreduceCall
 from innet.hosts.worker.process import WorkerProcess
 from innet.planning.spec import RunSpec, program_of
-from innet.results.check import run_record, tally_drops
+from innet.results.check import run_record, tally_drops, timeline_of, with_directions
 from innet.results.fidelity import virtual_fidelity
 from innet.results.outcome import outcome_of, training_outcome
 from innet.results.record import RunRecord
@@ -92,11 +93,17 @@ class LocalRun:
             switch_bytes = sum(rt.ctx.counters.get("input_bytes", 0) for rt in self.runtimes.values())
             extra["input"] = input_summary(self.graph, self.rp.input, [r.outcome() for r in self.inputs],
                                            self.input_server.sent_bytes + switch_bytes)
-        return run_record(
+        record = run_record(
             self.graph, self.run, self.rp, "local", outcomes, self.fabric.link_bytes(),
             drops, switch_memory_bytes={n: rt.memory_bytes for n, rt in self.runtimes.items()},
             **{"fidelity": virtual_fidelity(), **extra},
         )
+        record = with_directions(record, self.graph, self.fabric.direction_bytes())
+        if self.run.timeline:
+            workers = {(s.job, s.rank): w for specs in self.rp.specs.values() for w, s in specs.items()}
+            reports = {n: rt.report() for n, rt in self.runtimes.items()}
+            record = replace(record, timeline=timeline_of(self.run, workers, outcomes, reports))
+        return record
 
 
 def run_local(graph: nx.Graph, run: RunSpec, pbox_cores: int = 1, crash: dict[str, float] | None = None) -> RunRecord:

@@ -10,6 +10,7 @@ bytes measured at every interface and the fidelity verdict. Only the modules of 
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import time
@@ -24,7 +25,7 @@ from innet.backends.mininet.background import Background
 from innet.backends.mininet.cleanup import RunState
 from innet.backends.mininet.collect import Procs, Watch, calls_window, input_record, outcome, switch_drops
 from innet.backends.mininet.control import Control
-from innet.backends.mininet.network import Counters, Network, built, link_bytes_between, log
+from innet.backends.mininet.network import Counters, Network, built, direction_bytes_between, log
 from innet.backends.mininet.nodes import (
     FaultsOf,
     await_ready,
@@ -37,12 +38,12 @@ from innet.backends.mininet.nodes import (
     worker_configs,
 )
 from innet.backends.mininet.shaper import BURST_S
-from innet.graph import host_link_rate, is_switch, natural_key
+from innet.graph import host_link_rate, is_switch, link_totals, natural_key
 from innet.node.config import SwitchStats
 from innet.node.usage import Samples, drops_between
 from innet.planning.spec import RunSpec, program_of
 from innet.planning.timing.dilation import dilate_graph, dilate_spec, dilate_times
-from innet.results.check import run_record
+from innet.results.check import run_record, timeline_of, with_directions
 from innet.results.fidelity import CPU_BOUND, Fidelity, fidelity, with_model, with_retransmissions
 from innet.results.record import RunRecord
 from innet.schemes.modes import RunPlan, installed_configs, plan_run, realise
@@ -158,7 +159,7 @@ class Readings:
 class Measured:
     """What the controller measured of the run when its workers had ended."""
 
-    link_bytes: dict[str, int]  # bytes each link carried from "go" to the workers' end
+    directions: dict[tuple[str, str], int]  # bytes each link direction (from, to) carried from "go" to the workers' end
     stats: dict[str, SwitchStats]  # each switch's
     cpu_share: dict[str, float]  # each switch's share of a core over the calls' window
     busy: float  # cores the run's processes kept busy, on average over the window
@@ -249,7 +250,7 @@ class Emulation(Network):
         """The switches' stats (then stopped), and the fidelity verdict on the calls' window: every process's
         share of a core and the frames dropped at every interface, queue and switch socket."""
         wall = time.monotonic() - readings.started
-        link_bytes = link_bytes_between(self.graph, readings.interface_bytes, self.interface_bytes())
+        directions = direction_bytes_between(self.graph, readings.interface_bytes, self.interface_bytes())
         drops_after = self.drop_counts()
         hosts = [w for specs in rp.specs.values() for w in specs]
         window = calls_window(self.run_dir, hosts) if self.cluster is None else None  # servers' clocks differ
@@ -266,12 +267,12 @@ class Emulation(Network):
                        {sw: sum(st.socket_drops.values()) for sw, st in stats.items()}, os.cpu_count() or 1, waits)
         # None: TCLink's per-frame shaping; cpu_over_s: the shares' span, the calls' window to the readings around it
         fid = replace(fid, shaper_burst_s=BURST_S if self.bursts else None, cpu_over_s=round(seconds, 3))
-        return Measured(link_bytes, stats, cpu_share, sum(cpu.values()), machine_busy, fid)
+        return Measured(directions, stats, cpu_share, sum(cpu.values()), machine_busy, fid)
 
     def _record(self, run: RunSpec, rp: RunPlan, measured: Measured, modelled: bool = True) -> RunRecord:
         """The run record (of the requested run, on its timeline), with the fidelity verdict and, where the
         timing model predicts the run, the verdict against it too."""
-        stats, link_bytes = measured.stats, measured.link_bytes
+        stats, link_bytes = measured.stats, link_totals(measured.directions)
         outcomes = [outcome(self.run_dir, w, spec, self.dilation) for plan in rp.plans for w, spec in rp.specs[plan.job].items()]
         inputs = input_record(self.graph, self.run_dir, rp.input, stats, self.dilation) if rp.input is not None else None
         graph, run = self.requested or (self.graph, run)  # the record is the requested run's, in its timeline
@@ -285,6 +286,13 @@ class Emulation(Network):
             **({"cluster": cluster_figures(graph, self.placement, self.cluster.servers, link_bytes)}
                if self.cluster is not None else {}),
         )
+        record = with_directions(record, graph, measured.directions)
+        if run.timeline:  # the hosts' monotonic clock, from the first call's start
+            starts = [t for o in outcomes for t in o.started if math.isfinite(t)]
+            workers = {(s.job, s.rank): w for specs in rp.specs.values() for w, s in specs.items()}
+            reports = {sw: st.runtime for sw, st in stats.items() if st.runtime is not None}
+            record = replace(record, timeline=timeline_of(run, workers, outcomes, reports, min(starts, default=0.0),
+                                                          self.dilation))
         fid = with_retransmissions(measured.fidelity, record.retransmissions, _faulty(run))
         if modelled and _modelled(run):  # the timing model gives what the links allow: the local backend's time
             key = "iteration_s" if run.workload else "completion_s"

@@ -28,7 +28,7 @@ from innet.backends.mininet.control import Control
 from innet.backends.mininet.shaper import burst_command, hold, release
 from innet.errors import UserError
 from innet.events import emit
-from innet.graph import link_name, natural_key, port_to
+from innet.graph import link_name, link_totals, natural_key, port_to
 from innet.node.codec import write
 from innet.node.usage import interface_drops, queue_drops
 from innet.planning.grouping import group_size, node_groups
@@ -62,13 +62,20 @@ def interface_bytes(node: Any) -> dict[str, int]:
             for d in links if "stats64" in d}
 
 
-def link_bytes_between(graph: nx.Graph, before: Counters, after: Counters) -> dict[str, int]:
-    """Bytes each link carried between two readings of every node's interface counters (both directions)."""
+def direction_bytes_between(graph: nx.Graph, before: Counters, after: Counters) -> dict[tuple[str, str], int]:
+    """Bytes each link direction (from, to) carried between two readings of every node's interface counters: what
+    the sending end's interface transmitted."""
     out = {}
     for u, v in graph.edges:
-        out[link_name(u, v)] = sum(after[a].get(f"{a}-eth{port_to(graph, a, b)}", 0)
-                                   - before[a].get(f"{a}-eth{port_to(graph, a, b)}", 0) for a, b in ((u, v), (v, u)))
+        for a, b in ((u, v), (v, u)):
+            intf = f"{a}-eth{port_to(graph, a, b)}"
+            out[(a, b)] = after[a].get(intf, 0) - before[a].get(intf, 0)
     return out
+
+
+def link_bytes_between(graph: nx.Graph, before: Counters, after: Counters) -> dict[str, int]:
+    """Bytes each link carried between two readings of every node's interface counters (both directions)."""
+    return link_totals(direction_bytes_between(graph, before, after))
 
 
 @contextmanager
