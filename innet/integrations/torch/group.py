@@ -38,10 +38,11 @@ import torch
 import torch.distributed as dist
 
 from innet.integrations.launch import watch
-from innet.integrations.torch.batch import Inputs, Taken, compute_batch
+from innet.integrations.torch.batch import EXCHANGES, Inputs, Taken, compute_batch
 from innet.integrations.torch.fabric import FabricCollectives, Tally
 from innet.integrations.torch.forms import flat, tensor_of
 from innet.integrations.torch.methods import Calls, InnetWork
+from innet.integrations.torch.p2p import FabricMessages
 from innet.integrations.torch.plane import Call, Client, Result, Runner
 from innet.integrations.torch.switches import SwitchCollectives, serves
 from innet.node import codec
@@ -103,6 +104,15 @@ def _switches_of(path: str, rank: int, size: int) -> SwitchCollectives | None:
     return SwitchCollectives(AllreduceClient(conf.spec, conf.iface, conf.mode, list(conf.ring), conf.faults), rank, size)
 
 
+def _messages_of(path: str, rank: int, size: int) -> Any:
+    """On Mininet, this rank's messages from its own host (innet.integrations.torch.messages): the world group's."""
+    from innet.integrations.launch.mininet import ClientConf
+    from innet.integrations.torch.messages import HostMessages
+
+    conf = read(ClientConf, path)
+    return HostMessages(conf.spec, conf.iface, list(conf.ring), conf.faults, rank, size)
+
+
 def keeps_its_name(cls: type[dist.ProcessGroup]) -> type[dist.ProcessGroup]:
     """The backend's one private torch name (checked on torch 2.13.0): torch names every group it makes with
     ``_set_group_name``, which C++ keeps on the group's C++ backends, and FSDP and DeviceMesh read ``group_name``.
@@ -131,7 +141,10 @@ class InnetGroup(Calls):
         self.fabric = _fabric_of(size) if rank == 0 and not on_mininet else None
         self.tally: Tally | None = self.fabric.tally if self.fabric else Tally() if rank == 0 else None
         self.mode = self.fabric.run.mode if self.fabric and self.fabric.run.mode in MODES else "innet"
-        self.plane: Runner | Client = Runner(store, size, self._run) if rank == 0 else Client(store, rank)
+        self.p2p = FabricMessages(self.fabric, size, side_plane_warning) if rank == 0 else None
+        self.messages = _messages_of(os.environ["INNET_CLIENT"], rank, size) if self.switches else None
+        handle = self.p2p.handle if self.p2p else None
+        self.plane: Runner | Client = Runner(store, size, self._run, handle) if rank == 0 else Client(store, rank)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="innet") if self.switches else None  # in order
         self.pending: set[torch.futures.Future[Any]] = set()  # the calls in flight, for shutdown
         self.side_pending = []
@@ -153,7 +166,7 @@ class InnetGroup(Calls):
         for i, ranks in enumerate(batch):
             first = ranks[0][0]
             odd = next((r for r, (c, _) in enumerate(ranks) if c != replace(first, count=c.count)
-                        or (c.count != first.count and first.name != "barrier")), None)
+                        or (c.count != first.count and first.name not in ("barrier", *EXCHANGES))), None)
             if odd is not None:
                 differ[i] = f"innet: the ranks' calls differ: rank 0 {first}, rank {odd} {ranks[odd][0]}"
             calls.append((first.name, first.op, first.root, [v for _, v in ranks]))
@@ -170,11 +183,11 @@ class InnetGroup(Calls):
     # -- every rank: a call ----------------------------------------------------------------------------------
     def _collective(self, name: str, tensor: torch.Tensor, op: str = "sum", root: int = 0,
                     into: list[torch.Tensor] | None = None, result: Any = None,
-                    place: Callable[[np.ndarray], None] | None = None) -> InnetWork:
-        """Run ``name`` on ``tensor``; the result this rank takes into each of ``into`` (default ``tensor``), or
-        handed to ``place``; the future's value ``result`` (default ``[tensor]``)."""
+                    place: Callable[[np.ndarray], None] | None = None, values: np.ndarray | None = None) -> InnetWork:
+        """Run ``name`` on ``tensor`` (its ``values``, if given: an exchange's); the result this rank takes into each
+        of ``into`` (default ``tensor``), or handed to ``place``; the future's value ``result`` (default ``[tensor]``)."""
         targets = [tensor] if into is None else into
-        mine = flat(tensor)
+        mine = flat(tensor) if values is None else values
         future: torch.futures.Future[Any] = torch.futures.Future()
         rank = self.rank()
         if self.watched:
@@ -208,6 +221,38 @@ class InnetGroup(Calls):
         else:
             self.plane.submit(call, mine, done)
         return InnetWork(future)
+
+    def _message(self, name: str, values: np.ndarray, peer: int, tag: int,
+                  place: Callable[[np.ndarray], None] | None = None) -> InnetWork:
+        """A send (``values``: its bytes) or a recv (``place`` takes the bytes that came) with rank ``peer`` (-1: any)
+        and ``tag``, through the network (innet.integrations.torch.p2p); its Work says where a message came from."""
+        future: torch.futures.Future[Any] = torch.futures.Future()
+        work = InnetWork(future)
+
+        def done(res: Result, got: np.ndarray | None) -> None:
+            try:
+                if res.error:
+                    raise RuntimeError(res.error)
+                if place is not None and got is not None:
+                    with torch.no_grad():
+                        place(got)
+                work.source = res.source
+            except Exception as exc:  # noqa: BLE001 (the caller's wait() raises it)
+                future.set_exception(exc)
+            else:
+                future.set_result(None)
+            finally:
+                with self.lock:
+                    self.pending.discard(future)
+
+        with self.lock:
+            self.pending.add(future)
+        call = Call(name, "bits", peer, values.dtype.str, values.size, tag)
+        if self.messages is not None:
+            self.messages.submit(call, values, done)
+        else:
+            self.plane.submit(call, values, done)
+        return work
 
     def _through_switches(self, call: Call, mine: np.ndarray, done: Callable[[Result, np.ndarray | None], None]) -> None:
         """On Mininet, in order on the group's thread: what the switches serve from this rank's host, the rest
@@ -266,6 +311,13 @@ class InnetGroup(Calls):
         if self.pool is not None:
             self.pool.shutdown(wait=True)
         self.plane.close()
+        if self.p2p is not None:
+            self.p2p.close()
+        if self.messages is not None:
+            self.messages.close()
+            if self.tally is None:
+                self.tally = Tally()
+            self.tally.add(self.messages.tally)
         if self.tally is not None:
             write_tally(self.tally)
             self.tally = None
