@@ -104,15 +104,6 @@ def _switches_of(path: str, rank: int, size: int) -> SwitchCollectives | None:
     return SwitchCollectives(AllreduceClient(conf.spec, conf.iface, conf.mode, list(conf.ring), conf.faults), rank, size)
 
 
-def _messages_of(path: str, rank: int, size: int) -> Any:
-    """On Mininet, this rank's messages from its own host (innet.integrations.torch.messages): the world group's."""
-    from innet.integrations.launch.mininet import ClientConf
-    from innet.integrations.torch.messages import HostMessages
-
-    conf = read(ClientConf, path)
-    return HostMessages(conf.spec, conf.iface, list(conf.ring), conf.faults, rank, size)
-
-
 def keeps_its_name(cls: type[dist.ProcessGroup]) -> type[dist.ProcessGroup]:
     """The backend's one private torch name (checked on torch 2.13.0): torch names every group it makes with
     ``_set_group_name``, which C++ keeps on the group's C++ backends, and FSDP and DeviceMesh read ``group_name``.
@@ -142,7 +133,7 @@ class InnetGroup(Calls):
         self.tally: Tally | None = self.fabric.tally if self.fabric else Tally() if rank == 0 else None
         self.mode = self.fabric.run.mode if self.fabric and self.fabric.run.mode in MODES else "innet"
         self.p2p = FabricMessages(self.fabric, size, side_plane_warning) if rank == 0 else None
-        self.messages = _messages_of(os.environ["INNET_CLIENT"], rank, size) if self.switches else None
+        self.messages: Any = None  # on Mininet, this rank's messages from its own host (not yet: through rank 0)
         handle = self.p2p.handle if self.p2p else None
         self.plane: Runner | Client = Runner(store, size, self._run, handle) if rank == 0 else Client(store, rank)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="innet") if self.switches else None  # in order
@@ -313,11 +304,6 @@ class InnetGroup(Calls):
         self.plane.close()
         if self.p2p is not None:
             self.p2p.close()
-        if self.messages is not None:
-            self.messages.close()
-            if self.tally is None:
-                self.tally = Tally()
-            self.tally.add(self.messages.tally)
         if self.tally is not None:
             write_tally(self.tally)
             self.tally = None
