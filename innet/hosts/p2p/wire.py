@@ -38,9 +38,9 @@ def message_bytes(nbytes: int, per_packet: int) -> tuple[int, int]:
 
 def encode(data: bytes | np.ndarray, tag: int) -> np.ndarray:
     """A message's int32 words: the preamble, then ``data`` (raw bytes) padded to a whole word."""
-    raw = np.frombuffer(memoryview(data).cast("B"), np.uint8) if not isinstance(data, np.ndarray) else data.view(np.uint8).ravel()
+    raw = data.view(np.uint8).ravel() if isinstance(data, np.ndarray) else np.frombuffer(data, np.uint8)
     words = np.zeros(message_words(len(raw)), np.int32)
-    words[:PREAMBLE] = np.array([len(raw) & 0xFFFFFFFF, len(raw) >> 32, tag], np.uint32).view(np.int32)
+    words[:PREAMBLE] = np.array([len(raw) & 0xFFFFFFFF, len(raw) >> 32, tag & 0xFFFFFFFF], np.uint32).view(np.int32)
     words[PREAMBLE:].view(np.uint8)[: len(raw)] = raw
     return words
 

@@ -12,11 +12,13 @@ rank 0.
 
 Served through the network: all_reduce and reduce (SUM, AVG, MIN, MAX on floats by fixed point; SUM, MIN, MAX,
 BAND, BOR, BXOR, PRODUCT on integers exactly), reduce_scatter_tensor, all_gather_into_tensor, all_gather (lists),
-broadcast, barrier, and their coalesced forms. Rank 0 reduces what the wire cannot carry exactly for the values
-given (integers too large for it), with a warning naming it once. What it cannot carry whatever the values (sparse
-tensors, half floats, a float PRODUCT) and the calls innet does not serve (all_to_all, send/recv, gather,
-scatter, ...) go to the side plane, a gloo group on the same store, itself: gloo's own Work, values and
-progress (sends and receives independent of each other and of the innet calls), with a warning naming it once.
+broadcast, barrier, and their coalesced forms; all_to_all(_single), gather, scatter, send/recv (isend, irecv, any
+source) as messages between the ranks' hosts (innet.integrations.torch.p2p: rank 0 runs them on the fabric; on
+Mininet, for now, through rank 0 over TCP, with the warning). Rank 0 reduces what the wire cannot carry exactly for
+the values given (integers too large for it), with a warning naming it once. What it cannot carry whatever the
+values (sparse tensors, half floats, a float PRODUCT) and the calls innet does not serve (list reduce_scatter,
+allgather_coalesced, monitored_barrier) go to the side plane, a gloo group on the same store, itself: gloo's own
+Work, values and progress, with a warning naming it once.
 """
 
 from __future__ import annotations
