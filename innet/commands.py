@@ -28,9 +28,10 @@ SUBCOMMANDS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
               ("backend", "training", "topology", "job", "consistency", "faults", "output"),
               ("elements", "iterations", "jobs", "job_slots", "job_priority", "stragglers")),
     "launch": ("run a torch.distributed script (after --), one rank per worker host, its collectives through the network",
-               ("backend", "topology", "job", "faults"),
+               ("backend", "topology", "job", "faults", "output"),
                ("collective", "root", "program", "elements", "iterations", "jobs", "job_slots", "job_priority", "topk",
-                "crash", "background", "link_faults", "pcap", "cli", "cluster", "cluster_key", "cluster_known_hosts")),
+                "crash", "background", "link_faults", "pcap", "cli", "cluster", "cluster_key", "cluster_known_hosts",
+                "json", "plots")),
 }
 
 

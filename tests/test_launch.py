@@ -292,7 +292,7 @@ def test_on_mininet_sums_and_fsdps_calls_go_through_the_switch_and_ctrl_c_leaves
     got = re.findall(r"^\[rank([01])\]: got 3.0 3.0 \[0.5, 0.5, 0.5\] \[0, 1\] True moved (\d+)$", out.stdout, re.M)
     assert sorted(r for r, _ in got) == ["0", "1"], out.stdout
     assert collectives(out.stdout) == {"allreduce": 2, "barrier": 2, "reduce_scatter": 1, "all_gather": 1}
-    assert "over the TCP side plane (counted on the links): all_to_all_single\n" in out.stdout
+    assert "over the TCP side plane (counted on the links): all_to_all\n" in out.stdout
     predicted = sum(innet.plan("star", workers=2, backend="local", packet_elements=251, collective=c,
                                elements=2 * 1004).modes[0].predicted_link_bytes["h1--s1"]
                     for c in ("reduce_scatter", "all_gather"))

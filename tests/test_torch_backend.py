@@ -98,7 +98,8 @@ def movements(innet_g, gloo_g) -> None:
 
 
 def async_and_groups(innet_g, gloo_g) -> None:
-    """Works in flight at once, then waited; a second innet group of two ranks as a ring; a side-plane op warns."""
+    """Works in flight at once, then waited; a second innet group of two ranks as a ring; an integer sum the wire
+    cannot carry exactly is reduced at rank 0, which warns; an all-to-all travels the links (no warning)."""
     rank = dist.get_rank()
     tensors = [value(rank, torch.int32, n) for n in (1, 2048, 5000)]
     works = [dist.all_reduce(t, group=innet_g, async_op=True) for t in tensors]
@@ -122,7 +123,7 @@ def async_and_groups(innet_g, gloo_g) -> None:
     assert out.tolist() == list(range(WORLD))
     if rank == 0:
         assert any("allreduce ReduceOp.SUM on int64" in str(w.message) for w in caught), [str(w.message) for w in caught]
-    assert any("all_to_all_single" in str(w.message) for w in caught)
+    assert not any("all_to" in str(w.message) for w in caught)
 
 
 def rank_main(rank: int, port: int) -> None:

@@ -18,6 +18,7 @@ import networkx as nx
 import numpy as np
 
 from innet.graph import link_name, natural_key, next_hop, tier
+from innet.hosts.p2p.wire import message_bytes
 from innet.hosts.ring.acks import ACK_EVERY, ACK_SPAN
 from innet.hosts.ring.geometry import ring_geometry, ring_phases
 from innet.planning.planner import JobPlan
@@ -230,6 +231,17 @@ def ring_direction_bytes(graph: nx.Graph, workers: Sequence[str], elements: int,
         for u, v in path_links(graph, src, dst):
             out[(u, v)] += sent
             out[(v, u)] += acks
+    return dict(out)
+
+
+def exchange_link_bytes(graph: nx.Graph, messages: Sequence[tuple[str, str, int]], per_packet: int) -> dict[str, int]:
+    """Point-to-point messages (innet.hosts.p2p: torch's send/recv, all-to-all, gather, scatter), each (sender's
+    host, receiver's host, bytes): per link, both directions, its frames along the routed path and its ACKs back."""
+    out: Counter[str] = Counter()
+    for src, dst, nbytes in messages:
+        data, acks = message_bytes(nbytes, per_packet)
+        for u, v in path_links(graph, src, dst):
+            out[link_name(u, v)] += data + acks
     return dict(out)
 
 

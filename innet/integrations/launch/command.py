@@ -28,6 +28,7 @@ import networkx as nx
 from innet.errors import UserError
 from innet.graph import hosts
 from innet.integrations.launch.procs import SITE, rank_env, read_tally, stop, wait_ranks
+from innet.integrations.launch.record import launch_record, write_record
 from innet.integrations.launch.watch import COLLECTIVE_TIMEOUT_S, START_TIMEOUT_S, Store
 from innet.integrations.torch.fabric import Tally
 from innet.node.codec import write
@@ -67,7 +68,10 @@ def launch(graph: nx.Graph, run: RunSpec, command: list[str], start_timeout: flo
     else:
         tally, wall = launch_local(graph, run, command, start_timeout, collective_timeout)
         fid = virtual_fidelity()
-    return [*summary(graph, run, tally, workers_of(graph, run), wall), verdict_line(f"launch {run.mode}", fid.to_json())]
+    lines = [*summary(graph, run, tally, workers_of(graph, run), wall), verdict_line(f"launch {run.mode}", fid.to_json())]
+    if run.out:
+        lines.append(f"results: {write_record(run.out, launch_record(graph, run, tally, workers_of(graph, run), wall))}")
+    return lines
 
 
 def launch_local(graph: nx.Graph, run: RunSpec, command: list[str], start_timeout: float = START_TIMEOUT_S,
@@ -110,6 +114,11 @@ def summary(graph: nx.Graph, run: RunSpec, tally: Tally, world: int, wall: float
     fused = f" ({tally.fused} small all-reduces in {tally.fusions} fused collectives)" if tally.fused else ""
     out = [f"innet launch: {world} ranks, {run.mode}, {wall:.1f} s; collectives through the network: {calls}{fused}"
            f"{virtual}"]
+    if tally.messages:
+        measured, predicted = sum(tally.message_link_bytes.values()), sum(tally.predicted_message_link_bytes.values())
+        on_links = (f": {measured} bytes on the links, {predicted} predicted" if measured else
+                    f": {predicted} bytes on the links predicted" if predicted else "")
+        out.append(f"messages through the network (send/recv, all-to-all, gather, scatter): {tally.messages}{on_links}")
     if tally.side_plane:
         counted = "counted on the links" if run.backend == "mininet" else "not counted"
         out.append(f"over the TCP side plane ({counted}): {', '.join(sorted(tally.side_plane))}")

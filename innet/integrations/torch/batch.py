@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from innet.hosts.p2p.wire import EXCHANGE
 from innet.integrations.torch.fabric import (
     PROGRAMS,
     FabricCollectives,
@@ -47,6 +48,7 @@ def _operator(op: str) -> Operator:
 OPERATORS: dict[str, Operator] = {"sum": SUM, "avg": SUM, "min": MIN, "max": MAX, "band": BAND, "bor": BOR,
                                   "bxor": _operator("bxor"), "prod": _operator("prod")}
 FUSED_PACKETS = 64  # the most packets a fused collective takes
+EXCHANGES = ("all_to_all", "gather", "scatter")  # torch's calls that are messages between pairs of ranks
 Warn = Callable[[str], None]
 Inputs = list[np.ndarray]  # one call's flat values, rank r's at r
 Taken = list["np.ndarray | None"]  # what each rank takes of a call's result (None: nothing, as a reduce's non-root)
@@ -56,7 +58,7 @@ def carried(name: str, op: str, dtype: np.dtype) -> bool:
     """Whether the wire can carry torch's ``name`` with ``op`` on ``dtype`` at all (whatever the values): moves of
     any dtype; reductions of float32 and float64 (sum, avg, min, max) and of integers (sum, min, max, band, bor, prod,
     and avg, done here). What it cannot, the group hands to the side plane's gloo itself."""
-    if name in ("all_gather", "broadcast", "barrier"):
+    if name in ("all_gather", "broadcast", "barrier", *EXCHANGES):
         return True
     if dtype.kind == "f" and dtype.itemsize >= 4:
         return op in ("sum", "avg", "min", "max")
@@ -94,10 +96,44 @@ def _back(got: np.ndarray, dtype: np.dtype, op: str, size: int) -> np.ndarray:
     return (got / size if op == "avg" else got).astype(dtype)
 
 
+def sizes_and_bytes(values: np.ndarray, size: int) -> tuple[list[int], np.ndarray]:
+    """An exchange's values as a rank sent them (``exchange_values``): the bytes it sends each rank, and those bytes."""
+    raw = values.view(np.uint8)
+    return np.frombuffer(raw[: 8 * size].tobytes(), "<i8").tolist(), raw[8 * size :]
+
+
+def exchange_values(sizes: list[int], payload: np.ndarray) -> np.ndarray:
+    """A rank's values of an exchange call: the bytes it sends to each rank (int64 each), then those bytes in rank
+    order, as one uint8 array (what the call plane carries)."""
+    return np.concatenate([np.asarray(sizes, "<i8").view(np.uint8), payload.view(np.uint8).ravel()])
+
+
+def exchanged(fabric: FabricCollectives | None, name: str, inputs: Inputs, warn: Warn) -> Taken:
+    """An exchange (all_to_all, gather, scatter: ``EXCHANGES``): every rank's bytes to each other rank as messages
+    through the network (innet.hosts.p2p), its own kept; what each rank takes is what it received, in rank order."""
+    size = len(inputs)
+    parts: list[list[bytes]] = []
+    for values in inputs:
+        sizes, raw = sizes_and_bytes(values, size)
+        ends = np.cumsum([0, *sizes])
+        parts.append([raw[ends[d] : ends[d + 1]].tobytes() for d in range(size)])
+    posts = [(s, d, parts[s][d]) for s in range(size) for d in range(size) if s != d and parts[s][d]]
+    if fabric is None:
+        warn(name)
+        got = [[[parts[s][d]] if s != d and parts[s][d] else [] for s in range(size)] for d in range(size)]
+    else:
+        fabric.tally.calls[name] += 1
+        got = fabric.messages(size, posts, EXCHANGE)
+    return [np.frombuffer(b"".join(parts[d][d] if s == d else b"".join(got[d][s]) for s in range(size)), np.uint8)
+            for d in range(size)]
+
+
 def compute(fabric: FabricCollectives | None, name: str, op: str, inputs: Inputs, root: int, warn: Warn) -> Taken:
     """What each rank takes of torch collective ``name`` (allreduce, reduce_scatter: its piece, reduce: the root
-    alone, all_gather: the concatenation, broadcast: the root's, barrier: nothing). What the wire cannot carry (with
-    no ``fabric``: anything) is done here, after ``warn`` names it."""
+    alone, all_gather: the concatenation, broadcast: the root's, barrier: nothing; an exchange: ``exchanged``). What
+    the wire cannot carry (with no ``fabric``: anything) is done here, after ``warn`` names it."""
+    if name in EXCHANGES:
+        return exchanged(fabric, name, inputs, warn)
     whole = _whole(fabric, name, op, inputs, root, warn)
     size = len(inputs)
     if name == "reduce_scatter":

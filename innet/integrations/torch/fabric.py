@@ -14,15 +14,19 @@ being torch's piece r; the call's packets are as short as hold a piece in as few
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 import networkx as nx
 import numpy as np
 
+from innet.backends.local.exchange import Post, exchange
 from innet.backends.local.run import LocalRun
 from innet.hosts.worker.process import WorkerProcess
 from innet.integrations.torch.programs import PROD_FILE, XOR_FILE
+from innet.planning.prediction import exchange_link_bytes
 from innet.planning.spec import RunSpec, program_of
 from innet.schemes.modes import RunPlan, plan_run
 from innet.switch.program import SwitchProgram
@@ -45,10 +49,17 @@ class Tally:
     side_plane: set[str] = field(default_factory=set)  # the calls that went over the side plane instead
     fused: int = 0  # of ``calls``, small all-reduces that travelled together with others (batch.fuse)
     fusions: int = 0  # the collectives they travelled in
+    message_link_bytes: Counter[str] = field(default_factory=Counter)  # of ``link_bytes``, the messages' (send/recv,
+    # all-to-all, gather, scatter: innet.hosts.p2p)
+    predicted_message_link_bytes: Counter[str] = field(default_factory=Counter)  # the planner's of those
+    messages: int = 0  # point-to-point messages on the links (an all-to-all's: one per pair that moves bytes)
 
     def add(self, other: Tally) -> None:
         """Add ``other``'s counts to these."""
         self.link_bytes.update(other.link_bytes)
+        self.message_link_bytes.update(other.message_link_bytes)
+        self.predicted_message_link_bytes.update(other.predicted_message_link_bytes)
+        self.messages += other.messages
         self.virtual_s += other.virtual_s
         self.calls.update(other.calls)
         self.side_plane.update(other.side_plane)
@@ -107,6 +118,7 @@ class FabricCollectives:
         self.tally = Tally()
         self.per_packet = program_of(run).elements  # the job's values a packet
         self._planned: dict[tuple[object, ...], tuple[RunSpec, RunPlan, type[SwitchProgram]]] = {}
+        self.lock = threading.Lock()  # one call on the fabric at a time: collectives, and messages (another thread)
 
     def _plan(self, name: str, op: str, root: int, workers: int, elements: int,
               per_packet: int) -> tuple[RunSpec, RunPlan, type[SwitchProgram]]:
@@ -124,10 +136,11 @@ class FabricCollectives:
         (rank r's flat numpy array at r), ``per_packet`` values a packet (default: the run's), planned as a call of
         ``planned`` values (default: its own): the whole result for each rank, its own part for routed collectives
         being assembled from the parts each rank received."""
-        run, rp, program = self._plan(name, op, root, len(inputs), max(1, planned or len(inputs[0])), per_packet)
-        local = LocalRun(self.graph, run, given={r: [t] for r, t in enumerate(inputs)}, planned=rp, program=program)
-        self.tally.virtual_s += local.fabric.run()
-        self.tally.link_bytes.update(local.fabric.link_bytes())
+        with self.lock:
+            run, rp, program = self._plan(name, op, root, len(inputs), max(1, planned or len(inputs[0])), per_packet)
+            local = LocalRun(self.graph, run, given={r: [t] for r, t in enumerate(inputs)}, planned=rp, program=program)
+            self.tally.virtual_s += local.fabric.run()
+            self.tally.link_bytes.update(local.fabric.link_bytes())
         procs = sorted((p for p in local.procs if isinstance(p, WorkerProcess)), key=lambda p: p.spec.rank)
         for proc in procs:
             failed = proc.error or proc.calls[-1].error
@@ -140,3 +153,23 @@ class FabricCollectives:
                                     for r, v in enumerate(values)])
             values = [whole for _ in values]
         return values
+
+    def messages(self, size: int, posts: Sequence[tuple[int, int, bytes]], channel: int) -> list[list[list[bytes]]]:
+        """Messages (sender's rank, receiver's rank, bytes) between the hosts of a group of ``size``, all at once,
+        on ``channel`` (innet.hosts.p2p): what each rank received from each, in order (``[dst][src]`` is the list
+        of src's messages to dst). Their bytes per link, and the planner's prediction of them, counted."""
+        with self.lock:
+            run, rp, program = self._plan("barrier", "sum", 0, size, 1, 0)
+            done = exchange(self.graph, run, rp, program, [Post(s, d, channel, data) for s, d, data in posts])
+            hosts = {spec.rank: host for host, spec in rp.specs[rp.plans[0].job].items()}
+            self.tally.virtual_s += done.seconds
+            self.tally.link_bytes.update(done.link_bytes)
+            self.tally.message_link_bytes.update({k: v for k, v in done.link_bytes.items() if v})
+            self.tally.predicted_message_link_bytes.update(exchange_link_bytes(
+                self.graph, [(hosts[s], hosts[d], len(data)) for s, d, data in posts], rp.per_packet))
+            self.tally.messages += len(posts)
+        out: list[list[list[bytes]]] = [[[] for _ in range(size)] for _ in range(size)]
+        for dst, got in enumerate(done.received):
+            for message in got:
+                out[dst][message.src].append(message.data)
+        return out

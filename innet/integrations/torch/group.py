@@ -12,11 +12,13 @@ rank 0.
 
 Served through the network: all_reduce and reduce (SUM, AVG, MIN, MAX on floats by fixed point; SUM, MIN, MAX,
 BAND, BOR, BXOR, PRODUCT on integers exactly), reduce_scatter_tensor, all_gather_into_tensor, all_gather (lists),
-broadcast, barrier, and their coalesced forms. Rank 0 reduces what the wire cannot carry exactly for the values
-given (integers too large for it), with a warning naming it once. What it cannot carry whatever the values (sparse
-tensors, half floats, a float PRODUCT) and the calls innet does not serve (all_to_all, send/recv, gather,
-scatter, ...) go to the side plane, a gloo group on the same store, itself: gloo's own Work, values and
-progress (sends and receives independent of each other and of the innet calls), with a warning naming it once.
+broadcast, barrier, and their coalesced forms; all_to_all(_single), gather, scatter, send/recv (isend, irecv, any
+source) as messages between the ranks' hosts (innet.integrations.torch.p2p: rank 0 runs them on the fabric; on
+Mininet, for now, through rank 0 over TCP, with the warning). Rank 0 reduces what the wire cannot carry exactly for
+the values given (integers too large for it), with a warning naming it once. What it cannot carry whatever the
+values (sparse tensors, half floats, a float PRODUCT) and the calls innet does not serve (list reduce_scatter,
+allgather_coalesced, monitored_barrier) go to the side plane, a gloo group on the same store, itself: gloo's own
+Work, values and progress, with a warning naming it once.
 """
 
 from __future__ import annotations
@@ -38,10 +40,11 @@ import torch
 import torch.distributed as dist
 
 from innet.integrations.launch import watch
-from innet.integrations.torch.batch import Inputs, Taken, compute_batch
+from innet.integrations.torch.batch import EXCHANGES, Inputs, Taken, compute_batch
 from innet.integrations.torch.fabric import FabricCollectives, Tally
 from innet.integrations.torch.forms import flat, tensor_of
 from innet.integrations.torch.methods import Calls, InnetWork
+from innet.integrations.torch.p2p import FabricMessages
 from innet.integrations.torch.plane import Call, Client, Result, Runner
 from innet.integrations.torch.switches import SwitchCollectives, serves
 from innet.node import codec
@@ -131,7 +134,10 @@ class InnetGroup(Calls):
         self.fabric = _fabric_of(size) if rank == 0 and not on_mininet else None
         self.tally: Tally | None = self.fabric.tally if self.fabric else Tally() if rank == 0 else None
         self.mode = self.fabric.run.mode if self.fabric and self.fabric.run.mode in MODES else "innet"
-        self.plane: Runner | Client = Runner(store, size, self._run) if rank == 0 else Client(store, rank)
+        self.p2p = FabricMessages(self.fabric, size, side_plane_warning) if rank == 0 else None
+        self.messages: Any = None  # on Mininet, this rank's messages from its own host (not yet: through rank 0)
+        handle = self.p2p.handle if self.p2p else None
+        self.plane: Runner | Client = Runner(store, size, self._run, handle) if rank == 0 else Client(store, rank)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="innet") if self.switches else None  # in order
         self.pending: set[torch.futures.Future[Any]] = set()  # the calls in flight, for shutdown
         self.side_pending = []
@@ -153,7 +159,7 @@ class InnetGroup(Calls):
         for i, ranks in enumerate(batch):
             first = ranks[0][0]
             odd = next((r for r, (c, _) in enumerate(ranks) if c != replace(first, count=c.count)
-                        or (c.count != first.count and first.name != "barrier")), None)
+                        or (c.count != first.count and first.name not in ("barrier", *EXCHANGES))), None)
             if odd is not None:
                 differ[i] = f"innet: the ranks' calls differ: rank 0 {first}, rank {odd} {ranks[odd][0]}"
             calls.append((first.name, first.op, first.root, [v for _, v in ranks]))
@@ -170,11 +176,11 @@ class InnetGroup(Calls):
     # -- every rank: a call ----------------------------------------------------------------------------------
     def _collective(self, name: str, tensor: torch.Tensor, op: str = "sum", root: int = 0,
                     into: list[torch.Tensor] | None = None, result: Any = None,
-                    place: Callable[[np.ndarray], None] | None = None) -> InnetWork:
-        """Run ``name`` on ``tensor``; the result this rank takes into each of ``into`` (default ``tensor``), or
-        handed to ``place``; the future's value ``result`` (default ``[tensor]``)."""
+                    place: Callable[[np.ndarray], None] | None = None, values: np.ndarray | None = None) -> InnetWork:
+        """Run ``name`` on ``tensor`` (its ``values``, if given: an exchange's); the result this rank takes into each
+        of ``into`` (default ``tensor``), or handed to ``place``; the future's value ``result`` (default ``[tensor]``)."""
         targets = [tensor] if into is None else into
-        mine = flat(tensor)
+        mine = flat(tensor) if values is None else values
         future: torch.futures.Future[Any] = torch.futures.Future()
         rank = self.rank()
         if self.watched:
@@ -208,6 +214,38 @@ class InnetGroup(Calls):
         else:
             self.plane.submit(call, mine, done)
         return InnetWork(future)
+
+    def _message(self, name: str, values: np.ndarray, peer: int, tag: int,
+                  place: Callable[[np.ndarray], None] | None = None) -> InnetWork:
+        """A send (``values``: its bytes) or a recv (``place`` takes the bytes that came) with rank ``peer`` (-1: any)
+        and ``tag``, through the network (innet.integrations.torch.p2p); its Work says where a message came from."""
+        future: torch.futures.Future[Any] = torch.futures.Future()
+        work = InnetWork(future)
+
+        def done(res: Result, got: np.ndarray | None) -> None:
+            try:
+                if res.error:
+                    raise RuntimeError(res.error)
+                if place is not None and got is not None:
+                    with torch.no_grad():
+                        place(got)
+                work.source = res.source
+            except Exception as exc:  # noqa: BLE001 (the caller's wait() raises it)
+                future.set_exception(exc)
+            else:
+                future.set_result(None)
+            finally:
+                with self.lock:
+                    self.pending.discard(future)
+
+        with self.lock:
+            self.pending.add(future)
+        call = Call(name, "bits", peer, values.dtype.str, values.size, tag)
+        if self.messages is not None:
+            self.messages.submit(call, values, done)
+        else:
+            self.plane.submit(call, values, done)
+        return work
 
     def _through_switches(self, call: Call, mine: np.ndarray, done: Callable[[Result, np.ndarray | None], None]) -> None:
         """On Mininet, in order on the group's thread: what the switches serve from this rank's host, the rest
@@ -266,6 +304,8 @@ class InnetGroup(Calls):
         if self.pool is not None:
             self.pool.shutdown(wait=True)
         self.plane.close()
+        if self.p2p is not None:
+            self.p2p.close()
         if self.tally is not None:
             write_tally(self.tally)
             self.tally = None

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from innet.integrations.torch.batch import carried
+from innet.integrations.torch.batch import carried, exchange_values
 from innet.integrations.torch.forms import op_of, options, reducible, tensor_of, torch_name
 
 
@@ -24,6 +24,11 @@ class InnetWork(dist.Work):
     def __init__(self, future: torch.futures.Future[Any]) -> None:
         super().__init__()
         self.future = future
+        self.source = -1  # a receive's: the rank its message came from
+
+    def _source_rank(self) -> int:  # torch's name: ``dist.recv`` without a source asks it
+        self.future.wait()
+        return self.source
 
     def wait(self, timeout: timedelta | None = None) -> bool:
         self.future.wait()
@@ -64,6 +69,7 @@ class Calls(dist.ProcessGroup):
     side plane)."""
 
     _collective: Callable[..., InnetWork]
+    _message: Callable[..., InnetWork]
     _side: Callable[..., Any]
     side_pending: list[torch.futures.Future[Any]]  # the side plane's collectives since the last barrier
 
@@ -153,18 +159,87 @@ class Calls(dist.ProcessGroup):
         futures = [w.future for w in works]
         return InnetWork(torch.futures.collect_all(futures).then(lambda f: ([x.wait() for x in f.wait()], value)[1]))
 
+    # messages between pairs of ranks (innet.integrations.torch.p2p), raw bytes: every dtype exact
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> Any:
+        if tensors[0].is_sparse:
+            return self._side("send of a sparse tensor", "send", False, tensors, dst, tag)
+        return self._message("send", raw(tensors[0]), dst, tag)
+
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> Any:
+        if tensors[0].is_sparse:
+            return self._side("recv of a sparse tensor", "recv", False, tensors, src, tag)
+        return self._message("recv", np.zeros(0, np.uint8), src, tag, partial(_into, [tensors[0]], src))
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> Any:
+        if tensors[0].is_sparse:
+            return self._side("recv_anysource of a sparse tensor", "recv_anysource", False, tensors, tag)
+        return self._message("recv", np.zeros(0, np.uint8), -1, tag, partial(_into, [tensors[0]], -1))
+
+    def _exchange(self, name: str, sends: list[torch.Tensor | None], into: list[torch.Tensor], value: Any) -> InnetWork:
+        """An exchange (all_to_all, gather, scatter): ``sends[d]`` this rank's tensor for rank d (None: nothing), the
+        bytes that come (in rank order) into ``into``, in order; the future holds ``value``."""
+        payload = [raw(t) for t in sends if t is not None]
+        values = exchange_values([0 if t is None else t.numel() * t.element_size() for t in sends],
+                                 np.concatenate(payload) if payload else np.zeros(0, np.uint8))
+        return self._collective(name, torch.zeros(0), "bits", place=partial(_into, into, -1), result=value,
+                                values=values)
+
+    def all_to_all_single(self, output: torch.Tensor, tensor: torch.Tensor, output_splits: list[int],
+                          input_splits: list[int], opts: Any = None) -> Any:
+        if output.is_sparse or tensor.is_sparse:
+            return self._side("all_to_all_single of a sparse tensor", "alltoall_base", True, output, tensor,
+                              output_splits, input_splits, opts)
+        rows = list(input_splits) or [tensor.shape[0] // self.size()] * self.size()
+        return self._exchange("all_to_all", list(torch.split(tensor, rows)), [output], [output])
+
+    def alltoall_base(self, output: torch.Tensor, tensor: torch.Tensor, output_splits: list[int],
+                      input_splits: list[int], opts: Any = None) -> Any:
+        return self.all_to_all_single(output, tensor, output_splits, input_splits, opts)
+
+    def alltoall(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None) -> Any:
+        if any(t.is_sparse for t in [*outputs, *inputs]):
+            return self._side("alltoall of sparse tensors", "alltoall", True, outputs, inputs, opts)
+        return self._exchange("all_to_all", list(inputs), list(outputs), list(outputs))
+
+    def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
+        root = opts.rootRank if opts is not None else 0
+        if inputs[0].is_sparse:
+            return self._side("gather of a sparse tensor", "gather", True, outputs, inputs, opts)
+        sends: list[torch.Tensor | None] = [inputs[0] if d == root else None for d in range(self.size())]
+        into = list(outputs[0]) if outputs else []
+        return self._exchange("gather", sends, into, into)
+
+    def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> Any:  # type: ignore[override]
+        if outputs[0].is_sparse:
+            return self._side("scatter of a sparse tensor", "scatter", True, outputs, inputs, opts)
+        sends: list[torch.Tensor | None] = list(inputs[0]) if inputs else [None] * self.size()
+        return self._exchange("scatter", sends, [outputs[0]], [outputs[0]])
+
     # the calls innet does not serve: the side plane's gloo, each with its one-time warning
-    all_to_all_single = _side_call("all_to_all_single", "alltoall_base")
-    alltoall_base = _side_call("alltoall_base")
-    alltoall = _side_call("alltoall")
-    send = _side_call("send", collective=False)
-    recv = _side_call("recv", collective=False)
-    recv_anysource = _side_call("recv_anysource", collective=False)
-    gather = _side_call("gather")
-    scatter = _side_call("scatter")
     reduce_scatter = _side_call("reduce_scatter")
     allgather_coalesced = _side_call("allgather_coalesced")
     monitored_barrier = _side_call("monitored_barrier")
+
+
+def raw(tensor: torch.Tensor) -> np.ndarray:
+    """A tensor's bytes (any dtype), flat, as the wire carries a message (a copy taken now)."""
+    t = tensor.detach().contiguous().reshape(-1)
+    return np.array((t if t.dtype == torch.uint8 else t.view(torch.uint8)).numpy(), copy=True)
+
+
+def _into(targets: list[torch.Tensor], src: int, got: np.ndarray) -> None:
+    """Bytes that came into ``targets``, in order, each as many bytes as it holds (from ``src``, -1: any; for the
+    one line a size that differs says)."""
+    need = sum(t.numel() * t.element_size() for t in targets)
+    if len(got) != need:
+        whence = f" from rank {src}" if src >= 0 else ""
+        raise RuntimeError(f"innet: expected {need} bytes{whence}, but the message(s) carried {len(got)}")
+    at = 0
+    for t in targets:
+        n = t.numel() * t.element_size()
+        piece = torch.from_numpy(np.array(got[at : at + n], np.uint8))
+        t.copy_(piece.view(t.dtype).reshape(t.shape) if n else t)
+        at += n
 
 
 def _cut(parts: list[torch.Tensor], whole: np.ndarray) -> None:

@@ -21,7 +21,8 @@ import struct
 import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -29,20 +30,24 @@ import numpy as np
 from innet.node import codec
 
 LENGTHS = struct.Struct("!II")
+POINT_TO_POINT = ("send", "recv")
 KEY = "innet-call-plane"  # in the group's store: where rank 0 listens
 
 
 @dataclass(frozen=True)
 class Call:
     """One collective call of one rank: innet's name of it (allreduce, reduce_scatter, reduce, all_gather, broadcast,
-    barrier), the operator (innet's name: sum, avg, min, max, band, bor, prod; "bits" for values only moved), the
-    root, and its values' dtype and count."""
+    barrier, all_to_all, gather, scatter), the operator (innet's name: sum, avg, min, max, band, bor, prod; "bits"
+    for values only moved), the root, and its values' dtype and count. A send or recv (``POINT_TO_POINT``): ``root``
+    the peer (-1: any), its ``tag``, and the rank's ``ticket`` for it (its result comes when it ends, not in order)."""
 
     name: str
     op: str
     root: int
     dtype: str
     count: int
+    tag: int = 0
+    ticket: int = -1
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,8 @@ class Result:
     dtype: str = ""
     count: int = -1
     error: str = ""
+    ticket: int = -1  # a send's or recv's (``Call.ticket``)
+    source: int = -1  # a recv's: the rank the message came from
 
 
 Done = Callable[[Result, "np.ndarray | None"], None]  # a call's end on its rank: the result, its values
@@ -117,6 +124,8 @@ class Client:
         self.lock = threading.Condition()
         self.outbox: deque[tuple[Call, np.ndarray]] = deque()
         self.waiting: deque[Done] = deque()
+        self.tickets: dict[int, Done] = {}  # the sends and receives not yet ended
+        self.ticket = 0
         self.closed = ""  # why no more calls can end (the connection's end)
         self.sending = False  # a caller is sending: the calls made meanwhile go with its next message
         threading.Thread(target=self._receive, name=f"innet-calls-in{rank}", daemon=True).start()
@@ -128,8 +137,13 @@ class Client:
             if self.closed:
                 done(Result(error=self.closed), None)
                 return
+            if call.name in POINT_TO_POINT:
+                self.ticket += 1
+                call = replace(call, ticket=self.ticket)
+                self.tickets[call.ticket] = done
+            else:
+                self.waiting.append(done)
             self.outbox.append((call, values))
-            self.waiting.append(done)
             if self.sending:
                 return
             self.sending = True
@@ -153,17 +167,18 @@ class Client:
             while True:
                 for result, values in read_message(self.sock, Result):
                     with self.lock:
-                        done = self.waiting.popleft()
+                        done = self.tickets.pop(result.ticket) if result.ticket >= 0 else self.waiting.popleft()
                     done(result, values)
-        except (OSError, ConnectionError, IndexError) as exc:
+        except (OSError, ConnectionError, IndexError, KeyError) as exc:
             self._close(f"innet: the call plane to rank 0 closed ({exc})")
 
     def _close(self, why: str) -> None:
         with self.lock:
             if not self.closed:
                 self.closed = why
-            waiting = list(self.waiting)
+            waiting = list(self.waiting) + list(self.tickets.values())
             self.waiting.clear()
+            self.tickets.clear()
             self.lock.notify_all()
         for done in waiting:
             done(Result(error=why), None)
@@ -177,16 +192,21 @@ class Client:
         self.sock.close()
 
 
-class Runner:
-    """Rank 0's end: every rank's calls, taken together call by call (``run``), each rank's results sent back."""
+Handle = Callable[[int, Call, np.ndarray, Done], None]  # rank 0's: a rank's send or recv, ended by ``Done`` when it is
 
-    def __init__(self, store: Any, size: int, run: Run) -> None:
-        self.size, self.run = size, run
+
+class Runner:
+    """Rank 0's end: every rank's calls, taken together call by call (``run``), each rank's results sent back; its
+    sends and receives handed to ``handle`` as they come, each result sent back when it ends."""
+
+    def __init__(self, store: Any, size: int, run: Run, handle: Handle | None = None) -> None:
+        self.size, self.run, self.handle = size, run, handle
         self.listener = socket.create_server((listen_address(), 0), backlog=max(16, size))
         host, port = self.listener.getsockname()[:2]
         self.queues: list[deque[tuple[Call, np.ndarray]]] = [deque() for _ in range(size)]
         self.mine: deque[Done] = deque()  # rank 0's own calls' ends, in order
         self.peers: dict[int, socket.socket] = {}
+        self.sending: dict[int, threading.Lock] = {}  # one message at a time on each peer's connection
         self.lock = threading.Condition()
         self.closed = ""
         store.set(KEY, f"{host}:{port}")
@@ -194,6 +214,9 @@ class Runner:
         threading.Thread(target=self._serve, name="innet-calls-run", daemon=True).start()
 
     def submit(self, call: Call, values: np.ndarray, done: Done) -> None:
+        if call.name in POINT_TO_POINT and self.handle is not None:
+            self.handle(0, call, values, done)
+            return
         with self.lock:
             if self.closed:
                 done(Result(error=self.closed), None)
@@ -212,15 +235,19 @@ class Runner:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self.lock:
                 self.peers[rank] = sock
+                self.sending[rank] = threading.Lock()
             threading.Thread(target=self._read, args=(rank, sock), name=f"innet-calls-from{rank}", daemon=True).start()
         self.listener.close()
 
     def _read(self, rank: int, sock: socket.socket) -> None:
         try:
             while True:
-                got = read_message(sock, Call)
+                got = [(c, v if v is not None else np.zeros(0)) for c, v in read_message(sock, Call)]
+                for call, values in got:
+                    if call.name in POINT_TO_POINT and self.handle is not None:
+                        self.handle(rank, call, values, partial(self._reply, rank, call.ticket))
                 with self.lock:
-                    self.queues[rank].extend((c, v if v is not None else np.zeros(0)) for c, v in got)
+                    self.queues[rank].extend((c, v) for c, v in got if c.name not in POINT_TO_POINT)
                     self.lock.notify_all()
         except (OSError, ConnectionError):
             with self.lock:
@@ -244,7 +271,8 @@ class Runner:
                 results = [[(Result(error=f"innet: {exc}"), None)] * self.size for _ in calls]
             for rank, sock in list(self.peers.items()):
                 try:
-                    send_message(sock, [r[rank][0] for r in results], [r[rank][1] for r in results])
+                    with self.sending[rank]:
+                        send_message(sock, [r[rank][0] for r in results], [r[rank][1] for r in results])
                 except OSError:
                     pass  # its reader says so
             for done, result in zip(ends, results, strict=True):
@@ -254,6 +282,14 @@ class Runner:
             self.mine.clear()
         for done in ends:
             done(Result(error=self.closed), None)
+
+    def _reply(self, rank: int, ticket: int, result: Result, values: np.ndarray | None) -> None:
+        """A send's or recv's end, to its rank."""
+        try:
+            with self.sending[rank]:
+                send_message(self.peers[rank], [replace(result, ticket=ticket)], [values])
+        except OSError:
+            pass  # its reader says so
 
     def close(self) -> None:
         with self.lock:

@@ -1,0 +1,98 @@
+"""Point-to-point messages through the switches (innet.hosts.p2p): a message's words and frames byte for byte, the
+bytes every link carries equal to the planner's prediction on a lossless fabric, every message exact and in order
+under loss, duplication and reordering, and the mailbox's matching of receives."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from innet.backends.local.exchange import Post, exchange
+from innet.hosts.p2p.wire import EXCHANGE, P2P_JOB, USER, decode, encode, message_bytes, pieces_of
+from innet.integrations.torch.p2p import Mailbox
+from innet.planning.prediction import exchange_link_bytes, path_links
+from innet.planning.spec import RunSpec, program_of
+from innet.schemes.modes import plan_run
+from innet.shipped import build
+from innet.wire.faults import FaultSpec
+from innet.wire.packet import PAYLOAD_OFFSET, ROUTE, make_packet, to_scapy
+
+
+def planned(topo: str, workers: int, **faults: float):
+    graph = build(topo, workers=workers) if topo == "star" else build(topo)
+    run = replace(RunSpec(topo=topo, faults=FaultSpec(**faults)), collective="barrier", workers=workers, elements=1,
+                  iterations=1)
+    rp = plan_run(graph, run, program_of(run))
+    return graph, run, rp, program_of(run, rp.fan_in)
+
+
+def hosts_of(rp) -> dict[int, str]:
+    return {spec.rank: host for host, spec in rp.specs[rp.plans[0].job].items()}
+
+
+def test_a_message_is_its_preamble_then_its_bytes_padded_to_a_word():
+    words = encode(b"\x01\x02\x03\x04\x05", tag=-7)
+    assert words.view(np.uint8).tolist() == [5, 0, 0, 0, 0, 0, 0, 0, 0xF9, 0xFF, 0xFF, 0xFF, 1, 2, 3, 4, 5, 0, 0, 0]
+    assert decode(words) == (-7, b"\x01\x02\x03\x04\x05")
+    assert decode(encode(b"", 3)) == (3, b"")
+    assert pieces_of(0, 2048) == 1 and pieces_of(4 * 2045, 2048) == 1 and pieces_of(4 * 2046, 2048) == 2
+    # 10 pieces of 2048 values: 10 frames with the words, one ACK of 33 words back
+    assert message_bytes(4 * (10 * 2048 - 3), 2048) == (10 * PAYLOAD_OFFSET + 4 * 10 * 2048, PAYLOAD_OFFSET + 4 * 33)
+
+
+def test_a_piece_is_a_routed_frame_of_the_message_job_that_scapy_reads():
+    pkt = make_packet(encode(b"hi", 9), job=P2P_JOB, rank=2, nworkers=EXCHANGE, slot=5, chunk=0, flags=ROUTE)
+    frame = to_scapy(pkt.to_frame(3, 7, 1))
+    agg = frame["InnetAgg"]
+    assert (agg.job, agg.rank, agg.nworkers, agg.slot, agg.chunk, agg.count) == (0xFFFD, 2, 1, 5, 0, 4)
+    assert frame["IP"].src == "10.77.0.4" and frame["IP"].dst == "10.77.0.8" and frame["IP"].tos == 4
+    assert bytes(frame["InnetAgg"])[16:24] == bytes([2, 0, 0, 0, 0, 0, 0, 0])
+
+
+@pytest.mark.parametrize("topo,workers", [("star", 4), ("leaf-spine", 4), ("fat-tree", 8)])
+def test_an_all_to_all_of_uneven_messages_puts_the_predicted_bytes_on_every_link(topo, workers):
+    """Lossless: each message's frames on every link of its routed path, its ACKs on the way back, exactly."""
+    graph, run, rp, program = planned(topo, workers)
+    rng = np.random.default_rng(1)
+    posts = [Post(s, d, EXCHANGE, rng.integers(0, 256, int(rng.integers(0, 60000)), np.uint8).tobytes())
+             for s in range(workers) for d in range(workers) if s != d]
+    done = exchange(graph, run, rp, program, posts)
+    for post in posts:
+        assert [m.data for m in done.received[post.dst] if m.src == post.src] == [post.data]
+    hosts = hosts_of(rp)
+    predicted = exchange_link_bytes(graph, [(hosts[p.src], hosts[p.dst], len(p.data)) for p in posts], rp.per_packet)
+    assert {k: v for k, v in done.link_bytes.items() if v} == predicted
+    if topo == "fat-tree":  # a cross-pod message crosses the core: both of its path's links carry it
+        assert len(path_links(graph, hosts[0], hosts[workers - 1])) == 6
+    assert done.seconds > 0
+
+
+@pytest.mark.parametrize("faults", [dict(loss=0.05), dict(loss=0.02, dup=0.02, reorder=0.05)])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_under_loss_duplication_and_reordering_every_message_arrives_exact_and_in_order(faults, seed):
+    graph, run, rp, program = planned("leaf-spine", 4, **faults)
+    run = replace(run, seed=seed)
+    rng = np.random.default_rng(seed)
+    posts = [Post(s, d, USER, rng.integers(0, 256, int(rng.integers(1, 100000)), np.uint8).tobytes(), tag=10 * s + d)
+             for s in range(4) for d in range(4) if s != d]
+    posts += [Post(0, 1, USER, b"", 5), Post(0, 1, USER, b"abc", 6)]  # after the first: handed on after it
+    done = exchange(graph, run, rp, program, posts)
+    for post in posts:
+        assert (post.src, post.tag, post.data) in [(m.src, m.tag, m.data) for m in done.received[post.dst]]
+    assert [m.tag for m in done.received[1] if m.src == 0] == [1, 5, 6]
+    lossless = exchange(*planned("leaf-spine", 4)[:3], program, posts)
+    assert sum(done.link_bytes.values()) > sum(lossless.link_bytes.values())  # what was resent, counted
+
+
+def test_a_receive_takes_the_first_message_it_matches_by_sender_and_tag():
+    box, got = Mailbox(), []
+    box.deliver(1, 7, b"a")
+    box.deliver(2, 7, b"b")
+    box.deliver(1, 8, b"c")
+    box.post(2, 7, lambda src, data: got.append((src, data)))
+    box.post(-1, 8, lambda src, data: got.append((src, data)))
+    box.post(-1, 7, lambda src, data: got.append((src, data)))
+    box.post(3, 7, lambda src, data: got.append((src, data)))  # waits
+    assert got == [(2, b"b"), (1, b"c"), (1, b"a")]
+    box.deliver(3, 7, b"d")
+    assert got[-1] == (3, b"d") and not box.waiting and not box.messages
