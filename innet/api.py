@@ -102,7 +102,7 @@ def _backend(backend: str) -> str:
     if backend in ("", "mininet", "gloo") and os.geteuid() != 0:
         raise UserError(f"the {backend or 'mininet'} backend needs root: run with sudo, or use {{backend}} local")
     if backend == "gloo":
-        from innet.integrations.torch.ranks import torch_available
+        from innet.integrations.ranks.mininet import torch_available
 
         if not torch_available():
             raise UserError("{backend} gloo needs torch: pip install -e '.[torch]' (torch==2.13.0, the CPU build)")
@@ -129,7 +129,7 @@ def _mode_specs(spec: RunSpec, graph: nx.Graph) -> tuple[list[RunSpec], tuple[st
         return [base], ()
     specs = [replace(base, mode=mode) for mode in MODES]
     if spec.backend == "mininet" and host_link_rate(graph) <= TCLINK_MAX_MBPS:  # gloo: TCP on undilated links
-        from innet.integrations.torch.ranks import torch_available
+        from innet.integrations.ranks.mininet import torch_available
 
         gloo = replace(base, mode="ring", backend="gloo")
         if gloo_applies(base) and torch_available():
@@ -283,7 +283,7 @@ def _mininet(prepared: Prepared, m: ModeRun) -> RunRecord:
 
 def _gloo(prepared: Prepared, m: ModeRun) -> RunRecord:
     """torch.distributed's gloo all-reduce between the same Mininet hosts: the baseline ``--mode all`` compares."""
-    from innet.integrations.torch.ranks import run_gloo
+    from innet.integrations.ranks.mininet import run_gloo
 
     assert m.plan is not None
     return run_gloo(prepared.graph, m.spec, m.plan)

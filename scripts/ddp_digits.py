@@ -83,7 +83,7 @@ def main() -> int:
 def _mininet(args: argparse.Namespace) -> int:
     from innet.api import prepare
     from innet.errors import UserError
-    from innet.integrations.torch.ranks import ddp_mininet
+    from innet.integrations.ranks.mininet import ddp_mininet
 
     if os.geteuid() != 0:
         print("error: --backend mininet needs root: run with sudo, or use --backend fabric", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""torch.distributed ranks in Mininet hosts (innet.integrations.torch.ranks): the IP network beside innet's frames,
+"""torch.distributed ranks in Mininet hosts (innet.integrations.ranks.mininet): the IP network beside innet's frames,
 ``--backend gloo`` and DDP trained through the switches with the ClientState hook."""
 
 import json
@@ -15,7 +15,7 @@ import pytest
 from innet.backends.mininet.iplane import host_address, ip_commands, link_addresses
 from innet.errors import UserError
 from innet.graph import hosts
-from innet.integrations.torch.ranks import gloo_record, torch_available
+from innet.integrations.ranks.mininet import gloo_record, torch_available
 from innet.planning.rules import validate
 from innet.planning.spec import RunSpec, program_of
 from innet.results.outcome import WorkerOutcome
@@ -206,7 +206,7 @@ def test_ranks_that_do_not_meet_in_time_say_unfinished(tmp_path):
     could not start at all fails the run."""
     import socket
 
-    from innet.integrations.torch.rank import RankConfig
+    from innet.integrations.ranks.rank import RankConfig
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -216,7 +216,7 @@ def test_ranks_that_do_not_meet_in_time_say_unfinished(tmp_path):
     path = tmp_path / "rank.json"
     path.write_text(json.dumps({"rank": 0, "world": 2, "port": "lo", "timeout": 2.0, "rendezvous": conf.rendezvous,
                                 "result": conf.result}))
-    done = subprocess.run([sys.executable, "-m", "innet.integrations.torch.rank", str(path)], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "innet.integrations.ranks.rank", str(path)], cwd=ROOT,
                           capture_output=True, timeout=120)
     assert done.returncode == 5, done.stderr.decode()[-2000:]
     assert done.stdout.decode().startswith("unfinished: "), done.stdout

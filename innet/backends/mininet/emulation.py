@@ -137,7 +137,7 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
 @contextmanager
 def network(graph: nx.Graph, mtu: int = ETH_MTU, tag: str = "bench") -> Iterator[Emulation]:
     """A bare Mininet network of ``graph`` (nothing started on it), removed on exit: for benchmarks, and for
-    other programs' processes (innet.integrations.torch.ranks)."""
+    other programs' processes (innet.integrations.ranks.mininet)."""
     from mininet.log import setLogLevel
 
     setLogLevel("critical")

@@ -47,7 +47,7 @@ def launch_mininet(graph: nx.Graph, run: RunSpec, command: list[str], site: str,
     from innet.backends.mininet.iplane import host_address
     from innet.backends.mininet.network import link_bytes_between
     from innet.backends.mininet.nodes import port_faults
-    from innet.integrations.torch.ranks import job_ranks
+    from innet.integrations.ranks.mininet import job_ranks
     from innet.schemes.modes import installed_configs, plan_run
     from innet.wire.packet import link_mtu
 

@@ -7,7 +7,7 @@ bucket's mean over the ranks, as DDP's default hook does. ``state`` says how the
   group, all-reduced there on the in-process fabric (the run's switches and program, fixed point, virtual
   time), and each rank's result is scattered back;
 - ``ClientState``, the real thing: each rank runs inside a Mininet host and all-reduces with the worker client
-  on its own interface (innet.node.client); innet.integrations.torch.ranks starts the ranks.
+  on its own interface (innet.node.client); innet.integrations.ranks.mininet starts the ranks.
 
 ``train_ddp`` is the example's training loop (a small torch MLP on the digits), the same in both.
 """

@@ -3,7 +3,7 @@ through innet's switches (the ``ClientState`` hook of innet.integrations.torch.d
 
 The topology comes up as for any Mininet run (innet.backends.mininet.emulation: the same shaped links, every process recorded
 in the run's state file and removed on success, error, Ctrl-C and SIGTERM), with an IP network beside innet's
-frames (innet.backends.mininet.iplane) for gloo. One rank per worker host (innet.integrations.torch.rank), rank r being the
+frames (innet.backends.mininet.iplane) for gloo. One rank per worker host (innet.integrations.ranks.rank), rank r being the
 job's rank r; they meet at rank 0's address. Bytes per link are read from the same interface counters as innet's
 runs, from "go" to the end.
 """
@@ -26,7 +26,7 @@ from innet.backends.mininet.nodes import port_faults
 from innet.errors import Unfinished, UserError
 from innet.hosts.job import JobSpec
 from innet.hosts.learning.model import Task
-from innet.integrations.torch.rank import DdpHook, DdpResult, GlooCalls, RankConfig
+from innet.integrations.ranks.rank import DdpHook, DdpResult, GlooCalls, RankConfig
 from innet.node.codec import read
 from innet.planning.spec import RunSpec
 from innet.results.check import run_record
@@ -67,7 +67,7 @@ def _start_ranks(emu: Emulation, ranks: list[tuple[str, JobSpec]], tag: str, tas
                           ddp=task if isinstance(task, DdpHook) else None)
         path = emu.write(f"{host}-{tag}.json", conf)
         with open(os.path.join(emu.run_dir, f"{host}-{tag}.log"), "wb") as log_file:
-            procs[host] = emu.spawn(host, [sys.executable, "-m", "innet.integrations.torch.rank", path],
+            procs[host] = emu.spawn(host, [sys.executable, "-m", "innet.integrations.ranks.rank", path],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file)
     for host, proc in procs.items():
         assert proc.stdout is not None

@@ -1,6 +1,6 @@
-"""One torch.distributed rank inside a Mininet host: ``python -m innet.integrations.torch.rank CONFIG``.
+"""One torch.distributed rank inside a Mininet host: ``python -m innet.integrations.ranks.rank CONFIG``.
 
-Started by innet.integrations.torch.ranks, one per worker host. The rank joins a gloo process group over the host's
+Started by innet.integrations.ranks.mininet, one per worker host. The rank joins a gloo process group over the host's
 emulated interface (the IP network of innet.backends.mininet.iplane), says "ready", waits for "go", then does its task:
 
 - ``allreduce``: gloo's all-reduce of the run's tensors, one call each (a barrier before each, so the calls start
