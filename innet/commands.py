@@ -13,7 +13,6 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from innet import cli
 from innet.errors import UserError
 from innet.shipped import CHECKOUT, SCRIPTS
 
@@ -36,6 +35,7 @@ SUBCOMMANDS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
 
 
 def parser() -> argparse.ArgumentParser:
+    from innet import cli  # on first use: the networkx and numpy behind it load where an interrupt is handled
     p = cli.Parser(prog="innet", description="In-network gradient aggregation, emulated: Python software switches "
                                               "in Mininet, or an in-process fabric in virtual time.",
                     epilog="`innet COMMAND --help` lists a command's flags. README.md is the guide.")
@@ -109,10 +109,12 @@ def _bench(name: str | None, listing: bool, rest: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from innet import cli
     return cli.guarded(lambda: _main(sys.argv[1:] if argv is None else argv))
 
 
 def _main(argv: list[str]) -> int:
+    from innet import cli
     p = parser()
     if argv[:1] == ["bench"]:  # the rest of a bench's line is the benchmark's own
         args, rest = p.parse_known_args(argv)
@@ -150,6 +152,7 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 def _launch(args: argparse.Namespace, command: list[str]) -> int:
     """``innet launch [run flags] -- COMMAND``: on Mininet as root (the default there), else on the local fabric."""
+    from innet import cli
     from innet.api import prepare
     from innet.integrations.launch.command import launch
 
@@ -169,13 +172,26 @@ def _interrupt(*_: object) -> None:
     raise KeyboardInterrupt
 
 
-def console() -> int:
-    """The ``innet`` entry point: SIGTERM tears a run down as Ctrl-C does."""
+def _interrupted(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is an interrupt or was raised by one: Python 3.11 wraps an interrupt that lands in a
+    class body's ``__set_name__`` (e.g. while networkx is being imported) in a RuntimeError."""
+    while exc is not None:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def console(entry: Callable[[], int] | None = None) -> int:
+    """The ``innet`` entry point (``entry``: run_topology.py's, ``innet.cli.main``): SIGTERM tears a run down as
+    Ctrl-C does, and an interrupt, however wrapped, is exit 130. The one place interrupts are handled."""
     import signal
 
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        return main()
-    except KeyboardInterrupt:
+        return (entry or main)()
+    except BaseException as exc:  # noqa: BLE001 -- an interrupt, however wrapped, is exit 130; the rest goes on up
+        if isinstance(exc, SystemExit) or not _interrupted(exc):
+            raise
         print("interrupted", file=sys.stderr)
         return 130
