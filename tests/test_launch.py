@@ -45,12 +45,12 @@ def both_said(proc, word: str) -> None:
         said += line
 
 
-def leftovers(marker: str) -> list[str]:
-    """Processes whose command line names ``marker``, and launch folders left in the temp dir."""
+def leftovers(marker: str, where: str = "cmdline") -> list[str]:
+    """Processes whose command line (``where``: or environment, "environ") names ``marker``."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            with open(f"/proc/{pid}/{where}", "rb") as fh:
                 if marker.encode() in fh.read():
                     found.append(pid)
         except OSError:
@@ -224,9 +224,10 @@ def test_a_launch_without_a_command_or_in_a_gloo_mode_is_one_line():
     out = launch("--backend", "local", "--topo", "star", "--workers", "2")
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
         "error: innet launch needs a command after --, e.g. innet launch --backend local -- python train.py"]
-    out = launch("--backend", "local", "--topo", "star", "--workers", "2", "--", "/nonexistent/cmd")
-    assert out.returncode == 2 and out.stderr.splitlines() == [
-        "error: innet launch cannot run /nonexistent/cmd: no such command, or not an executable file"]
+    for backend in ("local", "mininet"):  # before anything is built
+        out = launch("--backend", backend, "--topo", "star", "--workers", "2", "--", "/nonexistent/cmd")
+        assert out.returncode == 2 and out.stderr.splitlines() == [
+            "error: innet launch cannot run /nonexistent/cmd: no such command, or not an executable file"]
     out = launch("--backend", "local", "--collective-timeout", "inf", "--", "true")
     assert out.returncode == 2 and out.stderr.splitlines() == [
         "error: --collective-timeout must be a positive number of seconds, got inf"]
@@ -336,6 +337,57 @@ def test_ctrl_c_on_mininet_while_it_builds_or_starts_the_ranks_leaves_nothing(tm
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, said + err
     assert leftovers(str(script)) == []
+    assert_nothing_left()
+
+
+SLEEPERS = {  # a rank that sleeps forever: before joining its group, or instead of its first collective
+    "start": ("import os, sys, time\nprint('folder', os.path.dirname(os.environ['INNET_RUN']), flush=True)\nif os.environ['RANK'] == '1':\n"
+              "    print('rank one never joins', file=sys.stderr, flush=True)\n    time.sleep(10 ** 6)\n"
+              "import torch.distributed as dist\ndist.init_process_group()\n",
+              ["--start-timeout", "15"],
+              "error: rank 1 did not join the process group within 15 s (--start-timeout): rank one never joins"),
+    "collective": ("import os, sys, time, torch\nprint('folder', os.path.dirname(os.environ['INNET_RUN']), flush=True)\n"
+                   "import torch.distributed as dist\ndist.init_process_group()\n"
+                   "if os.environ['RANK'] == '1':\n    print('rank one nods off', file=sys.stderr, flush=True)\n"
+                   "    time.sleep(10 ** 6)\ndist.all_reduce(torch.ones(3))\n",
+                   ["--collective-timeout", "3"],
+                   "error: rank 1 did not enter collective call 1 within 3 s of the others (--collective-timeout): "
+                   "rank one nods off"),
+}
+
+
+@pytest.mark.mininet
+@pytest.mark.parametrize("when", list(SLEEPERS))
+def test_on_mininet_a_rank_that_sleeps_forever_ends_the_run_within_its_timeout_named(tmp_path, when):
+    """Each rank in its host, the store and its watch in rank 0's (innet.integrations.launch.watch.serve): rank 1
+    never joins, or never enters the all-reduce rank 0 waits in through the switch. The run ends once the timeout
+    has passed, in one line naming rank 1 with its own last words (not the switch's abort after half of --timeout,
+    blamed on rank 0), and leaves no process, interface, namespace, state or folder behind."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (Mininet)")
+    from tests.test_emulation import assert_nothing_left
+
+    source, flags, said = SLEEPERS[when]
+    script = tmp_path / "sleeps.py"
+    script.write_text(source)
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "innet", "launch", "--backend", "mininet", "--topo", "star",
+                             "--workers", "2", *flags, "--", sys.executable, str(script)], cwd=ROOT, text=True,
+                            env=dict(ENV, INNET_TEST_RUN=str(tmp_path)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        out, err = proc.communicate(timeout=120)  # the network built, the ranks' torch imported on a busy machine,
+    except subprocess.TimeoutExpired:  # the timeout, the teardown; else it hangs: Ctrl-C, which removes the network
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    took = time.monotonic() - started
+    assert proc.returncode == 2 and took < 120, (took, err)
+    assert [ln for ln in err.splitlines() if not ln.startswith("innet: ")] == [said], err
+    assert leftovers(str(tmp_path), "environ") == []  # every process the run started: the ranks, switches, watch
+    folders = set(re.findall(r"^\[rank[01]\]: folder (\S+)$", out, re.M))
+    assert len(folders) == 1 and not os.path.exists(folders.pop()), out  # the run's, in the temp dir
+    assert subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout == namespaces
     assert_nothing_left()
 
 
