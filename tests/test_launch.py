@@ -392,6 +392,26 @@ def test_on_mininet_a_rank_that_sleeps_forever_ends_the_run_within_its_timeout_n
 
 
 @pytest.mark.mininet
+def test_on_mininet_a_rank_late_by_less_than_the_collective_timeout_is_waited_for(tmp_path):
+    """Rank 1 enters the all-reduce 8 s after rank 0: the switch waits (the launch's --timeout is at least 4
+    collective timeouts), where at --timeout 10 it aborted the job after 5 s and rank 0 failed."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (Mininet)")
+    from tests.test_emulation import assert_nothing_left
+
+    script = tmp_path / "late.py"
+    script.write_text("import os, time, torch\nimport torch.distributed as dist\ndist.init_process_group()\n"
+                      "if os.environ['RANK'] == '1':\n    time.sleep(8)\nt = torch.ones(3)\ndist.all_reduce(t)\n"
+                      "print('sum', t.tolist(), flush=True)\ndist.destroy_process_group()\n")
+    out = launch("--backend", "mininet", "--topo", "star", "--workers", "2", "--collective-timeout", "30", "--",
+                 sys.executable, str(script), timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert sorted(ln for ln in out.stdout.splitlines() if " sum " in ln) == [
+        "[rank0]: sum [2.0, 2.0, 2.0]", "[rank1]: sum [2.0, 2.0, 2.0]"]
+    assert_nothing_left()
+
+
+@pytest.mark.mininet
 @pytest.mark.slow
 def test_fsdp_on_mininet_trains_as_gloo_with_its_shards_through_the_switch():
     """The FSDP example, each rank in its host, 2 ranks, 2 epochs: gloo's accuracy within 0.5 points, every
