@@ -7,7 +7,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
@@ -19,9 +18,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=ROOT)
 
 
-def launch(*args, timeout=600):
+def launch(*args, timeout=600, env=ENV):
     return subprocess.run([sys.executable, "-m", "innet", "launch", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=ENV, timeout=timeout)
+                          env=env, timeout=timeout)
+
+
+def own_tmp(tmp_path) -> dict[str, str]:
+    """The launcher's environment with ``tmp_path`` its temporary folder: its run's folder made there, where no
+    other launch on the machine makes its own, and a mark on every process it starts (they inherit it)."""
+    return dict(ENV, TMPDIR=str(tmp_path))
+
+
+def folders(tmp_path) -> list[str]:
+    """The launch folders in ``tmp_path`` (``own_tmp``)."""
+    return glob.glob(os.path.join(str(tmp_path), "innet-launch-*"))
 
 
 def accuracy(out: str, backend: str) -> float:
@@ -97,24 +107,23 @@ def test_a_failing_rank_ends_the_run_in_one_line_and_leaves_nothing(tmp_path):
     script = tmp_path / "fails.py"
     script.write_text("import os, time\nimport torch.distributed as dist\ndist.init_process_group()\n"
                       "if os.environ['RANK'] == '1':\n    raise SystemExit('rank one gives up on purpose')\ntime.sleep(600)\n")
-    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*")))
-    out = launch("--backend", "local", "--topo", "star", "--workers", "3", "--", sys.executable, str(script), timeout=300)
+    out = launch("--backend", "local", "--topo", "star", "--workers", "3", "--", sys.executable, str(script), timeout=300,
+                 env=own_tmp(tmp_path))
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == ["error: rank 1 failed (exit 1): rank one gives up on purpose"]
     assert leftovers(str(script)) == []
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*"))) == before
+    assert folders(tmp_path) == []
 
 
 def launch_leaving_nothing(script, *flags, workers=3):
     """``script`` launched on ``workers`` local ranks (``flags`` before the --): its result and seconds, once
-    checked that no process and no folder of it is left."""
-    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*")))
+    checked that no process and no folder of it is left (its folder made beside ``script``: ``own_tmp``)."""
     started = time.monotonic()
     out = launch("--backend", "local", "--topo", "star", "--workers", str(workers), *flags, "--", sys.executable,
-                 str(script), timeout=300)
+                 str(script), timeout=300, env=own_tmp(script.parent))
     took = time.monotonic() - started
     assert leftovers(str(script)) == []
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*"))) == before
+    assert folders(script.parent) == []
     return out, took
 
 
@@ -184,13 +193,12 @@ def test_ctrl_c_at_any_point_leaves_no_process_and_no_folder(tmp_path, when):
     script.write_text("import time, torch\nimport torch.distributed as dist\ndist.init_process_group()\n"
                       "t = torch.ones(3)\ndist.all_reduce(t)\nprint('up', flush=True)\n"
                       "while True:\n    dist.all_reduce(t)\n    time.sleep(0.01)\n")
-    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*")))
     proc = subprocess.Popen([sys.executable, "-m", "innet", "launch", "--backend", "local", "--topo", "star", "--workers",
-                             "2", "--", sys.executable, str(script)], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                             "2", "--", sys.executable, str(script)], cwd=ROOT, env=own_tmp(tmp_path), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,  # SIGINT's default even where the suite's is ignored
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     if when == "starting":  # the run's folder is there: the ranks are being started, importing torch
-        while set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*"))) == before:
+        while not folders(tmp_path):
             time.sleep(0.01)
         time.sleep(0.2)
     else:
@@ -199,7 +207,7 @@ def test_ctrl_c_at_any_point_leaves_no_process_and_no_folder(tmp_path, when):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in err, err
     assert leftovers(str(script)) == []
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*"))) == before
+    assert folders(tmp_path) == []
 
 
 def test_each_ranks_output_comes_whole_lines_at_a_time_prefixed_with_its_rank(tmp_path):
@@ -341,13 +349,12 @@ def test_ctrl_c_on_mininet_while_it_builds_or_starts_the_ranks_leaves_nothing(tm
 
 
 SLEEPERS = {  # a rank that sleeps forever: before joining its group, or instead of its first collective
-    "start": ("import os, sys, time\nprint('folder', os.path.dirname(os.environ['INNET_RUN']), flush=True)\nif os.environ['RANK'] == '1':\n"
+    "start": ("import os, sys, time\nif os.environ['RANK'] == '1':\n"
               "    print('rank one never joins', file=sys.stderr, flush=True)\n    time.sleep(10 ** 6)\n"
               "import torch.distributed as dist\ndist.init_process_group()\n",
               ["--start-timeout", "15"],
               "error: rank 1 did not join the process group within 15 s (--start-timeout): rank one never joins"),
-    "collective": ("import os, sys, time, torch\nprint('folder', os.path.dirname(os.environ['INNET_RUN']), flush=True)\n"
-                   "import torch.distributed as dist\ndist.init_process_group()\n"
+    "collective": ("import os, sys, time, torch\nimport torch.distributed as dist\ndist.init_process_group()\n"
                    "if os.environ['RANK'] == '1':\n    print('rank one nods off', file=sys.stderr, flush=True)\n"
                    "    time.sleep(10 ** 6)\ndist.all_reduce(torch.ones(3))\n",
                    ["--collective-timeout", "3"],
@@ -374,19 +381,18 @@ def test_on_mininet_a_rank_that_sleeps_forever_ends_the_run_within_its_timeout_n
     started = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "innet", "launch", "--backend", "mininet", "--topo", "star",
                              "--workers", "2", *flags, "--", sys.executable, str(script)], cwd=ROOT, text=True,
-                            env=dict(ENV, INNET_TEST_RUN=str(tmp_path)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=own_tmp(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        out, err = proc.communicate(timeout=120)  # the network built, the ranks' torch imported on a busy machine,
+        _, err = proc.communicate(timeout=120)  # the network built, the ranks' torch imported on a busy machine,
     except subprocess.TimeoutExpired:  # the timeout, the teardown; else it hangs: Ctrl-C, which removes the network
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=120)
     took = time.monotonic() - started
     assert proc.returncode == 2 and took < 120, (took, err)
     assert [ln for ln in err.splitlines() if not ln.startswith("innet: ")] == [said], err
-    assert leftovers(str(tmp_path), "environ") == []  # every process the run started: the ranks, switches, watch
-    folders = set(re.findall(r"^\[rank[01]\]: folder (\S+)$", out, re.M))
-    assert len(folders) == 1 and not os.path.exists(folders.pop()), out  # the run's, in the temp dir
+    assert leftovers(f"TMPDIR={tmp_path}\0", "environ") == []  # every process the run started: ranks, switches, watch
+    assert folders(tmp_path) == []
     assert subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout == namespaces
     assert_nothing_left()
 
