@@ -69,7 +69,7 @@ class Served:
                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err), err.name)
 
     def ready(self) -> None:
-        """Once the store is up (the ranks may start); one line if it cannot be."""
+        """Once the store is up (the ranks, started meanwhile, retry until it is); one line if it cannot be."""
         assert self.proc.stdout is not None
         if self.proc.stdout.readline().strip() != b"ready":
             raise self._stopped()
@@ -122,7 +122,6 @@ def launch_mininet(graph: nx.Graph, run: RunSpec, command: list[str], site: str,
         emu.start_switches(run, program, installed_configs(graph, run, rp), None)
         with open(os.path.join(emu.run_dir, "sitecustomize.py"), "w", encoding="utf-8") as fh:
             fh.write(site)
-        served.ready()
         procs: list[subprocess.Popen[bytes]] = []
         for rank, (host, spec) in enumerate(ranks):
             client = emu.write(f"{host}-client.json", ClientConf(spec, f"{host}-eth0", run.mode, ring,
@@ -136,6 +135,7 @@ def launch_mininet(graph: nx.Graph, run: RunSpec, command: list[str], site: str,
                 procs.append(emu.spawn(host, ["env", *given, *command], stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=err))
         before, started = emu.interface_bytes(), time.monotonic()
+        served.ready()  # the ranks, importing torch meanwhile, reach the store once it is up
         wait_ranks(procs, emu.run_dir, served.hung)
         wall = time.monotonic() - started
         link_bytes = link_bytes_between(emu.graph, before, emu.interface_bytes())
