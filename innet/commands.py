@@ -73,11 +73,12 @@ def _launch_flags(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("launch")
     g.add_argument("--start-timeout", type=float, default=START_TIMEOUT_S, metavar="S",
-                   help=f"local: end the run, naming the rank, if a rank has not joined its process group S seconds "
+                   help=f"end the run, naming the rank, if a rank has not joined its process group S seconds "
                         f"after it started (default {START_TIMEOUT_S:g})")
     g.add_argument("--collective-timeout", type=float, default=COLLECTIVE_TIMEOUT_S, metavar="S",
-                   help=f"local: end the run, naming the rank, if a rank keeps the others waiting in a collective "
-                        f"(or it does not finish) for S seconds (default {COLLECTIVE_TIMEOUT_S:g})")
+                   help=f"end the run, naming the rank, if a rank keeps the others waiting in a collective "
+                        f"(or it does not finish) for S seconds (default {COLLECTIVE_TIMEOUT_S:g}); on mininet the "
+                        f"switches' calls wait as long (--timeout at least 4 S)")
 
 
 def bench_names() -> list[str]:

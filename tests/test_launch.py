@@ -7,7 +7,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
@@ -19,9 +18,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, PYTHONPATH=ROOT)
 
 
-def launch(*args, timeout=600):
+def launch(*args, timeout=600, env=ENV):
     return subprocess.run([sys.executable, "-m", "innet", "launch", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=ENV, timeout=timeout)
+                          env=env, timeout=timeout)
+
+
+def own_tmp(tmp_path) -> dict[str, str]:
+    """The launcher's environment with ``tmp_path`` its temporary folder: its run's folder made there, where no
+    other launch on the machine makes its own, and a mark on every process it starts (they inherit it)."""
+    return dict(ENV, TMPDIR=str(tmp_path))
+
+
+def folders(tmp_path) -> list[str]:
+    """The launch folders in ``tmp_path`` (``own_tmp``)."""
+    return glob.glob(os.path.join(str(tmp_path), "innet-launch-*"))
 
 
 def accuracy(out: str, backend: str) -> float:
@@ -45,12 +55,12 @@ def both_said(proc, word: str) -> None:
         said += line
 
 
-def leftovers(marker: str) -> list[str]:
-    """Processes whose command line names ``marker``, and launch folders left in the temp dir."""
+def leftovers(marker: str, where: str = "cmdline") -> list[str]:
+    """Processes whose command line (``where``: or environment, "environ") names ``marker``."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            with open(f"/proc/{pid}/{where}", "rb") as fh:
                 if marker.encode() in fh.read():
                     found.append(pid)
         except OSError:
@@ -97,24 +107,23 @@ def test_a_failing_rank_ends_the_run_in_one_line_and_leaves_nothing(tmp_path):
     script = tmp_path / "fails.py"
     script.write_text("import os, time\nimport torch.distributed as dist\ndist.init_process_group()\n"
                       "if os.environ['RANK'] == '1':\n    raise SystemExit('rank one gives up on purpose')\ntime.sleep(600)\n")
-    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*")))
-    out = launch("--backend", "local", "--topo", "star", "--workers", "3", "--", sys.executable, str(script), timeout=300)
+    out = launch("--backend", "local", "--topo", "star", "--workers", "3", "--", sys.executable, str(script), timeout=300,
+                 env=own_tmp(tmp_path))
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == ["error: rank 1 failed (exit 1): rank one gives up on purpose"]
     assert leftovers(str(script)) == []
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*"))) == before
+    assert folders(tmp_path) == []
 
 
 def launch_leaving_nothing(script, *flags, workers=3):
     """``script`` launched on ``workers`` local ranks (``flags`` before the --): its result and seconds, once
-    checked that no process and no folder of it is left."""
-    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*")))
+    checked that no process and no folder of it is left (its folder made beside ``script``: ``own_tmp``)."""
     started = time.monotonic()
     out = launch("--backend", "local", "--topo", "star", "--workers", str(workers), *flags, "--", sys.executable,
-                 str(script), timeout=300)
+                 str(script), timeout=300, env=own_tmp(script.parent))
     took = time.monotonic() - started
     assert leftovers(str(script)) == []
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*"))) == before
+    assert folders(script.parent) == []
     return out, took
 
 
@@ -184,13 +193,12 @@ def test_ctrl_c_at_any_point_leaves_no_process_and_no_folder(tmp_path, when):
     script.write_text("import time, torch\nimport torch.distributed as dist\ndist.init_process_group()\n"
                       "t = torch.ones(3)\ndist.all_reduce(t)\nprint('up', flush=True)\n"
                       "while True:\n    dist.all_reduce(t)\n    time.sleep(0.01)\n")
-    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*")))
     proc = subprocess.Popen([sys.executable, "-m", "innet", "launch", "--backend", "local", "--topo", "star", "--workers",
-                             "2", "--", sys.executable, str(script)], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                             "2", "--", sys.executable, str(script)], cwd=ROOT, env=own_tmp(tmp_path), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True,  # SIGINT's default even where the suite's is ignored
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     if when == "starting":  # the run's folder is there: the ranks are being started, importing torch
-        while set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*"))) == before:
+        while not folders(tmp_path):
             time.sleep(0.01)
         time.sleep(0.2)
     else:
@@ -199,7 +207,7 @@ def test_ctrl_c_at_any_point_leaves_no_process_and_no_folder(tmp_path, when):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "interrupted" in err, err
     assert leftovers(str(script)) == []
-    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "innet-launch-*"))) == before
+    assert folders(tmp_path) == []
 
 
 def test_each_ranks_output_comes_whole_lines_at_a_time_prefixed_with_its_rank(tmp_path):
@@ -224,9 +232,10 @@ def test_a_launch_without_a_command_or_in_a_gloo_mode_is_one_line():
     out = launch("--backend", "local", "--topo", "star", "--workers", "2")
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
         "error: innet launch needs a command after --, e.g. innet launch --backend local -- python train.py"]
-    out = launch("--backend", "local", "--topo", "star", "--workers", "2", "--", "/nonexistent/cmd")
-    assert out.returncode == 2 and out.stderr.splitlines() == [
-        "error: innet launch cannot run /nonexistent/cmd: no such command, or not an executable file"]
+    for backend in ("local", "mininet"):  # before anything is built
+        out = launch("--backend", backend, "--topo", "star", "--workers", "2", "--", "/nonexistent/cmd")
+        assert out.returncode == 2 and out.stderr.splitlines() == [
+            "error: innet launch cannot run /nonexistent/cmd: no such command, or not an executable file"]
     out = launch("--backend", "local", "--collective-timeout", "inf", "--", "true")
     assert out.returncode == 2 and out.stderr.splitlines() == [
         "error: --collective-timeout must be a positive number of seconds, got inf"]
@@ -339,6 +348,75 @@ def test_ctrl_c_on_mininet_while_it_builds_or_starts_the_ranks_leaves_nothing(tm
     assert_nothing_left()
 
 
+SLEEPERS = {  # a rank that sleeps forever: before joining its group, or instead of its first collective
+    "start": ("import os, sys, time\nif os.environ['RANK'] == '1':\n"
+              "    print('rank one never joins', file=sys.stderr, flush=True)\n    time.sleep(10 ** 6)\n"
+              "import torch.distributed as dist\ndist.init_process_group()\n",
+              ["--start-timeout", "15"],
+              "error: rank 1 did not join the process group within 15 s (--start-timeout): rank one never joins"),
+    "collective": ("import os, sys, time, torch\nimport torch.distributed as dist\ndist.init_process_group()\n"
+                   "if os.environ['RANK'] == '1':\n    print('rank one nods off', file=sys.stderr, flush=True)\n"
+                   "    time.sleep(10 ** 6)\ndist.all_reduce(torch.ones(3))\n",
+                   ["--collective-timeout", "3"],
+                   "error: rank 1 did not enter collective call 1 within 3 s of the others (--collective-timeout): "
+                   "rank one nods off"),
+}
+
+
+@pytest.mark.mininet
+@pytest.mark.parametrize("when", list(SLEEPERS))
+def test_on_mininet_a_rank_that_sleeps_forever_ends_the_run_within_its_timeout_named(tmp_path, when):
+    """Each rank in its host, the store and its watch in rank 0's (innet.integrations.launch.watch.serve): rank 1
+    never joins, or never enters the all-reduce rank 0 waits in through the switch. The run ends once the timeout
+    has passed, in one line naming rank 1 with its own last words (not the switch's abort after half of --timeout,
+    blamed on rank 0), and leaves no process, interface, namespace, state or folder behind."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (Mininet)")
+    from tests.test_emulation import assert_nothing_left
+
+    source, flags, said = SLEEPERS[when]
+    script = tmp_path / "sleeps.py"
+    script.write_text(source)
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "innet", "launch", "--backend", "mininet", "--topo", "star",
+                             "--workers", "2", *flags, "--", sys.executable, str(script)], cwd=ROOT, text=True,
+                            env=own_tmp(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        _, err = proc.communicate(timeout=120)  # the network built, the ranks' torch imported on a busy machine,
+    except subprocess.TimeoutExpired:  # the timeout, the teardown; else it hangs: Ctrl-C, which removes the network
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    took = time.monotonic() - started
+    assert proc.returncode == 2 and took < 120, (took, err)
+    assert [ln for ln in err.splitlines() if not ln.startswith("innet: ")] == [said], err
+    assert leftovers(f"TMPDIR={tmp_path}\0", "environ") == []  # every process the run started: ranks, switches, watch
+    assert folders(tmp_path) == []
+    assert subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout == namespaces
+    assert_nothing_left()
+
+
+@pytest.mark.mininet
+def test_on_mininet_a_rank_late_by_less_than_the_collective_timeout_is_waited_for(tmp_path):
+    """Rank 1 enters the all-reduce 8 s after rank 0: the switch waits (the launch's --timeout is at least 4
+    collective timeouts), where at --timeout 10 it aborted the job after 5 s and rank 0 failed."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (Mininet)")
+    from tests.test_emulation import assert_nothing_left
+
+    script = tmp_path / "late.py"
+    script.write_text("import os, time, torch\nimport torch.distributed as dist\ndist.init_process_group()\n"
+                      "if os.environ['RANK'] == '1':\n    time.sleep(8)\nt = torch.ones(3)\ndist.all_reduce(t)\n"
+                      "print('sum', t.tolist(), flush=True)\ndist.destroy_process_group()\n")
+    out = launch("--backend", "mininet", "--topo", "star", "--workers", "2", "--collective-timeout", "30", "--",
+                 sys.executable, str(script), timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert sorted(ln for ln in out.stdout.splitlines() if " sum " in ln) == [
+        "[rank0]: sum [2.0, 2.0, 2.0]", "[rank1]: sum [2.0, 2.0, 2.0]"]
+    assert_nothing_left()
+
+
 @pytest.mark.mininet
 @pytest.mark.slow
 def test_fsdp_on_mininet_trains_as_gloo_with_its_shards_through_the_switch():
@@ -375,3 +453,18 @@ def test_gloos_teardown_abort_is_recognised_by_its_signature_not_by_the_exit_cod
     assert not teardown_abort(run(1, "", aborted), r"test accuracy [\d.]+")  # died before its result
     assert not teardown_abort(run(1, result, "RuntimeError: Connection closed by peer (exitcode: 1)"), r"test accuracy")
     assert not teardown_abort(run(0, result, ""), r"test accuracy")
+
+
+def test_a_mininet_launch_waits_in_the_switches_as_long_as_the_watch_and_refuses_a_shorter_timeout_given():
+    """On Mininet the switches' calls wait at least PATIENCE collective timeouts (the watch judges first): the default
+    --timeout is raised to it, one given shorter is refused in one line, never replaced."""
+    from innet.errors import UserError
+    from innet.integrations.launch.mininet import PATIENCE, patient
+    from innet.planning.spec import RunSpec
+
+    assert patient(RunSpec(), 300).timeout == PATIENCE * 300
+    assert patient(RunSpec(timeout=2000.0), 300).timeout == 2000.0
+    with pytest.raises(UserError) as err:
+        patient(RunSpec(timeout=5.0), 300)
+    assert err.value.args[0] == ("{timeout} 5 would have the switches abort a waiting call before {collective_timeout} "
+                                 "300 judges it: give {timeout} at least 1200 (4 x {collective_timeout}), or leave it out")

@@ -47,9 +47,9 @@ def workers_of(graph: nx.Graph, run: RunSpec) -> int:
 def launch(graph: nx.Graph, run: RunSpec, command: list[str], start_timeout: float = START_TIMEOUT_S,
            collective_timeout: float = COLLECTIVE_TIMEOUT_S, plan: RunPlan | None = None) -> list[str]:
     """Run ``command`` as every rank (``run.backend``: on this machine with the fabric, or in Mininet hosts); the
-    lines that say what the collectives cost, and the fidelity verdict. On this machine, a rank that has not joined its process group within
-    ``start_timeout`` seconds, or keeps the others waiting in a collective for ``collective_timeout``, ends the
-    run, named (innet.integrations.launch.watch)."""
+    lines that say what the collectives cost, and the fidelity verdict. On either backend, a rank that has not
+    joined its process group within ``start_timeout`` seconds, or keeps the others waiting in a collective for
+    ``collective_timeout``, ends the run, named (innet.integrations.launch.watch)."""
     if not command:
         raise UserError("innet launch needs a command after --, e.g. innet launch {backend} local -- python train.py")
     if shutil.which(command[0]) is None:
@@ -61,7 +61,7 @@ def launch(graph: nx.Graph, run: RunSpec, command: list[str], start_timeout: flo
     if run.backend == "mininet":
         from innet.integrations.launch.mininet import launch_mininet
 
-        link_bytes, wall, tally = launch_mininet(graph, run, command, SITE, plan)
+        link_bytes, wall, tally = launch_mininet(graph, run, command, SITE, plan, start_timeout, collective_timeout)
         tally.link_bytes = Counter(link_bytes)
         fid = Fidelity(1.0, "not judged", ("Mininet: the side plane's TCP shares the links and is counted; the "
                                            "ranks' and switches' CPU are not measured",), {}, {}, {})

@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable
 
 from innet.errors import UserError
+from innet.integrations.launch.watch import WATCH_EVERY_S
 from innet.integrations.torch.fabric import Tally
 from innet.node import codec
 
 SITE = "import innet.torch  # noqa: F401  (innet launch: the default backend of CPU tensors is innet)\n"
 GRACE_S = 5.0  # for a rank to leave after SIGTERM before SIGKILL
-WATCH_EVERY_S = 0.5  # how often the launcher looks for a rank that hangs
 Watch = Callable[[], "tuple[int, str] | None"]  # a rank that hangs, and how (innet.integrations.launch.watch)
 _OUT = threading.Lock()  # one rank's line at a time onto the launcher's standard output
 
@@ -91,8 +91,13 @@ def relay(proc: subprocess.Popen[bytes], rank: int) -> threading.Thread:
 
 def last_words(folder: str, rank: int) -> str:
     """The last line rank ``rank`` wrote to stderr that says something (not a traceback's frame)."""
+    return last_line(os.path.join(folder, f"rank{rank}.err"))
+
+
+def last_line(path: str) -> str:
+    """The last line of the standard error kept in ``path`` that says something (not a traceback's frame)."""
     try:
-        with open(os.path.join(folder, f"rank{rank}.err"), encoding="utf-8", errors="replace") as fh:
+        with open(path, encoding="utf-8", errors="replace") as fh:
             lines = [ln.strip() for ln in fh if ln.strip() and not ln.startswith((" ", "Traceback"))]
     except OSError:
         lines = []

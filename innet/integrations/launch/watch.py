@@ -10,22 +10,35 @@ when they changed: a rank making thousands of small calls pays no store round tr
 reads that: a rank that has not joined within the start timeout,
 or has not entered a call others entered (or, all in it, the call has not finished) within the collective
 timeout, is named.
+
+On Mininet the ranks live in the hosts' namespaces, which the launcher's loopback cannot reach, and no traffic may
+leave the run's namespaces: the same ``Store`` is held by a small process of its own (``serve``, this module run
+with ``python -m``) in rank 0's host, on that host's address, which watches as the launcher does here and writes
+its verdict into the run's folder; the launcher reads it there
+(innet.integrations.launch.mininet.Served).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+
+from innet.node import codec
 
 WATCH = "INNET_WATCH"  # set by the launcher in every rank's environment: report to its store
 START_TIMEOUT_S = 120.0
 COLLECTIVE_TIMEOUT_S = 300.0
 PUBLISH_EVERY_S = 0.1
+WATCH_EVERY_S = 0.5  # how often the launcher (or, on Mininet, ``serve``) looks for a rank that hangs
+VERDICT = "watch.json"  # on Mininet: ``serve``'s verdict, in the run's folder
 _client: list[Any] = []  # this rank's store client, once made
 _counts = {"entered": 0, "left": 0}  # this rank's calls in the world's group (one rank per process)
 _published: dict[str, int] = {}
@@ -101,20 +114,26 @@ def install() -> None:
 
 
 # -- in the launcher --------------------------------------------------------------------------------------------
+def store_env(host: str, port: int) -> dict[str, str]:
+    """What each rank's environment needs to use the store at ``host``:``port`` and report to it."""
+    return {"MASTER_ADDR": host, "MASTER_PORT": str(port), "TORCHELASTIC_USE_AGENT_STORE": "True", WATCH: "1"}
+
+
 class Store:
-    """The ranks' rendezvous store, held by the launcher on 127.0.0.1 (``port`` for MASTER_PORT), and the watch
-    over what the ranks report to it."""
+    """The ranks' rendezvous store, held by the launcher on 127.0.0.1 (``port`` for MASTER_PORT; on Mininet by
+    ``serve``, on its host's address), and the watch over what the ranks report to it."""
 
     def __init__(self, world: int, start_timeout: float = START_TIMEOUT_S,
-                 collective_timeout: float = COLLECTIVE_TIMEOUT_S) -> None:
+                 collective_timeout: float = COLLECTIVE_TIMEOUT_S, host: str = "127.0.0.1", port: int = 0) -> None:
         import torch.distributed as dist
 
         self.world, self.start_timeout, self.collective_timeout = world, start_timeout, collective_timeout
+        self.host = host
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
+            sock.bind((host, port))
             sock.listen(max(64, 4 * world))
             self.port = int(sock.getsockname()[1])
-            self.store = dist.TCPStore("127.0.0.1", self.port, None, True, timedelta(seconds=30),
+            self.store = dist.TCPStore(host, self.port, None, True, timedelta(seconds=30),
                                        wait_for_workers=False, master_listen_fd=sock.detach())  # the store's now
         self.started = time.monotonic()
         self._lagging: dict[int, tuple[int, float]] = {}  # rank: (the call it has not entered, since when)
@@ -122,8 +141,7 @@ class Store:
 
     def env(self) -> dict[str, str]:
         """What each rank's environment needs to use this store."""
-        return {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(self.port), "TORCHELASTIC_USE_AGENT_STORE": "True",
-                WATCH: "1"}
+        return store_env(self.host, self.port)
 
     def close(self) -> None:
         """The server stops, its socket closed."""
@@ -163,3 +181,43 @@ class Store:
                 return out.index(min(out)), (f"did not finish collective call {call} within "
                                              f"{self.collective_timeout:g} s (--collective-timeout)")
         return None
+
+
+# -- on Mininet: the store and its watch in rank 0's host, the verdict in the run's folder ------------------------
+@dataclass(frozen=True)
+class WatchConf:
+    """What ``serve`` holds and watches: a store for ``world`` ranks on ``host``:``port``, and the timeouts."""
+
+    world: int
+    start_timeout: float
+    collective_timeout: float
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class Hang:
+    """``serve``'s verdict: a rank that does not keep up, and how (``Store.hung``)."""
+
+    rank: int
+    how: str
+
+
+def serve(conf_path: str) -> None:
+    """Hold the store ``conf_path`` (a ``WatchConf``) describes, say "ready", and watch it: the first rank that does
+    not keep up is written to ``VERDICT`` beside ``conf_path`` (whole: a temporary file renamed). The store then
+    stays up, as the ranks still use it, until the launcher ends this process with the run."""
+    conf = codec.read(WatchConf, conf_path)
+    store = Store(conf.world, conf.start_timeout, conf.collective_timeout, conf.host, conf.port)
+    codec.say_ready()
+    while (hung := store.hung()) is None:
+        time.sleep(WATCH_EVERY_S)
+    path = os.path.join(os.path.dirname(conf_path), VERDICT)
+    codec.write(path + ".part", Hang(*hung))
+    os.replace(path + ".part", path)
+    while True:
+        signal.pause()
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
