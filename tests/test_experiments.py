@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from innet.errors import UserError
 from innet.experiments.file import load, shipped
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -141,13 +142,22 @@ metrics = ["completion_s"]
     (('{ mode = "pbox" }', '{ best = [{ mode = "pbox" }, { mode = "bus" }] }'),
      "series pbox (mode=bus), bw=10: mode must be one of innet, pbox, ring, all, got 'bus'"),
 ])
-def test_a_bad_experiment_file_is_one_line(change, message, tmp_path):
+def test_a_bad_experiment_file_is_one_user_error_naming_it(change, message, tmp_path):
+    """Every point is prepared as the file loads: a bad one is refused before any runs."""
     path = tmp_path / "bad.toml"
     path.write_text(GOOD.replace(*change))
+    with pytest.raises(UserError) as err:
+        load(str(path))
+    line = str(err.value)
+    assert "\n" not in line and line.split(": ", 1)[0].endswith("bad.toml") and message in line, line
+
+
+def test_a_bad_experiment_file_is_one_line_on_the_command_line_and_nothing_is_made(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text(GOOD.replace("values = [10, 100]", "values = [10, -5]"))
     out = innet("reproduce", str(path), "--out", str(tmp_path / "out"), cwd=tmp_path)
     assert out.returncode == 2 and out.stdout == ""
-    [line] = out.stderr.splitlines()
-    assert line.startswith("error: bad.toml: ") and message in line, line
+    assert out.stderr.splitlines() == ["error: bad.toml: series innet, bw=-5: bw must be between 0.001 and 1e+07, got -5"]
     assert not (tmp_path / "out").exists()
 
 
