@@ -58,6 +58,9 @@ def test_each_experiment_runs_and_matches_a_direct_run(name, tmp_path):
     assert [(r["series"], r[experiment.option]) for r in rows] == [
         (s, str(v)) for v in experiment.quick for s in experiment.series]
     assert [{k: "" if v is None else str(v) for k, v in p.items()} for p in data["points"]] == rows
+    from innet.experiments.report import steady_state
+
+    assert data.get("steady_state", "") == steady_state(experiment)
     assert all(p["correct"] is True for p in data["points"])
     for p in data["points"]:
         base = next(b for b in data["points"] if b["series"] == experiment.baseline_of(p["series"])
@@ -76,6 +79,16 @@ def test_each_experiment_runs_and_matches_a_direct_run(name, tmp_path):
     from innet.experiments.report import metric
 
     assert {m: metric(record, m) for m in experiment.metrics} == {m: last[m] for m in experiment.metrics}
+
+
+def test_the_table_says_how_many_warmup_iterations_its_figures_leave_out():
+    """A workload's per-iteration figures are the steady state (innet.hosts.training.warmup): the caption and
+    points.json say how many iterations were left out."""
+    from innet.experiments.report import steady_state
+
+    assert steady_state(load("p3")) == "steady state: 1 warm-up iteration of 3 left out"
+    assert steady_state(load("fsdp")) == "steady state: 1 warm-up iteration of 2 left out"
+    assert steady_state(load("phub")) == ""  # no per-iteration figure
 
 
 def test_the_summary_has_speedups_and_the_topk_break_even(tmp_path):

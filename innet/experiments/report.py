@@ -74,6 +74,25 @@ def summary(experiment: Experiment, rows: list[Row]) -> Row:
     return out
 
 
+STEADY = ("iteration_s", "comm_wait_s", "next_forward_wait_s")  # a workload's figures: warm-up left out
+
+
+def steady_state(experiment: Experiment) -> str:
+    """What the table's per-iteration figures leave out (innet.hosts.training.warmup), as its caption says it;
+    "" where it has none of them."""
+    from innet.hosts.training import warmup
+    from innet.planning.spec import RunSpec
+
+    if not any(m.split(".")[-1] in STEADY for m in experiment.metrics):
+        return ""
+    runs = {int(experiment.options(s, v).get("iterations", RunSpec.iterations))
+            for s in experiment.series for v in experiment.values}
+    left = sorted({warmup(n) for n in runs})
+    counts = " or ".join(map(str, left))
+    return (f"steady state: {counts} warm-up iteration{'s' if left[-1] > 1 else ''} of "
+            f"{' or '.join(map(str, sorted(runs)))} left out" if any(left) else "one iteration: no warm-up left out")
+
+
 def write_outputs(experiment: Experiment, rows: list[Row], out: str, plot: bool = True) -> list[str]:
     """points.csv, points.json and (with ``plot``) NAME.png in ``out``; the paths written. A figure that cannot be
     drawn is said (a warning event) and left out; the table stays."""
@@ -84,8 +103,10 @@ def write_outputs(experiment: Experiment, rows: list[Row], out: str, plot: bool 
     writer.writeheader()
     writer.writerows(rows)
     write_text_atomic(files[0], table.getvalue())
+    note = steady_state(experiment)
     write_text_atomic(files[1], json.dumps({"experiment": experiment.name, "description": experiment.description,
-                                            "sweep": experiment.option, "series": list(experiment.series),
+                                            **({"steady_state": note} if note else {}), "sweep": experiment.option,
+                                            "series": list(experiment.series),
                                             "metrics": list(experiment.metrics), "points": rows,
                                             "summary": summary(experiment, rows)}, indent=1))
     panels = list(experiment.plot or experiment.metrics)
@@ -94,7 +115,8 @@ def write_outputs(experiment: Experiment, rows: list[Row], out: str, plot: bool 
     if not plot:
         return files[:2]
     try:
-        plot_sweep(rows, experiment.option, panels, files[2], experiment.description, experiment.log_x)
+        plot_sweep(rows, experiment.option, panels, files[2], experiment.description + (f" ({note})" if note else ""),
+                   experiment.log_x)
     except Exception as exc:  # noqa: BLE001 -- a figure's failure must not cost the table already written
         emit("warning", f"{experiment.name}: the figure was not drawn ({type(exc).__name__}: {exc}); "
                         f"the table is in {files[0]}")
