@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -139,6 +140,7 @@ def _main(argv: list[str]) -> int:
 
 def _reproduce(args: argparse.Namespace) -> int:
     from innet.experiments.file import describe, load
+    from innet.experiments.paper import lines
     from innet.experiments.sweep import reproduce
 
     if args.list:
@@ -147,6 +149,9 @@ def _reproduce(args: argparse.Namespace) -> int:
     if args.name is None:
         raise UserError("name an experiment (innet reproduce --list shows them) or give a .toml file")
     files = reproduce(load(args.name), backend=args.backend, quick=args.quick, out=args.out)
+    with open(files[1]) as f:  # points.json: the paper beside innet, point by point
+        for line in lines(json.load(f)):
+            print(line)
     print(f"results: {', '.join(files)}")
     return 0
 

@@ -48,7 +48,7 @@ def test_each_experiment_runs_and_matches_a_direct_run(name, tmp_path):
     assert f" {points}/{points} " in last and last.endswith(f"{experiment.option}={experiment.quick[-1]} "
                                                               f"{list(experiment.series)[-1]}]")
     files = [tmp_path / "out" / f for f in ("points.csv", "points.json", f"{name}.png")]
-    assert out.stdout == f"results: {', '.join(map(str, files))}\n"
+    assert out.stdout.endswith(f"results: {', '.join(map(str, files))}\n")
     assert files[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with open(files[0]) as f:
         rows = list(csv.DictReader(f))
@@ -58,7 +58,21 @@ def test_each_experiment_runs_and_matches_a_direct_run(name, tmp_path):
     assert list(rows[0]) == ["series", experiment.option, *experiment.metrics, "correct", "command", *best, *ratios]
     assert [(r["series"], r[experiment.option]) for r in rows] == [
         (s, str(v)) for v in experiment.quick for s in experiment.series]
-    assert [{k: "" if v is None else str(v) for k, v in p.items()} for p in data["points"]] == rows
+    assert [{k: "" if v is None else str(v) for k, v in p.items() if k not in ("paper", "innet")}
+            for p in data["points"]] == rows
+    # the paper beside innet: printed first, one line per point, and in points.json beside the row it stands by
+    from innet.experiments.paper import lines
+
+    assert out.stdout.splitlines()[:-1] == lines(data) and data["paper"]["citation"] == experiment.paper.citation
+    compared = data["paper"]["compared"]
+    assert [c["series"] for c in compared] == [p.series for p in experiment.paper.points]
+    for c in compared:
+        assert f"  {c['line']}" in out.stdout.splitlines()
+        beside = [p for p in data["points"] if p["series"] == c["series"] and p[experiment.option] == c["x"]]
+        assert c["innet"] is None and not beside or beside[0]["innet"] == {experiment.paper.measure: c["innet"]}
+    from innet.experiments.report import steady_state
+
+    assert data.get("steady_state", "") == steady_state(experiment)
     assert all(p["correct"] is True for p in data["points"])
     for p in data["points"]:
         base = next(b for b in data["points"] if b["series"] == experiment.baseline_of(p["series"])
@@ -84,6 +98,46 @@ def test_each_experiment_runs_and_matches_a_direct_run(name, tmp_path):
         return value
 
     assert {m: read(m) for m in experiment.metrics} == {m: last[m] for m in experiment.metrics}
+
+
+@pytest.mark.parametrize("name", SEEDS)
+def test_every_experiment_names_its_paper(name):
+    """Every shipped experiment (the seed papers' first) carries [paper]: its citation, where its points are from,
+    the paper's setting, what innet cannot model; its points only where a source gives them (unsourced says what
+    is missing)."""
+    paper = load(name).paper
+    assert paper is not None and all([paper.citation, paper.figure, paper.setting, paper.measure, paper.unmodelled])
+    assert paper.points or paper.claims or paper.unsourced
+    assert all(p.source for p in paper.points)
+    assert bool(paper.points) == (name in ("p3", "pipesgd", "canary"))  # the ones with a series to stand beside
+
+
+def test_a_paper_point_is_compared_in_shape_and_magnitude():
+    from innet.experiments.paper import Paper, PaperPoint, compare
+
+    paper = Paper("c", "Figure 1", "s", "speedup", "u", points=(
+        PaperPoint("fast", 10, 1.5, "Fig. 1"), PaperPoint("fast", 100, 1.2, "Fig. 1"), PaperPoint("fast", "peak", 1.66, "abstract")))
+    rows = [{"series": "fast", "bw": bw} for bw in (10, 100, 1000)]
+    speedups = {"fast": {"10": 1.25, "100": 1.3, "1000": 0.9}}
+    one, two, peak = compare(paper, "bw", rows, speedups, lambda s: "slow")
+    assert one.line == ("fast at 10: paper 1.5×, innet 1.25×; shape agrees: fast ahead in both; "
+                        "magnitude gain +25% against the paper's +50%, 50% smaller")
+    assert two.line == ("fast at 100: paper 1.2×, innet 1.3×; shape agrees: fast ahead in both; the paper falling "
+                        "from 10, innet rising; magnitude gain +30% against the paper's +20%, 50% larger")
+    assert (peak.x, peak.innet) == (100, 1.3) and peak.line.startswith("fast at peak (innet's at 100): paper 1.66×")
+    [behind] = compare(Paper("c", "f", "s", "speedup", "u", points=(PaperPoint("fast", 1000, 1.1, "x"),)), "bw", rows,
+                       speedups, lambda s: "slow")
+    assert "shape differs: the paper has fast ahead, innet slow" in behind.line
+
+
+def test_the_table_says_how_many_warmup_iterations_its_figures_leave_out():
+    """A workload's per-iteration figures are the steady state (innet.hosts.training.warmup): the caption and
+    points.json say how many iterations were left out."""
+    from innet.experiments.report import steady_state
+
+    assert steady_state(load("p3")) == "steady state: 1 warm-up iteration of 3 left out"
+    assert steady_state(load("fsdp")) == "steady state: 1 warm-up iteration of 2 left out"
+    assert steady_state(load("phub")) == ""  # no per-iteration figure
 
 
 def test_the_summary_has_speedups_and_the_topk_break_even(tmp_path):
@@ -118,7 +172,13 @@ metrics = ["completion_s"]
 
 @pytest.mark.parametrize("change,message", [
     (("[run]", "[run"), "not valid TOML: "),
-    (("[run]", "colour = 1\n[run]"), "unknown key 'colour'; an experiment has description, run, series, sweep, report"),
+    (("[run]", "colour = 1\n[run]"), "unknown key 'colour'; an experiment has description, run, series, sweep, report, paper"),
+    (('metrics = ["completion_s"]', 'metrics = ["completion_s"]\n[paper]\ncitation = "x"'), "[paper] needs figure (a string)"),
+    (('metrics = ["completion_s"]', 'metrics = ["completion_s"]\n[paper]\ncitation = "x"\nfigure = "1"\nsetting = "s"\n'
+      'measure = "completion_s"\nunmodelled = "u"\npoints = [{ series = "ring", at = 10, value = 1, source = "s" }]'),
+     "[paper] point series 'ring' is not a series"),
+    (('metrics = ["completion_s"]', 'metrics = ["completion_s"]\n[paper]\ncitation = "x"\nfigure = "1"\nsetting = "s"\n'
+      'measure = "speedup"\nunmodelled = "u"'), "[paper] measure 'speedup' is not speedup (with a baseline) or a column"),
     (("elements = 2000", "elements = 2000\nspeed = 3"), "unknown key 'speed' in [run]: not an option of innet.run"),
     (('{ mode = "pbox" }', '{ mode = "pbox", turbo = true }'), "unknown key 'turbo' in [series.pbox]: not an option of innet.run"),
     (("values = [10, 100]", "values = [10, -5]"), "series innet, bw=-5: bw must be between 0.001 and 1e+07, got -5"),

@@ -86,8 +86,8 @@ def _stated(name: str, points: dict) -> list[str]:
         gain = speedup["pipesgd"]
         model = at["bsp", 97]["prediction.iteration_s"] / at["pipesgd", 97]["prediction.iteration_s"]
         return [f"{gain['97']:.2f}× at compute-scale 97 (model {model:.2f}×", f"{gain['48']:.2f}× at 48",
-                f"{gain['194']:.2f}× at 194", f"{gain['24']:.1f}× at the ends of the sweep (24 and 388)",
-                f"{gain['388']:.1f}× at the ends"]
+                f"{gain['194']:.2f}× at 194",
+                f"{gain['24']:.1f}× and {gain['388']:.1f}× at the ends of the sweep (24 and 388)"]
     if name == "p3":
         assert speedup["p3"]["resnet50"] == pytest.approx(1.0)  # "ResNet-50 none"
         return [f"FIFO {at['fifo', 'vgg19']['iteration_s']:.3f} s, P3 {at['p3', 'vgg19']['iteration_s']:.3f} s per "

@@ -37,14 +37,18 @@ def test_schedule_by_hand():
     starts, ends = run_schedule(bsp, [1.0] * 4)
     # iteration 0: grads at 3 and 6, all-reduced by 4 and 7; iteration 1 computes from 7: grads at 10, 13
     assert ends == [4.0, 7.0, 11.0, 14.0] and starts == [0.0, 7.0, 14.0]
-    # layer 0 (sent last) is all-reduced 1 s after each backward pass ends (at 6 and 13)
+    # layer 0 (sent last) is all-reduced 1 s after each backward pass ends (at 6 and 13); the steady state leaves
+    # iteration 0 out (WARMUP): iteration 1 ends 7 s after it
     assert iteration_stats(bsp, starts, ends) == {"iteration_s": 7.0, "compute_s": 6.0, "comm_wait_s": 1.0,
                                                   "next_forward_wait_s": 1.0}
     pipe = Training(1.0, (2.0, 3.0), width=2)
-    starts, ends = run_schedule(pipe, [1.0] * 4)
-    # iteration 1 computes from 6, on weights one iteration stale; its grads at 9 and 12
-    assert ends == [4.0, 7.0, 10.0, 13.0] and starts == [0.0, 6.0, 12.0]
-    assert iteration_stats(pipe, starts, ends)["iteration_s"] == 6.5
+    starts, ends = run_schedule(pipe, [1.0] * 6)
+    # iteration 1 computes from 6, on weights one iteration stale; its grads at 9 and 12, iteration 2's at 15, 18
+    assert ends == [4.0, 7.0, 10.0, 13.0, 16.0, 19.0] and starts == [0.0, 6.0, 12.0, 18.0]
+    # iteration 0 took 7 s from its compute start (the pipeline filling); every one after ends 6 s after the one
+    # before: the steady state is 6 s, where the mean over the whole run (19 / 3) would count the filling in
+    assert iteration_stats(pipe, starts, ends)["iteration_s"] == 6.0
+    assert iteration_stats(pipe, starts[:2], ends[:2])["iteration_s"] == 7.0  # one iteration: nothing to leave out
     with pytest.raises(UserError, match="^pipeline must be 1 or 2"):
         Training(1.0, (1.0,), width=3)
 
@@ -64,6 +68,16 @@ def test_p3_lets_layer_0_overtake_at_the_next_slice():
     assert ends == [3.0, 5.0, 6.0, 4.0]  # by call, FIFO-numbered: layer 0's is done at 4
     assert iteration_stats(p3, starts, ends) == {"iteration_s": 6.0, "compute_s": 3.0, "comm_wait_s": 3.0,
                                                  "next_forward_wait_s": 1.0}
+    # P3 proper (layerwise, each layer's forward 0.5 s), two iterations: iteration 1's forward runs layer 0 from 4
+    # (its parameters back at 4), layer 1 from 6 (back at 6), so its compute counts from 5.5 and its backward from
+    # 6.5; gradients at 7.5 and 8.5, calls ending 8.5, 9.5 (layer 0), 10.5, 11.5. The steady state, iteration 0
+    # left out (WARMUP), is 11.5 - 6 = 5.5 s against FIFO's 6; the whole run's mean (11.5 / 2) would say 5.75
+    p3 = replace(p3, layerwise=True, forward_layers=(0.5, 0.5))
+    starts, ends = run_schedule(p3, [1.0] * 8)
+    assert starts[:2] == [0.0, 5.5] and ends == [3.0, 5.0, 6.0, 4.0, 8.5, 10.5, 11.5, 9.5]
+    assert iteration_stats(p3, starts, ends)["iteration_s"] == 5.5
+    starts, ends = run_schedule(fifo, [1.0] * 8)
+    assert iteration_stats(fifo, starts, ends)["iteration_s"] == 6.0
 
 
 def test_call_time_by_hand():

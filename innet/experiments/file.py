@@ -16,6 +16,7 @@
     breakeven = "total_bytes/dense"    # optional: where a ratio first reaches 0.99
     log_x = true                       # optional
     plot = ["completion_s/pbox"]       # optional: the figure's panels, any of the columns
+    [paper]                            # optional: the cited paper's points, innet's beside each (paper.py)
 
 A series with ``sweep = false`` does not take the swept option (it runs once and is drawn flat); an option a
 series sets itself wins over the sweep's. A series with ``vs = "other"`` takes its ratios over series
@@ -34,9 +35,11 @@ from typing import Any
 
 from innet.cli import Options
 from innet.errors import UserError
+from innet.experiments import paper as papers
+from innet.experiments.paper import Paper
 from innet.shipped import EXPERIMENTS as SHIPPED
 
-TABLES = {"description": str, "run": dict, "series": dict, "sweep": dict, "report": dict}
+TABLES = {"description": str, "run": dict, "series": dict, "sweep": dict, "report": dict, "paper": dict}
 SWEEP_KEYS = {"option", "values", "quick"}
 REPORT_KEYS = {"metrics", "baseline", "breakeven", "log_x", "plot"}
 Value = str | int | float | bool | list[str]
@@ -57,6 +60,7 @@ class Experiment:
     breakeven: str = ""
     log_x: bool = False
     plot: tuple[str, ...] = ()  # the figure's panels (default: the metrics, and the first over the baseline)
+    paper: Paper | None = None  # the cited paper's published points (innet.experiments.paper)
 
     def options(self, series: str, value: Value) -> Options:
         """The options of one point, as ``innet.run`` takes them: the shared ones, the swept one, the series' own
@@ -175,9 +179,10 @@ def _experiment(data: dict[str, Any], name: str, path: str, where: str) -> Exper
     for key in ("plot", "breakeven"):
         for column in report.get(key, []) if key == "plot" else [report.get(key, "")] if key in report else []:
             _want(column in columns, where, f"[report] {key}: {column!r} is not a column; the columns are {', '.join(columns)}")
+    paper = papers.read(data["paper"], series, tuple(values), columns, baseline, where) if "paper" in data else None
     return Experiment(name, path, data["description"], run, series, sweep["option"], tuple(values), tuple(quick),
                       tuple(metrics), baseline, report.get("breakeven", ""), bool(report.get("log_x", False)),
-                      tuple(report.get("plot", ())))
+                      tuple(report.get("plot", ())), paper)
 
 
 def option_names() -> set[str]:

@@ -14,8 +14,9 @@ from typing import Any
 from innet.errors import UserError
 from innet.events import emit
 from innet.experiments.file import Experiment
+from innet.experiments.paper import PEAK, Compared, as_json, compare, innet_values
 from innet.results.files import make_output_folder, write_text_atomic
-from innet.results.plots import plot_sweep
+from innet.results.plots import PaperPanel, plot_sweep
 from innet.results.record import RunRecord, json_value
 
 Row = dict[str, Any]  # a point as points.csv and points.json hold it: the edge where results become a table
@@ -87,6 +88,42 @@ def summary(experiment: Experiment, rows: list[Row]) -> Row:
     return out
 
 
+STEADY = ("iteration_s", "comm_wait_s", "next_forward_wait_s")  # a workload's figures: warm-up left out
+
+
+def steady_state(experiment: Experiment) -> str:
+    """What the table's per-iteration figures leave out (innet.hosts.training.warmup), as its caption says it;
+    "" where it has none of them."""
+    from innet.hosts.training import warmup
+    from innet.planning.spec import RunSpec
+
+    if not any(m.split(".")[-1] in STEADY for m in experiment.metrics):
+        return ""
+    runs = {int(experiment.options(s, v).get("iterations", RunSpec.iterations))
+            for s in experiment.series for v in experiment.values}
+    left = sorted({warmup(n) for n in runs})
+    counts = " or ".join(map(str, left))
+    return (f"steady state: {counts} warm-up iteration{'s' if left[-1] > 1 else ''} of "
+            f"{' or '.join(map(str, sorted(runs)))} left out" if any(left) else "one iteration: no warm-up left out")
+
+
+def beside_the_paper(experiment: Experiment, rows: list[Row]) -> tuple[list[Row], list[Compared]]:
+    """The rows as points.json holds them: each row a paper point stands beside carries ``paper`` (its value, where
+    in the paper) and ``innet`` (innet's of the same measure); and every point's comparison."""
+    if experiment.paper is None:
+        return rows, []
+    compared = compare(experiment.paper, experiment.option, rows, summary(experiment, rows).get("speedup", {}),
+                       experiment.baseline_of)
+    out = [dict(r) for r in rows]
+    for point, c in zip(experiment.paper.points, compared, strict=True):
+        row = next((r for r in out if r["series"] == c.series and r[experiment.option] == c.x), None)
+        if row is not None:
+            row.setdefault("paper", []).append({"at": point.at, experiment.paper.measure: point.value,
+                                                "source": point.source})
+            row["innet"] = {experiment.paper.measure: c.innet}
+    return out, compared
+
+
 def write_outputs(experiment: Experiment, rows: list[Row], out: str, plot: bool = True) -> list[str]:
     """points.csv, points.json and (with ``plot``) NAME.png in ``out``; the paths written. A figure that cannot be
     drawn is said (a warning event) and left out; the table stays."""
@@ -97,17 +134,30 @@ def write_outputs(experiment: Experiment, rows: list[Row], out: str, plot: bool 
     writer.writeheader()
     writer.writerows(rows)
     write_text_atomic(files[0], table.getvalue())
+    note = steady_state(experiment)
+    points, compared = beside_the_paper(experiment, rows)
+    paper = {"paper": as_json(experiment.paper, compared)} if experiment.paper is not None else {}
     write_text_atomic(files[1], json.dumps({"experiment": experiment.name, "description": experiment.description,
-                                            "sweep": experiment.option, "series": list(experiment.series),
-                                            "metrics": list(experiment.metrics), "points": rows,
-                                            "summary": summary(experiment, rows)}, indent=1))
+                                            **({"steady_state": note} if note else {}), "sweep": experiment.option,
+                                            "series": list(experiment.series),
+                                            "metrics": list(experiment.metrics), "points": points,
+                                            "summary": summary(experiment, rows), **paper}, indent=1))
     panels = list(experiment.plot or experiment.metrics)
     if experiment.baseline and not experiment.plot:
         panels.append(f"{experiment.metrics[0]}/{experiment.baseline}")
     if not plot:
         return files[:2]
+    beside = None
+    if experiment.paper is not None and experiment.paper.points:
+        measure = experiment.paper.measure
+        shown = list(dict.fromkeys(p.series for p in experiment.paper.points))
+        beside = PaperPanel("speed-up over the baseline (×)" if measure == "speedup" else measure,
+                            {s: innet_values(experiment.paper, experiment.option, rows,
+                                             summary(experiment, rows).get("speedup", {}), s) for s in shown},
+                            [(c.series, c.x if c.at == PEAK else c.at, c.paper, c.at == PEAK) for c in compared])
     try:
-        plot_sweep(rows, experiment.option, panels, files[2], experiment.description, experiment.log_x)
+        plot_sweep(rows, experiment.option, panels, files[2], experiment.description + (f" ({note})" if note else ""),
+                   experiment.log_x, beside)
     except Exception as exc:  # noqa: BLE001 -- a figure's failure must not cost the table already written
         emit("warning", f"{experiment.name}: the figure was not drawn ({type(exc).__name__}: {exc}); "
                         f"the table is in {files[0]}")

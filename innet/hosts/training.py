@@ -244,18 +244,32 @@ def run_schedule(training: Training, durations: Sequence[float], start: float = 
     return clock.starts, [ends[k] for k in range(len(durations))]
 
 
+WARMUP = 1  # iterations the figures leave out: the first (its forward pass waits on nothing; a pipeline fills)
+
+
+def warmup(iterations: int) -> int:
+    """How many of ``iterations`` the steady-state figures leave out: ``WARMUP``, fewer where none would remain."""
+    return max(0, min(WARMUP, iterations - 1))
+
+
 def iteration_stats(training: Training, starts: Sequence[float], ends: Sequence[float]) -> dict[str, float]:
-    """Per-iteration time (mean over the run, from the first compute start to the last call's end),
-    the time compute sat idle waiting on communication, and the time from each backward pass's end
-    until its layer 0 was all-reduced, so the next forward pass could begin (means per iteration)."""
+    """The steady state, warm-up iterations (``warmup``) left out: the time per iteration (from the end of the
+    last warm-up iteration's communication to the last call's end, over the iterations between; with none left
+    out, from the first compute start), the time compute sat idle waiting on communication, and the time from
+    each backward pass's end until its layer 0 was all-reduced, so the next forward pass could begin (means per
+    iteration). One warm-up iteration is enough for every schedule here: from the second on, each iteration
+    ends one period after the one before (tests/test_training.py)."""
     layers = training.layers
     iterations = len(ends) // layers
     if not iterations:
         return {}
-    total = max(ends[: iterations * layers]) - starts[0]
-    busy = iterations * training.compute
+    done = list(accumulate((max(ends[i * layers:(i + 1) * layers]) for i in range(iterations)), max))
+    skip = warmup(iterations)
+    counted = iterations - skip
+    total = done[-1] - (done[skip - 1] if skip else starts[0])
     layer = training.layer or tuple(range(layers - 1, -1, -1))
     first = [j for j in range(layers) if layer[j] == 0]
-    waits = [max(ends[i * layers + j] for j in first) - (starts[i] + training.compute) for i in range(iterations)]
-    return {"iteration_s": total / iterations, "compute_s": training.compute,
-            "comm_wait_s": max(0.0, total - busy) / iterations, "next_forward_wait_s": sum(waits) / iterations}
+    waits = [max(ends[i * layers + j] for j in first) - (starts[i] + training.compute) for i in range(skip, iterations)]
+    return {"iteration_s": total / counted, "compute_s": training.compute,
+            "comm_wait_s": max(0.0, total - counted * training.compute) / counted,
+            "next_forward_wait_s": sum(waits) / counted}

@@ -14,7 +14,7 @@ import networkx as nx
 import numpy as np
 
 from innet.graph import natural_key
-from innet.hosts.training import iteration_stats
+from innet.hosts.training import iteration_stats, warmup
 from innet.planning.planner import JobPlan
 from innet.planning.spec import RunSpec, program_of
 from innet.results.learning import training_figures
@@ -250,6 +250,7 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Planned, backend: str, outcome
                if run.topk else {}),
             **({"workload": run.workload, "workload_scale": run.workload_scale, "pipeline": run.pipeline,
                 "slice_elements": run.slice_elements, "priority": run.priority, "sharded": run.sharded,
+                "warmup_iterations": warmup(run.iterations),  # left out of iteration_s and its kin (steady state)
                 **{k: max(figures(k)) for k in ("iteration_s", "compute_s", "comm_wait_s", "next_forward_wait_s")
                    if k in jobs[0].figures}}
                if run.workload else {}),

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import textwrap
+from dataclasses import dataclass
+from typing import Any
 
 import networkx as nx
 
@@ -196,9 +198,21 @@ def write_plots(graph: nx.Graph, runs: list[RunRecord], out_dir: str, exact: flo
     return [links, tiers, accuracy]
 
 
-def plot_sweep(rows: list[dict], x: str, ys: list[str], path: str, title: str = "", log_x: bool = False) -> None:
+@dataclass(frozen=True)
+class PaperPanel:
+    """A figure's panel beside a paper: innet's values of the paper's measure, a line per series, and the paper's
+    points (stars; a peak, "as much as", a dotted line across the panel)."""
+
+    label: str
+    lines: dict[str, list[tuple[Any, float]]]  # series -> (swept value, innet's value)
+    points: list[tuple[str, Any, float, bool]]  # (series, swept value or None, the paper's value, a peak)
+
+
+def plot_sweep(rows: list[dict], x: str, ys: list[str], path: str, title: str = "", log_x: bool = False,
+               paper: PaperPanel | None = None) -> None:
     """A paper-style figure of a sweep: one panel per metric in ``ys`` against ``x``, one line per series
-    (``row["series"]``); against names (a workload), grouped bars."""
+    (``row["series"]``); against names (a workload), grouped bars; with ``paper``, a last panel of innet's
+    values beside the paper's."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -206,11 +220,12 @@ def plot_sweep(rows: list[dict], x: str, ys: list[str], path: str, title: str = 
 
     xs = list(dict.fromkeys(r[x] for r in rows))
     named = any(isinstance(v, str) for v in xs)
-    fig, axes = plt.subplots(1, len(ys), figsize=(4.6 * len(ys), 3.6), squeeze=False)
+    panels = len(ys) + (paper is not None)
+    fig, axes = plt.subplots(1, panels, figsize=(4.6 * panels, 3.6), squeeze=False)
     names = list(dict.fromkeys(r["series"] for r in rows))
     width = 0.8 / len(names)
     xlabel, xscale = axis_label(x)
-    for ax, y in zip(axes[0], ys, strict=True):
+    for ax, y in zip(axes[0][: len(ys)], ys, strict=True):
         ylabel, yscale = axis_label(y)
         for i, series in enumerate(names):
             points = [(xs.index(r[x]) if named else r[x] * xscale, r[y] * yscale) for r in rows
@@ -227,8 +242,37 @@ def plot_sweep(rows: list[dict], x: str, ys: list[str], path: str, title: str = 
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
+    if paper is not None:
+        _paper_panel(axes[0][-1], paper, xs, named, axis_label(x), log_x)
     if title:  # wrapped to the figure's width (about 12 characters an inch at this size), not cut off
-        fig.suptitle("\n".join(textwrap.wrap(title, int(12 * 4.6 * len(ys)))), fontsize=10)
+        fig.suptitle("\n".join(textwrap.wrap(title, int(12 * 4.6 * panels))), fontsize=10)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
     plt.close(fig)
+
+
+def _paper_panel(ax: Any, paper: PaperPanel, xs: list[Any], named: bool, xlabel: tuple[str, float], log_x: bool) -> None:
+    """innet's line per series and the paper's points in the same colour: a star at its swept value, a dotted line
+    for a peak."""
+    def at(v: Any) -> float:
+        return float(xs.index(v)) if named else float(v) * xlabel[1]
+
+    for i, (series, values) in enumerate(paper.lines.items()):
+        colour = f"C{i}"
+        ax.plot([at(v) for v, _ in values], [y for _, y in values], marker="o", markersize=4, color=colour,
+                label=f"{series}: innet")
+        for j, (_, v, y, peak) in enumerate(p for p in paper.points if p[0] == series):
+            if peak:
+                ax.axhline(y, linestyle=":", color=colour, label=f"{series}: the paper's peak" if j == 0 else None)
+            elif v is not None and (v in xs or not named):  # a named value not run (--quick): not drawn
+                ax.plot([at(v)], [y], marker="*", markersize=12, linestyle="", color=colour,
+                        label=f"{series}: the paper" if j == 0 else None)
+    if named:
+        ax.set_xticks(range(len(xs)), [str(v) for v in xs])
+    elif log_x:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel[0])
+    ax.set_ylabel(paper.label)
+    ax.set_title("beside the paper", fontsize=9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=7)
