@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from innet.errors import UserError
+from innet.results.record import JsonObject
 
 PAPER_KEYS = {"citation", "figure", "setting", "measure", "unmodelled", "unsourced", "points", "claims"}
 POINT_KEYS = {"series", "at", "value", "source", "note"}
@@ -71,7 +72,7 @@ class Compared:
                 f"magnitude {self.magnitude}" + (f". {self.note}" if self.note else ""))
 
 
-def read(table: Any, series: dict[str, Any], values: tuple[Any, ...], columns: list[str], baseline: str,
+def read(table: Any, series: JsonObject, values: tuple[Any, ...], columns: list[str], baseline: str,
          where: str) -> Paper:
     """The ``[paper]`` table, checked against the experiment's series, sweep and columns."""
     def want(ok: bool, what: str) -> None:
@@ -101,7 +102,7 @@ def read(table: Any, series: dict[str, Any], values: tuple[Any, ...], columns: l
                  table.get("unsourced", ""), tuple(points), tuple(claims))
 
 
-def innet_values(paper: Paper, option: str, rows: list[dict[str, Any]], speedups: dict[str, dict[str, Any]],
+def innet_values(paper: Paper, option: str, rows: list[JsonObject], speedups: dict[str, JsonObject],
                  series: str) -> list[tuple[Any, float]]:
     """Series ``series``' values of the paper's measure, by swept value, as far as run."""
     out = []
@@ -118,7 +119,7 @@ def innet_values(paper: Paper, option: str, rows: list[dict[str, Any]], speedups
     return out
 
 
-def compare(paper: Paper, option: str, rows: list[dict[str, Any]], speedups: dict[str, dict[str, Any]],
+def compare(paper: Paper, option: str, rows: list[JsonObject], speedups: dict[str, JsonObject],
             baseline_of: Any) -> list[Compared]:
     """Each paper point beside innet's value of it."""
     out: list[Compared] = []
@@ -162,13 +163,13 @@ def _magnitude(measure: str, paper: float, innet: float | None) -> str:
     return f"innet {innet / paper:.2f}× the paper's" if paper else "the paper's is 0"
 
 
-def as_json(paper: Paper, compared: list[Compared]) -> dict[str, Any]:
+def as_json(paper: Paper, compared: list[Compared]) -> JsonObject:
     """points.json's ``paper``: the table as the file has it, and each point's comparison with its line."""
     return {**{k: v for k, v in asdict(paper).items() if k != "points"},
             "compared": [{**asdict(c), "line": c.line} for c in compared]}
 
 
-def lines(points: dict[str, Any]) -> list[str]:
+def lines(points: JsonObject) -> list[str]:
     """What ``innet reproduce`` prints from points.json: the paper, its setting and innet's, and one line per
     point."""
     paper = points.get("paper")
