@@ -7,8 +7,7 @@ attributes: ``comm_type``, ``comm_size``, ``comm_src``, ``comm_dst``, ``comm_tag
 every other field by its wire type, as protobuf does. Lists in attributes are kept as tuples.
 
 ``write`` makes the same bytes protobuf would (fields in number order, proto3 defaults left out, a oneof's value
-always written), so ``microbenchmark`` writes ASTRA-sim's microbenchmark traces (examples/workload/microbenchmarks:
-one collective of ``comm_size`` bytes per rank) byte for byte.
+always written): innet.integrations.chakra.make writes ASTRA-sim's microbenchmark traces with it byte for byte.
 """
 
 from __future__ import annotations
@@ -379,21 +378,9 @@ def write(path: str, nodes: Sequence[Node], version: str = "0.0.4") -> None:
         fh.write(trace_bytes(nodes, version))
 
 
-def collective_node(id: int, name: str, comm_type: str, comm_size: int, **attrs: Value) -> Node:
-    """A COMM_COLL node of ``comm_type`` (COMM_TYPES' name) moving ``comm_size`` bytes, as Chakra's generators make
-    them (``is_cpu_op`` false, then ``comm_type`` and ``comm_size``)."""
-    return Node(id, name, COLL, attrs={"is_cpu_op": False, "comm_type": COMM_TYPES.index(comm_type),
-                                       "comm_size": comm_size, **attrs})
-
-
-def microbenchmark(folder: str, comm_type: str, npus: int, megabytes: int = 1) -> list[str]:
-    """ASTRA-sim's microbenchmark trace of one ``comm_type`` collective (``ALL_REDUCE``, ``ALL_GATHER``,
-    ``ALL_TO_ALL``, ``REDUCE_SCATTER``) of ``megabytes`` MiB on ``npus`` ranks, written into ``folder`` as its
-    generator_scripts write it (NAME.RANK.et, rank r's one node numbered r): the files."""
-    name = comm_type.lower()
-    files = []
-    for rank in range(npus):
-        path = os.path.join(folder, f"{name}.{rank}.et")
-        write(path, [collective_node(rank, f"{name}_{npus}npus_{megabytes}MB", comm_type, megabytes << 20)])
-        files.append(path)
-    return files
+def collective_node(id: int, name: str, comm_type: str, comm_size: int, deps: tuple[int, ...] = (),
+                    **attrs: Value) -> Node:
+    """A COMM_COLL node of ``comm_type`` (COMM_TYPES' name) moving ``comm_size`` bytes, once its data dependencies
+    ``deps`` end, as Chakra's generators make them (``is_cpu_op`` false, then ``comm_type`` and ``comm_size``)."""
+    return Node(id, name, COLL, data_deps=deps, attrs={"is_cpu_op": False, "comm_type": COMM_TYPES.index(comm_type),
+                                                       "comm_size": comm_size, **attrs})
