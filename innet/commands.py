@@ -19,7 +19,7 @@ from innet.shipped import CHECKOUT, SCRIPTS
 
 # subcommand: (its help line, the table's sections it shows, flags of those sections it leaves out)
 SUBCOMMANDS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
-    "run": ("run all-reduce over a topology, check it, report where the bytes went",
+    "run": ("run all-reduce over a topology, check it, say where bytes went",
             ("backend", "topology", "job", "workload", "shared input", "consistency", "faults", "output"), ()),
     "plan": ("print the placement plan and the predicted bytes per link; start nothing",
              ("topology", "job", "workload", "shared input"),
@@ -32,7 +32,7 @@ SUBCOMMANDS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
                ("collective", "root", "program", "elements", "iterations", "jobs", "job_slots", "job_priority", "topk",
                 "crash", "background", "link_faults", "pcap", "cli", "cluster", "cluster_key", "cluster_known_hosts",
                 "json", "plots")),
-    "replay": ("replay MLCommons Chakra execution traces (TRACE: one .et file per rank, or a folder) on the local fabric",
+    "replay": ("replay MLCommons Chakra execution traces on the local fabric",
                ("backend", "topology", "job", "faults", "output"),
                ("collective", "root", "program", "elements", "iterations", "jobs", "job_slots", "job_priority", "topk",
                 "crash", "background", "pcap", "cli", "cluster", "cluster_key", "cluster_known_hosts", "dilation",

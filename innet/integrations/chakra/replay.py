@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import networkx as nx
 import numpy as np
 
+from innet.graph import link_name, natural_key
 from innet.hosts.p2p.wire import EXCHANGE, USER
 from innet.integrations.chakra.schedule import Comm, Schedule
 from innet.integrations.chakra.trace import RankTrace
@@ -177,11 +178,12 @@ def replay(graph: nx.Graph, run: RunSpec, traces: Sequence[RankTrace], schedule:
                        tuple(sorted({r for r, _ in t.comm.nodes})), t.comm.size, t.start, t.end, model, ok)
                   for t, (model, ok) in zip(timed, network.outcomes, strict=True))
     tally = network.fabric.tally
-    links = {name: int(b) for name, b in sorted(tally.link_bytes.items())}
+    names = sorted((link_name(u, v) for u, v in graph.edges), key=natural_key)  # every link, zero where nothing went
+    links = {name: int(tally.link_bytes.get(name, 0)) for name in names}
     predicted = network.predicted + tally.predicted_message_link_bytes
     folders = {os.path.dirname(t.path) for t in traces}
     where = traces[0].path if len(traces) == 1 else f"{folders.pop() or '.'} ({len(traces)} files)" if len(folders) == 1 \
         else f"{traces[0].path} .. {traces[-1].path}"
     return ReplayRecord(where, run.mode, run.backend, run.topo, len(traces), sum(len(t.nodes) for t in traces), ended,
-                        all(c.correct for c in calls), calls, links, {k: int(v) for k, v in sorted(predicted.items())},
+                        all(c.correct for c in calls), calls, links, {k: int(predicted.get(k, 0)) for k in names},
                         tier_bytes(graph, links))
