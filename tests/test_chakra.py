@@ -206,6 +206,9 @@ def test_a_bad_trace_is_one_line(tmp_path, capsys, public):
     ([[message(1, SEND, 0, 1, 8)], []], "rank 0's send to rank 1 (tag 0) has no matching receive"),
     ([[message(1, RECV, 1, 0, 8)], []], "rank 0's receive from rank 1 (tag 0) has no matching send"),
     ([[message(1, SEND, 0, 5, 8)], []], "comm_dst 5 is not a rank of the 2"),
+    ([[message(1, SEND, 0, 0, 8)], []], "node 1 (msg1) sends to its own rank"),
+    ([[collective_node(1, "c", "BROADCAST", 8, root=2)], [collective_node(1, "c", "BROADCAST", 8, root=2)]],
+     "root 2 is not a rank of the 2"),
     ([[collective_node(1, "c", "ALL_REDUCE", 8)], []], "different numbers of collectives"),
     ([[message(1, RECV, 1, 0, 8), collective_node(2, "c", "ALL_REDUCE", 8, (1,))],
       [collective_node(1, "c", "ALL_REDUCE", 8), message(2, SEND, 1, 0, 8, 1)]], "collective 1 is issued by rank(s) 1"),
@@ -214,3 +217,18 @@ def test_a_trace_that_cannot_run_says_why_in_one_line(ranks, message):
     with pytest.raises(UserError) as caught:
         Schedule(trace(*ranks)).run(lambda calls: 0.001)
     assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_every_kind_of_collective_replays_exact_with_the_planners_bytes():
+    kinds = ["REDUCE", "BROADCAST", "REDUCE_SCATTER", "REDUCE_SCATTER_BLOCK", "GATHER", "SCATTER", "BARRIER"]
+    nodes = tuple(collective_node(i, k.lower(), k, 40000 + 4 * i, (i - 1,) if i else (), root=1)
+                  for i, k in enumerate(kinds))
+    traces = [RankTrace(f"t.{r}.et", "0.0.4", nodes) for r in range(4)]
+    prepared = prepare("leaf-spine", default_backend="local", calibrate=False, workers=4, mode="all")
+    for m in prepared.runs:
+        record = replay(prepared.graph, m.spec, traces)
+        assert [c.kind for c in record.calls] == ["reduce", "broadcast", "reduce_scatter", "reduce_scatter", "gather",
+                                                  "scatter", "barrier"]
+        assert all(c.correct for c in record.calls) and record.correct, m.spec.mode
+        assert all(b.start_s == pytest.approx(a.end_s) for a, b in zip(record.calls, record.calls[1:], strict=False))
+        assert record.link_bytes == record.predicted_link_bytes, m.spec.mode

@@ -121,10 +121,16 @@ class Schedule:
                 raise Malformed("a negative comm_size")
             if node.type == COLL and not 0 <= node.int_attr("comm_type") < len(COMM_TYPES):
                 raise Malformed(f"comm_type {node.attrs['comm_type']!r} is not one of Chakra's")
+            node.int_attr("comm_tag", 0)
+            if node.type == COLL and not 0 <= node.int_attr("root", 0) < len(self.traces):
+                raise Malformed(f"root {node.attrs['root']!r} is not a rank of the {len(self.traces)}")
             if node.type != COLL:
+                rank = self.traces.index(trace)
                 for peer in ("comm_src", "comm_dst"):
-                    if not 0 <= node.int_attr(peer, self.traces.index(trace)) < len(self.traces):
+                    if not 0 <= node.int_attr(peer, rank) < len(self.traces):
                         raise Malformed(f"{peer} {node.attrs[peer]!r} is not a rank of the {len(self.traces)}")
+                if node.int_attr("comm_src", rank) == node.int_attr("comm_dst", rank):
+                    raise Malformed(f"node {node.id} ({node.name or node.type_name}) sends to its own rank")
         except Malformed as exc:
             raise UserError(f"{trace.path}: {exc}") from None
 
