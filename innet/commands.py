@@ -1,7 +1,7 @@
 """``innet``: the command, one subcommand per thing a user does.
 
-``run``, ``plan`` and ``train`` take the options of a run as flags, made from ``RunSpec``'s fields
-(innet.cli.add_options), each subcommand the sections that mean something to it; so ``innet run ARGS`` is
+``run``, ``plan``, ``train``, ``launch`` and ``replay`` take the options of a run as flags, made from ``RunSpec``'s
+fields (innet.cli.add_options), each subcommand the sections that mean something to it; so ``innet run ARGS`` is
 ``run_topology.py ARGS``. The rest: ``bench``, ``clean`` and ``reproduce``.
 """
 
@@ -19,7 +19,7 @@ from innet.shipped import CHECKOUT, SCRIPTS
 
 # subcommand: (its help line, the table's sections it shows, flags of those sections it leaves out)
 SUBCOMMANDS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
-    "run": ("run all-reduce over a topology, check it, report where the bytes went",
+    "run": ("run all-reduce over a topology, check it, say where bytes went",
             ("backend", "topology", "job", "workload", "shared input", "consistency", "faults", "output"), ()),
     "plan": ("print the placement plan and the predicted bytes per link; start nothing",
              ("topology", "job", "workload", "shared input"),
@@ -32,6 +32,11 @@ SUBCOMMANDS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
                ("collective", "root", "program", "elements", "iterations", "jobs", "job_slots", "job_priority", "topk",
                 "crash", "background", "link_faults", "pcap", "cli", "cluster", "cluster_key", "cluster_known_hosts",
                 "json", "plots")),
+    "replay": ("replay MLCommons Chakra execution traces on the local fabric",
+               ("backend", "topology", "job", "faults", "output"),
+               ("collective", "root", "program", "elements", "iterations", "jobs", "job_slots", "job_priority", "topk",
+                "crash", "background", "pcap", "cli", "cluster", "cluster_key", "cluster_known_hosts", "dilation",
+                "node_group", "timeline", "plots", "placement", "pool_slots", "pbox_cores")),
 }
 
 
@@ -46,6 +51,8 @@ def parser() -> argparse.ArgumentParser:
         cli.add_options(sub, groups, left_out)
         if name == "launch":
             _launch_flags(sub)
+        if name == "replay":
+            sub.add_argument("trace", nargs="+", metavar="TRACE", help="the trace: NAME.RANK.et files, or their folder")
         if name == "run":  # as run_topology.py: innet run --plan-only is innet plan
             sub.add_argument("--plan-only", action="store_true",
                              help="print the placement plan and predicted bytes, start nothing (as innet plan)")
@@ -134,6 +141,7 @@ def _main(argv: list[str]) -> int:
         "clean": lambda: cli.execute(argparse.Namespace(clean=True)),
         "reproduce": lambda: _reproduce(args),
         "launch": lambda: _launch(args, command),
+        "replay": lambda: _replay(args),
     }
     return commands[args.command]()
 
@@ -172,6 +180,34 @@ def _launch(args: argparse.Namespace, command: list[str]) -> int:
     for line in launch(prepared.graph, ready.spec, command, plan=ready.plan, **timeouts):
         print(line)
     return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    """``innet replay [run flags] TRACE...``: the trace on the fabric in each mode asked, one report each."""
+    from innet import cli
+    from innet.api import prepare
+    from innet.integrations.chakra.record import lines, write
+    from innet.integrations.chakra.replay import replay
+    from innet.integrations.chakra.schedule import Schedule
+    from innet.integrations.chakra.trace import load
+
+    paths = vars(args).pop("trace")
+    options = cli.options(args)
+    if options.get("backend", "local") != "local":
+        raise UserError(f"innet replay runs on the local fabric ({{backend}} local), not {{backend}} {options['backend']}")
+    traces = load(paths)
+    schedule = Schedule(traces)  # every rule of the trace checked before anything is built
+    if options.setdefault("workers", len(traces)) != len(traces):
+        raise UserError(f"the trace has {len(traces)} ranks: {{workers}} {options['workers']} cannot replay it")
+    prepared = prepare(default_backend="local", calibrate=False, **options)
+    records = []
+    for m in prepared.runs:
+        records.append(replay(prepared.graph, m.spec, traces, schedule))
+        for line in lines(records[-1]):
+            print(line)
+    for path in write(records, prepared.spec.out, prepared.spec.json):
+        print(f"results: {path}")
+    return 0 if all(r.correct for r in records) else 1
 
 
 def _interrupt(*_: object) -> None:

@@ -21,6 +21,7 @@ TESTED_ELSEWHERE = {
     "Reproducing the papers": "tests/test_experiments.py runs each innet reproduce command (its quick sweep)",
     "Training a real model (`--train digits`)": "tests/test_learning.py runs its command",
     "PyTorch: `innet launch`": "tests/test_launch.py runs its launches (2 ranks, 2 epochs), tests/test_ddp.py the hook's",
+    "Replaying Chakra traces": "tests/test_chakra.py::test_the_readme_command_replays_the_shipped_example",
     "Scaling up": "tests/test_scale.py::test_the_readme_scaling_commands_run_as_written (the bench at small sizes)",
     "Performance": "tests/test_bench.py runs every benchmark make bench runs, small",
 }

@@ -120,8 +120,10 @@ class FabricCollectives:
         self._planned: dict[tuple[object, ...], tuple[RunSpec, RunPlan, type[SwitchProgram]]] = {}
         self.lock = threading.Lock()  # one call on the fabric at a time: collectives, and messages (another thread)
 
-    def _plan(self, name: str, op: str, root: int, workers: int, elements: int,
-              per_packet: int) -> tuple[RunSpec, RunPlan, type[SwitchProgram]]:
+    def plan(self, name: str, op: str, root: int, workers: int, elements: int,
+             per_packet: int) -> tuple[RunSpec, RunPlan, type[SwitchProgram]]:
+        """The run, plan and program of a call of collective ``name`` with operator ``op`` on ``workers`` ranks,
+        ``elements`` values, ``per_packet`` values a packet (0: the run's), made once per shape of call."""
         key = (name, op, root, workers, elements, per_packet, self.run)
         if key not in self._planned:
             run = replace(self.run, collective=name, root=root, program=PROGRAMS[op], workers=workers, elements=elements,
@@ -137,7 +139,7 @@ class FabricCollectives:
         ``planned`` values (default: its own): the whole result for each rank, its own part for routed collectives
         being assembled from the parts each rank received."""
         with self.lock:
-            run, rp, program = self._plan(name, op, root, len(inputs), max(1, planned or len(inputs[0])), per_packet)
+            run, rp, program = self.plan(name, op, root, len(inputs), max(1, planned or len(inputs[0])), per_packet)
             local = LocalRun(self.graph, run, given={r: [t] for r, t in enumerate(inputs)}, planned=rp, program=program)
             self.tally.virtual_s += local.fabric.run()
             self.tally.link_bytes.update(local.fabric.link_bytes())
@@ -159,7 +161,7 @@ class FabricCollectives:
         on ``channel`` (innet.hosts.p2p): what each rank received from each, in order (``[dst][src]`` is the list
         of src's messages to dst). Their bytes per link, and the planner's prediction of them, counted."""
         with self.lock:
-            run, rp, program = self._plan("barrier", "sum", 0, size, 1, 0)
+            run, rp, program = self.plan("barrier", "sum", 0, size, 1, 0)
             done = exchange(self.graph, run, rp, program, [Post(s, d, channel, data) for s, d, data in posts])
             hosts = {spec.rank: host for host, spec in rp.specs[rp.plans[0].job].items()}
             self.tally.virtual_s += done.seconds
