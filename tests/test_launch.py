@@ -294,7 +294,7 @@ def test_on_mininet_sums_and_fsdps_calls_go_through_the_switch_and_ctrl_c_leaves
     assert sorted(r for r, _ in got) == ["0", "1"], out.stdout
     assert collectives(out.stdout) == {"all_to_all": 1, "allreduce": 2, "barrier": 2, "reduce_scatter": 1, "all_gather": 1}
     assert "messages through the network (send/recv, all-to-all, gather, scatter): 2: " in out.stdout
-    assert "side plane" not in out.stdout
+    assert "over the TCP side plane" not in out.stdout
     predicted = sum(innet.plan("star", workers=2, backend="local", packet_elements=251, collective=c,
                                elements=2 * 1004).modes[0].predicted_link_bytes["h1--s1"]
                     for c in ("reduce_scatter", "all_gather"))
