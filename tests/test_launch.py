@@ -286,8 +286,9 @@ SHARD = 1001  # values per rank: not whole packets of 256, so each rank's piece 
 @pytest.mark.mininet
 def test_on_mininet_sums_and_fsdps_calls_go_through_the_switch_and_ctrl_c_leaves_nothing(tmp_path):
     """Each rank in its host: a float sum and a mean, a barrier, a reduce-scatter and an all-gather through the
-    switch (the worker client), their bytes on each worker's link the planner's for those calls; an all-to-all
-    over the side plane, counted on the links; then a run interrupted mid-training leaves no interface or state."""
+    switch (the worker client), their bytes on each worker's link the planner's for those calls; an all-to-all of
+    int64 as messages from the ranks' hosts, through the switch too; then a run interrupted mid-training leaves no
+    interface or state."""
     if os.geteuid() != 0:
         pytest.skip("needs root (Mininet)")
     import innet
@@ -300,8 +301,9 @@ def test_on_mininet_sums_and_fsdps_calls_go_through_the_switch_and_ctrl_c_leaves
     assert out.returncode == 0, out.stderr[-2000:]
     got = re.findall(r"^\[rank([01])\]: got 3.0 3.0 \[0.5, 0.5, 0.5\] \[0, 1\] True moved (\d+)$", out.stdout, re.M)
     assert sorted(r for r, _ in got) == ["0", "1"], out.stdout
-    assert collectives(out.stdout) == {"allreduce": 2, "barrier": 2, "reduce_scatter": 1, "all_gather": 1}
-    assert "over the TCP side plane (counted on the links): all_to_all\n" in out.stdout
+    assert collectives(out.stdout) == {"all_to_all": 1, "allreduce": 2, "barrier": 2, "reduce_scatter": 1, "all_gather": 1}
+    assert "messages through the network (send/recv, all-to-all, gather, scatter): 2: " in out.stdout
+    assert "over the TCP side plane" not in out.stdout
     predicted = sum(innet.plan("star", workers=2, backend="local", packet_elements=251, collective=c,
                                elements=2 * 1004).modes[0].predicted_link_bytes["h1--s1"]
                     for c in ("reduce_scatter", "all_gather"))

@@ -1,21 +1,35 @@
 """Point-to-point messages through the switches (innet.hosts.p2p): a message's words and frames byte for byte, the
-bytes every link carries equal to the planner's prediction on a lossless fabric, every message exact and in order
-under loss, duplication and reordering, and the mailbox's matching of receives."""
+bytes every link carries equal to the planner's prediction on a lossless fabric (and to the switches' own count of
+message frames per port, what a Mininet launch reports), every message exact and in order under loss, duplication and
+reordering, the messages an exchange sends, the mailbox's matching of receives, and a host's port that takes only
+message frames (root)."""
 
+import os
+import subprocess
+import sys
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from innet.backends.local.exchange import Post, exchange
+from innet.backends.local.fabric import Fabric
+from innet.hosts.background import BACKGROUND_JOB
+from innet.hosts.p2p.host import MessageHost
 from innet.hosts.p2p.wire import EXCHANGE, P2P_JOB, USER, decode, encode, message_bytes, pieces_of
+from innet.integrations.torch.batch import exchange_pairs
 from innet.integrations.torch.p2p import Mailbox
 from innet.planning.prediction import exchange_link_bytes, path_links
 from innet.planning.spec import RunSpec, program_of
-from innet.schemes.modes import plan_run
+from innet.results.metrics import message_link_bytes
+from innet.schemes.modes import installed_configs, plan_run
 from innet.shipped import build
+from innet.switch.runtime import SwitchRuntime
+from innet.switch.testkit import Harness
 from innet.wire.faults import FaultSpec
 from innet.wire.packet import PAYLOAD_OFFSET, ROUTE, make_packet, to_scapy
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def planned(topo: str, workers: int, **faults: float):
@@ -96,3 +110,77 @@ def test_a_receive_takes_the_first_message_it_matches_by_sender_and_tag():
     assert got == [(2, b"b"), (1, b"c"), (1, b"a")]
     box.deliver(3, 7, b"d")
     assert got[-1] == (3, b"d") and not box.waiting and not box.messages
+
+
+def test_an_exchange_sends_one_message_for_every_pair_its_call_names_empty_or_not():
+    """all_to_all: every rank to every other; gather: every other rank to the root; scatter: the root to every
+    other. The same on both backends, so a receiver on Mininet knows what to await and the prediction is one."""
+    assert exchange_pairs("all_to_all", 3, 0) == [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]
+    assert exchange_pairs("gather", 4, 2) == [(0, 2), (1, 2), (3, 2)]
+    assert exchange_pairs("scatter", 4, 1) == [(1, 0), (1, 2), (1, 3)]
+
+
+def test_the_switches_count_message_frames_per_port_as_the_links_carry_them():
+    """On the leaf-spine fabric, every rank to every other (and background frames beside them, not counted): the
+    switches' per-port message counters, read as Mininet reads them (a switch's sends, a host's uplink as its switch
+    received it), are the fabric's bytes per link and the planner's prediction."""
+    graph, run, rp, program = planned("leaf-spine", 4)
+    fabric = Fabric(graph)
+    for name, cfg in installed_configs(graph, run, rp).items():
+        fabric.add_switch(name, SwitchRuntime(cfg, program))
+    by_rank = sorted(rp.specs[rp.plans[0].job].items(), key=lambda hs: hs[1].rank)
+    nodes = [spec.node for _, spec in by_rank]
+    ends = []
+    for host, spec in by_rank:
+        ends.append(MessageHost(spec, nodes, expected=3))
+        fabric.attach(host, ends[-1])
+    sizes = {(s, d): 1000 * (1 + s) + 77 * d for s in range(4) for d in range(4) if s != d}
+    for (s, d), n in sizes.items():
+        ends[s].post(d, EXCHANGE, bytes(n))
+    fabric.run()
+    assert all(end.done and end.error is None for end in ends)
+    counted = message_link_bytes(graph, {name: rt.report().ports for name, rt in fabric.switches.items()})
+    hosts = hosts_of(rp)
+    predicted = exchange_link_bytes(graph, [(hosts[s], hosts[d], n) for (s, d), n in sizes.items()], rp.per_packet)
+    assert counted == {k: v for k, v in fabric.link_bytes().items() if v} == predicted
+    assert any(name.startswith("s") for name in counted)  # a spine's link: a switch's sends both ways
+    sw = Harness("sum_allreduce", workers=2, slots=0)
+    message = make_packet(np.arange(40, dtype=np.int32), job=P2P_JOB, rank=0, flags=ROUTE).to_frame(0, 1)
+    background = make_packet(np.arange(40, dtype=np.int32), job=BACKGROUND_JOB, flags=ROUTE).to_frame(0, 1)
+    sw.receive(1, message)
+    sw.receive_block(1, [message, background] * 4 + [message])  # a block: the batch path counts them too
+    stats = sw.runtime.report().ports
+    assert stats["s-eth1"].message_rx_bytes == 6 * len(message) and stats["s-eth2"].message_tx_bytes == 6 * len(message)
+    assert stats["s-eth2"].tx_bytes == 6 * len(message) + 4 * len(background)
+
+
+FILTERED = """
+import socket, subprocess, sys, time
+from innet.io.rawport import RawPort
+from innet.wire.packet import make_packet, P2P_JOB, ROUTE
+import numpy as np
+subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
+mine, rest = RawPort("lo"), RawPort("lo")
+mine.keep_job(P2P_JOB)
+rest.keep_job(P2P_JOB, keep=False)
+out = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+out.bind(("lo", 0))
+for job in (P2P_JOB, 7, P2P_JOB):
+    out.send(make_packet(np.full(3, job, np.int32), job=job, flags=ROUTE).to_frame(0, 1))
+out.send(b"\\xff" * 12 + b"\\x08\\x06" + bytes(46))  # not innet's (an ARP ethertype)
+time.sleep(0.2)
+jobs = lambda port: [int.from_bytes(f[42:44], "big") if f[12:14] == bytes([8, 0]) else -1 for f in port.recv_batch()]
+print(jobs(mine), jobs(rest))
+"""
+
+
+@pytest.mark.mininet
+def test_a_hosts_message_port_takes_only_message_frames_and_the_other_port_every_other_frame():
+    """Two raw ports on one interface (loopback, in a network namespace of the test's own), filtered on the job
+    number: one gets the message frames (job 0xFFFD) alone, the other the rest, a foreign frame among them."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (a network namespace)")
+    out = subprocess.run(["unshare", "--net", sys.executable, "-c", FILTERED], capture_output=True, text=True,
+                         cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[0] == f"[{P2P_JOB}, {P2P_JOB}] [7, -1]"

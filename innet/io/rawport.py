@@ -18,7 +18,16 @@ import time
 import numpy as np
 
 from innet.io.mmsg import FrameBuffer
-from innet.wire.packet import ETH_LEN, HEADER_DTYPE, HEADER_OFFSET, TOS_OFFSET, FrameBlock, band_of, parse_block
+from innet.wire.packet import (
+    AGG_PORT,
+    ETH_LEN,
+    HEADER_DTYPE,
+    HEADER_OFFSET,
+    TOS_OFFSET,
+    FrameBlock,
+    band_of,
+    parse_block,
+)
 
 ETH_P_ALL = 0x0003
 SOL_PACKET = 263
@@ -29,6 +38,7 @@ SO_SNDBUFFORCE = 32
 SO_ATTACH_FILTER = 26
 BUFFER_BYTES = 16 << 20
 SIOCGIFMTU = 0x8921
+FRAME_BYTES = 0x40000  # a socket filter's "keep the frame": up to this many of its bytes (all of any frame here)
 # The socket priority that pfifo_fast (the strict-priority qdisc under each link's shaper) puts in band
 # 0, 1, 2: TC_PRIO_INTERACTIVE, TC_PRIO_BESTEFFORT, TC_PRIO_BULK by its fixed priomap.
 SOCKET_PRIORITY = (6, 0, 2)
@@ -65,6 +75,30 @@ class RawPort:
             (0x06, 0, 0, 0xFFFF),       #   accept
             (0x06, 0, 0, 0),            # else drop
         ]
+        self._attach(program)
+
+    def keep_job(self, job: int, keep: bool = True) -> None:
+        """Attach a classic BPF filter on innet's frames of ``job`` (IPv4, UDP to AGG_PORT, that job number):
+        deliver only those (``keep``), or every frame but those. A host's two ports on one interface split its
+        frames so: the point-to-point messages' (innet.node.messages), and the rest (the worker client's)."""
+        job_offset = HEADER_OFFSET + HEADER_DTYPE.fields["job"][1]  # type: ignore[index]
+        match, other = (FRAME_BYTES, 0) if keep else (0, FRAME_BYTES)
+        program = [
+            (0x28, 0, 0, 12),          # ldh [ethertype]
+            (0x15, 0, 7, 0x0800),      # IPv4, else other
+            (0x30, 0, 0, 23),          # ldb [protocol]
+            (0x15, 0, 5, 17),          # UDP, else other
+            (0x28, 0, 0, 36),          # ldh [destination port]
+            (0x15, 0, 3, AGG_PORT),    # innet's, else other
+            (0x28, 0, 0, job_offset),  # ldh [job]
+            (0x15, 0, 1, job),         # the job, else other
+            (0x06, 0, 0, match),
+            (0x06, 0, 0, other),
+        ]
+        self._attach(program)
+
+    def _attach(self, program: list[tuple[int, int, int, int]]) -> None:
+        """Attach classic BPF ``program`` (code, jt, jf, k per instruction) to the socket."""
         code = b"".join(struct.pack("HBBI", *insn) for insn in program)
         buf = ctypes.create_string_buffer(code)
         fprog = struct.pack("HL", len(program), ctypes.addressof(buf))

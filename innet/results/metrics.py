@@ -8,10 +8,11 @@ from typing import Any
 
 import networkx as nx
 
-from innet.graph import is_switch, link_name, natural_key, role, tier, uplink
+from innet.graph import is_switch, link_name, link_totals, natural_key, port_to, role, tier, uplink
 from innet.planning.prediction import link_rate
 from innet.results.files import write_text_atomic
 from innet.results.record import JsonObject, RunRecord
+from innet.switch.runtime import PortStats
 
 
 def tier_bytes(graph: nx.Graph, link_bytes: Mapping[str, int]) -> dict[str, int]:
@@ -31,6 +32,21 @@ def up_and_down(graph: nx.Graph, directions: Mapping[tuple[str, str], int]) -> t
         a, b = uplink(graph, u, v)
         up[link_name(a, b)], down[link_name(a, b)] = directions.get((a, b), 0), directions.get((b, a), 0)
     return up, down
+
+
+def message_link_bytes(graph: nx.Graph, ports: Mapping[str, Mapping[str, PortStats]]) -> dict[str, int]:
+    """Bytes of point-to-point messages (job P2P_JOB) each link carried, both directions, from the switches' port
+    counters (``ports``: switch -> interface ``{switch}-eth{port}`` -> its PortStats): a direction out of a switch as
+    that switch sent it, a host's uplink as its switch received it. Exact where the side plane's TCP shares the
+    links (Mininet), whose frames the switches never count as messages. Links that carried none are left out."""
+    directions: dict[tuple[str, str], int] = {}
+    for u, v in graph.edges:
+        for a, b in ((u, v), (v, u)):
+            if a in ports:
+                directions[(a, b)] = ports[a][f"{a}-eth{port_to(graph, a, b)}"].message_tx_bytes
+            elif b in ports:
+                directions[(a, b)] = ports[b][f"{b}-eth{port_to(graph, b, a)}"].message_rx_bytes
+    return {name: n for name, n in link_totals(directions).items() if n}
 
 
 def cross_rack_bytes(graph: nx.Graph, link_bytes: dict[str, int]) -> int:

@@ -3,7 +3,8 @@
 The transport (the in-process fabric, or raw sockets inside Mininet) hands it
 frames with ``receive``; it parses them, calls the program's handler, executes
 the returned actions and hands back ``(port, frame)`` pairs to send. It also
-counts packets and bytes per port and every drop by reason.
+counts packets and bytes per port (point-to-point messages' frames, job P2P_JOB, apart too) and every drop by
+reason.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from innet.wire.packet import (
     FALLBACK,
     HEADER_OFFSET,
     INPUT_JOB,
+    P2P_JOB,
     RESULT,
     ROUTE,
     SPARSE,
@@ -62,10 +64,15 @@ SMALL_BLOCK = 5
 
 @dataclass
 class PortStats:
+    """A port's frames and bytes in and out; of the bytes, those of point-to-point messages (job P2P_JOB: torch's
+    send/recv and all-to-all, innet.hosts.p2p), which a Mininet launch reports apart from the side plane's TCP."""
+
     rx_packets: int = 0
     rx_bytes: int = 0
     tx_packets: int = 0
     tx_bytes: int = 0
+    message_rx_bytes: int = 0
+    message_tx_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -239,6 +246,8 @@ class SwitchRuntime:
         if pkt is None:
             self.ctx.count("bad:" + frame_problem(frame))
             return []
+        if pkt.job == P2P_JOB:
+            stats.message_rx_bytes += len(frame)
         self._dispatch(port, pkt, out)
         if self.slot_log is not None:
             self._note_slots(now)
@@ -276,6 +285,9 @@ class SwitchRuntime:
             stats.rx_packets += b - a
             stats.rx_bytes += int(block.lengths[a:b].sum())
             rows = slice(a, b)
+            messages = block.hdr["job"][rows] == P2P_JOB
+            if messages.any():
+                stats.message_rx_bytes += int(block.lengths[rows][messages].sum())
             width = int(block.hdr["count"][rows].max())  # a SPARSE run's rows are as wide as its longest
             batch = Batch(port, block.hdr[rows], block.values(rows, width), block.src[rows], block.dst[rows],
                           block.band[rows], frames=block.frames[rows])
@@ -425,6 +437,9 @@ class SwitchRuntime:
         stats = self.stats[action.port]
         stats.tx_packets += block.shape[0]
         stats.tx_bytes += block.size
+        messages = int(np.count_nonzero(action.hdr["job"] == P2P_JOB))
+        if messages:
+            stats.message_tx_bytes += messages * block.shape[1]
         if action.src is not None:
             self._count_input(int(np.count_nonzero(action.hdr["job"] == INPUT_JOB)) * block.shape[1])
         out.append((action.port, block))
@@ -441,7 +456,7 @@ class SwitchRuntime:
         """``pkt`` out of each of ``ports`` in turn (a Multicast's), its payload serialised once."""
         band = self._band(priority)
         routed = pkt.flags & ROUTE
-        input_job = pkt.job == INPUT_JOB
+        input_job, message = pkt.job == INPUT_JOB, pkt.job == P2P_JOB
         payload = pkt.payload()
         node, neighbors, all_stats = self.config.node, self.config.neighbors, self.stats
         for port in ports:
@@ -454,6 +469,8 @@ class SwitchRuntime:
                 frame = frame_prefix(node, neighbors[port], len(payload), band) + payload
             stats.tx_packets += 1
             stats.tx_bytes += len(frame)
+            if message:
+                stats.message_tx_bytes += len(frame)
             if input_job:
                 self._count_input(len(frame))
             out.append((port, frame))

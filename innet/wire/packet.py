@@ -113,6 +113,8 @@ PREFIX_DTYPE = np.dtype(
 
 GROUP_BASE = 0x8000  # node indices from here on are multicast groups (10.77.128.1 on)
 INPUT_JOB = 0xFFFF  # the job number of an ensemble's input frames (innet.hosts.ensemble): no training job has it
+P2P_JOB = 0xFFFD  # the job number of point-to-point messages' frames (innet.hosts.p2p), which switches count apart
+# per port (innet.switch.runtime.PortStats); no training job has it (background's is 0xFFFE)
 
 
 def node_mac(index: int) -> bytes:

@@ -93,8 +93,11 @@ class MessageHost:
         self.now = 0.0
 
     # -- sending ----------------------------------------------------------------------------------------------
-    def post(self, dst: int, channel: int, data: bytes | np.ndarray, tag: int = 0) -> int:
-        """Queue a message to rank ``dst``: its ticket (``finished`` names it once it is acknowledged whole)."""
+    def post(self, dst: int, channel: int, data: bytes | np.ndarray, tag: int = 0, now: float | None = None) -> int:
+        """Queue a message to rank ``dst`` (at ``now``: by default the host's last instant, a fabric's start): its
+        ticket (``finished`` names it once it is acknowledged whole)."""
+        if now is not None:
+            self.now = now
         node = self.nodes[dst]
         seq = self.next_seq.get((node, channel), 0)
         self.next_seq[(node, channel)] = seq + 1

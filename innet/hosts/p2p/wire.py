@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from innet.hosts.ring.acks import ACK_EVERY, ACK_SPAN
+from innet.wire.packet import P2P_JOB as P2P_JOB  # the messages' job number, declared with the packet
 from innet.wire.packet import PAYLOAD_OFFSET
 
-P2P_JOB = 0xFFFD  # the job number of message frames: no training job has it (background's is 0xFFFE)
 USER, EXCHANGE = 0, 1  # channels: torch's send/recv; a collective's messages (all-to-all, gather, scatter)
 PREAMBLE = 3  # words in front of a message's bytes: its length (low word, high word), its tag
 ACK_WORDS = 1 + ACK_SPAN // 32

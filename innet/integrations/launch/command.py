@@ -63,8 +63,9 @@ def launch(graph: nx.Graph, run: RunSpec, command: list[str], start_timeout: flo
 
         link_bytes, wall, tally = launch_mininet(graph, run, command, SITE, plan, start_timeout, collective_timeout)
         tally.link_bytes = Counter(link_bytes)
-        fid = Fidelity(1.0, "not judged", ("Mininet: the side plane's TCP shares the links and is counted; the "
-                                           "ranks' and switches' CPU are not measured",), {}, {}, {})
+        fid = Fidelity(1.0, "not judged", ("Mininet: the side plane's TCP shares the links and is counted in their "
+                                           "bytes (the messages' bytes are the switches' count of their frames, apart); "
+                                           "the ranks' and switches' CPU are not measured",), {}, {}, {})
     else:
         tally, wall = launch_local(graph, run, command, start_timeout, collective_timeout)
         fid = virtual_fidelity()

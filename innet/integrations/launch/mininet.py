@@ -4,8 +4,10 @@ The topology comes up as for any Mininet run (innet.backends.mininet.emulation: 
 on success, error, Ctrl-C and SIGTERM) with the switches running the sum program and an IP network beside innet's
 frames for the TCP side plane (innet.backends.mininet.iplane). Each rank's world group runs its float sums and
 means (all-reduce, reduce-scatter, reduce), all-gathers, broadcasts and barriers with the worker client on its
-host's interface (``ClientConf``), through the switches (innet.integrations.torch.switches); every other call takes
-the side plane over the same links. The bytes per link are the interfaces' counters, side plane included.
+host's interface (``ClientConf``), through the switches (innet.integrations.torch.switches), and its send/recv,
+all-to-all, gather and scatter as messages from that interface (innet.integrations.torch.messages); every other
+call takes the side plane over the same links. The bytes per link are the interfaces' counters, side plane
+included; the messages' bytes per link are the switches' count of their frames (``message_link_bytes``), apart.
 
 The ranks' store is held, and watched, by a process of its own in rank 0's host (innet.integrations.launch.watch:
 ``serve``), so that the start and collective timeouts hold here as on this machine: its verdict, a file in the
@@ -43,13 +45,15 @@ PATIENCE = 4.0  # the calls through the switches give up after this many collect
 
 @dataclass(frozen=True)
 class ClientConf:
-    """A rank's worker client: its job's spec, its interface, the scheme, the ring's order and its ports' faults."""
+    """A rank's worker client and messages (innet.integrations.torch.messages): its job's spec, its interface, the
+    scheme, every rank's node index by rank (the ring's order), its ports' faults, and every rank's host by rank."""
 
     spec: JobSpec
     iface: str
     mode: str
     ring: tuple[int, ...]
     faults: Faults = field(default_factory=lambda: dict(NO_FAULTS))
+    hosts: tuple[str, ...] = ()
 
 
 class Served:
@@ -101,8 +105,9 @@ def patient(run: RunSpec, collective_timeout: float) -> RunSpec:
 def launch_mininet(graph: nx.Graph, run: RunSpec, command: list[str], site: str, plan: RunPlan | None = None,
                    start_timeout: float = START_TIMEOUT_S,
                    collective_timeout: float = COLLECTIVE_TIMEOUT_S) -> tuple[dict[str, int], float, Any]:
-    """Run ``command`` as every rank, each in its worker host; the bytes per link, the seconds, rank 0's tally.
-    ``site``: the sitecustomize every rank imports; ``plan``: the run's, as ``innet.prepare`` placed it. A rank
+    """Run ``command`` as every rank, each in its worker host; the bytes per link, the seconds, the ranks' tally
+    (the messages' bytes per link in it, as the switches counted them). ``site``: the sitecustomize every rank
+    imports; ``plan``: the run's, as ``innet.prepare`` placed it. A rank
     that has not joined its group within ``start_timeout`` seconds, or keeps the others waiting in a collective for
     ``collective_timeout``, ends the run, named."""
     from innet.backends.mininet.emulation import network
@@ -110,7 +115,9 @@ def launch_mininet(graph: nx.Graph, run: RunSpec, command: list[str], site: str,
     from innet.backends.mininet.network import link_bytes_between
     from innet.backends.mininet.nodes import port_faults
     from innet.integrations.ranks.mininet import job_ranks
+    from innet.results.metrics import message_link_bytes
     from innet.schemes.modes import installed_configs, plan_run
+    from innet.shipped import save_file
     from innet.wire.packet import link_mtu
 
     if run.mode == "pbox":
@@ -128,12 +135,14 @@ def launch_mininet(graph: nx.Graph, run: RunSpec, command: list[str], site: str,
         emu.start_switches(run, program, installed_configs(graph, run, rp), None)
         with open(os.path.join(emu.run_dir, "sitecustomize.py"), "w", encoding="utf-8") as fh:
             fh.write(site)
+        save_file(graph, os.path.join(emu.run_dir, "graph.json"))  # INNET_GRAPH: the messages' prediction
+        hosts = tuple(host for host, _ in ranks)
         procs: list[subprocess.Popen[bytes]] = []
         for rank, (host, spec) in enumerate(ranks):
-            client = emu.write(f"{host}-client.json", ClientConf(spec, f"{host}-eth0", run.mode, ring,
-                                                                    port_faults(graph, run, host)))
+            conf = emu.write(f"{host}-client.json", ClientConf(spec, f"{host}-eth0", run.mode, ring,
+                                                                  port_faults(graph, run, host), hosts))
             env = dict(rank_env(emu.run_dir, rank, len(ranks), TORCH_PORT, master), **store_env(master, TORCH_PORT))
-            env.update(INNET_CLIENT=client, GLOO_SOCKET_IFNAME=f"{host}-eth0")
+            env.update(INNET_CLIENT=conf, GLOO_SOCKET_IFNAME=f"{host}-eth0")
             given = [f"{k}={v}" for k, v in env.items() if k.startswith(("INNET_", "GLOO_", "OMP_", "PYTHONPATH"))
                      or k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
                               "MASTER_PORT", "TORCHELASTIC_USE_AGENT_STORE")]
@@ -146,4 +155,6 @@ def launch_mininet(graph: nx.Graph, run: RunSpec, command: list[str], site: str,
         wall = time.monotonic() - started
         link_bytes = link_bytes_between(emu.graph, before, emu.interface_bytes())
         tally = read_tally(os.path.join(emu.run_dir, "stats.jsonl"))
+        reports = {sw: ctl.stats().runtime for sw, ctl in emu.switch_controls.items()}
+        tally.message_link_bytes.update(message_link_bytes(emu.graph, {sw: r.ports for sw, r in reports.items() if r}))
     return link_bytes, wall, tally

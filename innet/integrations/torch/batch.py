@@ -108,19 +108,37 @@ def exchange_values(sizes: list[int], payload: np.ndarray) -> np.ndarray:
     return np.concatenate([np.asarray(sizes, "<i8").view(np.uint8), payload.view(np.uint8).ravel()])
 
 
-def exchanged(fabric: FabricCollectives | None, name: str, inputs: Inputs, warn: Warn) -> Taken:
-    """An exchange (all_to_all, gather, scatter: ``EXCHANGES``): every rank's bytes to each other rank as messages
-    through the network (innet.hosts.p2p), its own kept; what each rank takes is what it received, in rank order."""
+def exchange_pairs(name: str, size: int, root: int) -> list[tuple[int, int]]:
+    """The messages (sender, receiver) an exchange of ``size`` ranks sends, whatever their sizes: all_to_all one
+    from every rank to every other, gather one from every other rank to ``root``, scatter one from ``root`` to every
+    other. Empty ones too: a rank in a host of its own (Mininet) cannot know which of the bytes it awaits are none,
+    so both backends send the same messages and the planner predicts them alike."""
+    if name == "all_to_all":
+        return [(s, d) for s in range(size) for d in range(size) if s != d]
+    if name == "gather":
+        return [(s, root) for s in range(size) if s != root]
+    return [(root, d) for d in range(size) if d != root]
+
+
+def exchange_parts(values: np.ndarray, size: int) -> list[bytes]:
+    """A rank's values of an exchange call (``exchange_values``) as the bytes it sends each rank, in rank order."""
+    sizes, raw = sizes_and_bytes(values, size)
+    ends = np.cumsum([0, *sizes])
+    return [raw[ends[d] : ends[d + 1]].tobytes() for d in range(size)]
+
+
+def exchanged(fabric: FabricCollectives | None, name: str, inputs: Inputs, root: int, warn: Warn) -> Taken:
+    """An exchange (all_to_all, gather, scatter: ``EXCHANGES``): every rank's bytes to each rank ``exchange_pairs``
+    names as messages through the network (innet.hosts.p2p), its own kept; what each rank takes is what it received,
+    in rank order."""
     size = len(inputs)
-    parts: list[list[bytes]] = []
-    for values in inputs:
-        sizes, raw = sizes_and_bytes(values, size)
-        ends = np.cumsum([0, *sizes])
-        parts.append([raw[ends[d] : ends[d + 1]].tobytes() for d in range(size)])
-    posts = [(s, d, parts[s][d]) for s in range(size) for d in range(size) if s != d and parts[s][d]]
+    parts = [exchange_parts(values, size) for values in inputs]
+    posts = [(s, d, parts[s][d]) for s, d in exchange_pairs(name, size, root)]
     if fabric is None:
         warn(name)
-        got = [[[parts[s][d]] if s != d and parts[s][d] else [] for s in range(size)] for d in range(size)]
+        got: list[list[list[bytes]]] = [[[] for _ in range(size)] for _ in range(size)]
+        for s, d, data in posts:
+            got[d][s].append(data)
     else:
         fabric.tally.calls[name] += 1
         got = fabric.messages(size, posts, EXCHANGE)
@@ -133,7 +151,7 @@ def compute(fabric: FabricCollectives | None, name: str, op: str, inputs: Inputs
     alone, all_gather: the concatenation, broadcast: the root's, barrier: nothing; an exchange: ``exchanged``). What
     the wire cannot carry (with no ``fabric``: anything) is done here, after ``warn`` names it."""
     if name in EXCHANGES:
-        return exchanged(fabric, name, inputs, warn)
+        return exchanged(fabric, name, inputs, root, warn)
     whole = _whole(fabric, name, op, inputs, root, warn)
     size = len(inputs)
     if name == "reduce_scatter":

@@ -7,14 +7,14 @@ rank 0 (innet.integrations.torch.plane: one TCP connection per rank, the calls w
 message). Rank 0 runs each call once every rank has made it, on the fabric (innet.integrations.torch.batch and
 fabric: the run's topology, scheme and faults; small all-reduces in flight together fused), and hands each rank
 its result. Under ``innet launch`` on Mininet the world's group runs what the switches' sum program serves from
-every rank's own host instead (innet.integrations.torch.switches), in order on one thread, and the rest through
-rank 0.
+every rank's own host instead (innet.integrations.torch.switches), in order on one thread, its messages from that
+host too (innet.integrations.torch.messages), and the rest through rank 0.
 
 Served through the network: all_reduce and reduce (SUM, AVG, MIN, MAX on floats by fixed point; SUM, MIN, MAX,
 BAND, BOR, BXOR, PRODUCT on integers exactly), reduce_scatter_tensor, all_gather_into_tensor, all_gather (lists),
 broadcast, barrier, and their coalesced forms; all_to_all(_single), gather, scatter, send/recv (isend, irecv, any
 source) as messages between the ranks' hosts (innet.integrations.torch.p2p: rank 0 runs them on the fabric; on
-Mininet, for now, through rank 0 over TCP, with the warning). Rank 0 reduces what the wire cannot carry exactly for
+Mininet each rank sends and receives its own, innet.integrations.torch.messages). Rank 0 reduces what the wire cannot carry exactly for
 the values given (integers too large for it), with a warning naming it once. What it cannot carry whatever the
 values (sparse tensors, half floats, a float PRODUCT) and the calls innet does not serve (list reduce_scatter,
 allgather_coalesced, monitored_barrier) go to the side plane, a gloo group on the same store, itself: gloo's own
@@ -32,13 +32,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 import numpy as np
 import torch
 import torch.distributed as dist
 
+from innet.hosts.p2p.wire import P2P_JOB
 from innet.integrations.launch import watch
 from innet.integrations.torch.batch import EXCHANGES, Inputs, Taken, compute_batch
 from innet.integrations.torch.fabric import FabricCollectives, Tally
@@ -51,6 +52,9 @@ from innet.node import codec
 from innet.node.client import AllreduceClient
 from innet.node.codec import read
 from innet.planning.spec import MODES, RunSpec
+
+if TYPE_CHECKING:
+    from innet.integrations.torch.messages import RankMessages
 
 TORCH_RANGE = ((2, 13), (3, 0))  # torch versions the backend takes (tested on 2.13.0): 2.13 named reduce_scatter_single
 # and all_gather_single, which the group implements; its one private name is ``keeps_its_name``'s
@@ -93,17 +97,20 @@ def _fabric_of(size: int) -> FabricCollectives:
     return FabricCollectives(graph, run)
 
 
-def _switches_of(path: str, rank: int, size: int) -> SwitchCollectives | None:
+def _on_host(path: str, rank: int, size: int) -> tuple[SwitchCollectives, RankMessages] | None:
     """This rank's collectives through the switches, with the worker client on its Mininet host's interface
-    (innet.integrations.launch.mininet.ClientConf): for the first group of the whole world only (the client is the
-    job's one worker; later groups go through rank 0)."""
+    (innet.integrations.launch.mininet.ClientConf), and its messages from that interface: for the first group of
+    the whole world only (the client is the job's one worker; later groups go through rank 0)."""
     from innet.integrations.launch.mininet import ClientConf
+    from innet.integrations.torch.messages import RankMessages
 
     if size != int(os.environ.get("WORLD_SIZE", size)) or _client_taken:
         return None
     _client_taken.append(path)
     conf = read(ClientConf, path)
-    return SwitchCollectives(AllreduceClient(conf.spec, conf.iface, conf.mode, list(conf.ring), conf.faults), rank, size)
+    client = AllreduceClient(conf.spec, conf.iface, conf.mode, list(conf.ring), conf.faults)
+    client.port.keep_job(P2P_JOB, keep=False)  # the messages' frames are RankMessages' own port's
+    return SwitchCollectives(client, rank, size), RankMessages(conf, rank, size)
 
 
 def keeps_its_name(cls: type[dist.ProcessGroup]) -> type[dist.ProcessGroup]:
@@ -128,14 +135,16 @@ class InnetGroup(Calls):
 
     def __init__(self, store: dist.Store, rank: int, size: int, timeout: timedelta) -> None:
         super().__init__(rank, size)  # type: ignore[call-arg]
-        self.side: Any = dist.ProcessGroupGloo(dist.PrefixStore("innet-side", store), rank, size, timeout)
         on_mininet = bool(os.environ.get("INNET_CLIENT"))  # innet launch on Mininet: this rank is in a host
-        self.switches = _switches_of(os.environ["INNET_CLIENT"], rank, size) if on_mininet else None
+        on_host = _on_host(os.environ["INNET_CLIENT"], rank, size) if on_mininet else None  # its ports open before
+        # the side plane's group meets: no rank's first message finds another's port not yet there
+        self.side: Any = dist.ProcessGroupGloo(dist.PrefixStore("innet-side", store), rank, size, timeout)
+        self.switches = on_host[0] if on_host else None
+        self.messages = on_host[1] if on_host else None  # this rank's messages from its own host, or through rank 0
         self.fabric = _fabric_of(size) if rank == 0 and not on_mininet else None
         self.tally: Tally | None = self.fabric.tally if self.fabric else Tally() if rank == 0 else None
         self.mode = self.fabric.run.mode if self.fabric and self.fabric.run.mode in MODES else "innet"
         self.p2p = FabricMessages(self.fabric, size, side_plane_warning) if rank == 0 else None
-        self.messages: Any = None  # on Mininet, this rank's messages from its own host (not yet: through rank 0)
         handle = self.p2p.handle if self.p2p else None
         self.plane: Runner | Client = Runner(store, size, self._run, handle) if rank == 0 else Client(store, rank)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="innet") if self.switches else None  # in order
@@ -144,8 +153,8 @@ class InnetGroup(Calls):
         self.lock = threading.Lock()
         self.innet_name = ""  # torch's name of the group (``keeps_its_name``)
         self.watched = watch.watched(size)  # under innet launch: each call said in the launcher's store
-        if self.tally is not None:  # a script that never destroys its group still has its bytes counted
-            atexit.register(self.shutdown)
+        if self.tally is not None or self.messages is not None:  # a script that never destroys its group still has
+            atexit.register(self.shutdown)  # its bytes counted
 
     def getBackendName(self) -> str:  # noqa: N802 (torch's name: DDP's logging and ``ProcessGroup.name()`` read it)
         return "innet"
@@ -251,6 +260,9 @@ class InnetGroup(Calls):
         """On Mininet, in order on the group's thread: what the switches serve from this rank's host, the rest
         through rank 0 (waited for, so that the calls end in order)."""
         assert self.switches is not None
+        if call.name in EXCHANGES and self.messages is not None:
+            self._exchange_here(call, mine, done)
+            return
         if not serves(call.name, call.op, mine.dtype):
             ended = threading.Event()
 
@@ -269,6 +281,18 @@ class InnetGroup(Calls):
             done(Result(error=str(exc)), None)
         else:
             done(Result(), None if got is None or call.name == "barrier" else got)
+
+    def _exchange_here(self, call: Call, mine: np.ndarray, done: Callable[[Result, np.ndarray | None], None]) -> None:
+        """On Mininet, in order on the group's thread: an exchange as this rank's own messages (RankMessages)."""
+        assert self.messages is not None
+        try:
+            got = self.messages.exchange(call.name, call.root, mine)
+        except Exception as exc:  # noqa: BLE001 (the caller's wait() raises it)
+            done(Result(error=str(exc)), None)
+            return
+        if self.tally is not None:
+            self.tally.calls[call.name] += 1
+        done(Result(), got)
 
     def _side(self, what: str, method: str, collective: bool, *args: Any, **kwargs: Any) -> Any:
         """``what`` handed to the side plane's gloo group (``method``): its Work; a collective's said to the watch."""
@@ -306,6 +330,11 @@ class InnetGroup(Calls):
         self.plane.close()
         if self.p2p is not None:
             self.p2p.close()
+        if self.messages is not None:  # its messages through, then what this rank sent counted
+            sent = self.messages.close()
+            self.messages = None
+            self.tally = self.tally or Tally()
+            self.tally.add(sent)
         if self.tally is not None:
             write_tally(self.tally)
             self.tally = None

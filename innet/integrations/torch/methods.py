@@ -175,13 +175,14 @@ class Calls(dist.ProcessGroup):
             return self._side("recv_anysource of a sparse tensor", "recv_anysource", False, tensors, tag)
         return self._message("recv", np.zeros(0, np.uint8), -1, tag, partial(_into, [tensors[0]], -1))
 
-    def _exchange(self, name: str, sends: list[torch.Tensor | None], into: list[torch.Tensor], value: Any) -> InnetWork:
-        """An exchange (all_to_all, gather, scatter): ``sends[d]`` this rank's tensor for rank d (None: nothing), the
-        bytes that come (in rank order) into ``into``, in order; the future holds ``value``."""
+    def _exchange(self, name: str, sends: list[torch.Tensor | None], into: list[torch.Tensor], value: Any,
+                  root: int = 0) -> InnetWork:
+        """An exchange (all_to_all, gather, scatter to or from ``root``): ``sends[d]`` this rank's tensor for rank d
+        (None: nothing), the bytes that come (in rank order) into ``into``, in order; the future holds ``value``."""
         payload = [raw(t) for t in sends if t is not None]
         values = exchange_values([0 if t is None else t.numel() * t.element_size() for t in sends],
                                  np.concatenate(payload) if payload else np.zeros(0, np.uint8))
-        return self._collective(name, torch.zeros(0), "bits", place=partial(_into, into, -1), result=value,
+        return self._collective(name, torch.zeros(0), "bits", root, place=partial(_into, into, -1), result=value,
                                 values=values)
 
     def all_to_all_single(self, output: torch.Tensor, tensor: torch.Tensor, output_splits: list[int],
@@ -207,13 +208,14 @@ class Calls(dist.ProcessGroup):
             return self._side("gather of a sparse tensor", "gather", True, outputs, inputs, opts)
         sends: list[torch.Tensor | None] = [inputs[0] if d == root else None for d in range(self.size())]
         into = list(outputs[0]) if outputs else []
-        return self._exchange("gather", sends, into, into)
+        return self._exchange("gather", sends, into, into, root)
 
     def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> Any:  # type: ignore[override]
         if outputs[0].is_sparse:
             return self._side("scatter of a sparse tensor", "scatter", True, outputs, inputs, opts)
         sends: list[torch.Tensor | None] = list(inputs[0]) if inputs else [None] * self.size()
-        return self._exchange("scatter", sends, [outputs[0]], [outputs[0]])
+        root = opts.rootRank if opts is not None else 0
+        return self._exchange("scatter", sends, [outputs[0]], [outputs[0]], root)
 
     # the calls innet does not serve: the side plane's gloo, each with its one-time warning
     reduce_scatter = _side_call("reduce_scatter")
