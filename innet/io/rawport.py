@@ -80,7 +80,7 @@ class RawPort:
     def keep_job(self, job: int, keep: bool = True) -> None:
         """Attach a classic BPF filter on innet's frames of ``job`` (IPv4, UDP to AGG_PORT, that job number):
         deliver only those (``keep``), or every frame but those. A host's two ports on one interface split its
-        frames so: the point-to-point messages' (innet.node.messages), and the rest (the worker client's)."""
+        frames so: the point-to-point messages' (innet.integrations.torch.messages.HostMessages), and the rest (the worker client's)."""
         job_offset = HEADER_OFFSET + HEADER_DTYPE.fields["job"][1]  # type: ignore[index]
         match, other = (FRAME_BYTES, 0) if keep else (0, FRAME_BYTES)
         program = [
