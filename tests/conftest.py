@@ -50,3 +50,26 @@ def said():
     heard = []
     with listening(heard.append):
         yield heard
+
+
+@pytest.fixture(scope="session")
+def reproduced(tmp_path_factory):
+    """``innet reproduce NAME`` (the full sweep, on the fabric in virtual time), run once a session per experiment
+    and read by every test that checks it (tests/test_experiments.py: its files and progress line;
+    tests/test_readme_reproduce.py: README's figures): the command's output, decoded as it is (text mode would turn
+    the progress bar's \\r into \\n), and its folder."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = {}
+
+    def run(name):
+        if name not in done:
+            out = tmp_path_factory.mktemp(f"reproduce-{name}") / "out"
+            proc = subprocess.run([sys.executable, "-m", "innet", "reproduce", name, "--out", str(out)],
+                                  capture_output=True, cwd=root, env=dict(os.environ, PYTHONPATH=root), timeout=900)
+            done[name] = (subprocess.CompletedProcess(proc.args, proc.returncode, proc.stdout.decode(),
+                                                      proc.stderr.decode()), out)
+        return done[name]
+
+    return run

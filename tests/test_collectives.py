@@ -119,10 +119,10 @@ def measured(topology, **options):
 @pytest.mark.parametrize("topology", ("star", "leaf-spine"))
 @pytest.mark.parametrize("mode", MODES)
 def test_every_link_direction_as_the_planner_predicts(topology, mode):
-    """1,000,003 elements (uneven shards), star of 8 and the default leaf-spine: each direction's bytes, measured
+    """100,003 elements (uneven shards), star of 8 and the default leaf-spine: each direction's bytes, measured
     on the fabric, are the planner's (innet.planning.prediction.direction_bytes), for every collective."""
     for name in COLLECTIVES:
-        spec, graph, local, record = measured(topology, elements=1_000_003, mode=mode, collective=name,
+        spec, graph, local, record = measured(topology, elements=100_003, mode=mode, collective=name,
                                               **({"workers": 8} if topology == "star" else {}))
         plan = local.rp.plans[0]
         predicted = direction_bytes(graph, mode, plan, spec.call_sizes()[0], local.rp.per_packet, 1.0,

@@ -35,19 +35,20 @@ def test_one_experiment_per_seed_result_is_shipped_and_listed():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", SEEDS)
-def test_each_experiment_runs_and_matches_a_direct_run(name, tmp_path):
+def test_each_experiment_runs_and_matches_a_direct_run(name, tmp_path, reproduced):
+    """The full sweep (run once, shared with tests/test_readme_reproduce.py, which checks README's figures)."""
     experiment = load(name)
-    out = innet("reproduce", name, "--quick", "--out", str(tmp_path / "out"))
+    out, folder = reproduced(name)
     assert out.returncode == 0, out.stderr
-    points = len(experiment.quick) * len(experiment.series)
+    points = len(experiment.values) * len(experiment.series)
     # the progress bar (tqdm): one line redrawn in place, ending at points/points with the last point's label
     # a point slow enough on a loaded machine also logs its own status lines ("local: virtual time ..."): aside
     bar = re.sub(r"(local|innet): [^\r\n]*\n", "", out.stderr)  # and the run's events (an ensemble's one-job note)
     last = bar.rstrip("\n").split("\r")[-1]
     assert "\n" not in bar.rstrip("\n") and bar.endswith("\n")
-    assert f" {points}/{points} " in last and last.endswith(f"{experiment.option}={experiment.quick[-1]} "
+    assert f" {points}/{points} " in last and last.endswith(f"{experiment.option}={experiment.values[-1]} "
                                                               f"{list(experiment.series)[-1]}]")
-    files = [tmp_path / "out" / f for f in ("points.csv", "points.json", f"{name}.png")]
+    files = [folder / f for f in ("points.csv", "points.json", f"{name}.png")]
     assert out.stdout.endswith(f"results: {', '.join(map(str, files))}\n")
     assert files[2].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with open(files[0]) as f:
@@ -57,7 +58,7 @@ def test_each_experiment_runs_and_matches_a_direct_run(name, tmp_path):
     best = ["best"] if any("best" in own for own in experiment.series.values()) else []  # which variant won
     assert list(rows[0]) == ["series", experiment.option, *experiment.metrics, "correct", "command", *best, *ratios]
     assert [(r["series"], r[experiment.option]) for r in rows] == [
-        (s, str(v)) for v in experiment.quick for s in experiment.series]
+        (s, str(v)) for v in experiment.values for s in experiment.series]
     assert [{k: "" if v is None else str(v) for k, v in p.items() if k not in ("paper", "innet")}
             for p in data["points"]] == rows
     # the paper beside innet: printed first, one line per point, and in points.json beside the row it stands by

@@ -123,12 +123,13 @@ def _stated(name: str, points: dict) -> list[str]:
 
 
 @pytest.mark.parametrize("name", PAPERS)
-def test_the_papers_figures_are_what_innet_reproduce_draws(name, tmp_path):
+def test_the_papers_figures_are_what_innet_reproduce_draws(name, reproduced):
     """Each figure README states for a paper is what its ``innet reproduce NAME`` command (the full sweep, on the
-    fabric in virtual time: seconds) writes in points.json, as README rounds it."""
-    out = innet(f"innet reproduce {name} --out {tmp_path}", tmp_path)
+    fabric in virtual time: seconds; run once, shared with tests/test_experiments.py) writes in points.json, as
+    README rounds it."""
+    out, folder = reproduced(name)
     assert out.returncode == 0, out.stderr
-    with open(tmp_path / "points.json") as f:
+    with open(folder / "points.json") as f:
         points = json.load(f)
     points["values"] = list(dict.fromkeys(r[points["sweep"]] for r in points["points"]))
     text = _paragraph(name)

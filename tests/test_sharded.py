@@ -44,16 +44,16 @@ def measured(**options):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_sharded_workload_is_exact_with_the_planners_bytes(mode):
-    """Star of 4, ResNet-50 at 1/1000 (54 layers of 1 to 2,359 values, 162 calls an iteration), two
-    iterations under loss, duplication and reordering: each rank holds each all-gather's whole layer and
+    """Star of 4, ResNet-50 at 1/1000 (54 layers of 1 to 2,359 values, 162 calls an iteration), an iteration
+    lossless and one under 10% loss, duplication and reordering: each rank holds each all-gather's whole layer and
     its shard of each reduce-scatter, exactly; every link's bytes are the planner's, call by call."""
-    options = dict(workers=4, workload="resnet50", workload_scale=0.001, iterations=2, sharded=True, mode=mode,
+    options = dict(workers=4, workload="resnet50", workload_scale=0.001, iterations=1, sharded=True, mode=mode,
                    packet_elements=256)
     spec, record, _ = measured(**options)
     assert record.correct, record.errors
     assert record.link_bytes == record.predicted_link_bytes
-    assert [c.name for c in spec.call_collectives()[:3]] == ["all_gather"] * 3 and len(spec.call_sizes()) == 2 * 3 * 54
-    faulty = measured(**options, loss=0.2, dup=0.05, reorder=0.05)[1]
+    assert [c.name for c in spec.call_collectives()[:3]] == ["all_gather"] * 3 and len(spec.call_sizes()) == 3 * 54
+    faulty = measured(**options, loss=0.1, dup=0.05, reorder=0.05)[1]
     assert faulty.correct, faulty.errors
     assert faulty.result_digest == record.result_digest
 
