@@ -225,8 +225,9 @@ def _interrupted(exc: BaseException | None) -> bool:
 
 
 def console(entry: Callable[[], int] | None = None) -> int:
-    """The ``innet`` entry point (``entry``: run_topology.py's, ``innet.cli.main``): SIGTERM tears a run down as
-    Ctrl-C does, and an interrupt, however wrapped, is exit 130. The one place interrupts are handled."""
+    """The ``innet`` entry point (``entry``: another command's main, e.g. ``innet.cli.main``): SIGTERM tears a run
+    down as Ctrl-C does, and an interrupt, however wrapped, is exit 130. (run_topology.py guards its own imports
+    the same way: an interrupt may land while innet's package, scapy with it, loads, before this exists.)"""
     import signal
 
     signal.signal(signal.SIGTERM, _interrupt)

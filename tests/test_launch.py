@@ -148,9 +148,9 @@ def test_a_rank_that_never_joins_ends_the_run_within_the_start_timeout_named(tmp
     script.write_text("import os, sys, time\nif os.environ['RANK'] == '2':\n"
                       "    print('rank two never joins', file=sys.stderr, flush=True)\n    time.sleep(10 ** 6)\n"
                       "import torch.distributed as dist\ndist.init_process_group()\n")
-    out, took = launch_leaving_nothing(script, "--start-timeout", "20")
+    out, took = launch_leaving_nothing(script, "--start-timeout", "12")
     assert out.returncode == 2 and out.stderr.strip().splitlines() == [
-        "error: rank 2 did not join the process group within 20 s (--start-timeout): rank two never joins"]
+        "error: rank 2 did not join the process group within 12 s (--start-timeout): rank two never joins"]
     assert took < 120
 
 
