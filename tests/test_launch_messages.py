@@ -41,11 +41,8 @@ def test_the_moe_example_gives_gloos_checksums_and_its_all_to_all_bytes_are_the_
     assert results(out.stdout) == results(gloo.stdout) and len(results(gloo.stdout)) == 1, (out.stdout, gloo.stdout)
     record = json.loads((tmp_path / "results.json").read_text())
     assert record["calls"] == {"all_to_all": 9, "barrier": 1, "gather": 1} and record["side_plane"] == []
-    measured, predicted = record["message_link_bytes"], record["predicted_message_link_bytes"]
-    assert set(measured) == set(predicted) and any(name.startswith("s") for name in measured)  # a spine link
-    for name, want in predicted.items():
-        assert abs(measured[name] - want) <= 0.02 * want, (name, measured[name], want)
-    assert all(record["link_bytes"][name] >= b for name, b in measured.items())
+    within_2_percent_of_the_prediction(record)
+    assert any(name.startswith("s") for name in record["message_link_bytes"])  # a spine link
     assert record["messages"] >= 9 * 4 and record["virtual_s"] > 0
     assert "messages through the network (send/recv, all-to-all, gather, scatter)" in out.stdout
 
