@@ -5,30 +5,12 @@ import os
 import signal
 import sys
 
-
-def _interrupt(*_):
-    raise KeyboardInterrupt
-
-
-def _interrupted(exc: BaseException | None) -> bool:
-    """Whether ``exc`` is an interrupt or was raised by one: Python 3.11 wraps an interrupt that lands in a
-    class body's ``__set_name__`` (e.g. while networkx is being imported) in a RuntimeError."""
-    while exc is not None:
-        if isinstance(exc, KeyboardInterrupt):
-            return True
-        exc = exc.__cause__ or exc.__context__
-    return False
-
-
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, _interrupt)  # SIGTERM tears down like Ctrl-C, from the very start
-    try:
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # SIGTERM is Ctrl-C from the very start
+    try:  # innet.commands loads only the standard library: an interrupt here is a bare KeyboardInterrupt
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from innet.cli import main
-
-        sys.exit(main())
-    except BaseException as exc:  # noqa: BLE001 -- an interrupt, however wrapped, is exit 130; the rest goes on up
-        if isinstance(exc, SystemExit) or not _interrupted(exc):
-            raise
+        from innet.commands import console
+    except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+    sys.exit(console(lambda: __import__("innet.cli", fromlist=["main"]).main()))

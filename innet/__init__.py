@@ -8,60 +8,33 @@ here too; see README.md for a walk-through of writing a program.
 
 from typing import Any
 
-from innet.switch.engine import Engine
-from innet.switch.program import (
-    Batch,
-    Context,
-    Drop,
-    Emit,
-    EmitMany,
-    JobPort,
-    Multicast,
-    Register,
-    SwitchProgram,
-    ToPBox,
-    group_by,
-    on_batch,
-    on_packet,
-    on_start,
-    on_timer,
-)
-from innet.switch.reduction import Reduction
-from innet.wire.operators import BAND, BOR, MAX, MIN, SUM, Operator
-from innet.wire.packet import (
-    ABORT,
-    ALL_RANKS,
-    FALLBACK,
-    OVERFLOW,
-    RESULT,
-    RETX,
-    ROUTE,
-    SPARSE,
-    VER,
-    InnetAgg,
-    Packet,
-    make_packet,
-)
-
-__all__ = [
-    "prepare", "run", "plan", "Prepared", "RunSpec", "Report", "Plan",
-    "ABORT", "ALL_RANKS", "FALLBACK", "OVERFLOW", "RESULT", "RETX", "ROUTE", "SPARSE", "VER",
-    "InnetAgg", "Packet", "make_packet",
-    "Batch", "Context", "Drop", "Emit", "EmitMany", "JobPort", "Multicast", "Register", "SwitchProgram", "ToPBox",
-    "group_by", "on_batch", "on_packet", "on_start", "on_timer",
-    "Engine", "Reduction", "Operator", "SUM", "MAX", "MIN", "BOR", "BAND",
-]
-
-_API = {"prepare": "innet.api", "run": "innet.api", "plan": "innet.api", "Plan": "innet.api", "Prepared": "innet.api",
-        "RunSpec": "innet.planning.spec",
-        "Report": "innet.results.report"}
+_HOMES = {  # each name's module
+    "innet.api": ("prepare", "run", "plan", "Plan", "Prepared"),
+    "innet.planning.spec": ("RunSpec",),
+    "innet.results.report": ("Report",),
+    "innet.switch.engine": ("Engine",),
+    "innet.switch.program": ("Batch", "Context", "Drop", "Emit", "EmitMany", "JobPort", "Multicast", "Register",
+                             "SwitchProgram", "ToPBox", "group_by", "on_batch", "on_packet", "on_start", "on_timer"),
+    "innet.switch.reduction": ("Reduction",),
+    "innet.wire.operators": ("BAND", "BOR", "MAX", "MIN", "SUM", "Operator"),
+    "innet.wire.packet": ("ABORT", "ALL_RANKS", "FALLBACK", "OVERFLOW", "RESULT", "RETX", "ROUTE", "SPARSE", "VER",
+                          "InnetAgg", "Packet", "make_packet"),
+}
+_HOME = {name: module for module, names in _HOMES.items() for name in names}
+__all__ = list(_HOME)
 
 
 def __getattr__(name: str) -> Any:
-    """``innet.run`` and friends, imported on first use: a switch program or a node process that imports
-    ``innet`` does not load the planner, the backends and the results."""
-    if name in _API:
+    """Every name above, imported on first use: ``import innet`` loads nothing (no scapy, no planner), so the
+    command line's interrupt guard (innet.commands.console) is in place before anything slow loads, and a switch
+    program or a node process loads only what it names."""
+    if name in _HOME:
         import importlib
 
-        return getattr(importlib.import_module(_API[name]), name)
+        return getattr(importlib.import_module(_HOME[name]), name)
     raise AttributeError(f"module 'innet' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The names above too (a notebook's completion lists them)."""
+    return sorted([*globals(), *_HOME])

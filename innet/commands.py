@@ -210,10 +210,6 @@ def _replay(args: argparse.Namespace) -> int:
     return 0 if all(r.correct for r in records) else 1
 
 
-def _interrupt(*_: object) -> None:
-    raise KeyboardInterrupt
-
-
 def _interrupted(exc: BaseException | None) -> bool:
     """Whether ``exc`` is an interrupt or was raised by one: Python 3.11 wraps an interrupt that lands in a
     class body's ``__set_name__`` (e.g. while networkx is being imported) in a RuntimeError."""
@@ -226,11 +222,11 @@ def _interrupted(exc: BaseException | None) -> bool:
 
 def console(entry: Callable[[], int] | None = None) -> int:
     """The ``innet`` entry point (``entry``: another command's main, e.g. ``innet.cli.main``): SIGTERM tears a run
-    down as Ctrl-C does, and an interrupt, however wrapped, is exit 130. (run_topology.py guards its own imports
-    the same way: an interrupt may land while innet's package, scapy with it, loads, before this exists.)"""
+    down as Ctrl-C does, and an interrupt, however wrapped, is exit 130. (This module loads only the standard
+    library and ``import innet`` loads nothing, so the guard is in place before anything slow loads.)"""
     import signal
 
-    signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         return (entry or main)()
     except BaseException as exc:  # noqa: BLE001 -- an interrupt, however wrapped, is exit 130; the rest goes on up

@@ -179,3 +179,16 @@ def test_an_interrupt_during_the_imports_is_exit_130_without_a_traceback():
         f"runpy.run_path({os.path.join(ROOT, 'run_topology.py')!r}, run_name='__main__')\n")
     out = subprocess.run([sys.executable, "-c", inject], capture_output=True, text=True, timeout=120)
     assert (out.returncode, out.stderr) == (130, "interrupted\n")
+
+
+def test_the_command_lines_interrupt_guard_is_in_place_before_anything_slow_loads():
+    """``import innet.commands`` (and so ``import innet``) loads only the standard library: run_topology.py and
+    the ``innet`` command set their interrupt guard before scapy, numpy or networkx start loading, so an interrupt
+    at any point of start-up is exit 130. innet's names still resolve on first use."""
+    code = ("import sys, innet.commands; "
+            "print(' '.join(sorted({m.split('.')[0] for m in sys.modules} & {'scapy', 'numpy', 'networkx', 'torch'}))); "
+            "import innet; print(innet.SwitchProgram.__module__, innet.run.__module__, 'Reduction' in dir(innet))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=ROOT))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["", "innet.switch.program innet.api True"]

@@ -222,7 +222,6 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Planned, backend: str, outcome
     dense = predict(1.0) if run.topk else predicted
     busiest = busiest_link(graph, link_bytes)
     methods = sorted({j.placement for j in jobs})
-    figures = lambda k: [j.figures[k] for j in jobs]  # noqa: E731
     return RunRecord(
         mode=run.mode, backend=backend, program=run.program,
         placement=(methods[0] if len(methods) == 1 else "+".join(methods)) if run.mode == "innet" else run.mode,
@@ -241,24 +240,33 @@ def run_record(graph: nx.Graph, run: RunSpec, rp: Planned, backend: str, outcome
         result_digest=hashlib.sha256("".join(j.result_digest for j in jobs).encode()).hexdigest()[:16]
         if len(jobs) > 1 else jobs[0].result_digest,
         jobs=tuple(jobs),
-        figures={
-            **({"consistency": run.consistency, "staleness_bound": run.parameter_server().json_bound,
-                **{k: max(figures(k)) for k in ("max_staleness", "mean_staleness", "iterations_per_s")},
-                "slowest_worker_iterations_per_s": min(figures("slowest_worker_iterations_per_s"))}
-               if run.consistency else {}),
-            **({"topk": run.topk, "bytes_vs_dense": round(sum(link_bytes.values()) / max(1, sum(dense.values())), 4)}
-               if run.topk else {}),
-            **({"workload": run.workload, "workload_scale": run.workload_scale, "pipeline": run.pipeline,
-                "slice_elements": run.slice_elements, "priority": run.priority, "sharded": run.sharded,
-                "warmup_iterations": warmup(run.iterations),  # left out of iteration_s and its kin (steady state)
-                **{k: max(figures(k)) for k in ("iteration_s", "compute_s", "comm_wait_s", "next_forward_wait_s")
-                   if k in jobs[0].figures}}
-               if run.workload else {}),
-            **(asdict(training_figures(run, outcomes)) if run.train else {}),
-            **background_model(graph, run, rp),
-            **extra,
-        },
+        figures=run_figures(graph, run, rp, jobs, outcomes, link_bytes, dense, extra),
     )
+
+
+def run_figures(graph: nx.Graph, run: RunSpec, rp: Planned, jobs: Sequence[JobRecord],
+                outcomes: Sequence[WorkerOutcome], link_bytes: Mapping[str, int], dense: Mapping[str, int],
+                extra: Mapping[str, object]) -> dict[str, object]:
+    """A run record's ``figures``: what its options add (consistency, top-k, workload, training, background),
+    each over its jobs, then the backend's own (``extra``)."""
+    figures = lambda k: [j.figures[k] for j in jobs]  # noqa: E731
+    return {
+        **({"consistency": run.consistency, "staleness_bound": run.parameter_server().json_bound,
+            **{k: max(figures(k)) for k in ("max_staleness", "mean_staleness", "iterations_per_s")},
+            "slowest_worker_iterations_per_s": min(figures("slowest_worker_iterations_per_s"))}
+           if run.consistency else {}),
+        **({"topk": run.topk, "bytes_vs_dense": round(sum(link_bytes.values()) / max(1, sum(dense.values())), 4)}
+           if run.topk else {}),
+        **({"workload": run.workload, "workload_scale": run.workload_scale, "pipeline": run.pipeline,
+            "slice_elements": run.slice_elements, "priority": run.priority, "sharded": run.sharded,
+            "warmup_iterations": warmup(run.iterations),  # left out of iteration_s and its kin (steady state)
+            **{k: max(figures(k)) for k in ("iteration_s", "compute_s", "comm_wait_s", "next_forward_wait_s")
+               if k in jobs[0].figures}}
+           if run.workload else {}),
+        **(asdict(training_figures(run, outcomes)) if run.train else {}),
+        **background_model(graph, run, rp),
+        **extra,
+    }
 
 
 def with_directions(record: RunRecord, graph: nx.Graph, directions: Mapping[tuple[str, str], int]) -> RunRecord:

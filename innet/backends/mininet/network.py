@@ -17,7 +17,6 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from types import FrameType
 from typing import Any, TypeVar
 
 import networkx as nx
@@ -80,10 +79,7 @@ def link_bytes_between(graph: nx.Graph, before: Counters, after: Counters) -> di
 
 @contextmanager
 def signals_as_interrupts() -> Iterator[None]:
-    def raise_interrupt(_signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, raise_interrupt)
+    old = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         yield
     finally:
