@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Mapping
 from functools import lru_cache
 
 import networkx as nx
@@ -80,7 +81,7 @@ def tier(graph: nx.Graph, u: str, v: str) -> str:
     return f"{a}-{b}"
 
 
-def link_totals(directions: dict[tuple[str, str], int]) -> dict[str, int]:
+def link_totals(directions: Mapping[tuple[str, str], int]) -> dict[str, int]:
     """Bytes per link name, both directions together, from bytes per direction (from, to)."""
     out: dict[str, int] = {}
     for (u, v), n in directions.items():

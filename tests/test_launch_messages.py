@@ -62,12 +62,16 @@ def test_the_pipeline_example_gives_gloos_losses_and_parameters():
 
 def within_2_percent_of_the_prediction(record: dict) -> None:
     """Every link's message bytes as predicted, within 2%; the links' own bytes (collectives and the side plane's
-    TCP too) at least those."""
+    TCP too) at least those, and their two directions adding up to them, each carrying some (every rank sends and
+    receives)."""
     measured, predicted = record["message_link_bytes"], record["predicted_message_link_bytes"]
     assert predicted and set(measured) == set(predicted), (measured, predicted)
     for name, want in predicted.items():
         assert abs(measured[name] - want) <= 0.02 * want, (name, measured[name], want)
         assert record["link_bytes"][name] >= measured[name]
+        assert record["link_bytes_up"][name] > 0 and record["link_bytes_down"][name] > 0, name
+    assert {name: record["link_bytes_up"].get(name, 0) + record["link_bytes_down"].get(name, 0)
+            for name in record["link_bytes"]} == record["link_bytes"]
 
 
 @pytest.mark.mininet

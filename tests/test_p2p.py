@@ -14,12 +14,13 @@ import pytest
 
 from innet.backends.local.exchange import Post, exchange
 from innet.backends.local.fabric import Fabric
+from innet.graph import link_totals
 from innet.hosts.background import BACKGROUND_JOB
 from innet.hosts.p2p.host import MessageHost
 from innet.hosts.p2p.wire import EXCHANGE, P2P_JOB, USER, decode, encode, message_bytes, pieces_of
 from innet.integrations.torch.batch import exchange_pairs
 from innet.integrations.torch.p2p import Mailbox
-from innet.planning.prediction import exchange_link_bytes, path_links
+from innet.planning.prediction import exchange_direction_bytes, exchange_link_bytes, path_links
 from innet.planning.spec import RunSpec, program_of
 from innet.results.metrics import message_link_bytes
 from innet.schemes.modes import installed_configs, plan_run
@@ -65,7 +66,8 @@ def test_a_piece_is_a_routed_frame_of_the_message_job_that_scapy_reads():
 
 @pytest.mark.parametrize("topo,workers", [("star", 4), ("leaf-spine", 4), ("fat-tree", 8)])
 def test_an_all_to_all_of_uneven_messages_puts_the_predicted_bytes_on_every_link(topo, workers):
-    """Lossless: each message's frames on every link of its routed path, its ACKs on the way back, exactly."""
+    """Lossless: each message's frames on every link direction of its routed path, its ACKs on the way back,
+    exactly."""
     graph, run, rp, program = planned(topo, workers)
     rng = np.random.default_rng(1)
     posts = [Post(s, d, EXCHANGE, rng.integers(0, 256, int(rng.integers(0, 60000)), np.uint8).tobytes())
@@ -74,8 +76,10 @@ def test_an_all_to_all_of_uneven_messages_puts_the_predicted_bytes_on_every_link
     for post in posts:
         assert [m.data for m in done.received[post.dst] if m.src == post.src] == [post.data]
     hosts = hosts_of(rp)
-    predicted = exchange_link_bytes(graph, [(hosts[p.src], hosts[p.dst], len(p.data)) for p in posts], rp.per_packet)
-    assert {k: v for k, v in done.link_bytes.items() if v} == predicted
+    messages = [(hosts[p.src], hosts[p.dst], len(p.data)) for p in posts]
+    assert {k: v for k, v in done.direction_bytes.items() if v} == exchange_direction_bytes(graph, messages, rp.per_packet)
+    assert {k: v for k, v in link_totals(done.direction_bytes).items() if v} == exchange_link_bytes(
+        graph, messages, rp.per_packet)
     if topo == "fat-tree":  # a cross-pod message crosses the core: both of its path's links carry it
         assert len(path_links(graph, hosts[0], hosts[workers - 1])) == 6
     assert done.seconds > 0
@@ -95,7 +99,7 @@ def test_under_loss_duplication_and_reordering_every_message_arrives_exact_and_i
         assert (post.src, post.tag, post.data) in [(m.src, m.tag, m.data) for m in done.received[post.dst]]
     assert [m.tag for m in done.received[1] if m.src == 0] == [1, 5, 6]
     lossless = exchange(*planned("leaf-spine", 4)[:3], program, posts)
-    assert sum(done.link_bytes.values()) > sum(lossless.link_bytes.values())  # what was resent, counted
+    assert sum(done.direction_bytes.values()) > sum(lossless.direction_bytes.values())  # what was resent, counted
 
 
 def test_a_receive_takes_the_first_message_it_matches_by_sender_and_tag():

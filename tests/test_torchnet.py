@@ -76,16 +76,18 @@ def _gloo_outcomes(run, rp, perturb=0.0):
     return outcomes
 
 
-def test_gloos_verdict_is_the_float_sum_within_float32_rounding_and_its_bytes_are_the_links():
+def test_gloos_verdict_is_the_float_sum_within_float32_rounding_and_its_bytes_are_the_links_per_direction():
     graph = build("star", workers=4)
     ring = RunSpec(mode="ring", elements=5000)
     rp = plan_run(graph, ring, program_of(ring))
-    links = {"h1--s1": 99, "h2--s1": 98, "h3--s1": 97, "h4--s1": 96, "p1--s1": 0}
-    good = gloo_record(graph, ring, rp, _gloo_outcomes(ring, rp), links)
+    directions = {("h1", "s1"): 99, ("s1", "h1"): 9, ("h2", "s1"): 98, ("s1", "h2"): 8, ("h3", "s1"): 97,
+                  ("s1", "h3"): 7, ("h4", "s1"): 96, ("s1", "h4"): 6, ("p1", "s1"): 0, ("s1", "p1"): 0}
+    good = gloo_record(graph, ring, rp, _gloo_outcomes(ring, rp), directions)
     assert good["mode"] == "gloo" and good["correct"] and good["max_abs_error"] < 1e-5, good["errors"]
-    assert good["completion_s"] == pytest.approx(0.8) and good["link_bytes"]["h1--s1"] == 99
+    assert good["completion_s"] == pytest.approx(0.8) and good["link_bytes"]["h1--s1"] == 108
+    assert (good["link_bytes_up"]["h1--s1"], good["link_bytes_down"]["h1--s1"]) == (99, 9)
     assert good["predicted_link_bytes"]["h1--s1"] > 2 * 2 * 3 / 4 * 4 * 5000  # the ring's, both directions
-    bad = gloo_record(graph, ring, rp, _gloo_outcomes(ring, rp, perturb=1e-3), links)
+    bad = gloo_record(graph, ring, rp, _gloo_outcomes(ring, rp, perturb=1e-3), directions)
     assert not bad["correct"] and bad["errors"] and bad["max_abs_error"] >= 1e-3 * 0.99
 
 

@@ -17,7 +17,7 @@ from functools import lru_cache
 import networkx as nx
 import numpy as np
 
-from innet.graph import link_name, natural_key, next_hop, tier
+from innet.graph import link_name, link_totals, natural_key, next_hop, tier
 from innet.hosts.p2p.wire import message_bytes
 from innet.hosts.ring.acks import ACK_EVERY, ACK_SPAN
 from innet.hosts.ring.geometry import ring_geometry, ring_phases
@@ -234,15 +234,23 @@ def ring_direction_bytes(graph: nx.Graph, workers: Sequence[str], elements: int,
     return dict(out)
 
 
-def exchange_link_bytes(graph: nx.Graph, messages: Sequence[tuple[str, str, int]], per_packet: int) -> dict[str, int]:
+def exchange_direction_bytes(graph: nx.Graph, messages: Sequence[tuple[str, str, int]],
+                             per_packet: int) -> dict[tuple[str, str], int]:
     """Point-to-point messages (innet.hosts.p2p: torch's send/recv, all-to-all, gather, scatter), each (sender's
-    host, receiver's host, bytes): per link, both directions, its frames along the routed path and its ACKs back."""
-    out: Counter[str] = Counter()
+    host, receiver's host, bytes): per link direction (from, to), its frames along the routed path and its ACKs
+    back."""
+    out: Counter[tuple[str, str]] = Counter()
     for src, dst, nbytes in messages:
         data, acks = message_bytes(nbytes, per_packet)
         for u, v in path_links(graph, src, dst):
-            out[link_name(u, v)] += data + acks
+            out[(u, v)] += data
+            out[(v, u)] += acks
     return dict(out)
+
+
+def exchange_link_bytes(graph: nx.Graph, messages: Sequence[tuple[str, str, int]], per_packet: int) -> dict[str, int]:
+    """``exchange_direction_bytes`` per link, both directions together."""
+    return link_totals(exchange_direction_bytes(graph, messages, per_packet))
 
 
 def tier_lower_bounds(graph: nx.Graph, workers: Sequence[str], elements: int, per_packet: int) -> dict[str, int]:

@@ -33,10 +33,10 @@ class Post:
 @dataclass(frozen=True)
 class Exchanged:
     """What an exchange did: each rank's messages received (in order per sender and channel), the bytes each link
-    carried (both directions), and its seconds of virtual time."""
+    direction (from, to) carried, and its seconds of virtual time."""
 
     received: list[list[Message]]
-    link_bytes: dict[str, int]
+    direction_bytes: dict[tuple[str, str], int]
     seconds: float
 
 
@@ -62,4 +62,4 @@ def exchange(graph: nx.Graph, run: RunSpec, rp: RunPlan, program: type[SwitchPro
             raise RuntimeError(str(end.error))
         if not end.done:
             raise RuntimeError(f"innet: rank {end.spec.rank}'s messages did not arrive on the fabric")
-    return Exchanged([end.received for end in hosts], fabric.link_bytes(), seconds)
+    return Exchanged([end.received for end in hosts], fabric.direction_bytes(), seconds)

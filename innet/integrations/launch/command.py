@@ -21,7 +21,6 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections import Counter
 
 import networkx as nx
 
@@ -61,8 +60,7 @@ def launch(graph: nx.Graph, run: RunSpec, command: list[str], start_timeout: flo
     if run.backend == "mininet":
         from innet.integrations.launch.mininet import launch_mininet
 
-        link_bytes, wall, tally = launch_mininet(graph, run, command, SITE, plan, start_timeout, collective_timeout)
-        tally.link_bytes = Counter(link_bytes)
+        wall, tally = launch_mininet(graph, run, command, SITE, plan, start_timeout, collective_timeout)
         fid = Fidelity(1.0, "not judged", ("Mininet: the side plane's TCP shares the links and is counted in their "
                                            "bytes (the messages' bytes are the switches' count of their frames, apart); "
                                            "the ranks' and switches' CPU are not measured",), {}, {}, {})

@@ -22,6 +22,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -104,15 +105,16 @@ def patient(run: RunSpec, collective_timeout: float) -> RunSpec:
 
 def launch_mininet(graph: nx.Graph, run: RunSpec, command: list[str], site: str, plan: RunPlan | None = None,
                    start_timeout: float = START_TIMEOUT_S,
-                   collective_timeout: float = COLLECTIVE_TIMEOUT_S) -> tuple[dict[str, int], float, Any]:
-    """Run ``command`` as every rank, each in its worker host; the bytes per link, the seconds, the ranks' tally
-    (the messages' bytes per link in it, as the switches counted them). ``site``: the sitecustomize every rank
+                   collective_timeout: float = COLLECTIVE_TIMEOUT_S) -> tuple[float, Any]:
+    """Run ``command`` as every rank, each in its worker host; the seconds and the ranks' tally, with the bytes
+    per link and link direction the interfaces counted in it (the messages' bytes per link too, as the switches
+    counted them). ``site``: the sitecustomize every rank
     imports; ``plan``: the run's, as ``innet.prepare`` placed it. A rank
     that has not joined its group within ``start_timeout`` seconds, or keeps the others waiting in a collective for
     ``collective_timeout``, ends the run, named."""
     from innet.backends.mininet.emulation import network
     from innet.backends.mininet.iplane import host_address
-    from innet.backends.mininet.network import link_bytes_between
+    from innet.backends.mininet.network import direction_bytes_between
     from innet.backends.mininet.nodes import port_faults
     from innet.integrations.ranks.mininet import job_ranks
     from innet.results.metrics import message_link_bytes
@@ -153,8 +155,10 @@ def launch_mininet(graph: nx.Graph, run: RunSpec, command: list[str], site: str,
         served.ready()  # the ranks, importing torch meanwhile, reach the store once it is up
         wait_ranks(procs, emu.run_dir, served.hung)
         wall = time.monotonic() - started
-        link_bytes = link_bytes_between(emu.graph, before, emu.interface_bytes())
-        tally = read_tally(os.path.join(emu.run_dir, "stats.jsonl"))
+        directions = direction_bytes_between(emu.graph, before, emu.interface_bytes())
+        tally = replace(read_tally(os.path.join(emu.run_dir, "stats.jsonl")), link_bytes=Counter(),
+                        link_bytes_up=Counter(), link_bytes_down=Counter())
+        tally.carried(emu.graph, directions)  # what the interfaces counted, the side plane's TCP included
         reports = {sw: ctl.stats().runtime for sw, ctl in emu.switch_controls.items()}
         tally.message_link_bytes.update(message_link_bytes(emu.graph, {sw: r.ports for sw, r in reports.items() if r}))
-    return link_bytes, wall, tally
+    return wall, tally

@@ -18,9 +18,10 @@ from innet.results.metrics import tier_bytes
 
 @dataclass(frozen=True)
 class LaunchRecord:
-    """A launch: where it ran, the calls through the network (``calls``) and over the side plane, bytes per link and
-    per tier; of those, the point-to-point messages' (send/recv, all-to-all, gather, scatter: ``messages`` of them,
-    on the fabric measured apart) beside the planner's prediction of them; the fabric's virtual seconds (local)."""
+    """A launch: where it ran, the calls through the network (``calls``) and over the side plane, bytes per link,
+    per link direction (up: host to ToR, ToR to spine; innet.graph.uplink) and per tier; of those, the
+    point-to-point messages' (send/recv, all-to-all, gather, scatter: ``messages`` of them, on the fabric measured
+    apart) beside the planner's prediction of them; the fabric's virtual seconds (local)."""
 
     backend: str
     mode: str
@@ -31,6 +32,8 @@ class LaunchRecord:
     calls: dict[str, int]
     side_plane: list[str]
     link_bytes: dict[str, int]
+    link_bytes_up: dict[str, int]
+    link_bytes_down: dict[str, int]
     tier_bytes: dict[str, int]
     messages: int
     message_link_bytes: dict[str, int]
@@ -43,7 +46,8 @@ def launch_record(graph: nx.Graph, run: RunSpec, tally: Tally, ranks: int, wall:
     links = {name: int(b) for name, b in sorted(tally.link_bytes.items())}
     return LaunchRecord(run.backend, run.mode, run.topo, ranks, round(wall, 3),
                         tally.virtual_s if run.backend == "local" else None, dict(sorted(tally.calls.items())),
-                        sorted(tally.side_plane), links, tier_bytes(graph, links), tally.messages,
+                        sorted(tally.side_plane), links, dict(sorted(tally.link_bytes_up.items())),
+                        dict(sorted(tally.link_bytes_down.items())), tier_bytes(graph, links), tally.messages,
                         dict(sorted(tally.message_link_bytes.items())),
                         dict(sorted(tally.predicted_message_link_bytes.items())), tally.fused, tally.fusions)
 

@@ -21,15 +21,16 @@ import numpy as np
 
 from innet.backends.mininet.emulation import Emulation, network
 from innet.backends.mininet.iplane import host_address
-from innet.backends.mininet.network import link_bytes_between, log
+from innet.backends.mininet.network import direction_bytes_between, link_bytes_between, log
 from innet.backends.mininet.nodes import port_faults
 from innet.errors import Unfinished, UserError
+from innet.graph import link_totals
 from innet.hosts.job import JobSpec
 from innet.hosts.learning.model import Task
 from innet.integrations.ranks.rank import DdpHook, DdpResult, GlooCalls, RankConfig
 from innet.node.codec import read
 from innet.planning.spec import RunSpec
-from innet.results.check import run_record
+from innet.results.check import run_record, with_directions
 from innet.results.fidelity import kernel_fidelity
 from innet.results.outcome import WorkerOutcome
 from innet.results.record import RunRecord
@@ -132,15 +133,17 @@ def run_gloo(graph: nx.Graph, ring: RunSpec, rp: RunPlan) -> RunRecord:
             floats = np.split(data["floats"], np.cumsum(data["sizes"])[:-1])
             outcomes.append(WorkerOutcome(spec.job, spec.rank, [], floats, list(data["started"]), list(data["finished"]), 0))
             host_cpu += float(data["cpu_s"])
-        link_bytes = link_bytes_between(emu.graph, before, after)
-    return gloo_record(graph, ring, rp, outcomes, link_bytes, host_cpu_s=round(host_cpu, 3), wall_s=round(wall, 3))
+        directions = direction_bytes_between(emu.graph, before, after)
+    return gloo_record(graph, ring, rp, outcomes, directions, host_cpu_s=round(host_cpu, 3), wall_s=round(wall, 3))
 
 
-def gloo_record(graph: nx.Graph, ring: RunSpec, rp: RunPlan, outcomes: list[WorkerOutcome], link_bytes: dict[str, int],
-                **extra: object) -> RunRecord:
-    """gloo's run record: laid out as the ring's (same plan and predicted bytes), its verdict in floats: every
-    rank's every result within float32 rounding of the float64 sum (N ulps of the largest partial sum)."""
-    record = run_record(graph, ring, rp, "gloo", outcomes, link_bytes, {}, **extra)
+def gloo_record(graph: nx.Graph, ring: RunSpec, rp: RunPlan, outcomes: list[WorkerOutcome],
+                directions: dict[tuple[str, str], int], **extra: object) -> RunRecord:
+    """gloo's run record from the bytes each link direction (from, to) carried: laid out as the ring's (same plan
+    and predicted bytes), its verdict in floats: every rank's every result within float32 rounding of the float64
+    sum (N ulps of the largest partial sum)."""
+    record = with_directions(run_record(graph, ring, rp, "gloo", outcomes, link_totals(directions), {}, **extra),
+                             graph, directions)
     inputs = [ring.tensors(o.job, o.rank) for o in outcomes]
     correct, max_err = True, 0.0
     for call in range(len(inputs[0])):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import networkx as nx
@@ -24,10 +24,12 @@ import numpy as np
 
 from innet.backends.local.exchange import Post, exchange
 from innet.backends.local.run import LocalRun
+from innet.graph import link_totals
 from innet.hosts.worker.process import WorkerProcess
 from innet.integrations.torch.programs import PROD_FILE, XOR_FILE
 from innet.planning.prediction import exchange_link_bytes
 from innet.planning.spec import RunSpec, program_of
+from innet.results.metrics import up_and_down
 from innet.schemes.modes import RunPlan, plan_run
 from innet.switch.program import SwitchProgram
 from innet.wire import fixedpoint
@@ -44,6 +46,8 @@ class Tally:
     """What collectives cost on the fabric, summed over calls (a group's, or a launch's over its groups)."""
 
     link_bytes: Counter[str] = field(default_factory=Counter)
+    link_bytes_up: Counter[str] = field(default_factory=Counter)  # of ``link_bytes``, each link's up direction's
+    link_bytes_down: Counter[str] = field(default_factory=Counter)  # (innet.graph.uplink) and down direction's
     virtual_s: float = 0.0
     calls: Counter[str] = field(default_factory=Counter)
     side_plane: set[str] = field(default_factory=set)  # the calls that went over the side plane instead
@@ -54,9 +58,18 @@ class Tally:
     predicted_message_link_bytes: Counter[str] = field(default_factory=Counter)  # the planner's of those
     messages: int = 0  # point-to-point messages on the links (an all-to-all's: one per pair that moves bytes)
 
+    def carried(self, graph: nx.Graph, directions: Mapping[tuple[str, str], int]) -> None:
+        """Count the bytes each link direction (from, to) of ``graph`` carried."""
+        up, down = up_and_down(graph, directions)
+        self.link_bytes.update(link_totals(directions))
+        self.link_bytes_up.update(up)
+        self.link_bytes_down.update(down)
+
     def add(self, other: Tally) -> None:
         """Add ``other``'s counts to these."""
         self.link_bytes.update(other.link_bytes)
+        self.link_bytes_up.update(other.link_bytes_up)
+        self.link_bytes_down.update(other.link_bytes_down)
         self.message_link_bytes.update(other.message_link_bytes)
         self.predicted_message_link_bytes.update(other.predicted_message_link_bytes)
         self.messages += other.messages
@@ -142,7 +155,7 @@ class FabricCollectives:
             run, rp, program = self.plan(name, op, root, len(inputs), max(1, planned or len(inputs[0])), per_packet)
             local = LocalRun(self.graph, run, given={r: [t] for r, t in enumerate(inputs)}, planned=rp, program=program)
             self.tally.virtual_s += local.fabric.run()
-            self.tally.link_bytes.update(local.fabric.link_bytes())
+            self.tally.carried(self.graph, local.fabric.direction_bytes())
         procs = sorted((p for p in local.procs if isinstance(p, WorkerProcess)), key=lambda p: p.spec.rank)
         for proc in procs:
             failed = proc.error or proc.calls[-1].error
@@ -165,8 +178,8 @@ class FabricCollectives:
             done = exchange(self.graph, run, rp, program, [Post(s, d, channel, data) for s, d, data in posts])
             hosts = {spec.rank: host for host, spec in rp.specs[rp.plans[0].job].items()}
             self.tally.virtual_s += done.seconds
-            self.tally.link_bytes.update(done.link_bytes)
-            self.tally.message_link_bytes.update({k: v for k, v in done.link_bytes.items() if v})
+            self.tally.carried(self.graph, done.direction_bytes)
+            self.tally.message_link_bytes.update({k: v for k, v in link_totals(done.direction_bytes).items() if v})
             self.tally.predicted_message_link_bytes.update(exchange_link_bytes(
                 self.graph, [(hosts[s], hosts[d], len(data)) for s, d, data in posts], rp.per_packet))
             self.tally.messages += len(posts)
