@@ -19,8 +19,9 @@ P3's paper (Jayarajan et al., SysML 2019) measures against MXNet's KVStore, not 
 
 Every iteration's exchange ends before the next one's first gradient exists (the forward pass needs every
 layer), so the steady state is one iteration's schedule: ``period`` returns the time from one iteration's
-compute start to the next's. Not modelled: the workers' own links (balanced keys load them as they load the
-servers'), latency and per-key request overheads, the servers' CPU.
+compute start to the next's. Each push and each pull first holds its server's link for ``request`` seconds
+(``ps_period`` gives a header frame's round trip). Not modelled: the workers' own links (balanced keys load
+them as they load the servers'), the servers' CPU, TCP.
 """
 
 from __future__ import annotations
