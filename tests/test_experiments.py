@@ -136,7 +136,7 @@ def test_the_table_says_how_many_warmup_iterations_its_figures_leave_out():
     points.json say how many iterations were left out."""
     from innet.experiments.report import steady_state
 
-    assert steady_state(load("p3")) == "steady state: 1 warm-up iteration of 3 left out"
+    assert steady_state(load("p3")) == "steady state: 1 warm-up iteration of 2 left out"
     assert steady_state(load("fsdp")) == "steady state: 1 warm-up iteration of 2 left out"
     assert steady_state(load("phub")) == ""  # no per-iteration figure
 

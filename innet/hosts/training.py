@@ -70,6 +70,7 @@ class Training:
         return PHASES[self.phases[k % len(self.phases)]] if self.phases else None
 
 
+PS_SCHEMES = ("kvstore", "whole", "sliced", "priority", "p3")  # --ps: innet.planning.timing.kvstore's parameter servers
 PHASES = {"forward": "all_gather", "backward": "all_gather", "gradient": "reduce_scatter"}  # a sharded call's collective
 
 

@@ -95,6 +95,8 @@ def _workload(s: RunSpec) -> str | None:
         return "{pipeline} overlaps a workload's compute with its communication: it needs {workload}"
     if (s.slice_elements or s.priority != "fifo") and not s.workload:
         return "{slice_elements} and {priority} order a workload's layers: they need {workload}"
+    if s.ps and (not s.workload or s.sharded or s.pipeline != 1):
+        return "{ps} models a workload's data-parallel exchange: it needs {workload}, without {sharded} or {pipeline} 2"
     return _sharded(s) if s.sharded else None
 
 

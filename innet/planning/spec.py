@@ -17,7 +17,7 @@ from innet.hosts.job import worker_tensors
 from innet.hosts.learning.learner import Learner
 from innet.hosts.learning.model import Task
 from innet.hosts.ssp import Consistency
-from innet.hosts.training import PHASES, Training, sharded_calls
+from innet.hosts.training import PHASES, PS_SCHEMES, Training, sharded_calls
 from innet.hosts.workloads import WORKLOADS, load_workload
 from innet.planning.checks import check_value
 from innet.planning.options import (
@@ -146,6 +146,12 @@ class RunSpec:
                                       "(default 0: whole layers)")
     priority: str = option("fifo", group="workload", choices=("fifo", "p3"),
                            help="with a workload: send calls in backward order (fifo), or the ready layer needed first (p3)")
+    ps: str = option("", group="workload", choices=PS_SCHEMES, needs="predict", metavar="SCHEME",
+                     help="with a workload: also model its exchange on MXNet-style parameter servers beside the workers "
+                          "(model only: --predict's ps_iteration_s; innet.planning.timing.kvstore): kvstore = MXNet's "
+                          "KVStore (whole-layer keys round-robin over the servers, big ones split over all, a key pulled "
+                          "once wholly pushed, FIFO); whole = one server per key, none split; sliced = the run's slices; "
+                          "priority = the lowest layer first; p3 = both")
     input_elements: int = option(0, group="shared input", metavar="N",
                                  help="every worker also reads N int32 input values per iteration, streamed from the "
                                       "PBox host (rank r of every job reads the same shard)")

@@ -8,9 +8,11 @@ import networkx as nx
 
 from innet.hosts.training import Training, iteration_stats, p3_order, run_schedule
 from innet.planning.planner import JobPlan
+from innet.planning.prediction import frame_bytes, link_rate, one_way, path_links
 from innet.planning.spec import LOCAL_MIN_RTO, RunSpec
 from innet.planning.timing.calls import call_time
 from innet.planning.timing.consistency import consistency_time
+from innet.planning.timing.kvstore import BIGARRAY_BOUND, period
 from innet.planning.timing.loss import lossy_time
 from innet.wire.collectives import Collective
 
@@ -65,4 +67,23 @@ def predict(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int
     if training is not None:
         starts, ends = run_schedule(training, durations)
         out.update(iteration_stats(training, starts, ends))
+    if run.ps and training is not None:
+        out["ps_iteration_s"] = ps_period(graph, run, plans, per_packet, hop, training)
     return out
+
+
+def ps_period(graph: nx.Graph, run: RunSpec, plans: list[JobPlan], per_packet: int, hop: float, training: Training) -> float:
+    """``--ps``: the steady-state iteration of the run's workload on parameter servers beside its workers
+    (innet.planning.timing.kvstore, model only), each at its slowest host link's rate, each request costing
+    the longest round trip of a header-only frame between two of them."""
+    workers = sorted({w for plan in plans for w in plan.workers})
+    rate = min(link_rate(graph, w, next(iter(graph[w]))) for w in workers)
+    bound = max(1, round(BIGARRAY_BOUND * run.workload_scale))
+
+    def delay(u: str, v: str) -> float:
+        return run.faults_on(u, v).delay
+
+    request = max((one_way(graph, path_links(graph, a, b), frame_bytes(0), hop, delay)
+                   + one_way(graph, path_links(graph, b, a), frame_bytes(0), hop, delay)
+                   for a in workers for b in workers if a != b), default=0.0)
+    return period(training, run.call_sizes()[: training.layers], len(workers), rate, per_packet, run.ps, bound, request)
