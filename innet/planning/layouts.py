@@ -5,7 +5,7 @@
   rack's PBox, which hands it to its workers. Cross-rack links carry one partial up and one result down per
   rack, as in-network aggregation's rack-then-root tree does.
 - ``sharded``: a stock parameter server (MXNet's KVStore over ps-lite): the keys are spread by slot over
-  the servers on the workers' ToRs (key k to server ``k % S``, as ``--pbox-cores`` spreads them over a
+  every server on the workers' ToRs (key k to server ``k % S``, as ``--pbox-cores`` spreads them over a
   PBox's cores), every worker pushes each key to its server and gets the sum back from it.
 """
 
@@ -23,15 +23,15 @@ from innet.wire.packet import PAYLOAD_OFFSET
 LAYOUTS = ("central", "rack", "sharded")
 
 
+def _boxes(graph: nx.Graph, worker: str) -> list[str]:
+    """The PBox hosts on ``worker``'s ToR."""
+    tor = next(iter(graph[worker]))
+    return sorted((n for n in graph[tor] if graph.nodes[n].get("role") == "pbox"), key=natural_key)
+
+
 def rack_servers(graph: nx.Graph, workers: tuple[str, ...]) -> dict[str, str]:
-    """The PBox host on each worker's ToR (a worker whose ToR has none is left out)."""
-    out = {}
-    for w in workers:
-        tor = next(iter(graph[w]))
-        boxes = sorted((n for n in graph[tor] if graph.nodes[n].get("role") == "pbox"), key=natural_key)
-        if boxes:
-            out[w] = boxes[0]
-    return out
+    """The (first) PBox host on each worker's ToR (a worker whose ToR has none is left out)."""
+    return {w: boxes[0] for w in workers if (boxes := _boxes(graph, w))}
 
 
 def laid_out(graph: nx.Graph, plan: JobPlan, layout: str) -> JobPlan:
@@ -46,8 +46,8 @@ def laid_out(graph: nx.Graph, plan: JobPlan, layout: str) -> JobPlan:
         raise UserError(f"{{pbox_layout}} {layout} needs a PBox host on every worker's ToR; {missing[0]}'s has none "
                         "(phub-rack builds them with {pbox_layout} rack or sharded)")
     servers = tuple(dict.fromkeys(at[w] for w in plan.workers))
-    if layout == "sharded":
-        ordered = tuple(sorted(servers, key=natural_key))
+    if layout == "sharded":  # every server on the workers' ToRs
+        ordered = tuple(sorted({b for w in plan.workers for b in _boxes(graph, w)}, key=natural_key))
         return replace(plan, layout=layout, servers=ordered, pbox=ordered[0])
     central = [p for p in pboxes(graph) if p not in servers]
     if not central:
