@@ -8,8 +8,7 @@ import pytest
 
 import innet
 from innet.errors import UserError
-from innet.hosts.pbox import PBoxJob
-from innet.hosts.rackpbox import RackPBox
+from innet.hosts.pbox import PBoxJob, RackPBox
 from innet.wire.packet import RESULT, ROUTE, make_packet, parse_frame
 from topologies import build
 

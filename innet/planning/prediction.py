@@ -211,17 +211,15 @@ def pbox_direction_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_pack
 
 
 def laid_out_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_packet: int) -> dict[tuple[str, str], float]:
-    """A dense all-reduce's bytes on each link direction with the PBox layouts of innet.planning.layouts (one
+    """A dense all-reduce's bytes on each link direction with the PBox layouts of innet.schemes.layouts (one
     call, its first chunk numbered 0). ``rack``: each worker's stream to its rack's PBox and the result back,
     each rack PBox's partial sums to the central PBox and the totals back. ``sharded``: chunk c (the
     exponent's first) of every worker to server ``c % slots % S`` and its result back."""
-    from innet.planning.layouts import rack_servers  # layouts builds on the planner, as this module does
-
     out: defaultdict[tuple[str, str], float] = defaultdict(float)
     if plan.layout == "rack":
         assert plan.pbox is not None
         stream = stream_bytes(elements, per_packet)
-        legs = [(w, box) for w, box in rack_servers(graph, plan.workers).items()] + [(b, plan.pbox) for b in plan.servers]
+        legs = [*zip(plan.workers, plan.servers, strict=True), *((b, plan.pbox) for b in dict.fromkeys(plan.servers))]
         for a, b in legs:
             for u, v in path_links(graph, a, b):
                 out[(u, v)] += stream

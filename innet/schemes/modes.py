@@ -28,12 +28,12 @@ from innet.hosts.training import Training
 from innet.hosts.worker.process import WorkerProcess
 from innet.planning.configs import pick_workers, switch_configs, worker_specs
 from innet.planning.dynamic import plan_dynamic
-from innet.planning.layouts import laid_out, server_of, sharded_reorder
 from innet.planning.planner import METHODS, JobPlan, JobRequest, Placement, plan_job, plan_jobs
 from innet.planning.prediction import direction_bytes
 from innet.planning.spec import MODES, RunSpec
 from innet.planning.timing import planned_training, predict
 from innet.planning.timing.dilation import auto_factor, carried_rate, host_link_rate
+from innet.schemes.layouts import laid_out, server_of, sharded_reorder
 from innet.switch.program import SwitchProgram
 from innet.switch.runtime import SwitchConfig
 from innet.wire.packet import BANDS
@@ -145,7 +145,7 @@ def realise(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram], plans: 
         if plan.method == "pbox" and run.mode != "ring":
             assert plan.pbox is not None
             servers = tuple(index[s] for s in plan.servers) if plan.layout == "sharded" else ()
-            job_specs = {w: replace(s, pbox=index[server_of(graph, plan, w)], servers=servers,
+            job_specs = {w: replace(s, pbox=index[server_of(plan, w)], servers=servers,
                                     reorder=s.reorder + sharded_reorder(graph, plan, program.elements))
                          for w, s in job_specs.items()}
         specs[plan.job] = job_specs

@@ -1,5 +1,5 @@
 """The PBox endpoints of a run on the local fabric, host by host, for every ``--pbox-layout``
-(innet.planning.layouts): the central PBox's shards; a rack PBox per rack and the central PBox over the
+(innet.schemes.layouts): the central PBox's shards; a rack PBox per rack and the central PBox over the
 racks; or a stock PS's servers, key k at server ``k % S``."""
 
 from __future__ import annotations
@@ -7,9 +7,7 @@ from __future__ import annotations
 import networkx as nx
 
 from innet.graph import node_indices
-from innet.hosts.pbox import PBoxJob, PBoxServer
-from innet.hosts.rackpbox import RackPBox
-from innet.planning.layouts import rack_servers
+from innet.hosts.pbox import PBoxJob, PBoxServer, RackPBox
 from innet.planning.spec import RunSpec
 from innet.schemes.modes import RunPlan, pbox_servers
 
@@ -28,8 +26,8 @@ def pbox_endpoints(graph: nx.Graph, run: RunSpec, rp: RunPlan, cores: int) -> li
     if layout.layout == "sharded":
         n = len(layout.servers)
         return [(host, PBoxServer(index[host], [job], n, core)) for core, host in enumerate(layout.servers)]
-    at = rack_servers(graph, layout.workers)
-    racks = {box: {s.rank: s.node for w, s in specs.items() if at[w] == box} for box in layout.servers}
+    at = dict(zip(layout.workers, layout.servers, strict=True))
+    racks = {box: {s.rank: s.node for w, s in specs.items() if at[w] == box} for box in dict.fromkeys(layout.servers)}
     assert layout.pbox is not None
     up = index[layout.pbox]
     top = PBoxJob(layout.job, {min(ranks): index[box] for box, ranks in racks.items()}, first.slots, first.elements,

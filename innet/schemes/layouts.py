@@ -45,10 +45,10 @@ def laid_out(graph: nx.Graph, plan: JobPlan, layout: str) -> JobPlan:
     if missing:
         raise UserError(f"{{pbox_layout}} {layout} needs a PBox host on every worker's ToR; {missing[0]}'s has none "
                         "(phub-rack builds them with {pbox_layout} rack or sharded)")
-    servers = tuple(dict.fromkeys(at[w] for w in plan.workers))
     if layout == "sharded":  # every server on the workers' ToRs
         ordered = tuple(sorted({b for w in plan.workers for b in _boxes(graph, w)}, key=natural_key))
         return replace(plan, layout=layout, servers=ordered, pbox=ordered[0])
+    servers = tuple(at[w] for w in plan.workers)  # rack: each worker's rack PBox, rank by rank
     central = [p for p in pboxes(graph) if p not in servers]
     if not central:
         raise UserError("{pbox_layout} rack sums the racks' sums at a central PBox: the topology has none apart "
@@ -56,10 +56,10 @@ def laid_out(graph: nx.Graph, plan: JobPlan, layout: str) -> JobPlan:
     return replace(plan, layout=layout, servers=servers, pbox=central[0])
 
 
-def server_of(graph: nx.Graph, plan: JobPlan, worker: str) -> str:
+def server_of(plan: JobPlan, worker: str) -> str:
     """The PBox ``worker`` sends to and hears from (for a sharded plan: its first server; every key has its own)."""
     if plan.layout == "rack":
-        return rack_servers(graph, (worker,))[worker]
+        return plan.servers[plan.workers.index(worker)]
     if plan.layout == "sharded":
         return plan.servers[0]
     assert plan.pbox is not None
