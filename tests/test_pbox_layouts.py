@@ -110,3 +110,16 @@ def test_phubs_comparison_who_wins_and_by_how_much(reproduced):
         assert at["pbox", n]["cross_rack_bytes"] == 2 * stock
         assert at["phub", n]["cross_rack_bytes"] == at["phub", 2]["cross_rack_bytes"] == 2 * at["innet", n]["cross_rack_bytes"]
     assert at["stock", 8]["cross_rack_bytes"] == 4 * at["stock", 2]["cross_rack_bytes"]
+
+
+@pytest.mark.parametrize("layout,says", [
+    ("rack", "every worker sends to its rack's PBox (pr1, pr2), which sends its rack's sums to PBox p1"),
+    ("sharded", "every worker sends key (slot) k to server k % 4 of ps1, ps2, ps3, ps4")])
+def test_the_plan_says_where_each_layout_sends(layout, says):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "innet", "plan", "--topo", "phub-rack", "--hosts-per-rack", "2",
+                          "--mode", "pbox", "--pbox-layout", layout], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert f"  {says}\n" in out.stdout

@@ -120,7 +120,7 @@ def place_jobs(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram],
         plans = [plan_job(graph, g, method="pbox", job=j + 1, slots=wanted) for j, g in enumerate(groups)]
         if run.mode == "pbox":
             plans = [laid_out(graph, p, run.pbox_layout) for p in plans]
-        outcomes = {p.job: f"pbox: {p.pbox}" if p.layout == "central" else f"pbox {p.layout}: {', '.join(p.servers)}"
+        outcomes = {p.job: f"pbox: {p.pbox}" if p.layout == "central" else f"pbox {p.layout}: {', '.join(dict.fromkeys(p.servers))}"
                     for p in plans}
     elif run.mode == "ring":  # the plan only fixes ranks and first hops; switches just route
         plans = [plan_job(graph, g, method="tor", job=j + 1, slots=wanted) for j, g in enumerate(groups)]
