@@ -116,10 +116,13 @@ def test_phubs_comparison_who_wins_and_by_how_much(reproduced):
     ("rack", "every worker sends to its rack's PBox (pr1, pr2), which sends its rack's sums to PBox p1"),
     ("sharded", "every worker sends key (slot) k to server k % 4 of ps1, ps2, ps3, ps4")])
 def test_the_plan_says_where_each_layout_sends(layout, says):
+    import os
     import subprocess
     import sys
 
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, "-m", "innet", "plan", "--topo", "phub-rack", "--hosts-per-rack", "2",
-                          "--mode", "pbox", "--pbox-layout", layout], capture_output=True, text=True, timeout=120)
+                          "--mode", "pbox", "--pbox-layout", layout], capture_output=True, text=True, timeout=120,
+                         cwd=root, env=dict(os.environ, PYTHONPATH=root))
     assert out.returncode == 0, out.stderr
     assert f"  {says}\n" in out.stdout
