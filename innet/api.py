@@ -87,7 +87,8 @@ def spec_of(topology: str | nx.Graph | os.PathLike[str] | None = None, default_b
 
         graph = build(spec.topo, workers=spec.workers if spec.topo == "star" and spec.workers is not None else 4,
                       racks=spec.racks, hosts_per_rack=spec.hosts_per_rack, spines=spec.spines, k=spec.k, bw=spec.bw,
-                      oversubscription=spec.oversubscription)
+                      oversubscription=spec.oversubscription,
+                      rack_servers={"rack": "pbox", "sharded": "host"}.get(spec.pbox_layout, ""))
     validate(spec, graph)
     check_outputs((spec.out, spec.pcap), (spec.json, spec.save_topology, spec.timeline))  # refused now, not after the run
     if spec.save_topology:

@@ -26,17 +26,17 @@ SUBCOMMANDS: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
              ("seed", "timeout", "pbox_cores", "job_priority", "predict", "hop_latency")),
     "train": ("train a real model (--train digits, the default) with its gradients all-reduced through the network",
               ("backend", "training", "topology", "job", "consistency", "faults", "output"),
-              ("elements", "iterations", "jobs", "job_slots", "job_priority", "stragglers")),
+              ("elements", "iterations", "jobs", "job_slots", "job_priority", "stragglers", "pbox_layout")),
     "launch": ("run a torch.distributed script (after --), one rank per worker host, its collectives through the network",
                ("backend", "topology", "job", "faults", "output"),
                ("collective", "root", "program", "elements", "iterations", "jobs", "job_slots", "job_priority", "topk",
                 "crash", "background", "link_faults", "pcap", "cli", "cluster", "cluster_key", "cluster_known_hosts",
-                "json", "plots")),
+                "json", "plots", "pbox_layout")),
     "replay": ("replay MLCommons Chakra execution traces on the local fabric",
                ("backend", "topology", "job", "faults", "output"),
                ("collective", "root", "program", "elements", "iterations", "jobs", "job_slots", "job_priority", "topk",
                 "crash", "background", "pcap", "cli", "cluster", "cluster_key", "cluster_known_hosts", "dilation",
-                "node_group", "timeline", "plots", "placement", "pool_slots", "pbox_cores")),
+                "node_group", "timeline", "plots", "placement", "pool_slots", "pbox_cores", "pbox_layout")),
 }
 
 

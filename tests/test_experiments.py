@@ -110,7 +110,7 @@ def test_every_experiment_names_its_paper(name):
     assert paper is not None and all([paper.citation, paper.figure, paper.setting, paper.measure, paper.unmodelled])
     assert paper.points or paper.claims or paper.unsourced
     assert all(p.source for p in paper.points)
-    assert bool(paper.points) == (name in ("p3", "pipesgd", "canary"))  # the ones with a series to stand beside
+    assert bool(paper.points) == (name in ("p3", "pipesgd", "canary", "phub"))  # the ones with a series to stand beside
 
 
 def test_a_paper_point_is_compared_in_shape_and_magnitude():

@@ -64,12 +64,17 @@ def _stated(name: str, points: dict) -> list[str]:
     at = {(r["series"], r[flag]): r for r in rows}
     speedup = points["summary"].get("speedup", {})
     if name == "phub":
-        pbox, innet = [at["pbox", n]["cross_rack_bytes"] for n in (2, 8)], {r["cross_rack_bytes"] for r in rows
-                                                                              if r["series"] == "innet"}
-        [one] = innet
-        return [f"{pbox[0] / 1e6:.1f} MB at 2 per rack, {pbox[1] / 1e6:.1f} MB at 8", f"stay at {one / 1e6:.1f} MB",
-                f"{pbox[0] / one:.0f}× to {pbox[1] / one:.0f}× less",
-                f"{speedup['innet']['2']:.1f}× to {speedup['innet']['8']:.1f}× faster"]
+        stock = [at["stock", n]["cross_rack_bytes"] for n in (2, 8)]
+        [hier] = {r["cross_rack_bytes"] for r in rows if r["series"] == "phub"}
+        [one] = {r["cross_rack_bytes"] for r in rows if r["series"] == "innet"}
+        assert all(at["pbox", n]["cross_rack_bytes"] == 2 * at["stock", n]["cross_rack_bytes"] for n in points["values"])
+        flat = speedup["pbox"].values()
+        return [f"The hierarchy is {speedup['phub']['2']:.1f}× to {speedup['phub']['8']:.1f}× faster than the stock PS",
+                f"stay at {hier / 1e6:.1f} MB while the stock PS's grow from {stock[0] / 1e6:.1f} MB at 2 per rack to "
+                f"{stock[1] / 1e6:.1f} MB at 8 (the flat PBox: twice)",
+                f"The flat PBox is no faster ({min(flat):.2f}× to {max(flat):.2f}×",
+                f"in-network aggregation is {speedup['innet']['2']:.1f}× to {speedup['innet']['8']:.1f}× faster, "
+                f"with {one / 1e6:.1f} MB"]
     if name == "topk":
         first = at["sparse", 0.01]
         within = [d for d in points["values"] if at["sparse", d]["completion_s/dense"] >= 0.98]

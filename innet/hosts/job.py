@@ -34,6 +34,7 @@ class JobSpec:
     reorder_window: float = 0.0  # how long reordering may hold a frame back (innet.planning.configs.reorder_window)
     reorder_link: float = 0.0  # how long one link may hold a frame back: all a lossy run's window covers (Rack.held)
     pbox: int | None = None  # set: send every chunk to this PBox node instead of into the network
+    servers: tuple[int, ...] = ()  # set (a stock sharded PS): chunk c goes to servers[c % slots % len(servers)]
     sparse: bool = False  # send a chunk as (index, value) pairs when that is shorter (innet.wire.sparse)
     band: int = 0  # the priority band (DSCP) of every frame the worker sends (0: most urgent)
     operator: Operator = SUM  # what the job reduces with: its fixed-point rule decides what workers agree on
@@ -46,11 +47,23 @@ class JobSpec:
     def __post_init__(self) -> None:
         if isinstance(self.operator, dict):  # from JSON
             object.__setattr__(self, "operator", Operator(**self.operator))
+        if isinstance(self.servers, list):  # from JSON
+            object.__setattr__(self, "servers", tuple(self.servers))
 
     @property
     def peer(self) -> int:
         """The node an in-network or PBox worker sends to and hears results from: its switch, or the PBox."""
         return self.first_hop if self.pbox is None else self.pbox
+
+    def peer_of(self, chunks: np.ndarray) -> int | np.ndarray:
+        """The node each of ``chunks`` goes to: ``peer``, or with ``servers`` its key's server."""
+        if not self.servers:
+            return self.peer
+        return np.asarray(self.servers, np.int64)[chunks % self.slots % len(self.servers)]
+
+    def hears(self, src: np.ndarray) -> np.ndarray:
+        """Which of the nodes ``src`` this worker takes results from: its peer, or any of its servers."""
+        return np.isin(src, self.servers) if self.servers else src == self.peer
 
     def as_input(self, tensor: Any) -> np.ndarray:
         """A caller's tensor as the worker holds it: float32, or int32 bit patterns for a bit operator."""

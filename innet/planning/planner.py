@@ -43,6 +43,8 @@ class JobPlan:
     first_hop: dict[str, str]
     slots: int
     pbox: str | None
+    layout: str = "central"  # a PBox job's keys (innet.schemes.layouts): central, rack (hierarchy) or sharded
+    servers: tuple[str, ...] = ()  # rack: each worker's rack PBox, rank by rank; sharded: the key servers (k at k % len)
 
     def children(self, node: str) -> list[str]:
         return self._children.get(node, [])

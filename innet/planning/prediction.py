@@ -194,6 +194,8 @@ def pbox_direction_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_pack
     """PBox: every worker's stream to the PBox and every result back (with top-k, the union of all N's
     indices; with ``dest``, each chunk's values only to its rank), on the routed paths."""
     assert plan.pbox is not None
+    if plan.layout != "central":
+        return laid_out_bytes(graph, plan, elements, per_packet)
     stream = stream_bytes(elements, per_packet, density)
     result = stream_bytes(elements, per_packet, union_density(density, len(plan.workers)))
     out: defaultdict[tuple[str, str], float] = defaultdict(float)
@@ -205,6 +207,34 @@ def pbox_direction_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_pack
         for u, v in path_links(graph, w, plan.pbox):
             out[(u, v)] += stream
             out[(v, u)] += result
+    return dict(out)
+
+
+def laid_out_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_packet: int) -> dict[tuple[str, str], float]:
+    """A dense all-reduce's bytes on each link direction with the PBox layouts of innet.schemes.layouts (one
+    call, its first chunk numbered 0). ``rack``: each worker's stream to its rack's PBox and the result back,
+    each rack PBox's partial sums to the central PBox and the totals back. ``sharded``: chunk c (the
+    exponent's first) of every worker to server ``c % slots % S`` and its result back."""
+    out: defaultdict[tuple[str, str], float] = defaultdict(float)
+    if plan.layout == "rack":
+        assert plan.pbox is not None
+        stream = stream_bytes(elements, per_packet)
+        legs = [*zip(plan.workers, plan.servers, strict=True), *((b, plan.pbox) for b in dict.fromkeys(plan.servers))]
+        for a, b in legs:
+            for u, v in path_links(graph, a, b):
+                out[(u, v)] += stream
+                out[(v, u)] += stream
+        return dict(out)
+    full, rest = divmod(elements, per_packet)
+    sizes = [frame_bytes(0)] + [frame_bytes(per_packet)] * full + ([frame_bytes(rest)] if rest else [])
+    share = [0.0] * len(plan.servers)
+    for c, size in enumerate(sizes):
+        share[c % plan.slots % len(plan.servers)] += size
+    for w in plan.workers:
+        for server, part in zip(plan.servers, share, strict=True):
+            for u, v in path_links(graph, w, server):
+                out[(u, v)] += part
+                out[(v, u)] += part
     return dict(out)
 
 

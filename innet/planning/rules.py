@@ -204,6 +204,10 @@ def _meaningless(s: RunSpec) -> str | None:
         return f"{{job_slots}} asks the switches' slot pools for room: it means nothing with {scheme}"
     if "pbox_cores" in given and (s.mode == "ring" or s.backend == "gloo"):
         return f"{{pbox_cores}} shards the PBox: it means nothing with {scheme}, which uses none"
+    if s.pbox_layout != "central" and (s.mode not in ("pbox", "all") or s.topk or s.consistency or s.jobs > 1
+                                       or s.collective != "allreduce" or s.workload or s.train):
+        return (f"{{pbox_layout}} {s.pbox_layout} spreads one all-reduce job's keys over several PBoxes: it needs "
+                "{mode} pbox, one job, {collective} allreduce, and none of {topk}, {consistency}, {workload}, {train}")
     if s.stragglers and not s.consistency:
         return "{stragglers} slows a worker's compute under {consistency}: it needs {consistency} bsp, ssp or asp"
     if "compute_time" in given and not (s.consistency or s.train):

@@ -192,6 +192,11 @@ class RunSpec:
                                "local: the in-process fabric in virtual time (no root); gloo: torch.distributed's "
                                "gloo all-reduce between the same Mininet hosts, no innet process (root, torch)")
     pbox_cores: int = option(1, group="job", help="PBox shards (processes), keys spread by slot (default 1)")
+    pbox_layout: str = option("central", group="job", choices=("central", "rack", "sharded"), backends=("local",),
+                              help="with --mode pbox, where keys are summed: central (one PBox), rack (PHub's "
+                                   "hierarchy: a PBox per rack sums its rack, the central PBox the racks' sums) or "
+                                   "sharded (a stock PS: keys spread by slot over a server per worker, each an ordinary "
+                                   "host); phub-rack builds the racks' boxes and servers (default central)")
     crash: tuple[tuple[str, float], ...] = option(
         (), group="faults", metavar="HOST@SECONDS", parse=parse_crash, repeat=True,
         help="kill a worker host's process that many seconds into the run (virtual seconds on local)")

@@ -33,6 +33,7 @@ from innet.planning.prediction import direction_bytes
 from innet.planning.spec import MODES, RunSpec
 from innet.planning.timing import planned_training, predict
 from innet.planning.timing.dilation import auto_factor, carried_rate, host_link_rate
+from innet.schemes.layouts import laid_out, server_of, sharded_reorder
 from innet.switch.program import SwitchProgram
 from innet.switch.runtime import SwitchConfig
 from innet.wire.packet import BANDS
@@ -117,7 +118,10 @@ def place_jobs(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram],
     wanted = run.job_slots or max(1, window // run.jobs)
     if run.mode == "pbox" or (run.mode == "innet" and run.placement == "pbox"):
         plans = [plan_job(graph, g, method="pbox", job=j + 1, slots=wanted) for j, g in enumerate(groups)]
-        outcomes = {p.job: f"pbox: {p.pbox}" for p in plans}
+        if run.mode == "pbox":
+            plans = [laid_out(graph, p, run.pbox_layout) for p in plans]
+        outcomes = {p.job: f"pbox: {p.pbox}" if p.layout == "central" else f"pbox {p.layout}: {', '.join(dict.fromkeys(p.servers))}"
+                    for p in plans}
     elif run.mode == "ring":  # the plan only fixes ranks and first hops; switches just route
         plans = [plan_job(graph, g, method="tor", job=j + 1, slots=wanted) for j, g in enumerate(groups)]
         outcomes = {p.job: "ring" for p in plans}
@@ -140,7 +144,10 @@ def realise(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram], plans: 
         job_specs = worker_specs(graph, plan, program, run)
         if plan.method == "pbox" and run.mode != "ring":
             assert plan.pbox is not None
-            job_specs = {w: replace(s, pbox=index[plan.pbox]) for w, s in job_specs.items()}
+            servers = tuple(index[s] for s in plan.servers) if plan.layout == "sharded" else ()
+            job_specs = {w: replace(s, pbox=index[server_of(plan, w)], servers=servers,
+                                    reorder=s.reorder + sharded_reorder(graph, plan, program.elements))
+                         for w, s in job_specs.items()}
         specs[plan.job] = job_specs
     stream = plan_input(graph, specs, run.input_elements, run.shared_input, program.elements, run.iterations, run.seed,
                         max(0.05, 10 * run.min_rto), run.timeout) if run.input_elements else None

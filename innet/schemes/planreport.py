@@ -26,6 +26,11 @@ def _job_lines(run: RunSpec, plan: JobPlan, outcome: str) -> list[str]:
             lines.append(f"  {switch} -> {plan.parents.get(switch, '(root)')}: {role} {', '.join(plan.children(switch))}{base}")
     elif run.mode == "ring":
         lines.append(f"  ring order: {' -> '.join(plan.workers)} -> {plan.workers[0]}")
+    elif plan.layout == "rack":
+        boxes = ", ".join(dict.fromkeys(plan.servers))
+        lines.append(f"  every worker sends to its rack's PBox ({boxes}), which sends its rack's sums to PBox {plan.pbox}")
+    elif plan.layout == "sharded":
+        lines.append(f"  every worker sends key (slot) k to server k % {len(plan.servers)} of {', '.join(plan.servers)}")
     else:
         lines.append(f"  every worker sends to PBox {plan.pbox}")
     return lines

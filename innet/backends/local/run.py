@@ -22,7 +22,8 @@ from innet.results.check import run_record, tally_drops, timeline_of, with_direc
 from innet.results.fidelity import virtual_fidelity
 from innet.results.outcome import outcome_of, training_outcome
 from innet.results.record import RunRecord
-from innet.schemes.modes import RunPlan, host_endpoint, installed_configs, pbox_servers, plan_run
+from innet.schemes.modes import RunPlan, host_endpoint, installed_configs, plan_run
+from innet.schemes.pboxes import pbox_endpoints
 from innet.switch.program import SwitchProgram
 from innet.switch.runtime import SwitchRuntime
 
@@ -44,9 +45,10 @@ class LocalRun:
         self.runtimes = {name: SwitchRuntime(cfg, self.program) for name, cfg in configs.items()}
         for name, rt in self.runtimes.items():
             self.fabric.add_switch(name, rt)
-        host, self.servers = pbox_servers(graph, run, self.rp, pbox_cores)
-        for server in self.servers:
-            self.fabric.attach(str(host), server)
+        boxes = pbox_endpoints(graph, run, self.rp, pbox_cores)
+        self.servers = [server for _, server in boxes]
+        for host, server in boxes:
+            self.fabric.attach(host, server)
         self.inputs = []
         if self.rp.input is not None:
             self.input_server = InputServer(self.rp.input)

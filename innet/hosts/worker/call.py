@@ -142,7 +142,7 @@ class AllreduceCall:
             return []  # what the block path does with it: nothing
         src, _, _, job, _, _, _, chunk, count, flags, _ = fields
         spec, window = self.spec, self.window
-        if job != spec.job or src != spec.peer or not flags & (RESULT | ABORT):
+        if job != spec.job or (src != spec.peer and src not in spec.servers) or not flags & (RESULT | ABORT):
             return []
         if flags & (ABORT | SPARSE | OVERFLOW) or chunk == self.first:
             return self.receive_block(parse_block(*pack_frames([frame])), now)
@@ -166,7 +166,7 @@ class AllreduceCall:
         if self.done:
             return []
         hdr, window = block.hdr, self.window
-        mine = block.ok & (hdr["job"] == self.spec.job) & (block.src == self.spec.peer)
+        mine = block.ok & (hdr["job"] == self.spec.job) & self.spec.hears(block.src)
         aborts = np.flatnonzero(mine & (hdr["flags"] & ABORT != 0))
         if len(aborts):
             origin, *missing = block.values(aborts[:1], int(hdr["count"][aborts[0]]))[0].tolist() or [-1]

@@ -104,7 +104,7 @@ class ChunkFrames:
             last = np.array([self.end - 1])
             hdr = self.header(last, n % spec.elements, exp)
             tail = spec.operator.quantize(self.tensor[full * spec.elements :], self.scale)
-            self.tail = build_frames(spec.node, spec.peer, hdr, tail[None], spec.band)
+            self.tail = build_frames(spec.node, spec.peer_of(last), hdr, tail[None], spec.band)
 
     def ensure(self, upto: int) -> None:
         """Build full chunks' frames up to row ``upto`` (exclusive), a window or more at a time: a worker's
@@ -114,8 +114,9 @@ class ChunkFrames:
         if upto <= a or b <= a or self.scale is None or spec.sparse:
             return
         values = spec.operator.quantize(self.tensor[a * spec.elements : b * spec.elements], self.scale)
-        hdr = self.header(np.arange(self.first + 1 + a, self.first + 1 + b), spec.elements, self.q)
-        build_frames(spec.node, spec.peer, hdr, values.reshape(b - a, spec.elements), spec.band, out=self.rows[a:b])
+        chunks = np.arange(self.first + 1 + a, self.first + 1 + b)
+        hdr = self.header(chunks, spec.elements, self.q)
+        build_frames(spec.node, spec.peer_of(chunks), hdr, values.reshape(b - a, spec.elements), spec.band, out=self.rows[a:b])
         self.built = b
 
     def _build_sparse(self, quantized: np.ndarray, exp: int) -> None:
@@ -138,7 +139,8 @@ class ChunkFrames:
         """Frames of ``chunks`` without values: the exponent chunk's, and a replicating collective's chunks
         another rank gives the values of."""
         hdr = self.header(chunks, 0, exp)
-        return build_frames(self.spec.node, self.spec.peer, hdr, np.zeros((len(chunks), 0), np.int32), self.spec.band)
+        return build_frames(self.spec.node, self.spec.peer_of(chunks), hdr, np.zeros((len(chunks), 0), np.int32),
+                            self.spec.band)
 
     def frame(self, chunk: int) -> np.ndarray:
         """Chunk ``chunk``'s frame."""

@@ -35,8 +35,9 @@ def queued(graph: nx.Graph, plan: JobPlan, paths: list[list[tuple[str, str]]], e
     incast too long (a key waits only for its values)."""
     chunks = -(-elements // per_packet)
     sizes = [frame_bytes(min(per_packet, elements - c * per_packet)) for c in range(chunks)]
-    if len(plan.workers) * chunks > QUEUED_FRAMES or (plan.method == "pbox" and chunks > plan.slots):
-        return closed
+    if len(plan.workers) * chunks > QUEUED_FRAMES or (plan.method == "pbox" and (chunks > plan.slots
+                                                                                 or plan.layout != "central")):
+        return closed  # a PBox layout's (innet.schemes.layouts) frames meet at several boxes: the closed form
     if plan.method == "pbox":
         frames = pbox_queue(graph, paths, sizes, collective, root, trip)
         return frames if collective is not ALLREDUCE and not shared else max(closed, frames)
