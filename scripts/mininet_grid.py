@@ -62,7 +62,7 @@ def _once(flags: str, backend: str, seed: int) -> dict[str, object]:
     report = run(**parse_options(f"{flags} --seed {seed} --backend {backend} --predict".split()))
     record = report.runs[0]
     key = "iteration_s" if report.spec.workload else "completion_s"
-    model = record.get("background_model_s") if report.spec.background else None
+    model = record.get("background_model_s") if report.spec.background.pattern else None
     fidelity = record.get("fidelity") or {}
     return {"figure": key, "s": float(record[key]), "model_s": float(model or record["prediction"][key]),
             "correct": bool(record.correct), "verdict": str(fidelity.get("verdict", "")),
