@@ -133,9 +133,9 @@ def test_quick_validation_writes_every_point_within_the_bound(tmp_path):
 
 @pytest.mark.mininet
 def test_the_mininet_grid_quick_points_hold_the_bound(tmp_path):
-    """scripts/mininet_grid.py's quick points (a star of 4 in-network, the ring's reduce-scatter, 1% loss with 1%
-    reordering, a leaf-spine with 50% permutation background) on Mininet, the local fabric and the model: each
-    within 10% of Mininet (the runner holds the Mininet lock: --no-lock; one seed each to stay near a minute)."""
+    """scripts/mininet_grid.py's quick points (a star of 4 in-network, the ring's reduce-scatter, 1% loss, two jobs
+    sharing a leaf-spine's switches) on Mininet, the local fabric and the model: each within 10% of Mininet (the
+    runner holds the Mininet lock: --no-lock; one seed each to stay near a minute)."""
     out = tmp_path / "grid.csv"
     done = subprocess.run([sys.executable, "scripts/validate_model.py", "--mininet-only", "--quick", "--no-lock",
                            "--repeats", "1", "--mininet-csv", str(out)], cwd=ROOT, capture_output=True, text=True,
