@@ -226,11 +226,15 @@ def kept_section(doc: str | None) -> list[str]:
 
 def mininet_section(args: argparse.Namespace) -> list[str]:
     """The Mininet grid, run under the Mininet lock: its doc section (its CSV written, its table printed)."""
-    started, load = time.time(), " ".join(os.getloadavg().__repr__().strip("()").split())
+    started, load = time.time(), " ".join(f"{x:.2f}" for x in os.getloadavg())
+    if args.from_csv:  # a grid run before: its rows, its wall time, the load it noted
+        rows = grid.read_rows(args.from_csv)
+        return grid.section(rows, args.repeats, sum(float(str(r.get("wall_s", 0))) for r in rows), args.load)
     with mininet_lock() as lock:
         if not (args.no_lock or locked(lock, args.lock_wait)):
             return [grid.HEADING, "", f"No Mininet points: the lock stayed taken for {args.lock_wait:g} s.", ""]
         rows = [grid.measure_point(flags, args.repeats) for flags in grid.points(args.quick)]
+    load += " at the start, " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + " at the end"
     _csv(args.mininet_csv, rows)
     print("\n".join(grid.table(rows)))
     print(f"mininet grid: {grid.verdict(rows)} ({time.time() - started:.0f} s, load average {load})")
@@ -276,6 +280,9 @@ def main() -> None:
     p.add_argument("--csv", default="results/validation.csv", help="where the CSV goes (default results/validation.csv)")
     p.add_argument("--mininet-csv", default="results/validation-mininet.csv",
                    help="where the Mininet grid's CSV goes (default results/validation-mininet.csv)")
+    p.add_argument("--from-csv", default=None, metavar="FILE",
+                   help="with --mininet-only: render the section from this grid CSV instead of running it")
+    p.add_argument("--load", default="not noted", help="with --from-csv: the machine's load during that run, to quote")
     p.add_argument("--doc", default=None, help="also write the tables and the papers' claims to this markdown file")
     args = p.parse_args()
     started = time.time()

@@ -15,7 +15,8 @@ from innet.planning.timing import predict
 from innet.results.metrics import busiest_link
 from innet.schemes.planreport import plan_report
 from innet.wire.faults import FaultSpec
-from scripts.mininet_grid import BOUND, QUICK, section, splice
+from scripts.mininet_grid import BOUND, QUICK, read_rows, section, splice
+from scripts.validate_model import _csv as write_csv
 from scripts.validate_model import kept_section
 from topologies import build
 
@@ -167,6 +168,9 @@ def test_the_mininet_section_is_replaced_alone_and_kept_by_a_local_regeneration(
     path.write_text(spliced)
     assert kept_section(str(path)) == new and kept_section(str(tmp_path / "none.md")) == []
     assert splice("# head\n", new) == "# head\n\n" + "\n".join(new) + "\n"
+    grid_csv = str(tmp_path / "grid.csv")  # --from-csv: the section rendered again from a run's CSV, the same
+    write_csv(grid_csv, [{**row, "wall_s": 1.0}, {"flags": "--topo fat-tree", "failed": "UserError: no"}])
+    assert section(read_rows(grid_csv), 3, 1.0, "load average 1.0") == new
 
 
 @pytest.mark.parametrize("mode", ["pbox", "ring"])
