@@ -4,11 +4,12 @@
 Local backend (virtual time): modes x link delay x bandwidth, top-k densities, BSP/SSP/ASP with a
 straggler, the ring at 4/8/16 workers, several jobs, and a workload under BSP, P3, pipelining and
 Pipe-SGD's BSP baseline, wide-area Topology Zoo graphs, and loss (0.1-20%, medians of ``--seeds``); with
-``--mininet`` a few star-of-4 points at rates the CPU keeps up with
-(taking the Mininet lock). Writes a CSV and a markdown table (and with ``--doc`` docs/validation.md,
-with the papers' claims reproduced), and prints the median and worst |error|.
+``--mininet`` also the Mininet grid (scripts/mininet_grid.py: each point on Mininet, the local fabric and the
+model side by side, taking the Mininet lock), and with ``--mininet-only`` that grid alone (``--doc`` then
+replaces only the doc's Mininet section). Writes a CSV and a markdown table (and with ``--doc``
+docs/validation.md, with the papers' claims reproduced), and prints the median and worst |error|.
 
-    python scripts/validate_model.py [--quick] [--mininet] [--csv FILE] [--doc FILE]
+    python scripts/validate_model.py [--quick] [--mininet | --mininet-only] [--csv FILE] [--doc FILE]
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from innet.planning.spec import program_of  # noqa: E402
 from innet.planning.timing import busiest_direction  # noqa: E402
 from innet.results.files import make_private_folder, open_new, write_text_atomic  # noqa: E402
 from innet.schemes.modes import plan_run  # noqa: E402
+from scripts import mininet_grid as grid  # noqa: E402
 
 BOUND = 10.0  # percent: the model's promise on the local backend (issue #18)
 LOCK = os.path.join(STATE_DIR, "mininet.lock")  # in root's own 0700 folder: no one else can plant or hold it
@@ -81,14 +83,6 @@ def loss_grid(quick: bool) -> list[str]:
             for m in ("innet", "pbox", "ring") for p in LOSSES]
 
 
-def mininet_grid(quick: bool) -> list[str]:
-    """Star of 4 at 10 and 25 Mbit/s, each run as its command line would: dilated (``--dilation auto``) where
-    the rate is past what this machine carries faithfully."""
-    points = [f"--topo star --elements 120000 --bw 10 --mode {m}" for m in ("innet", "pbox", "ring")]
-    return points[:1] if quick else points + ["--topo star --elements 120000 --bw 25 --mode innet",
-                                              "--topo star --elements 120000 --bw 10 --mode pbox --topk 0.1"]
-
-
 def measure(flags: str, backend: str) -> dict[str, object]:
     """One point: run it, predict it; the row of the table."""
     report = run(**parse_options(f"{flags} --backend {backend} --predict".split()))  # as its command line has it
@@ -99,13 +93,6 @@ def measure(flags: str, backend: str) -> dict[str, object]:
     return {"backend": backend, "flags": flags, "figure": key, "measured_s": f"{got:.6f}", "model_s": f"{model:.6f}",
             "error_pct": f"{100 * (model / got - 1):+.2f}", "correct": record.correct,
             "cpu_bound": any("CPU-bound" in w for w in record.figures.get("warnings", []))}
-
-
-def median_of(flags: str, backend: str, repeats: int) -> dict[str, object]:
-    """``measure`` ``repeats`` times (Mininet's wall clock is noisy): the run with the median time, with every
-    run's time in ``runs_s``."""
-    rows = sorted((measure(flags, backend) for _ in range(repeats)), key=lambda r: float(str(r["measured_s"])))
-    return {**rows[len(rows) // 2], "runs_s": " ".join(str(r["measured_s"]) for r in rows)}
 
 
 def median_of_seeds(flags: str, seeds: int) -> dict[str, object]:
@@ -205,42 +192,68 @@ def summary(rows: list[dict[str, object]]) -> str:
             f"({worst['backend']}: {worst['flags']})")
 
 
-def write(args: argparse.Namespace, rows: list[dict[str, object]], claimed: list[str], started: float,
-          note: str = "") -> None:
-    """The CSV, the table and summaries on stdout, and with ``--doc`` the markdown file."""
+def _csv(path: str, rows: list[dict[str, object]]) -> None:
     table_csv = io.StringIO(newline="")
-    writer = csv.DictWriter(table_csv, fieldnames=[*rows[0], *(["runs_s"] if "runs_s" not in rows[0] else [])],
-                            restval="")
+    fields = list(dict.fromkeys(k for r in rows for k in r))
+    writer = csv.DictWriter(table_csv, fieldnames=fields, restval="")
     writer.writeheader()
     writer.writerows(rows)
-    write_text_atomic(args.csv, table_csv.getvalue())
-    local = [r for r in rows if r["backend"] == "local"]
-    mn = [r for r in rows if r["backend"] == "mininet" and not r["cpu_bound"]]
-    busy = sum(1 for r in rows if r["cpu_bound"])
+    write_text_atomic(path, table_csv.getvalue())
+
+
+def write(args: argparse.Namespace, rows: list[dict[str, object]], claimed: list[str], started: float,
+          mininet: list[str]) -> None:
+    """The CSV, the table and summaries on stdout, and with ``--doc`` the markdown file (``mininet``: its Mininet
+    section, or a line saying why it has none)."""
+    _csv(args.csv, rows)
     print("\n".join(table(rows)))
-    print(f"local: {summary(local)}")
-    if args.mininet:
-        print(f"mininet, not CPU-bound: {summary(mn) if mn else 'none'}; CPU-bound: {busy}{note}")
+    print(f"local: {summary(rows)}")
     if not args.doc:
         return
     command = "python3 scripts/validate_model.py" + (" --mininet" if args.mininet else "") + f" --doc {args.doc}"
     doc = ["# The timing model against measurement", "",
-           f"Generated by `{command}` ({time.time() - started:.0f} s; do not edit by hand). Mininet points: the "
-           f"median of {args.repeats} runs, lossy points the median of {args.seeds} seeds (`runs (s)`: each run's "
-           "time).", "",
-           f"Local backend: {summary(local)}." + (f" Mininet, where not CPU-bound: {summary(mn)}." if mn else "")
-           + (f" {busy} Mininet point(s) were CPU-bound (the run's own warning; `cpu` column): the model "
-              "does not price CPU, so they say how busy the machine was, not how good the model is." if busy else "")
-           + note, "",
-           "Each row is one `run_topology.py` run with these flags, measured (virtual time on `local`, the wall "
-           "clock on Mininet) and predicted by `innet/planning/timing/` (`--predict` prints the same). The model "
+           f"Generated by `{command}` ({time.time() - started:.0f} s; do not edit by hand). Lossy points: the "
+           f"median of {args.seeds} seeds (`runs (s)`: each run's time).", "",
+           f"Local backend: {summary(rows)}.", "",
+           "Each row is one `run_topology.py` run with these flags, measured in virtual time on the local fabric "
+           "and predicted by `innet/planning/timing/` (`--predict` prints the same). The model "
            "covers link bandwidth and latency (`--delay`), the window's pace, top-k's sparse frames and their "
            "densification up the tree, training against the PBox under BSP/SSP/ASP with stragglers "
            "(`innet/planning/timing/consistency.py`), jobs sharing links, and a workload's schedule (FIFO, P3, "
            "`--pipeline 2`, `--overlap none`), wide-area graphs of the Internet Topology Zoo (`topologies/zoo.py`), "
-           "and loss (`--loss`: each mode's expected time, `lossy_time`). Error = model / measured - 1.", "",
-           *table(rows), "", "## The papers' claims, reproduced", "", *claimed, ""]
+           "and loss (`--loss`: each mode's expected time, `lossy_time`). Error = model / measured - 1. The "
+           "local fabric and the model answer to Mininet: the next section.", "",
+           *table(rows), "", *mininet, "## The papers' claims, reproduced", "", *claimed, ""]
     write_text_atomic(args.doc, "\n".join(doc))
+
+
+def kept_section(doc: str | None) -> list[str]:
+    """The Mininet section ``doc`` already has (regenerating the local grid keeps it as it was), else none."""
+    if not doc or not os.path.exists(doc):
+        return []
+    with open(doc) as f:
+        text = f.read()
+    if grid.HEADING not in text:
+        return []
+    rest = grid.HEADING + text.split(grid.HEADING, 1)[1]
+    return rest[:rest.find("\n## ")].split("\n") if "\n## " in rest else rest.split("\n")
+
+
+def mininet_section(args: argparse.Namespace) -> list[str]:
+    """The Mininet grid, run under the Mininet lock: its doc section (its CSV written, its table printed)."""
+    started, load = time.time(), " ".join(f"{x:.2f}" for x in os.getloadavg())
+    if args.from_csv:  # a grid run before: its rows, its wall time, the load it noted
+        rows = grid.read_rows(args.from_csv)
+        return grid.section(rows, args.repeats, sum(float(str(r.get("wall_s", 0))) for r in rows), args.load)
+    with mininet_lock() as lock:
+        if not (args.no_lock or locked(lock, args.lock_wait)):
+            return [grid.HEADING, "", f"No Mininet points: the lock stayed taken for {args.lock_wait:g} s.", ""]
+        rows = [grid.measure_point(flags, args.repeats) for flags in grid.points(args.quick)]
+    load += " at the start, " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + " at the end"
+    _csv(args.mininet_csv, rows)
+    print("\n".join(grid.table(rows)))
+    print(f"mininet grid: {grid.verdict(rows)} ({time.time() - started:.0f} s, load average {load})")
+    return grid.section(rows, args.repeats, time.time() - started, f"load average {load}")
 
 
 def locked(lock: object, wait: float) -> bool:
@@ -268,31 +281,37 @@ def mininet_lock() -> IO[bytes]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="a handful of small points (seconds; what the test runs)")
-    p.add_argument("--mininet", action="store_true", help="also a few Mininet points (root; takes the Mininet lock)")
+    p.add_argument("--mininet", action="store_true",
+                   help="also the Mininet grid: each point on Mininet, local and the model (root; the Mininet lock)")
+    p.add_argument("--mininet-only", action="store_true",
+                   help="only the Mininet grid; with --doc, replace only the doc's Mininet section")
     p.add_argument("--no-lock", action="store_true",
                    help="with --mininet: do not take the Mininet lock, /run/innet/mininet.lock (the caller holds it)")
     p.add_argument("--lock-wait", type=float, default=3600,
                    help="with --mininet: seconds to wait for the lock before leaving the Mininet points out (default 3600)")
     p.add_argument("--repeats", type=int, default=3,
-                   help="with --mininet: runs per Mininet point, the median reported (default 3)")
+                   help="with --mininet: seeds per Mininet grid point, on each backend, the median reported (default 3)")
     p.add_argument("--seeds", type=int, default=21, help="seeds per lossy point, the median reported (default 21)")
     p.add_argument("--csv", default="results/validation.csv", help="where the CSV goes (default results/validation.csv)")
+    p.add_argument("--mininet-csv", default="results/validation-mininet.csv",
+                   help="where the Mininet grid's CSV goes (default results/validation-mininet.csv)")
+    p.add_argument("--from-csv", default=None, metavar="FILE",
+                   help="with --mininet-only: render the section from this grid CSV instead of running it")
+    p.add_argument("--load", default="not noted", help="with --from-csv: the machine's load during that run, to quote")
     p.add_argument("--doc", default=None, help="also write the tables and the papers' claims to this markdown file")
     args = p.parse_args()
     started = time.time()
+    if args.mininet_only:
+        section = mininet_section(args)
+        if args.doc:
+            with open(args.doc) as f:
+                write_text_atomic(args.doc, grid.splice(f.read(), section))
+        print(f"csv: {args.mininet_csv}")
+        return
     rows = [measure(flags, "local") for flags in local_grid(args.quick) + wide_grid(args.quick)]
     rows += [median_of_seeds(flags, 7 if args.quick else args.seeds) for flags in loss_grid(args.quick)]  # 3 seeds: ±7%
     claimed = claims() if args.doc else []
-    if not args.mininet:
-        write(args, rows, claimed, started)
-    else:
-        write(args, rows, claimed, started, " (Mininet points still to come)")
-        with mininet_lock() as lock:
-            if args.no_lock or locked(lock, args.lock_wait):
-                rows += [median_of(flags, "mininet", args.repeats) for flags in mininet_grid(args.quick)]
-                write(args, rows, claimed, started)
-            else:
-                write(args, rows, claimed, started, f" (no Mininet points: the lock stayed taken for {args.lock_wait:g} s)")
+    write(args, rows, claimed, started, mininet_section(args) if args.mininet else kept_section(args.doc))
     print(f"csv: {args.csv}")
 
 
