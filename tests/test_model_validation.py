@@ -226,3 +226,27 @@ def test_the_ring_loss_term_follows_the_fabric(topology, loss):
     assert all(r.correct for r in runs)
     model = runs[0]["prediction"]["completion_s"]
     assert model == pytest.approx(statistics.median(r["completion_s"] for r in runs), rel=0.1)
+
+
+def test_readmes_validation_figures_are_docs_validation_mds():
+    """README's sentence on the timing model's error is docs/validation.md's table (which validate_model.py
+    writes), counted again here: the lossless local points' median and worst, the lossy ones within 10%, and the
+    Mininet grid's medians and points over the bound."""
+    import re
+    import statistics
+
+    with open(os.path.join(ROOT, "docs", "validation.md")) as f:
+        doc = f.read()
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = " ".join(f.read().split())
+    rows = [r.split("|") for r in doc.splitlines() if r.startswith("| local |")]
+    lossless = [abs(float(r[6].strip().rstrip("%"))) for r in rows if "--loss" not in r[2]]
+    lossy = [abs(float(r[6].strip().rstrip("%"))) for r in rows if "--loss" in r[2]]
+    assert all(e <= 10 for e in lossy)
+    assert (f"the {len(lossless)} lossless local points" in readme and f"median error is {statistics.median(lossless):.2f}%, "
+            f"the worst {max(lossless):.1f}%; its {len(lossy)} points under 0.1–20% loss are all within 10%") in readme
+    [grid] = re.findall(r"(\d+) points: local fabric vs Mininet: median \|error\| ([\d.]+)%.*?(\d+) point\(s\) over "
+                        r"10%; model vs Mininet: median \|error\| ([\d.]+)%.*?(\d+) point\(s\) over 10%", doc)
+    points, local, local_over, model, model_over = grid
+    assert (f"against Mininet's {points}-point grid (`--mininet-only`, 2026-11-28) the fabric's median is "
+            f"{float(local):.1f}%, the model's {float(model):.1f}%, but {local_over} and {model_over} points are over 10%") in readme
