@@ -1,0 +1,80 @@
+"""PyTorch's own distributed tests, the bodies unmodified, on gloo or on innet's backend: the module
+tests/test_torch_suite.py and ``make torch-suite`` hand to pytest (``python -m pytest tests/torch_suite.py``).
+
+It is torch's test/distributed/test_distributed_spawn.py for the wheel's
+torch/testing/_internal/distributed/distributed_test.py: ``TestDistBackendWithSpawn(TestDistBackend,
+DistributedTest._DistTestBase)``, whose setUp spawns ``WORLD_SIZE`` ranks, each running one test body. The
+environment is gloo's as torch's CI sets it for CPU (BACKEND=gloo, WORLD_SIZE=3, a TEMP_DIR), so every skip
+decision and every ``BACKEND == "gloo"`` branch stays gloo's. With ``INNET_TORCH_SUITE=innet`` the one thing
+swapped is where each process group is made: in every spawned rank, ``dist.init_process_group`` and
+``dist.new_group`` (also as ``distributed_c10d`` calls them, e.g. from ``new_subgroups``) are wrapped so that a
+backend of "gloo" (however spelled: "gloo", ``Backend.GLOO``, "cpu:gloo") becomes "innet"; a group made without
+a backend takes the default group's, innet's. Nothing else of torch is touched.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import tempfile
+from typing import Any
+
+os.environ.setdefault("BACKEND", "gloo")
+os.environ.setdefault("WORLD_SIZE", "3")  # torch's run_test.py for gloo without two GPUs
+if "TEMP_DIR" not in os.environ:  # read at import by test_distributed_spawn; each test's setUp makes its own
+    os.environ["TEMP_DIR"] = tempfile.mkdtemp(prefix="innet-torch-suite-")
+    os.makedirs(os.path.join(os.environ["TEMP_DIR"], "barrier"), exist_ok=True)
+
+import torch  # noqa: E402 (after the environment distributed_test reads at import)
+import torch.distributed as dist  # noqa: E402
+import torch.distributed.distributed_c10d as c10d  # noqa: E402
+from torch.testing._internal.distributed.distributed_test import DistributedTest, TestDistBackend  # noqa: E402
+
+ON = os.environ.get("INNET_TORCH_SUITE", "gloo")
+if ON not in ("gloo", "innet"):
+    raise SystemExit(f"INNET_TORCH_SUITE={ON!r}: expected gloo or innet")
+
+
+def on_innet(backend: Any) -> Any:
+    """``backend`` with gloo replaced by innet (a device map's gloo too); anything else as it is."""
+    if backend is None:
+        return None
+    return re.sub(r"\bgloo\b", "innet", str(backend))
+
+
+def swapped(make: Any) -> Any:
+    """``make`` (init_process_group or new_group), its ``backend`` argument passed through ``on_innet``."""
+
+    @functools.wraps(make)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if "backend" in kwargs:
+            kwargs["backend"] = on_innet(kwargs["backend"])
+        elif make.__name__ == "init_process_group" and args:
+            args = (on_innet(args[0]), *args[1:])
+        elif make.__name__ == "new_group" and len(args) >= 3:
+            args = (*args[:2], on_innet(args[2]), *args[3:])
+        return make(*args, **kwargs)
+
+    return call
+
+
+if ON == "innet":
+    import innet.torch  # noqa: F401 (registers the backend)
+
+    for name in ("init_process_group", "new_group"):
+        wrapped = swapped(getattr(c10d, name))
+        setattr(c10d, name, wrapped)
+        setattr(dist, name, wrapped)
+
+
+START = os.environ.get("INNET_TORCH_SUITE_START", "fork")
+
+
+class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
+    """As torch's test_distributed_spawn.py makes it."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self._start_processes(torch.multiprocessing.get_context(START).Process)  # torch's: _spawn_processes()
+        torch.backends.cudnn.flags(enabled=True, allow_tf32=False).__enter__()
