@@ -34,21 +34,31 @@ EXCEPTIONS: dict[str, str] = {}
 
 
 def outcomes(xml: str) -> dict[str, str]:
-    """Each test's outcome in pytest's junit file: passed, skipped or failed (an error is a failure)."""
+    """Each test's outcome in pytest's junit file (by name, a c10d test's as Class.name): passed, skipped or failed
+    (an error is a failure)."""
     found = {}
     for case in ET.parse(xml).getroot().iter("testcase"):
         kinds = {child.tag for child in case}
-        found[case.get("name", "")] = ("failed" if kinds & {"failure", "error"} else
+        cls = case.get("classname", "").rsplit(".", 1)[-1]
+        name = case.get("name", "") if cls == "TestDistBackendWithSpawn" else f"{cls}.{case.get('name', '')}"
+        found[name] = ("failed" if kinds & {"failure", "error"} else
                                        "skipped" if "skipped" in kinds else "passed")
     return found
 
 
-def run_suite(backend: str, where: str, names: list[str] | None = None) -> tuple[dict[str, str], float, str]:
-    """torch's tests (``names``, default all) through the runner on ``backend``: outcomes, seconds, pytest's output."""
+def run_suite(backend: str, where: str, names: list[str] | None = None,
+              c10d: str | None = None) -> tuple[dict[str, str], float, str]:
+    """torch's tests through the runner on ``backend``: distributed_test.py's (``names``, default all), or with
+    ``c10d`` (a path to test_c10d_gloo.py) that file's; each test's outcome, the seconds taken, pytest's output."""
     xml = os.path.join(where, f"{backend}.xml")
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-o", "addopts=", "-q", f"--junitxml={xml}",
-            *([f"{RUNNER}::TestDistBackendWithSpawn::{n}" for n in names] if names else [RUNNER])]
     env = dict(os.environ, PYTHONPATH=ROOT, INNET_TORCH_SUITE=backend, DISTRIBUTED_TESTS_DEFAULT_TIMEOUT=str(TIMEOUT))
+    if c10d:
+        env["INNET_TORCH_SUITE_C10D"] = c10d
+        targets = [RUNNER, "-k", "not TestDistBackendWithSpawn"]
+    else:
+        targets = [f"{RUNNER}::TestDistBackendWithSpawn::{n}" for n in names] if names else [RUNNER]
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:warnings", "-o", "addopts=", "-q",
+            f"--junitxml={xml}", *targets]
     start = time.monotonic()
     out = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=6 * 3600)
     took = time.monotonic() - start
@@ -58,8 +68,8 @@ def run_suite(backend: str, where: str, names: list[str] | None = None) -> tuple
 
 def table(gloo: dict[str, str], innet: dict[str, str]) -> str:
     """The pass/fail table, innet against gloo, and its counts."""
-    rows = [f"{'test':60} {'gloo':8} innet"]
-    rows += [f"{name:60} {gloo[name]:8} {innet.get(name, 'not run')}" for name in sorted(gloo)]
+    rows = [f"{'test':70} {'gloo':8} innet"]
+    rows += [f"{name:70} {gloo[name]:8} {innet.get(name, 'not run')}" for name in sorted(gloo)]
     passed = [n for n, o in gloo.items() if o == "passed"]
     lost = [n for n in passed if innet.get(n) != "passed"]
     rows.append(f"gloo passed {len(passed)}; innet passed {sum(innet.get(n) == 'passed' for n in passed)} of them, "
@@ -91,6 +101,23 @@ def test_innet_passes_every_test_gloo_passes(tmp_path):
     names = os.environ.get("INNET_TORCH_SUITE_K", "").split() or None
     gloo, gloo_took, gloo_out = run_suite("gloo", str(tmp_path), names)
     innet, innet_took, innet_out = run_suite("innet", str(tmp_path), names)
+    print(table(gloo, innet))
+    print(f"wall time: gloo {gloo_took:.0f} s, innet {innet_took:.0f} s")
+    assert gloo, gloo_out[-3000:]
+    lost = {n for n, o in gloo.items() if o == "passed" and innet.get(n) != "passed"} - set(EXCEPTIONS)
+    assert not lost, (sorted(lost), re.findall(r"^(?:FAILED|ERROR) .*$", innet_out, re.M))
+
+
+@pytest.mark.torchsuite
+def test_innet_passes_the_c10d_gloo_tests_gloo_passes(tmp_path):
+    """torch's test_c10d_gloo.py on both backends, from the path ``INNET_TORCH_SUITE_C10D`` names (not in torch's
+    wheel, and never copied here): the table printed; innet passes all gloo passes but the ``EXCEPTIONS``."""
+    path = os.environ.get("INNET_TORCH_SUITE_C10D")
+    if not path or not os.path.exists(path):
+        pytest.skip("test_c10d_gloo.py is not in torch's wheel: INNET_TORCH_SUITE_C10D=PATH names a copy of it (with "
+                    "test_c10d_common.py beside it) from torch 2.13's test/distributed/")
+    gloo, gloo_took, gloo_out = run_suite("gloo", str(tmp_path), c10d=path)
+    innet, innet_took, innet_out = run_suite("innet", str(tmp_path), c10d=path)
     print(table(gloo, innet))
     print(f"wall time: gloo {gloo_took:.0f} s, innet {innet_took:.0f} s")
     assert gloo, gloo_out[-3000:]

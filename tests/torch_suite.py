@@ -10,14 +10,28 @@ swapped is where each process group is made: in every spawned rank, ``dist.init_
 ``dist.new_group`` (also as ``distributed_c10d`` calls them, e.g. from ``new_subgroups``) are wrapped so that a
 backend of "gloo" (however spelled: "gloo", ``Backend.GLOO``, "cpu:gloo") becomes "innet"; a group made without
 a backend takes the default group's, innet's. Nothing else of torch is touched.
+
+``INNET_TORCH_SUITE_C10D=PATH`` adds torch's test/distributed/test_c10d_gloo.py from PATH (not in the wheel; its
+folder must also hold test_c10d_common.py, which it imports; never copied into this repository): its test classes
+run here too, a multi-process one's ranks forked as above, and on innet its ``c10d.ProcessGroupGloo(store, rank,
+size, opts)`` makes innet's group instead (the module's own name ``c10d`` and ``dist`` see ``GlooAsInnet``; ``opts``'
+timeout kept). Without it those tests are not there (tests/test_torch_suite.py says so in its skip).
+
+Run it with ``-p no:warnings``: a forked rank keeps the filters it was forked under, and pytest's (this repo's
+``error``) would turn torch's own deprecation warnings into failures a fresh rank never sees.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import os
 import re
+import sys
 import tempfile
+import types
+import unittest
+from datetime import timedelta
 from typing import Any
 
 os.environ.setdefault("BACKEND", "gloo")
@@ -29,6 +43,7 @@ if "TEMP_DIR" not in os.environ:  # read at import by test_distributed_spawn; ea
 import torch  # noqa: E402 (after the environment distributed_test reads at import)
 import torch.distributed as dist  # noqa: E402
 import torch.distributed.distributed_c10d as c10d  # noqa: E402
+from torch.testing._internal.common_distributed import MultiProcessTestCase  # noqa: E402
 from torch.testing._internal.distributed.distributed_test import DistributedTest, TestDistBackend  # noqa: E402
 
 ON = os.environ.get("INNET_TORCH_SUITE", "gloo")
@@ -68,7 +83,7 @@ if ON == "innet":
         setattr(dist, name, wrapped)
 
 
-START = os.environ.get("INNET_TORCH_SUITE_START", "fork")
+START = os.environ.get("INNET_TORCH_SUITE_START", "fork")  # spawn: as torch does, ~20x slower on a loaded machine
 
 
 class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
@@ -78,3 +93,46 @@ class TestDistBackendWithSpawn(TestDistBackend, DistributedTest._DistTestBase):
         super().setUp()
         self._start_processes(torch.multiprocessing.get_context(START).Process)  # torch's: _spawn_processes()
         torch.backends.cudnn.flags(enabled=True, allow_tf32=False).__enter__()
+
+
+class GlooAsInnet:
+    """``c10d.ProcessGroupGloo`` as test_c10d_gloo.py's bodies call it, making innet's group on the same store."""
+
+    _Options = dist.ProcessGroupGloo._Options
+    create_device = staticmethod(dist.ProcessGroupGloo.create_device)
+
+    def __new__(cls, store: dist.Store, rank: int, size: int, opts: Any = None, timeout: Any = None) -> Any:
+        from innet.integrations.torch.group import create
+
+        wait = getattr(opts, "_timeout", None) or timeout or timedelta(seconds=1800)
+        return create(store, rank, size, wait if isinstance(wait, timedelta) else timedelta(seconds=float(wait)))
+
+
+class SwappedDist(types.ModuleType):
+    """torch.distributed, but its ``ProcessGroupGloo`` is ``GlooAsInnet``: the test module's view of it on innet."""
+
+    ProcessGroupGloo = GlooAsInnet
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(dist, name)
+
+
+def forked(cls: type[MultiProcessTestCase]) -> type[MultiProcessTestCase]:
+    """``cls`` with its ranks forked (``START``) where its setUp spawned them."""
+
+    def setUp(self: Any) -> None:  # noqa: N802 (unittest's)
+        MultiProcessTestCase.setUp(self)
+        self._start_processes(torch.multiprocessing.get_context(START).Process)
+
+    return type(cls.__name__, (cls,), {"setUp": setUp, "__module__": __name__, "__qualname__": cls.__name__})
+
+
+C10D = os.environ.get("INNET_TORCH_SUITE_C10D")
+if C10D:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(C10D)))
+    gloo_tests = importlib.import_module(os.path.basename(C10D).removesuffix(".py"))
+    if ON == "innet":
+        gloo_tests.c10d = gloo_tests.dist = SwappedDist("torch.distributed")
+    for _name, _cls in list(vars(gloo_tests).items()):
+        if isinstance(_cls, type) and issubclass(_cls, unittest.TestCase) and _cls.__module__ == gloo_tests.__name__:
+            globals()[_name] = forked(_cls) if issubclass(_cls, MultiProcessTestCase) else _cls
