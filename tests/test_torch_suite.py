@@ -23,14 +23,20 @@ TIMEOUT = 150  # seconds a test's ranks may take (torch's own default, 300, for 
 
 # the contract's corners, and the tests innet failed before its fixes
 SUBSET = [
-    "test_all_reduce_product", "test_all_reduce_coalesced_product", "test_reduce_product", "test_sparse_all_reduce_sum",
+    "test_barrier_timeout_full_group",  # failed on innet before its fix: a Work's wait() ignored the group's timeout
+    "test_all_reduce_product", "test_reduce_product", "test_all_reduce_coalesced_product", "test_sparse_all_reduce_sum",
     "test_all_gather_coalesced_simple", "test_all_reduce_coalesced_sum", "test_get_future", "test_broadcast",
-    "test_broadcast_group", "test_send_recv_any_source", "test_batch_isend_irecv_gloo", "test_all_to_all_single_unequal_split",
-    "test_barrier", "test_barrier_timeout_global", "test_gather", "test_scatter",
+    "test_send_recv_any_source", "test_batch_isend_irecv_gloo", "test_irecv", "test_barrier", "test_gather",
+    "test_scatter",
 ]
 
 # the tests gloo passes whose bodies build nothing for a plugin backend: each with the reason
-EXCEPTIONS: dict[str, str] = {}
+EXCEPTIONS = {
+    "test_get_backend": "asserts dist.get_backend(group) == 'gloo' (BACKEND), the backend's name itself",
+    "test_monitored_barrier_gloo": "torch's dist.monitored_barrier raises ValueError for any backend not named gloo "
+                                   "before it calls the group (innet's group has one: the side plane's)",
+    "test_monitored_barrier_gloo_subgroup": "the same: dist.monitored_barrier takes only a backend named gloo",
+}
 
 
 def outcomes(xml: str) -> dict[str, str]:
