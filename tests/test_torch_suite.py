@@ -121,3 +121,19 @@ def test_innet_passes_the_c10d_gloo_tests_gloo_passes(tmp_path):
     assert gloo, gloo_out[-3000:]
     lost = {n for n, o in gloo.items() if o == "passed" and innet.get(n) != "passed"} - set(EXCEPTIONS)
     assert not lost, (sorted(lost), re.findall(r"^(?:FAILED|ERROR) .*$", innet_out, re.M))
+
+
+def test_make_torch_suite_runs_the_whole_suite_and_readme_names_it():
+    """README's ``make torch-suite`` is the ``torchsuite`` test (its run: ``make torch-suite`` itself, an hour's
+    work at most, deselected here); README's counts are docs/torch-suite.md's."""
+    dry = subprocess.run(["make", "-n", "torch-suite"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert dry.splitlines()[-1] == "python3 -m pytest -p no:cacheprovider -m torchsuite -s tests/test_torch_suite.py"
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    with open(os.path.join(ROOT, "docs", "torch-suite.md")) as f:
+        doc = f.read()
+    said = re.search(r"`make torch-suite` runs them .* of gloo's (\d+) passed, innet passes (\d+); the (\d+) others", readme)
+    assert said, "README's torch suite line"
+    gloo, innet, lost = map(int, said.groups())
+    assert gloo - innet == lost == len(EXCEPTIONS) and f"gloo: {gloo} passed" in doc and f"{innet} passed, {lost} failed" in doc
+    assert doc.count("| passed | ") == gloo and doc.count("(exception) |") == lost
