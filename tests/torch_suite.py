@@ -3,10 +3,11 @@ tests/test_torch_suite.py and ``make torch-suite`` hand to pytest (``python -m p
 
 It is torch's test/distributed/test_distributed_spawn.py for the wheel's
 torch/testing/_internal/distributed/distributed_test.py: ``TestDistBackendWithSpawn(TestDistBackend,
-DistributedTest._DistTestBase)``, whose setUp spawns ``WORLD_SIZE`` ranks, each running one test body. The
+DistributedTest._DistTestBase)``, whose setUp starts ``WORLD_SIZE`` ranks, each running one test body (forked
+from this process, ``START``, where torch spawns them: the bodies run the same, in a fraction of the time). The
 environment is gloo's as torch's CI sets it for CPU (BACKEND=gloo, WORLD_SIZE=3, a TEMP_DIR), so every skip
 decision and every ``BACKEND == "gloo"`` branch stays gloo's. With ``INNET_TORCH_SUITE=innet`` the one thing
-swapped is where each process group is made: in every spawned rank, ``dist.init_process_group`` and
+swapped is where each process group is made: in every rank, ``dist.init_process_group`` and
 ``dist.new_group`` (also as ``distributed_c10d`` calls them, e.g. from ``new_subgroups``) are wrapped so that a
 backend of "gloo" (however spelled: "gloo", ``Backend.GLOO``, "cpu:gloo") becomes "innet"; a group made without
 a backend takes the default group's, innet's. Nothing else of torch is touched.
@@ -23,10 +24,12 @@ Run it with ``-p no:warnings``: a forked rank keeps the filters it was forked un
 
 from __future__ import annotations
 
+import atexit
 import functools
 import importlib
 import os
 import re
+import shutil
 import sys
 import tempfile
 import types
@@ -39,6 +42,7 @@ os.environ.setdefault("WORLD_SIZE", "3")  # torch's run_test.py for gloo without
 if "TEMP_DIR" not in os.environ:  # read at import by test_distributed_spawn; each test's setUp makes its own
     os.environ["TEMP_DIR"] = tempfile.mkdtemp(prefix="innet-torch-suite-")
     os.makedirs(os.path.join(os.environ["TEMP_DIR"], "barrier"), exist_ok=True)
+    atexit.register(shutil.rmtree, os.environ["TEMP_DIR"], True)  # the ranks leave by os._exit: this process's
 
 import torch  # noqa: E402 (after the environment distributed_test reads at import)
 import torch.distributed as dist  # noqa: E402
