@@ -4,10 +4,10 @@
 PYTHON ?= python3
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
 APT_PACKAGES := mininet bridge-utils ethtool iproute2 tcpdump tshark openssh-server
-PY_MODULES := numpy scapy networkx mininet matplotlib sklearn tqdm pytest hypothesis ruff mypy torch  # pyproject's [dev,torch]
+PY_MODULES := numpy scapy networkx mininet matplotlib sklearn tqdm pytest hypothesis ruff mypy torch expecttest  # pyproject's [dev,torch]
 STAMP := .deps.stamp
 
-.PHONY: deps pydeps demo test test-fast test-slow bench lint clean
+.PHONY: deps pydeps demo test test-fast test-slow torch-suite bench lint clean
 
 deps: $(STAMP)
 
@@ -45,6 +45,11 @@ test-slow: deps lint
 	@$(PYTHON) -c 'while True: pass' & burner=$$!; trap 'kill $$burner' EXIT INT TERM; \
 	taskset -cp 0 $$burner >/dev/null; echo "burner $$burner keeps core 0 busy"; \
 	$(SUDO) $(PYTHON) -m pytest $(TESTS)
+
+# PyTorch's own distributed tests (torch's distributed_test.py, its bodies unmodified), all of the CPU set once on gloo
+# and once on innet's backend, and the table of both; INNET_TORCH_SUITE_K="test_a test_b" runs only those
+torch-suite: pydeps
+	$(PYTHON) -m pytest -p no:cacheprovider -m torchsuite -s tests/test_torch_suite.py
 
 bench: deps
 	$(SUDO) $(PYTHON) scripts/bench_switch.py

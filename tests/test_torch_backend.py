@@ -2,7 +2,9 @@
 dtype, async Work, several process groups, uneven sizes. Integers bit for bit; floats within the fixed-point bound."""
 
 import os
+import time
 import warnings
+from datetime import timedelta
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ import innet.torch
 from innet.integrations.launch.procs import free_port
 from innet.integrations.torch.fabric import exact_ints
 from innet.integrations.torch.group import InnetGroup, check_torch
+from innet.integrations.torch.methods import InnetWork, settle
 from innet.wire import fixedpoint
 
 WORLD = 3
@@ -164,3 +167,21 @@ def test_a_torch_outside_the_range_is_one_line(version):
     with pytest.raises(ImportError, match=f"innet.torch needs torch >= 2.13 and < 3 .*not {version}"):
         check_torch(version)
     check_torch("2.13.0+cpu")
+
+
+def test_a_work_not_done_within_its_timeout_fails_as_gloos_and_a_late_end_is_ignored():
+    """A call the other ranks never make: ``wait()`` raises after the group's timeout (gloo's words, "Timed out",
+    which torch's barrier-timeout tests match), and the result arriving afterwards changes nothing."""
+    future = torch.futures.Future()
+    work = InnetWork(future, "barrier", timedelta(seconds=0.2))
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"^innet: barrier: Timed out waiting 200ms for the group's other ranks$"):
+        work.wait()
+    assert 0.2 <= time.monotonic() - start < 2 and work.is_completed() and not work.is_success()
+    settle(future, [torch.ones(1)])  # the call's late end
+    with pytest.raises(RuntimeError, match="Timed out"):
+        future.wait()
+    done = torch.futures.Future()
+    in_time = InnetWork(done, "barrier", timedelta(seconds=0.2))
+    settle(done, [torch.ones(1)])
+    assert in_time.wait() and in_time.is_success() and in_time.result() == [torch.ones(1)]

@@ -44,7 +44,7 @@ from innet.integrations.launch import watch
 from innet.integrations.torch.batch import EXCHANGES, Inputs, Taken, compute_batch
 from innet.integrations.torch.fabric import FabricCollectives, Tally
 from innet.integrations.torch.forms import flat, tensor_of
-from innet.integrations.torch.methods import Calls, InnetWork
+from innet.integrations.torch.methods import Calls, InnetWork, settle
 from innet.integrations.torch.p2p import FabricMessages
 from innet.integrations.torch.plane import Call, Client, Result, Runner
 from innet.integrations.torch.switches import SwitchCollectives, serves
@@ -151,6 +151,7 @@ class InnetGroup(Calls):
         self.pending: set[torch.futures.Future[Any]] = set()  # the calls in flight, for shutdown
         self.side_pending = []
         self.lock = threading.Lock()
+        self.timeout = timeout  # a Work's wait() longer than this fails, as gloo's
         self.innet_name = ""  # torch's name of the group (``keeps_its_name``)
         self.watched = watch.watched(size)  # under innet launch: each call said in the launcher's store
         if self.tally is not None or self.messages is not None:  # a script that never destroys its group still has
@@ -206,9 +207,9 @@ class InnetGroup(Calls):
                         for target in targets if place is None else []:
                             target.copy_(tensor_of(got, target))
             except Exception as exc:  # noqa: BLE001 (the caller's wait() raises it)
-                future.set_exception(exc)
+                settle(future, error=exc)
             else:
-                future.set_result([tensor] if result is None else result)
+                settle(future, [tensor] if result is None else result)
             finally:
                 with self.lock:
                     self.pending.discard(future)
@@ -222,14 +223,14 @@ class InnetGroup(Calls):
             self.pool.submit(self._through_switches, call, mine, done)
         else:
             self.plane.submit(call, mine, done)
-        return InnetWork(future)
+        return InnetWork(future, name, self.timeout)
 
     def _message(self, name: str, values: np.ndarray, peer: int, tag: int,
                   place: Callable[[np.ndarray], None] | None = None) -> InnetWork:
         """A send (``values``: its bytes) or a recv (``place`` takes the bytes that came) with rank ``peer`` (-1: any)
         and ``tag``, through the network (innet.integrations.torch.p2p); its Work says where a message came from."""
         future: torch.futures.Future[Any] = torch.futures.Future()
-        work = InnetWork(future)
+        work = InnetWork(future, name, self.timeout)
 
         def done(res: Result, got: np.ndarray | None) -> None:
             try:
@@ -240,9 +241,9 @@ class InnetGroup(Calls):
                         place(got)
                 work.source = res.source
             except Exception as exc:  # noqa: BLE001 (the caller's wait() raises it)
-                future.set_exception(exc)
+                settle(future, error=exc)
             else:
-                future.set_result(None)
+                settle(future)
             finally:
                 with self.lock:
                     self.pending.discard(future)

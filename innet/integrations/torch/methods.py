@@ -5,6 +5,7 @@ or one tensor; options objects, a ``ReduceOp``, ``root=``), each made of the gro
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
@@ -18,19 +19,40 @@ from innet.integrations.torch.batch import carried, exchange_values
 from innet.integrations.torch.forms import op_of, options, reducible, tensor_of, torch_name
 
 
-class InnetWork(dist.Work):
-    """A collective in flight: ``wait()`` until its future has a result (raising its error, if any)."""
+def settle(future: torch.futures.Future[Any], value: Any = None, error: Exception | None = None) -> None:
+    """End ``future`` with ``value`` or ``error``, unless it has ended already (a call that timed out, ending late)."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+    except RuntimeError:  # "Future can only be marked completed once"
+        if not future.done():
+            raise
 
-    def __init__(self, future: torch.futures.Future[Any]) -> None:
+
+class InnetWork(dist.Work):
+    """A collective in flight: ``wait()`` until its future has a result (raising its error, if any), at most
+    ``timeout`` (the group's, as gloo's): then the call fails, its message saying what timed out as gloo's does."""
+
+    def __init__(self, future: torch.futures.Future[Any], what: str = "", timeout: timedelta | None = None) -> None:
         super().__init__()
         self.future = future
         self.source = -1  # a receive's: the rank its message came from
+        self.what, self.timeout = what, timeout
+        self.ended = threading.Event()
+        future.add_done_callback(lambda _: self.ended.set())
 
     def _source_rank(self) -> int:  # torch's name: ``dist.recv`` without a source asks it
         self.future.wait()
         return self.source
 
     def wait(self, timeout: timedelta | None = None) -> bool:
+        limit = timeout if timeout else self.timeout
+        if limit and not self.ended.wait(limit.total_seconds()):
+            settle(self.future, error=RuntimeError(
+                f"innet: {self.what or 'a call'}: Timed out waiting {limit.total_seconds() * 1000:.0f}ms for the "
+                "group's other ranks"))
         self.future.wait()
         return True
 
