@@ -78,9 +78,9 @@ def summary(experiment: Experiment, rows: list[Row]) -> Row:
     if experiment.baseline:
         first = f"{experiment.metrics[0]}/{experiment.baseline}"
         time = experiment.metrics[0].endswith("_s") and not experiment.metrics[0].endswith("per_s")
+        bases = {experiment.baseline_of(s) for s in experiment.series}  # a series others are over is not sped up
         out["speedup"] = {s: {str(r[experiment.option]): (1 / r[first] if time else r[first]) if r[first] else None
-                              for r in rows if r["series"] == s} for s in experiment.series
-                          if s != experiment.baseline_of(s)}
+                              for r in rows if r["series"] == s} for s in experiment.series if s not in bases}
     if experiment.breakeven:
         out["breakeven"] = {s: crossing([(r[experiment.option], r[experiment.breakeven]) for r in rows
                                          if r["series"] == s and r[experiment.breakeven] is not None])
