@@ -11,7 +11,16 @@ import numpy as np
 from innet.backends.local.fabric import Fabric
 from innet.backends.local.sampler import LinkSampler
 from innet.events import Progress
-from innet.hosts.background import BackgroundHost, asked_flows, background_hosts, background_summary, stats_of
+from innet.hosts.background import (
+    BackgroundHost,
+    BackgroundSpec,
+    asked_flows,
+    background_hosts,
+    background_summary,
+    stats_of,
+    with_alone,
+)
+from innet.hosts.elastic import ElasticHost, elastic_hosts
 from innet.hosts.endpoint import Endpoint, Frames
 from innet.hosts.ensemble import InputReceiver, InputServer, input_summary
 from innet.hosts.ssp import SSPWorker
@@ -61,11 +70,12 @@ class LocalRun:
                 self.fabric.attach(w, Crashing(proc, crash[w]) if crash and w in crash else proc)
                 self.procs.append(proc)
                 progress.update(lambda: f"building: {len(self.procs)} workers")
-        self.background: dict[str, BackgroundHost] = {}
+        self.background: dict[str, BackgroundHost | ElasticHost] = {}
         self.sampler: LinkSampler | None = None
         if run.background.active:
             self.fabric.background = True
-            self.background = background_hosts(graph, run.background, run.seed)
+            self.background = {**(elastic_hosts if run.background.elastic else background_hosts)(
+                graph, run.background, run.seed)}
             for name, end in self.background.items():
                 self.fabric.attach(name, end)
             self.sampler = LinkSampler(self.fabric)
@@ -74,13 +84,26 @@ class LocalRun:
     def attach(self, host: str, endpoint: Endpoint) -> None:
         self.fabric.attach(host, endpoint)
 
+    def _alone_mbps(self, seconds: float) -> float:
+        """What the elastic background delivers in ``seconds`` on the same fabric without the job, Mbit/s."""
+        fabric = Fabric(self.graph, faults=self.run.faults_on, seed=self.run.seed)
+        fabric.background = True
+        for name, cfg in installed_configs(self.graph, self.run, self.rp).items():
+            fabric.add_switch(name, SwitchRuntime(cfg, self.program))
+        ends = elastic_hosts(self.graph, self.run.background, self.run.seed)
+        for name, end in ends.items():
+            fabric.attach(name, end)
+        fabric.run(until=seconds)
+        return sum(e.received_bytes for e in ends.values()) * 8 / seconds / 1e6 if seconds > 0 else 0.0
+
     def finish(self, **extra: object) -> RunRecord:
         ended = self.fabric.run()
         if self.sampler is not None:
             extra["utilisation"] = self.sampler.utilisation()
-            extra["background"] = background_summary(self.run.background, [stats_of(e) for e in self.background.values()], ended,
-                                                     self.fabric.link_bytes(background=True),
-                                                     sum(f.bps for f in asked_flows(self.graph, self.run.background, self.run.seed)))
+            summary = background_summary(self.run.background, [stats_of(e) for e in self.background.values()], ended,
+                                         self.fabric.link_bytes(background=True),
+                                         sum(f.bps for f in asked_flows(self.graph, self.run.background, self.run.seed)))
+            extra["background"] = with_alone(summary, self._alone_mbps(ended)) if self.run.background.elastic else summary
         for proc in self.procs:
             for call in getattr(proc, "calls", []):
                 if isinstance(call, AllreduceCall):
@@ -99,6 +122,12 @@ class LocalRun:
             **{"fidelity": virtual_fidelity(), **extra},
         )
         record = with_directions(record, self.graph, self.fabric.direction_bytes())
+        if self.run.background.elastic:  # the job's slowdown: the same run without the background
+            alone = LocalRun(self.graph, replace(self.run, background=BackgroundSpec()), planned=self.rp,
+                             program=self.program).finish()
+            record = record.with_figures(background=with_alone(record.figures["background"],
+                                                               record.figures["background"].alone_mbps,
+                                                               record.completion_s, alone.completion_s))
         if self.run.timeline:
             workers = {(s.job, s.rank): w for specs in self.rp.specs.values() for w, s in specs.items()}
             reports = {n: rt.report() for n, rt in self.runtimes.items()}
