@@ -9,8 +9,9 @@ Mininet backend runs (innet.node.elastic): an initial window of 10 segments, a w
 limits the sender (``tcp_is_cwnd_limited``), and a writer that stops writing while ``NOTSENT`` bytes wait
 unsent (``TCP_NOTSENT_LOWAT``); a segment's payload is what a kernel's 8250-byte frame carries.
 
-The fabric's queues never drop; a link direction marks an elastic frame (ECN's CE) where a Mininet interface's
-queue would be full (``QUEUE_FRAMES`` frames), and the sink echoes the mark (ECE) in its acknowledgement.
+Its frames travel in priority band ``BAND``, behind the job's, as the kernel's TCP does on Mininet. The fabric's
+queues never drop; a link direction marks an elastic frame (ECN's CE) where a Mininet interface's queue would be
+full (``QUEUE_FRAMES`` frames), and the sink echoes the mark (ECE) in its acknowledgement.
 Deterministic: no randomness but each flow's first write, at a seeded phase.
 """
 
@@ -36,8 +37,11 @@ SEGMENT = FRAME_BYTES - TCP_OVERHEAD  # payload bytes per segment: an 8250-byte 
 INITIAL_WINDOW = 10  # segments (Linux's initial congestion window)
 NOTSENT = 2 * SEGMENT  # the writer waits while this much is written but not sent (TCP_NOTSENT_LOWAT)
 QUEUE_FRAMES = 1000  # a link direction marks elastic frames beyond this many frames' bytes (a veth's txqueuelen)
+WARM_S = 0.002  # the flows run alone this long (on the run's timeline) before what they deliver alone is measured
 STALL_S = 0.01  # no acknowledgement for this long with segments out: they count as lost, the window restarts
 ECT, CE = 0b10, 0b11  # ECN bits of the IP TOS byte: ECN-capable, congestion experienced
+BAND = 1  # the priority band of the flows' frames: on Mininet the kernel queues TCP (priority 0) in pfifo_fast's
+# band 1, behind the job's frames, whose ports send them at priority 6, band 0 (innet.io.rawport.SOCKET_PRIORITY)
 DATA, ACK, ACK_ECE = 0, 1, 2  # a background frame's ``rank``: a segment, an acknowledgement (with the echo)
 _CHUNK = HEADER_OFFSET + HEADER_DTYPE.fields["chunk"][1]  # type: ignore[index]
 _RANK = HEADER_OFFSET + HEADER_DTYPE.fields["rank"][1]  # type: ignore[index]
@@ -55,7 +59,7 @@ def marked(frame: bytes, backlog_bytes: float) -> bytes:
 def _frame(src: int, dst: int, elements: int, kind: int, flow: int, number: int) -> bytearray:
     pkt = make_packet(np.zeros(elements, np.int32), job=BACKGROUND_JOB, flags=ROUTE, rank=kind, slot=flow,
                       chunk=number)
-    frame = bytearray(pkt.to_frame(src, dst))
+    frame = bytearray(pkt.to_frame(src, dst, BAND))
     frame[TOS_OFFSET] |= ECT
     return frame
 

@@ -112,7 +112,8 @@ class Fabric:
         if self.background and frame[HEADER_OFFSET:HEADER_OFFSET + 2] == BACKGROUND_TAG:
             link.background_bytes += len(frame)
             if frame[TOS_OFFSET] & 3:  # an elastic flow's: marked where a real interface's queue would be full
-                frame = marked(frame, max(0.0, link.free_at - self.now) * link.bps / 8)
+                frame = marked(frame, max(0.0, link.free_at - self.now) * link.bps / 8
+                               + len(frame) * sum(len(q) for q in link.queues))
         band = frame[TOS_OFFSET] >> 2 if len(frame) > TOS_OFFSET else 0  # band_of, inline: once per frame and hop
         if band == 0 or (link.free_at <= self.now and not link.queued()):
             self._put_on_wire(link, frame)

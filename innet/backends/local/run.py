@@ -20,7 +20,7 @@ from innet.hosts.background import (
     stats_of,
     with_alone,
 )
-from innet.hosts.elastic import ElasticHost, elastic_hosts
+from innet.hosts.elastic import WARM_S, ElasticHost, elastic_hosts, received_between
 from innet.hosts.endpoint import Endpoint, Frames
 from innet.hosts.ensemble import InputReceiver, InputServer, input_summary
 from innet.hosts.ssp import SSPWorker
@@ -38,6 +38,8 @@ from innet.switch.runtime import SwitchRuntime
 
 class LocalRun:
     """One experiment on the fabric, in steps, so tests can add hosts of their own (a spoofer, a crash)."""
+
+    ALONE_S = 0.004  # with an elastic background: how long it is measured alone before the job starts
 
     def __init__(self, graph: nx.Graph, run: RunSpec, pbox_cores: int = 1, crash: dict[str, float] | None = None,
                  given: Mapping[int, Sequence[np.ndarray]] | None = None, planned: RunPlan | None = None,
@@ -64,10 +66,13 @@ class LocalRun:
             for receiver in self.inputs:
                 self.fabric.attach(receiver.reader.host, receiver)
         self.procs: list[WorkerProcess | SSPWorker] = []
+        # an elastic background runs alone first, as on Mininet, where it is measured alone before the job starts
+        self.start_s = WARM_S + self.ALONE_S if run.background.elastic else 0.0
         for plan in self.rp.plans:
             for w, spec in self.rp.specs[plan.job].items():
                 proc = host_endpoint(run, self.rp, w, spec, given.get(spec.rank) if given and plan.job == 1 else None)
-                self.fabric.attach(w, Crashing(proc, crash[w]) if crash and w in crash else proc)
+                endpoint: Endpoint = Crashing(proc, crash[w]) if crash and w in crash else proc
+                self.fabric.attach(w, Later(endpoint, self.start_s) if self.start_s else endpoint)
                 self.procs.append(proc)
                 progress.update(lambda: f"building: {len(self.procs)} workers")
         self.background: dict[str, BackgroundHost | ElasticHost] = {}
@@ -84,18 +89,6 @@ class LocalRun:
     def attach(self, host: str, endpoint: Endpoint) -> None:
         self.fabric.attach(host, endpoint)
 
-    def _alone_mbps(self, seconds: float) -> float:
-        """What the elastic background delivers in ``seconds`` on the same fabric without the job, Mbit/s."""
-        fabric = Fabric(self.graph, faults=self.run.faults_on, seed=self.run.seed)
-        fabric.background = True
-        for name, cfg in installed_configs(self.graph, self.run, self.rp).items():
-            fabric.add_switch(name, SwitchRuntime(cfg, self.program))
-        ends = elastic_hosts(self.graph, self.run.background, self.run.seed)
-        for name, end in ends.items():
-            fabric.attach(name, end)
-        fabric.run(until=seconds)
-        return sum(e.received_bytes for e in ends.values()) * 8 / seconds / 1e6 if seconds > 0 else 0.0
-
     def finish(self, **extra: object) -> RunRecord:
         ended = self.fabric.run()
         if self.sampler is not None:
@@ -103,7 +96,14 @@ class LocalRun:
             summary = background_summary(self.run.background, [stats_of(e) for e in self.background.values()], ended,
                                          self.fabric.link_bytes(background=True),
                                          sum(f.bps for f in asked_flows(self.graph, self.run.background, self.run.seed)))
-            extra["background"] = with_alone(summary, self._alone_mbps(ended)) if self.run.background.elastic else summary
+            if self.run.background.elastic:  # payload that arrived while the job ran (not what the wires drained),
+                # and alone, after WARM_S, before the job started
+                elastic = [e for e in self.background.values() if isinstance(e, ElasticHost)]
+                during = sum(received_between(e.samples, self.start_s, ended) for e in elastic)
+                alone = sum(received_between(e.samples, WARM_S, self.start_s) for e in elastic)
+                summary = with_alone(replace(summary, delivered_mbps=round(during * 8 / (ended - self.start_s) / 1e6, 3)),
+                                     alone * 8 / self.ALONE_S / 1e6)
+            extra["background"] = summary
         for proc in self.procs:
             for call in getattr(proc, "calls", []):
                 if isinstance(call, AllreduceCall):
@@ -137,6 +137,35 @@ class LocalRun:
 
 def run_local(graph: nx.Graph, run: RunSpec, pbox_cores: int = 1, crash: dict[str, float] | None = None) -> RunRecord:
     return LocalRun(graph, run, pbox_cores, crash).finish()
+
+
+class Later:
+    """A host's endpoint that starts at virtual time ``at`` (until then it neither hears nor says anything)."""
+
+    def __init__(self, endpoint: Endpoint, at: float) -> None:
+        self.endpoint, self.at = endpoint, at
+        self.started = False
+
+    @property
+    def done(self) -> bool:
+        return self.endpoint.done
+
+    def start(self, now: float) -> Frames:
+        return self.on_timeout(now)
+
+    def receive(self, frame: bytes, now: float) -> Frames:
+        return list(self.endpoint.receive(frame, now)) if self.started else []
+
+    def next_deadline(self) -> float | None:
+        return self.endpoint.next_deadline() if self.started else self.at
+
+    def on_timeout(self, now: float) -> Frames:
+        if self.started:
+            return list(self.endpoint.on_timeout(now))
+        if now < self.at:
+            return []
+        self.started = True
+        return list(self.endpoint.start(now))
 
 
 class Crashing:
