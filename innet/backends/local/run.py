@@ -123,11 +123,11 @@ class LocalRun:
         )
         record = with_directions(record, self.graph, self.fabric.direction_bytes())
         if self.run.background.elastic:  # the job's slowdown: the same run without the background
-            alone = LocalRun(self.graph, replace(self.run, background=BackgroundSpec()), planned=self.rp,
+            quiet = LocalRun(self.graph, replace(self.run, background=BackgroundSpec()), planned=self.rp,
                              program=self.program).finish()
             record = record.with_figures(background=with_alone(record.figures["background"],
                                                                record.figures["background"].alone_mbps,
-                                                               record.completion_s, alone.completion_s))
+                                                               record.completion_s, quiet.completion_s))
         if self.run.timeline:
             workers = {(s.job, s.rank): w for specs in self.rp.specs.values() for w, s in specs.items()}
             reports = {n: rt.report() for n, rt in self.runtimes.items()}
