@@ -20,7 +20,7 @@ from innet.hosts.background import (
     stats_of,
     with_alone,
 )
-from innet.hosts.elastic import WARM_S, ElasticHost, elastic_hosts, received_between
+from innet.hosts.elastic import ALONE_S, WARM_S, ElasticHost, elastic_hosts, received_between
 from innet.hosts.endpoint import Endpoint, Frames
 from innet.hosts.ensemble import InputReceiver, InputServer, input_summary
 from innet.hosts.ssp import SSPWorker
@@ -38,8 +38,6 @@ from innet.switch.runtime import SwitchRuntime
 
 class LocalRun:
     """One experiment on the fabric, in steps, so tests can add hosts of their own (a spoofer, a crash)."""
-
-    ALONE_S = 0.004  # with an elastic background: how long it is measured alone before the job starts
 
     def __init__(self, graph: nx.Graph, run: RunSpec, pbox_cores: int = 1, crash: dict[str, float] | None = None,
                  given: Mapping[int, Sequence[np.ndarray]] | None = None, planned: RunPlan | None = None,
@@ -67,7 +65,7 @@ class LocalRun:
                 self.fabric.attach(receiver.reader.host, receiver)
         self.procs: list[WorkerProcess | SSPWorker] = []
         # an elastic background runs alone first, as on Mininet, where it is measured alone before the job starts
-        self.start_s = WARM_S + self.ALONE_S if run.background.elastic else 0.0
+        self.start_s = WARM_S + ALONE_S if run.background.elastic else 0.0
         for plan in self.rp.plans:
             for w, spec in self.rp.specs[plan.job].items():
                 proc = host_endpoint(run, self.rp, w, spec, given.get(spec.rank) if given and plan.job == 1 else None)
@@ -102,7 +100,7 @@ class LocalRun:
                 during = sum(received_between(e.samples, self.start_s, ended) for e in elastic)
                 alone = sum(received_between(e.samples, WARM_S, self.start_s) for e in elastic)
                 summary = with_alone(replace(summary, delivered_mbps=round(during * 8 / (ended - self.start_s) / 1e6, 3)),
-                                     alone * 8 / self.ALONE_S / 1e6)
+                                     alone * 8 / ALONE_S / 1e6)
             extra["background"] = summary
         for proc in self.procs:
             for call in getattr(proc, "calls", []):

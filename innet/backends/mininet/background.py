@@ -22,7 +22,7 @@ from innet.hosts.background import (
     host_flows,
     with_alone,
 )
-from innet.hosts.elastic import FRAME_BYTES, SEGMENT, WARM_S, received_between
+from innet.hosts.elastic import ALONE_S, FRAME_BYTES, SEGMENT, WARM_S, received_between
 from innet.node.background import BackgroundConfig
 from innet.node.codec import read
 from innet.node.elastic import ElasticConfig, ElasticStats
@@ -45,8 +45,7 @@ class Background:
             self.paths.append(stats)
         await_ready({f"{h}:background": p for h, p in self.procs.items()})
 
-    def stop(self, requested: nx.Graph, dilation: float, window: tuple[float, float] = (0.0, 0.0),
-             completion_s: float = 0.0) -> BackgroundSummary:
+    def stop(self, requested: nx.Graph, dilation: float, window: tuple[float, float] = (0.0, 0.0)) -> BackgroundSummary:
         """Stop every sender and read what it did, in the requested run's timeline (rates times ``dilation``)."""
         for proc in self.procs.values():
             proc.send_signal(signal.SIGTERM)
@@ -57,9 +56,6 @@ class Background:
         ends = [BackgroundStats(e.flows, e.offered_bps * dilation, e.sent_bytes, e.received_bytes) for e in ends]
         asked = sum(f.bps for f in asked_flows(requested, self.run.background, self.run.seed))
         return background_summary(self.run.background, ends, seconds, {}, asked)
-
-
-ALONE_S = 0.004  # of the run's timeline: how long they are measured alone, before the job starts
 
 
 class ElasticBackground:
@@ -88,8 +84,7 @@ class ElasticBackground:
         time.sleep(max(0.5, ALONE_S * dilation))
         self.alone = (start, time.monotonic())
 
-    def stop(self, requested: nx.Graph, dilation: float, window: tuple[float, float] = (0.0, 0.0),
-             completion_s: float = 0.0) -> BackgroundSummary:
+    def stop(self, requested: nx.Graph, dilation: float, window: tuple[float, float]) -> BackgroundSummary:
         """Stop every endpoint and read what it did: goodput over the job's ``window`` (monotonic seconds) and
         alone, in the requested run's timeline (rates times ``dilation``)."""
         for proc in self.procs.values():
@@ -103,7 +98,7 @@ class ElasticBackground:
                                  received_between(list(e.samples), j0, j1)) for e in ends]
         asked = sum(f.bps for f in asked_flows(requested, self.run.background, self.run.seed))
         summary = background_summary(self.run.background, stats, (j1 - j0) / dilation, {}, asked)
-        return with_alone(summary, alone * 8 * dilation / (a1 - a0) / 1e6, completion_s)
+        return with_alone(summary, alone * 8 * dilation / (a1 - a0) / 1e6)
 
 
 def net_index(graph: nx.Graph, host: str) -> int:
