@@ -152,7 +152,7 @@ class ElasticHost:
         self.flows_open = True
         self.samples: list[tuple[float, int]] = []  # (time, payload bytes received by then), at each arrival
 
-    def close(self) -> None:
+    def stop_sending(self) -> None:
         """Send no more segments (the run is over: the fabric delivers what is in flight)."""
         self.flows_open = False
 

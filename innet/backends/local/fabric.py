@@ -263,8 +263,8 @@ class Fabric:
         wire = (self._deliver, self._link_free)
         for endpoints in self.endpoints.values():  # an elastic flow's acknowledgements would clock out more
             for endpoint in endpoints:
-                if hasattr(endpoint, "close"):
-                    endpoint.close()
+                if hasattr(endpoint, "stop_sending"):
+                    endpoint.stop_sending()
         while self._times:
             time = self._times[0]
             events, k = self._due[time], 0
