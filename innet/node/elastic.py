@@ -3,7 +3,7 @@
 Real kernel TCP (``--background PATTERN:LOAD:tcp`` on Mininet): a sink that accepts its flows' connections and
 counts what arrives, and one connection per flow from this host, written at the flow's rate the way the local
 fabric's elastic flows are (innet.hosts.elastic): segments of ``SEGMENT`` bytes (``TCP_MAXSEG``: the job's
-frame size on the wire), and no writing while ``NOTSENT`` bytes wait unsent (``TCP_NOTSENT_LOWAT``: what the
+frame size on the wire), and no writing while ``NOTSENT`` bytes wait unsent (``SIOCOUTQNSD``: what the
 application could not write meanwhile is skipped). The kernel's TCP (its congestion control, its window)
 does the rest. It runs until SIGTERM, then writes what it did (``ElasticStats``) to the configured path.
 """
@@ -11,9 +11,11 @@ does the rest. It runs until SIGTERM, then writes what it did (``ElasticStats``)
 from __future__ import annotations
 
 import errno
+import fcntl
 import select
 import signal
 import socket
+import struct
 import sys
 import time
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ from innet.node.codec import read, say_ready, write
 
 PORT = 5299  # the sinks' TCP port, on the addresses of the run's own namespaces (innet.backends.mininet.iplane)
 TCP_NOTSENT_LOWAT = getattr(socket, "TCP_NOTSENT_LOWAT", 25)
+SIOCOUTQNSD = 0x894B  # linux/sockios.h: a TCP socket's bytes not yet sent
 SAMPLE_S = 0.001  # at most one sample of the bytes received per this many seconds (and the last one)
 CONNECT_S = 20.0  # a flow's connection is retried this long (the sink's host may start later)
 
@@ -79,7 +82,7 @@ class Sender:
         waits to be written, as in the fabric's model)."""
         self.credit = min(float(NOTSENT), self.credit + (now - self.written_at) * self.rate)
         self.written_at = now
-        while self.sock is not None and self.credit >= SEGMENT:
+        while self.sock is not None and self.credit >= SEGMENT and unsent(self.sock) < NOTSENT:
             try:
                 n = self.sock.send(payload)
             except BlockingIOError:
@@ -89,6 +92,12 @@ class Sender:
 
     def next_write(self) -> float:
         return self.written_at + max(0.0, SEGMENT - self.credit) / self.rate
+
+
+def unsent(sock: socket.socket) -> int:
+    """Bytes written to ``sock`` and not yet sent (``SIOCOUTQNSD``): a write succeeds whenever the send buffer has
+    room, so the writer asks this itself (``TCP_NOTSENT_LOWAT`` only gates poll's POLLOUT)."""
+    return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), SIOCOUTQNSD, b"\0\0\0\0"))[0])
 
 
 def serve_elastic(conf: ElasticConfig) -> int:
