@@ -39,7 +39,8 @@ NOTSENT = 2 * SEGMENT  # the writer waits while this much is written but not sen
 QUEUE_FRAMES = 1000  # a link direction marks elastic frames beyond this many frames' bytes (a veth's txqueuelen)
 WARM_S = 0.002  # the flows run alone this long (on the run's timeline) before what they deliver alone is measured,
 ALONE_S = 0.004  # for this long; then the job starts (on both backends)
-STALL_S = 0.01  # no acknowledgement for this long with segments out: they count as lost, the window restarts
+STALL_S = 0.2  # no acknowledgement for this long with segments out: they count as lost, the window restarts
+# (Linux's least retransmission timeout; on Mininet the kernel's is set to it on the run's timeline)
 ECT, CE = 0b10, 0b11  # ECN bits of the IP TOS byte: ECN-capable, congestion experienced
 BAND = 1  # the priority band of the flows' frames: on Mininet the kernel queues TCP (priority 0) in pfifo_fast's
 # band 1, behind the job's frames, whose ports send them at priority 6, band 0 (innet.io.rawport.SOCKET_PRIORITY)

@@ -50,6 +50,7 @@ class ElasticStats:
     sent_bytes: int
     received_bytes: int
     samples: tuple[tuple[float, int], ...]
+    retransmissions: int = 0  # the senders' segments sent again (TCP_INFO's total_retrans)
 
 
 class Sender:
@@ -100,6 +101,12 @@ def unsent(sock: socket.socket) -> int:
     return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), SIOCOUTQNSD, b"\0\0\0\0"))[0])
 
 
+def retransmissions(sock: socket.socket) -> int:
+    """The segments ``sock`` sent again (struct tcp_info's tcpi_total_retrans, at byte 100)."""
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+    return int(struct.unpack_from("I", info, 100)[0]) if len(info) >= 104 else 0
+
+
 def serve_elastic(conf: ElasticConfig) -> int:
     stop: list[int] = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
@@ -147,7 +154,8 @@ def serve_elastic(conf: ElasticConfig) -> int:
     finally:
         samples.append((time.monotonic(), received))
         write(conf.stats_path, ElasticStats(len(senders), sum(s.rate * 8 for s in senders),
-                                            sum(s.sent for s in senders), received, tuple(samples)))
+                                            sum(s.sent for s in senders), received, tuple(samples),
+                                            sum(retransmissions(s.sock) for s in senders if s.sock is not None)))
         for sock in [listener, *sinks.values(), *(s.sock for s in senders if s.sock is not None)]:
             sock.close()
     return 0

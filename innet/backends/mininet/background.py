@@ -58,15 +58,27 @@ class Background:
         return background_summary(self.run.background, ends, seconds, {}, asked)
 
 
+RTO_MIN_S = 0.2  # Linux's least retransmission timeout, of the run's timeline (innet.hosts.elastic.STALL_S)
+RTO_MAX_S = 120.0  # the most the kernel takes (TCP_RTO_MAX)
+
+
 class ElasticBackground:
     """The run's elastic background: a TCP sink and senders in every host that sends or receives (innet.node.elastic),
     run alone for ``WARM_S`` then measured alone for ``ALONE_S`` (dilated), before the job starts."""
 
     def __init__(self, net: Network, graph: nx.Graph, run: RunSpec, dilation: float) -> None:
-        from innet.backends.mininet.iplane import host_address
+        from innet.backends.mininet.iplane import host_address, ip_commands
 
         self.net, self.run = net, run
         net.add_ip_network()
+        # the kernel's timers are not dilated: its least retransmission timeout (200 ms) would be 200 ms / dilation of
+        # the run's timeline, shorter than the job's frames hold a queue, and time out windows that were only queued
+        rto_min = min(RTO_MAX_S, RTO_MIN_S * dilation)
+        for host, commands in ip_commands(graph).items():
+            if graph.nodes[host].get("role") == "host":
+                for command in commands:
+                    if command.startswith("ip route add"):
+                        net.net.get(host).cmd(command.replace(" add ", " change ", 1) + f" rto_min {rto_min * 1e3:.0f}ms")
         address = {h: host_address(graph, h) for h in graph if graph.nodes[h].get("role") == "host"}
         names = {net_index(graph, h): h for h in address}
         self.paths: list[str] = []
@@ -92,6 +104,7 @@ class ElasticBackground:
         for proc in self.procs.values():
             proc.wait(timeout=30)
         ends = [read(ElasticStats, p) for p in self.paths]
+        self.retransmissions = sum(e.retransmissions for e in ends)
         (a0, a1), (j0, j1) = self.alone, window
         alone = sum(received_between(list(e.samples), a0, a1) for e in ends)
         stats = [BackgroundStats(e.flows, e.offered_bps * FRAME_BYTES / SEGMENT * dilation, e.sent_bytes,
