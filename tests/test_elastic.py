@@ -90,7 +90,7 @@ def test_the_backends_agree_on_an_elastic_background():
     """Leaf-spine 2 racks x 2, 1 MiB per worker, 50% permutation of TCP flows (the kernel's on Mininet, dilated):
     both exact; what the background delivers alone, the share the job takes of it, and the job's slowdown (Mininet:
     against a run without the background) within 10% of each other. During the job the background delivers only
-    ~10-15 segments in all (its window, behind the job's frames; Mininet 90-112 Mbit/s over runs, local 67), so
+    ~10-15 segments in all (its window, behind the job's frames; Mininet 68-112 Mbit/s over runs, local 67), so
     there the bound is 3% of what it delivers alone."""
     options = dict(racks=2, hosts_per_rack=2, elements=262144, mode="innet", plots=False)
     local = innet.run("leaf-spine", backend="local", background="permutation:0.5:tcp", **options).runs[0]
