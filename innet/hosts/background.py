@@ -7,16 +7,19 @@ A pattern names which hosts send to which, at a fraction of link rate:
 - ``incast``: every other host sends to one (seeded) host, LOAD of that host's link in all;
 - ``hotspot:LINK``: host pairs whose routed path crosses LINK (``a--b``) load it to LOAD of its rate.
 
-Flows are constant-rate streams of MTU-sized frames routed by address (the ROUTE flag, job
-``BACKGROUND_JOB``): every switch forwards them as it forwards ring and PBox traffic, and no job's
-endpoint takes them. A ``BackgroundHost`` is the endpoint of one host: it sends its flows, paced, and
+A trailing ``:tcp`` makes every flow elastic (innet.hosts.elastic: window-based, ACK-clocked, backing off); the
+default, ``:udp`` or nothing, is open-loop. Open-loop flows are constant-rate streams of MTU-sized frames routed by
+address (the ROUTE flag, job ``BACKGROUND_JOB``): every switch forwards them as it forwards ring and PBox
+traffic, and no job's endpoint takes them. A ``BackgroundHost`` is the endpoint of one host: it sends its flows, paced, and
 counts what arrives for it. It is a daemon: the run ends when the job's endpoints are done.
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 import networkx as nx
 import numpy as np
@@ -27,39 +30,48 @@ from innet.wire.packet import PAYLOAD_OFFSET, ROUTE, frame_fields, make_packet
 BACKGROUND_JOB = 0xFFFE  # the job number of background frames: no training job has it
 BACKGROUND_ELEMENTS = 2048  # values per frame: 8250-byte frames, the size of the jobs' default ones (jumbo links)
 PATTERNS = ("permutation", "all-to-all", "incast", "hotspot")
+TRANSPORTS = ("udp", "tcp")  # open-loop constant-rate streams; elastic, TCP-like flows
 
 
 @dataclass(frozen=True)
 class BackgroundSpec:
-    """A background pattern and its load (a fraction of link rate); ``link`` is a hotspot's. Inactive when
-    ``load`` is 0."""
+    """A background pattern and its load (a fraction of link rate); ``link`` is a hotspot's; ``transport`` udp
+    (open-loop) or tcp (elastic). Inactive when ``load`` is 0."""
 
     pattern: str = ""
     load: float = 0.0
     link: str = ""
+    transport: str = "udp"
 
     @property
     def active(self) -> bool:
         return bool(self.pattern) and self.load > 0
 
+    @property
+    def elastic(self) -> bool:
+        return self.transport == "tcp"
+
     def __str__(self) -> str:
-        return f"{self.pattern}{':' + self.link if self.link else ''}:{self.load:g}" if self.pattern else "none"
+        if not self.pattern:
+            return "none"
+        return f"{self.pattern}{':' + self.link if self.link else ''}:{self.load:g}{':tcp' if self.elastic else ''}"
 
 
 def parse_background(text: str) -> BackgroundSpec:
-    """``--background PATTERN:LOAD`` (``hotspot:LINK:LOAD``), or ``none``."""
+    """``--background PATTERN:LOAD[:TRANSPORT]`` (``hotspot:LINK:LOAD[:TRANSPORT]``), or ``none``."""
     if text in ("", "none"):
         return BackgroundSpec()
     parts = text.split(":")
+    transport = parts.pop() if len(parts) > 2 and parts[-1] in TRANSPORTS else "udp"
     try:
         load = float(parts[-1])
     except ValueError:
         load = -1.0
     pattern, link = parts[0], ":".join(parts[1:-1])
     if len(parts) < 2 or pattern not in PATTERNS or not 0 <= load <= 1 or bool(link) != (pattern == "hotspot"):
-        raise ValueError(f"wants PATTERN:LOAD with a pattern of {', '.join(PATTERNS)} (hotspot:LINK:LOAD) and a load "
-                         f"in [0, 1], got {text!r}")
-    return BackgroundSpec(pattern, load, link)
+        raise ValueError(f"wants PATTERN:LOAD[:udp|:tcp] with a pattern of {', '.join(PATTERNS)} (hotspot:LINK:LOAD) "
+                         f"and a load in [0, 1], got {text!r}")
+    return BackgroundSpec(pattern, load, link, transport)
 
 
 @dataclass(frozen=True)
@@ -228,6 +240,13 @@ class BackgroundSummary:
     sent_bytes: int
     received_bytes: int
     link_bytes: dict[str, int]
+    transport: str = "udp"
+    # elastic flows (tcp): delivered_mbps and the bytes are payload, and beside them what the same flows deliver
+    # without the job, the share of it the job took, and the job's completion without them over with them
+    alone_mbps: float = 0.0  # 0: not measured
+    goodput_loss: float = 0.0  # 1 - delivered_mbps / alone_mbps
+    job_alone_s: float = 0.0  # 0: not measured
+    slowdown: float = 0.0  # the job's completion_s / job_alone_s
 
 
 @dataclass(frozen=True)
@@ -241,7 +260,22 @@ class BackgroundStats:
     seconds: float = 0.0  # how long it ran (where that is not the run's time: Mininet's senders start first)
 
 
-def stats_of(end: BackgroundHost, seconds: float = 0.0) -> BackgroundStats:
+class Counted(Protocol):
+    """A host's background endpoint, open-loop or elastic (innet.hosts.elastic.ElasticHost), as its stats see it."""
+
+    offered_bps: float
+
+    @property
+    def flows(self) -> Sequence[object]: ...
+
+    @property
+    def sent_bytes(self) -> int: ...
+
+    @property
+    def received_bytes(self) -> int: ...
+
+
+def stats_of(end: Counted, seconds: float = 0.0) -> BackgroundStats:
     return BackgroundStats(len(end.flows), end.offered_bps, end.sent_bytes, end.received_bytes, seconds)
 
 
@@ -252,4 +286,15 @@ def background_summary(bg: BackgroundSpec, ends: list[BackgroundStats], seconds:
     return BackgroundSummary(str(bg), bg.load, sum(e.flows for e in ends), round(asked / 1e6, 3),
                              round(sum(e.offered_bps for e in ends) / 1e6, 3),
                              round(received * 8 / seconds / 1e6, 3) if seconds > 0 else 0.0,
-                             sum(e.sent_bytes for e in ends), received, {k: v for k, v in link_bytes.items() if v})
+                             sum(e.sent_bytes for e in ends), received, {k: v for k, v in link_bytes.items() if v},
+                             bg.transport)
+
+
+def with_alone(summary: BackgroundSummary, alone_mbps: float, completion_s: float = 0.0,
+               job_alone_s: float = 0.0) -> BackgroundSummary:
+    """``summary`` beside what the background delivers alone (``alone_mbps``) and the job's completion with it
+    (``completion_s``) and without (``job_alone_s``; 0 where not measured)."""
+    loss = 1 - summary.delivered_mbps / alone_mbps if alone_mbps > 0 else 0.0
+    slowdown = completion_s / job_alone_s if job_alone_s > 0 else 0.0
+    return replace(summary, alone_mbps=round(alone_mbps, 3), goodput_loss=round(loss, 4),
+                   job_alone_s=round(job_alone_s, 6), slowdown=round(slowdown, 4))

@@ -105,9 +105,10 @@ class RunSpec:
                                            help=f"priority band of each job's packets in every port's strict-priority "
                                                 f"queues, job 1 first (0 = most urgent, up to {BANDS - 1}; default 0 for all)")
     background: BackgroundSpec = option(
-        factory=BackgroundSpec, group="faults", metavar="PATTERN:LOAD", parse=parse_background,
+        factory=BackgroundSpec, group="faults", metavar="PATTERN:LOAD[:tcp]", parse=parse_background,
         help="other tenants' traffic competing with the job: permutation, all-to-all, incast or hotspot:LINK, at LOAD "
-             "(a fraction of link rate), e.g. permutation:0.5; the report adds its throughput and utilisation.csv")
+             "(a fraction of link rate), e.g. permutation:0.5; open-loop streams, or with :tcp elastic flows that back "
+             "off (TCP: the kernel's on Mininet); the report adds its throughput and utilisation.csv")
     link_faults: tuple[tuple[str, FaultSpec], ...] = option(
         (), group="faults", flag="--fault", metavar="LINK:K=V,...", parse=parse_link_fault, repeat=True,
         help="faults on one link (a--b) or one direction (a->b) instead, e.g. h3--t2:delay=0.01 (a straggler) or "

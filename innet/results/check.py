@@ -182,13 +182,14 @@ class Planned(Protocol):
 
 def background_model(graph: nx.Graph, run: RunSpec, rp: Planned) -> dict[str, float]:
     """``background_model_s``: the timing model's completion beside the run's background traffic (none: at link
-    rate or the window's pace) for a plain switch all-reduce, the slowest job's (innet.planning.dynamic)."""
+    rate or the window's pace) for a plain switch all-reduce, the slowest job's (innet.planning.dynamic). None beside
+    an elastic background: the model's background is open-loop, in the job's FIFO."""
     from innet.hosts.background import background_flows
     from innet.planning.dynamic import background_model_s
     from innet.wire.packet import PAYLOAD_OFFSET
 
     if run.mode != "innet" or run.collective != "allreduce" or run.workload or run.train or run.consistency or run.topk \
-            or any(p.method == "pbox" for p in rp.plans):
+            or run.background.elastic or any(p.method == "pbox" for p in rp.plans):
         return {}
     flows = [(f.src, f.dst, f.bps) for f in background_flows(graph, run.background, run.seed)]
     frame = PAYLOAD_OFFSET + 4 * (rp.per_packet + getattr(program_of(run), "extra_values", 0))

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
+from innet.hosts.background import BackgroundSummary
 from innet.planning.spec import RunSpec
 from innet.results.fidelity import fidelity_line
 from innet.results.files import make_output_folder, write_text_atomic
@@ -74,8 +75,7 @@ class Report:
         out = [self.table(), direction_table(self.graph, runs), *(fidelity_line(r) for r in runs)]
         out += job_lines(runs) + training_lines(runs) + input_lines(runs)
         out += learning_lines(runs, self.exact.accuracy if self.exact else None) + cluster_lines(runs)
-        out += [f"{r.mode}: background {b.pattern}: {b.flows} flows, offered {b.offered_mbps:g} Mbit/s, delivered "
-                f"{b.delivered_mbps:g} Mbit/s while the job ran" for r in runs if (b := r.figures.get("background"))]
+        out += [background_line(r.mode, b) for r in runs if (b := r.figures.get("background"))]
         return out + ([self.prediction] if self.prediction else [])
 
     def to_json(self) -> JsonObject:
@@ -167,3 +167,14 @@ def trace_events(runs: Sequence[tuple[str, Timeline]]) -> dict[str, object]:
             events += [{"ph": "C", "name": "slots", "pid": p, "tid": 0, "ts": s * US, "args": {"held": n}}
                        for s, n in steps]
     return {"traceEvents": events, "displayTimeUnit": "ns"}
+
+
+def background_line(mode: str, b: BackgroundSummary) -> str:
+    """What the background delivered (an elastic one: beside what it delivers alone, and the job's slowdown)."""
+    line = (f"{mode}: background {b.pattern}: {b.flows} flows, offered {b.offered_mbps:g} Mbit/s, delivered "
+            f"{b.delivered_mbps:g} Mbit/s while the job ran")
+    if b.alone_mbps:
+        line += f", {b.alone_mbps:g} Mbit/s alone (the job took {100 * b.goodput_loss:.1f}% of it)"
+    if b.slowdown:
+        line += f"; the job took {b.slowdown:.3f}x its time without it ({1e3 * b.job_alone_s:.3f} ms)"
+    return line

@@ -22,6 +22,7 @@ import numpy as np
 from innet.events import Progress, waits
 from innet.graph import link_name, link_totals, ports
 from innet.hosts.background import BACKGROUND_JOB
+from innet.hosts.elastic import marked
 from innet.hosts.endpoint import Endpoint
 from innet.switch.runtime import SwitchRuntime
 from innet.wire.faults import FaultInjector, FaultSpec, fault_seed
@@ -110,6 +111,9 @@ class Fabric:
         link.bytes += len(frame)
         if self.background and frame[HEADER_OFFSET:HEADER_OFFSET + 2] == BACKGROUND_TAG:
             link.background_bytes += len(frame)
+            if frame[TOS_OFFSET] & 3:  # an elastic flow's: marked where a real interface's queue would be full
+                frame = marked(frame, max(0.0, link.free_at - self.now) * link.bps / 8
+                               + len(frame) * sum(len(q) for q in link.queues))
         band = frame[TOS_OFFSET] >> 2 if len(frame) > TOS_OFFSET else 0  # band_of, inline: once per frame and hop
         if band == 0 or (link.free_at <= self.now and not link.queued()):
             self._put_on_wire(link, frame)
@@ -257,6 +261,10 @@ class Fabric:
         """Every endpoint is done: deliver the frames still on their way (a ring rank's DONE to its
         successor), as the wires of a real network would, and fire no timer: the run is over."""
         wire = (self._deliver, self._link_free)
+        for endpoints in self.endpoints.values():  # an elastic flow's acknowledgements would clock out more
+            for endpoint in endpoints:
+                if hasattr(endpoint, "stop_sending"):
+                    endpoint.stop_sending()
         while self._times:
             time = self._times[0]
             events, k = self._due[time], 0

@@ -11,7 +11,16 @@ import numpy as np
 from innet.backends.local.fabric import Fabric
 from innet.backends.local.sampler import LinkSampler
 from innet.events import Progress
-from innet.hosts.background import BackgroundHost, asked_flows, background_hosts, background_summary, stats_of
+from innet.hosts.background import (
+    BackgroundHost,
+    BackgroundSpec,
+    asked_flows,
+    background_hosts,
+    background_summary,
+    stats_of,
+    with_alone,
+)
+from innet.hosts.elastic import ALONE_S, WARM_S, ElasticHost, elastic_hosts, received_between
 from innet.hosts.endpoint import Endpoint, Frames
 from innet.hosts.ensemble import InputReceiver, InputServer, input_summary
 from innet.hosts.ssp import SSPWorker
@@ -57,17 +66,21 @@ class LocalRun:
             for receiver in self.inputs:
                 self.fabric.attach(receiver.reader.host, receiver)
         self.procs: list[WorkerProcess | SSPWorker] = []
+        # an elastic background runs alone first, as on Mininet, where it is measured alone before the job starts
+        self.start_s = WARM_S + ALONE_S if run.background.elastic else 0.0
         for plan in self.rp.plans:
             for w, spec in self.rp.specs[plan.job].items():
                 proc = host_endpoint(run, self.rp, w, spec, given.get(spec.rank) if given and plan.job == 1 else None)
-                self.fabric.attach(w, Crashing(proc, crash[w]) if crash and w in crash else proc)
+                endpoint: Endpoint = Crashing(proc, crash[w]) if crash and w in crash else proc
+                self.fabric.attach(w, Later(endpoint, self.start_s) if self.start_s else endpoint)
                 self.procs.append(proc)
                 progress.update(lambda: f"building: {len(self.procs)} workers")
-        self.background: dict[str, BackgroundHost] = {}
+        self.background: dict[str, BackgroundHost | ElasticHost] = {}
         self.sampler: LinkSampler | None = None
         if run.background.active:
             self.fabric.background = True
-            self.background = background_hosts(graph, run.background, run.seed)
+            self.background = {**(elastic_hosts if run.background.elastic else background_hosts)(
+                graph, run.background, run.seed)}
             for name, end in self.background.items():
                 self.fabric.attach(name, end)
             self.sampler = LinkSampler(self.fabric)
@@ -80,9 +93,17 @@ class LocalRun:
         ended = self.fabric.run()
         if self.sampler is not None:
             extra["utilisation"] = self.sampler.utilisation()
-            extra["background"] = background_summary(self.run.background, [stats_of(e) for e in self.background.values()], ended,
-                                                     self.fabric.link_bytes(background=True),
-                                                     sum(f.bps for f in asked_flows(self.graph, self.run.background, self.run.seed)))
+            summary = background_summary(self.run.background, [stats_of(e) for e in self.background.values()], ended,
+                                         self.fabric.link_bytes(background=True),
+                                         sum(f.bps for f in asked_flows(self.graph, self.run.background, self.run.seed)))
+            if self.run.background.elastic:  # payload that arrived while the job ran (not what the wires drained),
+                # and alone, after WARM_S, before the job started
+                elastic = [e for e in self.background.values() if isinstance(e, ElasticHost)]
+                during = sum(received_between(e.samples, self.start_s, ended) for e in elastic)
+                alone = sum(received_between(e.samples, WARM_S, self.start_s) for e in elastic)
+                summary = with_alone(replace(summary, delivered_mbps=round(during * 8 / (ended - self.start_s) / 1e6, 3)),
+                                     alone * 8 / ALONE_S / 1e6)
+            extra["background"] = summary
         for proc in self.procs:
             for call in getattr(proc, "calls", []):
                 if isinstance(call, AllreduceCall):
@@ -101,6 +122,12 @@ class LocalRun:
             **{"fidelity": virtual_fidelity(), **extra},
         )
         record = with_directions(record, self.graph, self.fabric.direction_bytes())
+        if self.run.background.elastic:  # the job's slowdown: the same run without the background
+            quiet = LocalRun(self.graph, replace(self.run, background=BackgroundSpec()), planned=self.rp,
+                             program=self.program).finish()
+            record = record.with_figures(background=with_alone(record.figures["background"],
+                                                               record.figures["background"].alone_mbps,
+                                                               record.completion_s, quiet.completion_s))
         if self.run.timeline:
             workers = {(s.job, s.rank): w for specs in self.rp.specs.values() for w, s in specs.items()}
             reports = {n: rt.report() for n, rt in self.runtimes.items()}
@@ -110,6 +137,35 @@ class LocalRun:
 
 def run_local(graph: nx.Graph, run: RunSpec, pbox_cores: int = 1, crash: dict[str, float] | None = None) -> RunRecord:
     return LocalRun(graph, run, pbox_cores, crash).finish()
+
+
+class Later:
+    """A host's endpoint that starts at virtual time ``at`` (until then it neither hears nor says anything)."""
+
+    def __init__(self, endpoint: Endpoint, at: float) -> None:
+        self.endpoint, self.at = endpoint, at
+        self.started = False
+
+    @property
+    def done(self) -> bool:
+        return self.endpoint.done
+
+    def start(self, now: float) -> Frames:
+        return self.on_timeout(now)
+
+    def receive(self, frame: bytes, now: float) -> Frames:
+        return list(self.endpoint.receive(frame, now)) if self.started else []
+
+    def next_deadline(self) -> float | None:
+        return self.endpoint.next_deadline() if self.started else self.at
+
+    def on_timeout(self, now: float) -> Frames:
+        if self.started:
+            return list(self.endpoint.on_timeout(now))
+        if now < self.at:
+            return []
+        self.started = True
+        return list(self.endpoint.start(now))
 
 
 class Crashing:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from innet.backends.cluster.servers import Cluster, cluster_figures
-from innet.backends.mininet.background import Background
+from innet.backends.mininet.background import Background, ElasticBackground
 from innet.backends.mininet.cleanup import RunState
 from innet.backends.mininet.collect import Procs, Watch, calls_window, input_record, outcome, switch_drops
 from innet.backends.mininet.control import Control
@@ -208,12 +208,17 @@ class Emulation(Network):
         name = "all-reduce" if run.collective == "allreduce" else run.collective
         log(f"{name}: {sum(len(s) for s in rp.specs.values())} workers x {run.elements} elements x "
             f"{run.iterations} iteration(s)")
-        background = Background(self, self.graph, run) if run.background.active else None
+        background = (None if not run.background.active else ElasticBackground(self, self.graph, run, self.dilation)
+                      if run.background.elastic else Background(self, self.graph, run))
         readings = self._go(starters)
         others = {f"{name}!{i}": self.spawn(name, argv, stdout=subprocess.DEVNULL) for i, (name, argv) in enumerate(intruders)}
         self.watch.wait(waited, run, readings.started, crash, samples, self.run_dir)
         self.watch.wait(others, run, readings.started, {}, samples)
-        bg = background.stop((self.requested or (self.graph, run))[0], self.dilation) if background else None
+        bg = None
+        if background:
+            workers = [w for specs in rp.specs.values() for w in specs]
+            window = calls_window(self.run_dir, workers) or (readings.started, time.monotonic())
+            bg = background.stop((self.requested or (self.graph, run))[0], self.dilation, window)
         samples.take()
         measured = self._measure(rp, readings, samples)
         if cli:
