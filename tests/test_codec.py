@@ -64,8 +64,11 @@ def test_a_launch_tally_with_counters_and_a_set_comes_back_equal_and_adds_up():
 
     from innet.integrations.torch.fabric import Tally
 
-    tally = Tally(Counter({"h1-s1": 5, "h2-s1": 7}), 0.25, Counter({"allreduce": 2}), {"send", "all_to_all"})
+    tally = Tally(link_bytes=Counter({"h1-s1": 5, "h2-s1": 7}), link_bytes_up=Counter({"h1-s1": 4, "h2-s1": 7}),
+                  link_bytes_down=Counter({"h1-s1": 1}), virtual_s=0.25, calls=Counter({"allreduce": 2}),
+                  side_plane={"send", "all_to_all"})
     back = round_trip(tally)
     assert back == tally and isinstance(back.link_bytes, Counter) and isinstance(back.side_plane, set)
     back.add(tally)
     assert (back.link_bytes["h2-s1"], back.calls["allreduce"], back.virtual_s) == (14, 4, 0.5)
+    assert (back.link_bytes_up["h1-s1"], back.link_bytes_down["h1-s1"]) == (8, 2)
