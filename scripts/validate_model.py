@@ -113,7 +113,7 @@ def claims() -> list[str]:
         return float(ra["measured_s"]) / float(rb["measured_s"]), float(ra["model_s"]) / float(rb["model_s"])
 
     lines += p3_claims()
-    base = "--bw 100 --workload resnet50 --iterations 10 --compute-scale 97 --overlap none"
+    base = "--topo star --bw 100 --workload resnet50 --iterations 3 --compute-scale 97 --overlap none"  # pipesgd.toml's
     got, model = ratio(base, f"{base} --pipeline 2")
     lines.append(f"| Pipe-SGD: width-2 speed-up, bound max(compute, comm) over their sum (-> 2x) | "
                  f"`{base} --pipeline 2` vs `--pipeline 1` | {got:.2f}x | {model:.2f}x |")
@@ -126,6 +126,10 @@ def claims() -> list[str]:
         busy[mode] = busiest_direction(graph, direction_bytes(graph, mode, plan, spec.elements, program_of(spec).elements))[1]
     lines.append(f"| PBox (PHub): N x the busiest link's time of in-network, N = 4 | `{STAR} --mode pbox` vs innet | "
                  f"{got:.2f}x completion | {busy['pbox'] / busy['innet']:.2f}x link time, {model:.2f}x completion |")
+    rack = "--topo phub-rack --racks 2 --hosts-per-rack 8 --bw 100 --elements 65536 --mode pbox"  # experiments/phub.toml's
+    got, model = ratio(f"{rack} --pbox-layout sharded", f"{rack} --pbox-layout rack", "completion_s")
+    lines.append(f"| PHub: its hierarchical PBox against a stock sharded PS (up to 2.7x) | `{rack} --pbox-layout rack` vs "
+                 f"`--pbox-layout sharded` | {got:.2f}x | {model:.2f}x |")
     got_d, model_d = breakeven()
     lines.append(f"| top-k (Shi et al.): break-even density, bytes on all links (sparse saves under 1%) | `{STAR} --mode "
                  f"innet --topk D` vs dense (as `scripts/sparse_breakeven.py`) | {got_d} | {model_d} |")
