@@ -374,7 +374,7 @@ class RingCall:
         measured = self.timer.srtt is not None or self.scoreboard.lone_out()
         if not (self.retransmissions or (self.spec.lossy and measured)) or not self.scoreboard.unacked:
             return float("inf")
-        return max(self.last_ack, self.probed_at) + self.quiet()
+        return max(self.last_ack, self.probed_at, self.host.free) + self.quiet()
 
     def on_timeout(self, now: float) -> list[bytes]:
         if self.done:
