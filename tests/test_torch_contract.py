@@ -32,7 +32,8 @@ def said(out: str) -> list[str]:
 def test_the_contract_script_prints_on_innet_what_it_prints_on_gloo():
     """PRODUCT and BXOR (integers through the network, floats on gloo), sparse all_reduce, futures' values,
     ProcessGroup call forms (``pg.broadcast(xs)``, ``root=``, ``rootTensor``, ``pg.reduce(x, 0, MAX)``), the
-    coalesced tensor calls, any-source receive, and an all-to-all of isend/irecv that must not wait for a timeout:
+    coalesced tensor calls, a list all-gather of two inputs a rank in inference mode, bad arguments refused in gloo's
+    words, any-source receive, and an all-to-all of isend/irecv that must not wait for a timeout:
     every line the same on both backends but the backend's name."""
     gloo = torchrun(SCRIPT, ranks=3, finished=r"R0 backend gloo")
     assert gloo.returncode == 0, gloo.stderr[-2000:]
@@ -46,9 +47,10 @@ def test_the_contract_script_prints_on_innet_what_it_prints_on_gloo():
     assert [ln for ln in ours if " backend " in ln] == [f"R{r} backend innet innet" for r in range(3)]
     keep = [ln for ln in theirs if " seconds p2p " not in ln and " backend " not in ln]
     assert [ln for ln in ours if " seconds p2p " not in ln and " backend " not in ln] == keep
-    assert len(keep) == 3 * 24 + 4, keep  # 24 lines a rank, and four of one rank's (a reduce's root, rank 0's receive)
+    assert len(keep) == 3 * 26 + 4, keep  # 26 lines a rank, and four of one rank's (a reduce's root, rank 0's receive)
     assert {"R1 reduce product tensor([ 48, 162])", "R0 bxor tensor([      4,       2, 1048579])",
-            "R2 product torch.int8 tensor([ 24,  -6,   6, -46], dtype=torch.int8)"} <= set(keep)  # int8 wraps as torch's
+            "R2 product torch.int8 tensor([ 24,  -6,   6, -46], dtype=torch.int8)", "R1 refused [True, True, True]",
+            } <= set(keep)  # int8 wraps as torch's
     calls = re.search(r"collectives through the network: (.*);", innet.stdout).group(1)
     assert "allreduce" in calls and "reduce 3" in calls  # the integer products went through the network
     side = re.search(r"over the TCP side plane \(not counted\): (.*)", innet.stdout).group(1)

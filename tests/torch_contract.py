@@ -113,6 +113,28 @@ def main():
     dist.barrier()
     show("barrier implies wait", (torch.cat(small), out))
 
+    # test_c10d_gloo.py's forms: a list all-gather of two inputs a rank (every output list takes every rank's), in
+    # inference mode; bad arguments refused at the call, in gloo's words
+    with torch.inference_mode():
+        mine = [torch.tensor([2 * rank]), torch.tensor([2 * rank + 1])]
+        lists = [[torch.zeros(1, dtype=torch.int64) for _ in range(2 * world)] for _ in range(2)]
+        value = future_of(pg.allgather(lists, mine))
+    show("allgather of two inputs", (lists, value))
+    refused = []
+    for call, words in ((lambda o: pg.broadcast([torch.zeros(1)], o), "invalid root rank"),
+                        (lambda o: pg.scatter([torch.zeros(1)], [[torch.zeros(1)] * (world - 1)], o), "Incorrect input "
+                         f"list size {world - 1}. Input list size should be {world}"),
+                        (lambda o: pg.gather([[torch.zeros(1)] * world], [torch.zeros(1)], o), "requires empty output on"
+                         " non-root")):
+        opts = dist.ScatterOptions() if "Input" in words else dist.GatherOptions() if "output" in words else \
+            dist.BroadcastOptions()
+        opts.rootRank = world if "root rank" in words else rank if "Input" in words else (rank + 1) % world
+        try:
+            call(opts)
+        except RuntimeError as exc:
+            refused.append(words in str(exc))
+    show("refused", refused)
+
     # point to point: receive from any source; every rank sends to all, then receives
     if rank == 0:
         got = torch.zeros(1)

@@ -122,13 +122,14 @@ class SwappedDist(types.ModuleType):
 
 
 def forked(cls: type[MultiProcessTestCase]) -> type[MultiProcessTestCase]:
-    """``cls`` with its ranks forked (``START``) where its setUp spawned them."""
+    """``cls`` with its ranks forked (``START``) where its setUp spawned them (its own setUp kept: e.g.
+    ProcessGroupGlooLazyInitTest's sets TORCH_GLOO_LAZY_INIT before it starts the ranks)."""
 
-    def setUp(self: Any) -> None:  # noqa: N802 (unittest's)
-        MultiProcessTestCase.setUp(self)
+    def _spawn_processes(self: Any) -> None:
         self._start_processes(torch.multiprocessing.get_context(START).Process)
 
-    return type(cls.__name__, (cls,), {"setUp": setUp, "__module__": __name__, "__qualname__": cls.__name__})
+    return type(cls.__name__, (cls,), {"_spawn_processes": _spawn_processes, "__module__": __name__,
+                                       "__qualname__": cls.__name__})
 
 
 C10D = os.environ.get("INNET_TORCH_SUITE_C10D")
@@ -140,3 +141,4 @@ if C10D:
     for _name, _cls in list(vars(gloo_tests).items()):
         if isinstance(_cls, type) and issubclass(_cls, unittest.TestCase) and _cls.__module__ == gloo_tests.__name__:
             globals()[_name] = forked(_cls) if issubclass(_cls, MultiProcessTestCase) else _cls
+    del _name, _cls  # else pytest collects the last class twice, as ``_cls``

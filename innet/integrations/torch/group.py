@@ -193,6 +193,7 @@ class InnetGroup(Calls):
         mine = flat(tensor) if values is None else values
         future: torch.futures.Future[Any] = torch.futures.Future()
         rank = self.rank()
+        inference = torch.is_inference_mode_enabled()  # the results go into inference tensors as the call's mode
         if self.watched:
             watch.entered(rank)
 
@@ -201,7 +202,7 @@ class InnetGroup(Calls):
                 if res.error:
                     raise RuntimeError(res.error)
                 if got is not None:
-                    with torch.no_grad():
+                    with torch.inference_mode() if inference else torch.no_grad():
                         if place is not None:
                             place(got)
                         for target in targets if place is None else []:
@@ -231,13 +232,14 @@ class InnetGroup(Calls):
         and ``tag``, through the network (innet.integrations.torch.p2p); its Work says where a message came from."""
         future: torch.futures.Future[Any] = torch.futures.Future()
         work = InnetWork(future, name, self.timeout)
+        inference = torch.is_inference_mode_enabled()
 
         def done(res: Result, got: np.ndarray | None) -> None:
             try:
                 if res.error:
                     raise RuntimeError(res.error)
                 if place is not None and got is not None:
-                    with torch.no_grad():
+                    with torch.inference_mode() if inference else torch.no_grad():
                         place(got)
                 work.source = res.source
             except Exception as exc:  # noqa: BLE001 (the caller's wait() raises it)

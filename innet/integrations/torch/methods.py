@@ -15,6 +15,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from innet.integrations.torch import checks
 from innet.integrations.torch.batch import carried, exchange_values
 from innet.integrations.torch.forms import op_of, options, reducible, tensor_of, torch_name
 
@@ -103,6 +104,7 @@ class Calls(dist.ProcessGroup):
 
     def allreduce(self, tensors: Any, opts: Any = None, op: Any = None, timeout: Any = None) -> Any:  # type: ignore[override]
         tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
+        checks.allreduce(tensors)
         reduce_op = op_of(opts if op is None else op)
         if not all(self._reducible(t, reduce_op, "allreduce") for t in tensors):
             return self._side(f"allreduce ReduceOp.{torch_name(reduce_op)} of {_kind(tensors[0])}", "allreduce", True,
@@ -114,6 +116,7 @@ class Calls(dist.ProcessGroup):
         return self._collective("allreduce", whole, reduce_op, into=tensors, result=tensors)
 
     def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> InnetWork:
+        checks.allreduce_coalesced(tensors)
         reduce_op = op_of(opts)
         if not all(self._reducible(t, reduce_op, "allreduce") for t in tensors):
             return self._side("allreduce_coalesced", "allreduce_coalesced", True, tensors, opts)
@@ -123,8 +126,9 @@ class Calls(dist.ProcessGroup):
         tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
         opts = options(dist.ReduceOptions, opts if not isinstance(opts, int) else None,
                        rootRank=opts if isinstance(opts, int) else root, reduceOp=op, timeout=timeout)
+        checks.reduce(tensors, opts, self.size())
         reduce_op = op_of(opts)
-        if len(tensors) != 1 or not self._reducible(tensors[0], reduce_op, "reduce"):
+        if not self._reducible(tensors[0], reduce_op, "reduce"):
             return self._side(f"reduce ReduceOp.{torch_name(reduce_op)} of {_kind(tensors[0])}", "reduce", True, tensors, opts)
         return self._collective("reduce", tensors[0], reduce_op, opts.rootRank)
 
@@ -132,6 +136,7 @@ class Calls(dist.ProcessGroup):
         tensors = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
         opts = options(dist.BroadcastOptions, opts if not isinstance(opts, int) else None,
                        rootRank=opts if isinstance(opts, int) else root, timeout=timeout)
+        checks.broadcast(tensors, opts, self.size())
         source = tensors[opts.rootTensor]
         return self._collective("broadcast", source, "bits", opts.rootRank, into=tensors, result=tensors)
 
@@ -168,13 +173,15 @@ class Calls(dist.ProcessGroup):
     all_gather_single_coalesced = allgather_into_tensor_coalesced  # type: ignore[assignment]
 
     def allgather(self, outputs: Any, inputs: Any, opts: Any = None) -> InnetWork:
-        """All-gather of lists: each input gathered whole, then cut into its output list; the future holds the
-        output tensors in one flat list (gloo's)."""
+        """All-gather of lists, as gloo's: this rank's inputs gathered together, every output list taking every
+        rank's inputs in rank order (``outputs[i][r * len(inputs) + j]``: rank r's input j); the future holds the
+        one output list, or the lists."""
         if isinstance(inputs, torch.Tensor):
             outputs, inputs = [outputs], [inputs]
-        works = [self._collective("all_gather", tensor, "bits", place=partial(_cut, out), result=out)
-                 for out, tensor in zip(outputs, inputs, strict=True)]
-        return self._last(works, [t for out in outputs for t in out])
+        checks.allgather(outputs, inputs, self.size())
+        mine = inputs[0] if len(inputs) == 1 else torch.cat([t.detach().reshape(-1) for t in inputs])
+        return self._collective("all_gather", mine, "bits", place=partial(_cut_each, outputs),
+                                result=outputs[0] if len(outputs) == 1 else outputs)
 
     def _last(self, works: list[InnetWork], value: Any) -> InnetWork:
         """One Work for ``works`` (made in order: the last ends last), its future holding ``value``."""
@@ -212,6 +219,8 @@ class Calls(dist.ProcessGroup):
         if output.is_sparse or tensor.is_sparse:
             return self._side("all_to_all_single of a sparse tensor", "alltoall_base", True, output, tensor,
                               output_splits, input_splits, opts)
+        if not (output.is_contiguous() and tensor.is_contiguous()):
+            raise ValueError("Tensors must be contiguous")  # gloo's words
         rows = list(input_splits) or [tensor.shape[0] // self.size()] * self.size()
         return self._exchange("all_to_all", list(torch.split(tensor, rows)), [output], [output])
 
@@ -226,6 +235,7 @@ class Calls(dist.ProcessGroup):
 
     def gather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None) -> Any:  # type: ignore[override]
         root = opts.rootRank if opts is not None else 0
+        checks.gather(outputs, inputs, root, self.rank(), self.size())
         if inputs[0].is_sparse:
             return self._side("gather of a sparse tensor", "gather", True, outputs, inputs, opts)
         sends: list[torch.Tensor | None] = [inputs[0] if d == root else None for d in range(self.size())]
@@ -233,10 +243,11 @@ class Calls(dist.ProcessGroup):
         return self._exchange("gather", sends, into, into, root)
 
     def scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]], opts: Any = None) -> Any:  # type: ignore[override]
+        root = opts.rootRank if opts is not None else 0
+        checks.scatter(outputs, inputs, root, self.rank(), self.size())
         if outputs[0].is_sparse:
             return self._side("scatter of a sparse tensor", "scatter", True, outputs, inputs, opts)
         sends: list[torch.Tensor | None] = list(inputs[0]) if inputs else [None] * self.size()
-        root = opts.rootRank if opts is not None else 0
         return self._exchange("scatter", sends, [outputs[0]], [outputs[0]], root)
 
     # the calls innet does not serve: the side plane's gloo, each with its one-time warning
@@ -264,6 +275,12 @@ def _into(targets: list[torch.Tensor], src: int, got: np.ndarray) -> None:
         piece = torch.from_numpy(np.array(got[at : at + n], np.uint8))
         t.copy_(piece.view(t.dtype).reshape(t.shape) if n else t)
         at += n
+
+
+def _cut_each(lists: list[list[torch.Tensor]], whole: np.ndarray) -> None:
+    """A gathered ``whole`` into each of ``lists`` (``_cut``)."""
+    for parts in lists:
+        _cut(parts, whole)
 
 
 def _cut(parts: list[torch.Tensor], whole: np.ndarray) -> None:
