@@ -21,6 +21,7 @@ LABELS: dict[str, tuple[str, float]] = {
     "completion_s": ("completion time (s)", 1.0),
     "iteration_s": ("time per iteration (s)", 1.0),
     "prediction.iteration_s": ("time per iteration, timing model (s)", 1.0),
+    "prediction.ps_iteration_s": ("time per iteration, parameter servers' model (s)", 1.0),
     "next_forward_wait_s": ("wait for the next forward pass (s)", 1.0),
     "input.completion_s": ("input delivery time (s)", 1.0),
     "time_s": ("emulated time (s)", 1.0),
