@@ -155,6 +155,6 @@ def test_the_installed_innet_reproduces_an_experiment_by_name_from_another_folde
     assert out.returncode == 0, out.stderr
     points = json.loads((tmp_path / "phub" / "points.json").read_text())["points"]
     assert [(p["series"], p["hosts_per_rack"]) for p in points] == [
-        (s, n) for n in (2, 4) for s in ("innet", "pbox", "ring")]
+        (s, n) for n in (2, 4) for s in ("stock", "pbox", "phub", "innet")]
     assert all(p["correct"] is True for p in points)
     assert (tmp_path / "phub" / "phub.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
