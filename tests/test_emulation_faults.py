@@ -13,7 +13,7 @@ import pytest
 
 from innet.backends.local.run import run_local
 from innet.backends.mininet.emulation import run_mininet
-from innet.graph import node_indices
+from innet.graph import node_indices, port_to
 from innet.planning.spec import RunSpec
 from innet.wire.faults import FaultSpec
 from tests.test_emulation import ROOT, _start, _wait_for_state, assert_nothing_left
@@ -67,7 +67,13 @@ def test_100k_malformed_frames_and_a_spoofer_at_live_switches():
     # every fuzzed frame is refused before a slot is touched; stale and duplicate drops need a real member's
     # port, so those are the workers' own late retransmissions, not the fuzzer's
     counted = sum(n for k, n in t2.items() if k.startswith(("bad:", "drop:")) and k not in ("drop:stale", "drop:duplicate"))
-    assert counted + result["drops"].get("socket", 0) == 100_000
+    # a fuzzed frame the kernel dropped on the way (h6's queue, the veth pair into t2) never reached t2's program:
+    # every frame not counted there is one of the drops the two ends of h6--t2 report (which may count the
+    # kernel's own frames too), and a few at most: the fuzzer waits for room in its queue
+    on_the_way = result.fidelity.drops
+    lost = on_the_way.get(f"h6-eth{port_to(graph, 'h6', 't2')}", 0) + on_the_way.get(f"t2-eth{port_to(graph, 't2', 'h6')}", 0)
+    missing = 100_000 - counted - result["drops"].get("socket", 0)
+    assert 0 <= missing <= lost < 1000, (missing, lost)
     assert_nothing_left()
 
 

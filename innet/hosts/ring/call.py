@@ -365,12 +365,12 @@ class RingCall:
         return self.last_sent if not self.retransmissions or self.rack.reorder else 0.0
 
     def _probe_due(self) -> float:
-        """When to probe (RFC 8985's TLP), once this call has lost something: no ACK for two round trips (at least
-        a reordering window), doubled per probe
-        unanswered up to four times (as ``Window.probe_due``). Before any loss, only where the run's links lose
-        (``JobSpec.lossy``) and a round trip is measured, or a lone packet is still unacknowledged: once a rank has
-        the exponent, its RTO is the data window's (``first_window_rto``, 312 ms), and its own exponent packets may
-        not have reached its successor (leaf-spine, 20% loss, seed 9: a rank whose ACKs were all lost waited 312 ms).
+        """When to probe (RFC 8985's TLP), once this call has lost something: no ACK or probe for two round trips
+        (``quiet``: at least a reordering window), the same spacing for every probe (not doubled). Before any loss,
+        only where the run's links lose (``JobSpec.lossy``) and a round trip is measured, or a lone packet is still
+        unacknowledged: once a rank has the exponent, its RTO is the data window's (``first_window_rto``, 312 ms), and
+        its own exponent packets may not have reached its successor (leaf-spine, 20% loss, seed 9: a rank whose ACKs
+        were all lost waited 312 ms).
 
         Nor before the newest frame this call handed its host has left it and had two round trips from there to be
         answered (``path_rtt``, as ``_retry_due``; the spacing itself before one is measured): a probe handed over
