@@ -278,8 +278,20 @@ def _mininet(prepared: Prepared, m: ModeRun) -> RunRecord:
     from innet.backends.mininet.emulation import run_mininet
 
     s = m.spec
-    return run_mininet(prepared.graph, s, pcap_dir=s.pcap or None, cli=s.cli, pbox_cores=s.pbox_cores, crash=dict(s.crash),
-                       cluster=prepared.cluster, dilation=m.dilation, node_group=s.node_group, placed=m.plan)
+
+    def once(spec: RunSpec) -> RunRecord:
+        return run_mininet(prepared.graph, spec, pcap_dir=s.pcap or None, cli=s.cli, pbox_cores=s.pbox_cores,
+                           crash=dict(s.crash), cluster=prepared.cluster, dilation=m.dilation, node_group=s.node_group,
+                           placed=m.plan)
+
+    record = once(s)
+    if not s.background.elastic:
+        return record
+    # the job's slowdown, as the local backend gives it: the same run on a network without the background
+    from innet.hosts.background import BackgroundSpec, with_alone
+
+    quiet, bg = once(replace(s, background=BackgroundSpec())), record.figures["background"]
+    return record.with_figures(background=with_alone(bg, bg.alone_mbps, record.completion_s, quiet.completion_s))
 
 
 def _gloo(prepared: Prepared, m: ModeRun) -> RunRecord:
