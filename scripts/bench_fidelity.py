@@ -1,0 +1,253 @@
+#!/usr/bin/env python3
+"""Where the faithful rate is lost (issue 49, item 1): the calibration's run (innet.backends.mininet.calibration:
+an all-reduce on a star of 4, 65536 elements, innet mode, dilated so its links run at a real rate) at a few
+real rates, and for each a breakdown of its time. Needs root (Mininet); about a minute.
+
+    sudo python scripts/bench_fidelity.py [--rates 5,10,20,40] [--json FILE]
+
+Per rate, real milliseconds unless said otherwise:
+  ratio        Mininet's completion time over the local backend's (what the calibration judges, 2% tolerance)
+  excess       the same as real time: how much longer the Mininet run took than its links allow
+  frame        one frame's serialization at the real rate (the unit everything below is held against)
+  span         the switch's ports (tcpdump, kernel timestamps): first contribution in to last result out
+  hosts        excess not inside the span: the workers' start ("go") and end (result to completion recorded)
+  skew         the workers' first contributions' spread at the switch
+  switch       per chunk: its last contribution in to its first result out (the switch's process, its port's
+               hold of one frame's serialization, the shaper), median / p99
+  fanout       per chunk: its first result out to its last (the multicast to 4 ports)
+  worker       per worker: a result out to the worker's next contribution in the slot it freed (median / p99)
+  gaps         back-to-back frames on one port, in frames: median gap, and the share of gaps under half a
+               frame (frames the shaper let through in a burst), contributions (up) and results (down)
+  cpu, wait    the run's fidelity record: each process's share of a core, and of the run spent waiting for one
+  timer        how late a pacing wake-up comes for a frame's time: select.poll with innet's wait_ms
+               (innet.node.egress), and time.sleep (median / p99)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import statistics
+import struct
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from innet.node.egress import wait_ms  # noqa: E402
+from innet.wire.packet import HEADER_OFFSET, RESULT, RETX  # noqa: E402
+
+RATES = (5.0, 10.0, 20.0, 40.0)  # real Mbit/s
+FRAME_BYTES = 8250  # the calibration's frames: 2048 values (innet's default packet)
+TIMER_SAMPLES = 40
+HEADER = struct.Struct("!HHHHIHB")  # job, rank, nworkers, slot, chunk, count, flags (innet.wire.packet's InnetAgg)
+
+Frame = tuple[float, int, int, int, int, int]  # seconds, rank, slot, chunk, flags, bytes
+
+
+def read_pcap(path: str) -> list[Frame]:
+    """The innet frames of a pcap file (tcpdump's, classic format), with their kernel timestamps."""
+    with open(path, "rb") as fh:
+        data = fh.read()
+    if len(data) < 24:
+        return []
+    scale = {0xA1B2C3D4: 1e-6, 0xA1B23C4D: 1e-9}[struct.unpack("<I", data[:4])[0]]
+    out, at = [], 24
+    while at + 16 <= len(data):
+        sec, frac, caplen, length = struct.unpack("<IIII", data[at:at + 16])
+        frame = data[at + 16:at + 16 + caplen]
+        at += 16 + caplen
+        if len(frame) >= HEADER_OFFSET + HEADER.size and frame[12:14] == b"\x08\x00" and frame[23] == 17:
+            _, rank, _, slot, chunk, _, flags = HEADER.unpack_from(frame, HEADER_OFFSET)
+            out.append((sec + frac * scale, rank, slot, chunk, flags, length))
+    return out
+
+
+def spread(values: Sequence[float], scale: float = 1e3) -> dict[str, float]:
+    """Median, 99th percentile and largest of ``values`` (times ``scale``: seconds to ms by default)."""
+    if not values:
+        return {"median": float("nan"), "p99": float("nan"), "max": float("nan")}
+    ordered = sorted(values)
+    p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+    return {"median": round(statistics.median(ordered) * scale, 3), "p99": round(p99 * scale, 3),
+            "max": round(ordered[-1] * scale, 3)}
+
+
+def stages(ports: dict[str, list[Frame]], start: float, end: float, rate: float, delay: float) -> dict[str, object]:
+    """The switch's ports' frames (contributions in, results out; first copies only; kernel timestamps), the
+    calls' window (``start``, ``end``: the same clock) and the links' ``rate`` (bit/s) and one-way ``delay``
+    (s, real), made into the stages of the module's docstring. A frame of ``n`` bytes sent at ``t`` is due at
+    the far end at ``t + delay + 8n/rate`` (the port holds it that long; the shaper then paces the link), and
+    never before the link's previous frame is through: what it took beyond that is how late it came."""
+    def ser(f: Frame) -> float:
+        return f[5] * 8 / rate
+
+    ins: dict[str, list[Frame]] = {}
+    outs: dict[str, list[Frame]] = {}
+    retx = 0
+    for port, frames in ports.items():
+        seen_in: dict[int, Frame] = {}
+        seen_out: dict[int, Frame] = {}
+        for f in sorted(frames):
+            retx += bool(f[4] & RETX)
+            (seen_out if f[4] & RESULT else seen_in).setdefault(f[3], f)
+        if seen_in:  # a worker's port (the PBox's is idle in innet mode)
+            ins[port], outs[port] = sorted(seen_in.values()), sorted(seen_out.values())
+    if not ins:
+        raise ValueError("no contributions captured at the switch")
+    last_in: dict[int, float] = defaultdict(float)
+    for frames in ins.values():
+        for f in frames:
+            last_in[f[3]] = max(last_in[f[3]], f[0])
+    first = min(last_in)  # the exponent agreement's chunk (innet.hosts.worker.call)
+    switch_late, exponent_late, turnaround = [], [], []
+    for port, frames in ins.items():
+        prev = 0.0
+        for f in outs[port]:
+            due = max(last_in[f[3]] + delay + ser(f), prev + ser(f))
+            (exponent_late if f[3] == first else switch_late).append(f[0] - due)
+            prev = f[0]
+        answer = next((f[0] for f in outs[port] if f[3] == first), None)
+        data = [f for f in frames if f[3] != first]
+        if answer is not None and data:
+            turnaround.append(data[0][0] - (answer + delay + ser(data[0])))
+    firsts = [frames[0] for frames in ins.values()]
+    last_out = max(f[0] for frames in outs.values() for f in frames)
+
+    def paced(per_port: dict[str, list[Frame]]) -> dict[str, float]:
+        """The data frames' pace on each port: their span over their serializations (the slowest port's), and
+        the share of gaps under half a frame (frames let through in a burst)."""
+        streams = [[f for f in frames if f[3] != first] for frames in per_port.values()]
+        gaps = [(b[0] - a[0]) / ser(b) for fs in streams for a, b in zip(fs, fs[1:], strict=False)]
+        spans = [(fs[-1][0] - fs[0][0]) / sum(map(ser, fs[1:])) for fs in streams if len(fs) > 1]
+        return {"pace": round(max(spans), 4) if spans else float("nan"),
+                "bursts": round(sum(g < 0.5 for g in gaps) / len(gaps), 3) if gaps else float("nan")}
+
+    return {"start_ms": spread([f[0] - (start + delay + ser(f)) for f in firsts]),
+            "exponent_ms": spread(exponent_late), "turnaround_ms": spread(turnaround),
+            "switch_ms": spread(switch_late), "up": paced(ins), "down": paced(outs),
+            "end_ms": round((end - last_out) * 1e3, 3),
+            "retransmitted": retx,
+            "contributions": sum(map(len, ins.values())), "results": sum(map(len, outs.values()))}
+
+
+def timer_late(wait_s: float, samples: int = TIMER_SAMPLES) -> dict[str, dict[str, float | int]]:
+    """How late a wake-up ``wait_s`` ahead comes: select.poll on innet's wait_ms (what the workers' and
+    switches' pacing waits on), and time.sleep."""
+    r, w = os.pipe()
+    poller = select.poll()
+    poller.register(r, select.POLLIN)
+
+    def late(wait: Callable[[float], object]) -> list[float]:
+        out = []
+        for _ in range(samples):
+            due = time.monotonic() + wait_s
+            wait(due)
+            out.append(time.monotonic() - due)
+        return out
+
+    try:
+        return {"poll_ms": spread(late(lambda due: poller.poll(wait_ms(due)))),
+                "sleep_ms": spread(late(lambda due: time.sleep(max(0.0, due - time.monotonic()))))}
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def breakdown(rate: float, local_s: float | None = None) -> dict[str, object]:
+    """One Mininet run of the calibration at ``rate`` real Mbit/s, its switch's ports captured, broken down."""
+    from innet.backends.mininet import emulation
+    from innet.backends.mininet.calibration import calibration_case, local_completion
+
+    graph, spec, factor = calibration_case(rate)
+    local = local_s if local_s is not None else local_completion(graph)
+    delay = max(d.get("latency", 0.0) for _, _, d in graph.edges(data=True)) * factor
+    windows: list[tuple[float, float] | None] = []
+    calls_window = emulation.calls_window
+
+    def kept(*args: object) -> tuple[float, float] | None:  # the calls' window, as the run reads it
+        windows.append(calls_window(*args))  # type: ignore[arg-type]
+        return windows[-1]
+
+    emulation.calls_window = kept  # type: ignore[assignment]
+    try:
+        with tempfile.TemporaryDirectory(prefix="innet-fidelity-") as tmp:
+            pcaps = os.path.join(tmp, "pcap")
+            wall = time.time() - time.monotonic()  # tcpdump's clock less the workers' (both this machine's)
+            record = emulation.run_mininet(graph, spec, pcap_dir=pcaps, dilation=factor)
+            time.sleep(0.2)  # tcpdump ended with the network: let it have written its last frames
+            ports = {name[:-5]: read_pcap(os.path.join(pcaps, name)) for name in sorted(os.listdir(pcaps))
+                     if name.endswith(".pcap")}
+    finally:
+        emulation.calls_window = calls_window
+    window = windows[0] if windows else None
+    if window is None:
+        raise RuntimeError("the run left no calls' window (a worker failed?)")
+    fid = record["fidelity"]
+    return {
+        "rate_mbps": rate, "dilation": round(factor, 1), "correct": bool(record["correct"]),
+        "ratio": round(record["completion_s"] / local, 4),
+        "completion_ms": round(record["completion_s"] * factor * 1e3, 3), "local_ms": round(local * factor * 1e3, 3),
+        "excess_ms": round((record["completion_s"] - local) * factor * 1e3, 3),
+        "frame_ms": round(FRAME_BYTES * 8 / (rate * 1e3), 3), "delay_ms": round(delay * 1e3, 3),
+        **stages(ports, window[0] + wall, window[1] + wall, rate * 1e6, delay),
+        "cpu": fid["cpu"], "wait": fid["wait"], "verdict": fid["verdict"],
+        "timer": timer_late(FRAME_BYTES * 8 / (rate * 1e6)),
+    }
+
+
+def lines(row: dict[str, object]) -> list[str]:
+    """``row`` (a ``breakdown``) as the few lines the script prints."""
+    def ms(key: str) -> str:
+        s = row[key]
+        assert isinstance(s, dict)
+        return f"{s['median']:g}/{s['p99']:g}/{s['max']:g}"
+
+    up, down, timer, cpu, wait = (row[k] for k in ("up", "down", "timer", "cpu", "wait"))
+    assert isinstance(up, dict) and isinstance(down, dict) and isinstance(timer, dict)
+    assert isinstance(cpu, dict) and isinstance(wait, dict)
+    return [
+        f"{row['rate_mbps']:g} Mbit/s real (dilation {row['dilation']:g}): ratio {row['ratio']:.4f}, "
+        f"completion {row['completion_ms']:.1f} ms vs local {row['local_ms']:.1f} (excess {row['excess_ms']:.1f}); "
+        f"frame {row['frame_ms']:.2f} ms, hop delay {row['delay_ms']:.1f} ms; {row['verdict']}",
+        f"  late (ms, median/p99/max): start {ms('start_ms')}, exponent answer {ms('exponent_ms')}, "
+        f"turnaround {ms('turnaround_ms')}, results {ms('switch_ms')}, end {row['end_ms']:.2f}",
+        f"  pace (span over serialization): up {up['pace']:.4f} ({up['bursts']:.0%} bursts), "
+        f"down {down['pace']:.4f} ({down['bursts']:.0%} bursts); {row['contributions']} in, {row['results']} out, "
+        f"{row['retransmitted']} retransmitted",
+        "  cpu/wait " + ", ".join(f"{k} {v:g}/{wait.get(k, 0):g}" for k, v in cpu.items()),
+        f"  timer late for a {row['frame_ms']:.2f} ms wait: poll {timer['poll_ms']['median']:g}/{timer['poll_ms']['p99']:g}, "
+        f"sleep {timer['sleep_ms']['median']:g}/{timer['sleep_ms']['p99']:g} ms (median/p99)",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rates", default=",".join(f"{r:g}" for r in RATES), help="real Mbit/s, comma-separated")
+    p.add_argument("--json", default="", help="also write the rows to this file")
+    args = p.parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench_fidelity: needs root (Mininet): sudo python scripts/bench_fidelity.py", file=sys.stderr)
+        return 2
+    from innet.backends.mininet.calibration import calibration_case, local_completion
+
+    load = os.getloadavg()
+    print(f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} cores")
+    local = local_completion(calibration_case(RATES[0])[0])  # the same virtual run at every rate
+    rows = []
+    for rate in (float(r) for r in args.rates.split(",")):
+        rows.append(breakdown(rate, local))
+        print("\n".join(lines(rows[-1])), flush=True)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
