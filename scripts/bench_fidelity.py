@@ -5,22 +5,28 @@ real rates, and for each a breakdown of its time. Needs root (Mininet); about a 
 
     sudo python scripts/bench_fidelity.py [--rates 5,10,20,40] [--json FILE]
 
-Per rate, real milliseconds unless said otherwise:
-  ratio        Mininet's completion time over the local backend's (what the calibration judges, 2% tolerance)
-  excess       the same as real time: how much longer the Mininet run took than its links allow
-  frame        one frame's serialization at the real rate (the unit everything below is held against)
-  span         the switch's ports (tcpdump, kernel timestamps): first contribution in to last result out
-  hosts        excess not inside the span: the workers' start ("go") and end (result to completion recorded)
-  skew         the workers' first contributions' spread at the switch
-  switch       per chunk: its last contribution in to its first result out (the switch's process, its port's
-               hold of one frame's serialization, the shaper), median / p99
-  fanout       per chunk: its first result out to its last (the multicast to 4 ports)
-  worker       per worker: a result out to the worker's next contribution in the slot it freed (median / p99)
-  gaps         back-to-back frames on one port, in frames: median gap, and the share of gaps under half a
-               frame (frames the shaper let through in a burst), contributions (up) and results (down)
-  cpu, wait    the run's fidelity record: each process's share of a core, and of the run spent waiting for one
-  timer        how late a pacing wake-up comes for a frame's time: select.poll with innet's wait_ms
-               (innet.node.egress), and time.sleep (median / p99)
+Per rate, real milliseconds unless said otherwise. The switch's ports are captured (run_mininet's pcaps:
+tcpdump, kernel timestamps: a worker's frame when its shaper lets it onto the veth, a result when the
+switch's does), and every frame is held against exact links: a frame sent at t is due at the far end at
+t + the hop's delay + its serialization (the port holds it that long), and not before the link's frame
+before it is through. "Late" is how much later it came (median/p99/max over the frames of that kind).
+  ratio          Mininet's completion time over the local backend's (the calibration's figure: 2% tolerance)
+  excess         the same as real time: how much longer the Mininet run took than its links allow
+  frame, delay   one 8250-byte frame's serialization at the real rate; the hop's delay, dilated
+  start          a worker's exponent frame, against the calls' start (its wake-up on "go", its port's hold)
+  exponent       the switch's answer to the exponent agreement (its wake-up and hold; a round trip every call
+                 has before its data: innet.hosts.worker.call)
+  turnaround     a worker's first data frame, against that answer (its wake-up and hold)
+  results        each data result, against its last contribution and the result before it (the switch)
+  last result    the final chunk's results (what the calls' end waits for)
+  end            the calls' end (the last worker's) after the last result left the switch: a worker's wake-up
+  pace           the data frames' span on a port over their serializations (the slowest port), up and down:
+                 under 1, the shaper let them through faster than the link's rate; and the share of gaps under
+                 half a frame (frames let through together: htb's burst)
+  cpu/wait       the run's fidelity record: each process's share of a core, and of the run spent waiting for
+                 one; and the kernel's softirq threads' (ksoftirqd: deferred shaper and veth work), summed
+  timer          how late a wake-up one frame ahead comes: select.poll on innet's wait_ms (innet.node.egress:
+                 what every process's pacing waits on), and time.sleep (median/p99)
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import statistics
 import struct
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -105,12 +112,15 @@ def stages(ports: dict[str, list[Frame]], start: float, end: float, rate: float,
         for f in frames:
             last_in[f[3]] = max(last_in[f[3]], f[0])
     first = min(last_in)  # the exponent agreement's chunk (innet.hosts.worker.call)
-    switch_late, exponent_late, turnaround = [], [], []
+    switch_late, exponent_late, turnaround, last_late = [], [], [], []
+    final = max(last_in)
     for port, frames in ins.items():
         prev = 0.0
         for f in outs[port]:
             due = max(last_in[f[3]] + delay + ser(f), prev + ser(f))
             (exponent_late if f[3] == first else switch_late).append(f[0] - due)
+            if f[3] == final:
+                last_late.append(f[0] - due)
             prev = f[0]
         answer = next((f[0] for f in outs[port] if f[3] == first), None)
         data = [f for f in frames if f[3] != first]
@@ -131,7 +141,7 @@ def stages(ports: dict[str, list[Frame]], start: float, end: float, rate: float,
     return {"start_ms": spread([f[0] - (start + delay + ser(f)) for f in firsts]),
             "exponent_ms": spread(exponent_late), "turnaround_ms": spread(turnaround),
             "switch_ms": spread(switch_late), "up": paced(ins), "down": paced(outs),
-            "end_ms": round((end - last_out) * 1e3, 3),
+            "last_ms": round(max(last_late, default=float("nan")) * 1e3, 3), "end_ms": round((end - last_out) * 1e3, 3),
             "retransmitted": retx,
             "contributions": sum(map(len, ins.values())), "results": sum(map(len, outs.values()))}
 
@@ -159,6 +169,62 @@ def timer_late(wait_s: float, samples: int = TIMER_SAMPLES) -> dict[str, dict[st
         os.close(w)
 
 
+def softirq_threads() -> list[str]:
+    """The schedstat files of the kernel's softirq threads (ksoftirqd/N): where the shaper's and the veths'
+    work goes when softirqs are deferred, as they are on a busy machine."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/comm", encoding="utf-8") as fh:
+                if fh.read().startswith("ksoftirqd/"):
+                    found.append(f"/proc/{pid}/schedstat")
+        except OSError:
+            continue
+    return found
+
+
+class Softirq:
+    """The softirq threads' CPU time and wait for a CPU, sampled every ``every`` seconds in a thread, so that
+    their share of the calls' window can be read afterwards (``shares``)."""
+
+    def __init__(self, every: float = 0.005) -> None:
+        self.paths, self.every = softirq_threads(), every
+        self.samples: list[tuple[float, int, int]] = []  # monotonic, CPU ns, wait ns (summed over the threads)
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _take(self) -> None:
+        ran = waited = 0
+        for path in self.paths:
+            try:
+                with open(path, encoding="ascii") as fh:
+                    run_ns, wait_ns, _ = fh.read().split()
+            except (OSError, ValueError):
+                continue
+            ran, waited = ran + int(run_ns), waited + int(wait_ns)
+        self.samples.append((time.monotonic(), ran, waited))
+
+    def _run(self) -> None:
+        while not self.done.wait(self.every):
+            self._take()
+
+    def __enter__(self) -> Softirq:
+        self._take()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def shares(self, start: float, end: float) -> dict[str, float]:
+        """The threads' CPU and wait over [``start``, ``end``] (monotonic), each as a share of that span."""
+        before = max((s for s in self.samples if s[0] <= start), default=self.samples[0])
+        after = min((s for s in self.samples if s[0] >= end), default=self.samples[-1])
+        span = max(after[0] - before[0], 1e-9)
+        return {"cpu": round((after[1] - before[1]) / 1e9 / span, 3), "wait": round((after[2] - before[2]) / 1e9 / span, 3)}
+
+
 def breakdown(rate: float, local_s: float | None = None) -> dict[str, object]:
     """One Mininet run of the calibration at ``rate`` real Mbit/s, its switch's ports captured, broken down."""
     from innet.backends.mininet import emulation
@@ -179,7 +245,8 @@ def breakdown(rate: float, local_s: float | None = None) -> dict[str, object]:
         with tempfile.TemporaryDirectory(prefix="innet-fidelity-") as tmp:
             pcaps = os.path.join(tmp, "pcap")
             wall = time.time() - time.monotonic()  # tcpdump's clock less the workers' (both this machine's)
-            record = emulation.run_mininet(graph, spec, pcap_dir=pcaps, dilation=factor)
+            with Softirq() as softirq:
+                record = emulation.run_mininet(graph, spec, pcap_dir=pcaps, dilation=factor)
             time.sleep(0.2)  # tcpdump ended with the network: let it have written its last frames
             ports = {name[:-5]: read_pcap(os.path.join(pcaps, name)) for name in sorted(os.listdir(pcaps))
                      if name.endswith(".pcap")}
@@ -196,7 +263,7 @@ def breakdown(rate: float, local_s: float | None = None) -> dict[str, object]:
         "excess_ms": round((record["completion_s"] - local) * factor * 1e3, 3),
         "frame_ms": round(FRAME_BYTES * 8 / (rate * 1e3), 3), "delay_ms": round(delay * 1e3, 3),
         **stages(ports, window[0] + wall, window[1] + wall, rate * 1e6, delay),
-        "cpu": fid["cpu"], "wait": fid["wait"], "verdict": fid["verdict"],
+        "cpu": fid["cpu"], "wait": fid["wait"], "softirq": softirq.shares(*window), "verdict": fid["verdict"],
         "timer": timer_late(FRAME_BYTES * 8 / (rate * 1e6)),
     }
 
@@ -208,19 +275,21 @@ def lines(row: dict[str, object]) -> list[str]:
         assert isinstance(s, dict)
         return f"{s['median']:g}/{s['p99']:g}/{s['max']:g}"
 
-    up, down, timer, cpu, wait = (row[k] for k in ("up", "down", "timer", "cpu", "wait"))
+    up, down, timer, cpu, wait, soft = (row[k] for k in ("up", "down", "timer", "cpu", "wait", "softirq"))
     assert isinstance(up, dict) and isinstance(down, dict) and isinstance(timer, dict)
-    assert isinstance(cpu, dict) and isinstance(wait, dict)
+    assert isinstance(cpu, dict) and isinstance(wait, dict) and isinstance(soft, dict)
     return [
         f"{row['rate_mbps']:g} Mbit/s real (dilation {row['dilation']:g}): ratio {row['ratio']:.4f}, "
         f"completion {row['completion_ms']:.1f} ms vs local {row['local_ms']:.1f} (excess {row['excess_ms']:.1f}); "
         f"frame {row['frame_ms']:.2f} ms, hop delay {row['delay_ms']:.1f} ms; {row['verdict']}",
         f"  late (ms, median/p99/max): start {ms('start_ms')}, exponent answer {ms('exponent_ms')}, "
-        f"turnaround {ms('turnaround_ms')}, results {ms('switch_ms')}, end {row['end_ms']:.2f}",
+        f"turnaround {ms('turnaround_ms')}, results {ms('switch_ms')}, last result {row['last_ms']:.2f}, "
+        f"end {row['end_ms']:.2f}",
         f"  pace (span over serialization): up {up['pace']:.4f} ({up['bursts']:.0%} bursts), "
         f"down {down['pace']:.4f} ({down['bursts']:.0%} bursts); {row['contributions']} in, {row['results']} out, "
         f"{row['retransmitted']} retransmitted",
-        "  cpu/wait " + ", ".join(f"{k} {v:g}/{wait.get(k, 0):g}" for k, v in cpu.items()),
+        "  cpu/wait " + ", ".join(f"{k} {v:g}/{wait.get(k, 0):g}" for k, v in cpu.items())
+        + f", ksoftirqd {soft['cpu']:g}/{soft['wait']:g}",
         f"  timer late for a {row['frame_ms']:.2f} ms wait: poll {timer['poll_ms']['median']:g}/{timer['poll_ms']['p99']:g}, "
         f"sleep {timer['sleep_ms']['median']:g}/{timer['sleep_ms']['p99']:g} ms (median/p99)",
     ]

@@ -40,7 +40,7 @@ def test_each_stage_is_how_late_its_frames_came_against_exact_links():
     assert row["exponent_ms"] == pytest.approx({"median": 0.35, "p99": 0.4, "max": 0.4})
     assert row["turnaround_ms"] == pytest.approx({"median": 0.45, "p99": 0.7, "max": 0.7})
     assert row["switch_ms"] == pytest.approx({"median": 0.1, "p99": 1.0, "max": 1.0})
-    assert row["end_ms"] == pytest.approx(0.3)
+    assert row["last_ms"] == pytest.approx(1.0) and row["end_ms"] == pytest.approx(0.3)
     assert row["up"] == pytest.approx({"pace": 1.0, "bursts": 0.0})  # data frames one serialization apart
     assert row["down"] == pytest.approx({"pace": 2.0, "bursts": 0.0})  # port 1's second result a frame late
     assert (row["contributions"], row["results"], row["retransmitted"]) == (6, 6, 1)
@@ -85,8 +85,10 @@ def test_one_rates_row_has_every_stage_and_its_figures_agree(tmp_path):
     assert row["completion_ms"] - row["local_ms"] == pytest.approx(row["excess_ms"], abs=0.01)
     assert row["ratio"] == pytest.approx(row["completion_ms"] / row["local_ms"], abs=1e-3)
     assert row["contributions"] == row["results"] == 4 * 33  # 4 workers: the exponent's chunk and 32 of 2048 values
+    assert row["last_ms"] <= row["switch_ms"]["max"]
     for stage in ("start_ms", "exponent_ms", "turnaround_ms", "switch_ms"):
         assert row[stage]["median"] <= row[stage]["p99"] <= row[stage]["max"]
     assert 0 < row["up"]["pace"] < 2 and 0 <= row["down"]["bursts"] <= 1
     assert set(row["cpu"]) == {"h1", "h2", "h3", "h4", "s1"} and set(row["timer"]) == {"poll_ms", "sleep_ms"}
+    assert set(row["softirq"]) == {"cpu", "wait"} and all(0 <= v < 4 for v in row["softirq"].values())
     assert printed.splitlines()[1:] == lines(row)
