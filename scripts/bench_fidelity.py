@@ -9,17 +9,20 @@ Per rate, real milliseconds unless said otherwise. The switch's ports are captur
 tcpdump, kernel timestamps: a worker's frame when its shaper lets it onto the veth, a result when the
 switch's does), and every frame is held against exact links: a frame sent at t is due at the far end at
 t + the hop's delay + its serialization (the port holds it that long), and not before the link's frame
-before it is through. "Late" is how much later it came (median/p99/max over the frames of that kind).
+before it is through. "Late" is how much later it came: the steps below are the call's critical path, each from the latest
+frame of the step before.
   ratio          Mininet's completion time over the local backend's (the calibration's figure: 2% tolerance)
   excess         the same as real time: how much longer the Mininet run took than its links allow
   frame, delay   one 8250-byte frame's serialization at the real rate; the hop's delay, dilated
-  start          a worker's exponent frame, against the calls' start (its wake-up on "go", its port's hold)
-  exponent       the switch's answer to the exponent agreement (its wake-up and hold; a round trip every call
-                 has before its data: innet.hosts.worker.call)
-  turnaround     a worker's first data frame, against that answer (its wake-up and hold)
-  results        each data result, against its last contribution and the result before it (the switch)
-  last result    the final chunk's results (what the calls' end waits for)
+  start          the latest worker's exponent frame, against the calls' start (wake-up on "go", port hold)
+  exponent       the switch's answer to the exponent agreement, against that frame (its wake-up and hold; a
+                 round trip every call makes before its data: innet.hosts.worker.call)
+  turnaround     the latest worker's first data frame, against that answer (its wake-up and hold)
+  stream         the last result, against that frame: the rest of that worker's data up at the link's rate,
+                 the last result's hop down (the shaper's early frames, the switch's lateness, its results
+                 falling behind their links); "results" is each result's own lateness (median/p99/max)
   end            the calls' end (the last worker's) after the last result left the switch: a worker's wake-up
+  ideal          the path on exact links: the five steps above add up to the calls' span less this
   pace           the data frames' span on a port over their serializations (the slowest port), up and down:
                  under 1, the shaper let them through faster than the link's rate; and the share of gaps under
                  half a frame (frames let through together: htb's burst)
@@ -88,9 +91,8 @@ def spread(values: Sequence[float], scale: float = 1e3) -> dict[str, float]:
 def stages(ports: dict[str, list[Frame]], start: float, end: float, rate: float, delay: float) -> dict[str, object]:
     """The switch's ports' frames (contributions in, results out; first copies only; kernel timestamps), the
     calls' window (``start``, ``end``: the same clock) and the links' ``rate`` (bit/s) and one-way ``delay``
-    (s, real), made into the stages of the module's docstring. A frame of ``n`` bytes sent at ``t`` is due at
-    the far end at ``t + delay + 8n/rate`` (the port holds it that long; the shaper then paces the link), and
-    never before the link's previous frame is through: what it took beyond that is how late it came."""
+    (s, real), made into the critical path of the module's docstring: each step's lateness against exact
+    links, from the latest frame of the step before. They add up to the window less ``ideal_ms``."""
     def ser(f: Frame) -> float:
         return f[5] * 8 / rate
 
@@ -105,29 +107,25 @@ def stages(ports: dict[str, list[Frame]], start: float, end: float, rate: float,
             (seen_out if f[4] & RESULT else seen_in).setdefault(f[3], f)
         if seen_in:  # a worker's port (the PBox's is idle in innet mode)
             ins[port], outs[port] = sorted(seen_in.values()), sorted(seen_out.values())
-    if not ins:
-        raise ValueError("no contributions captured at the switch")
+    if not ins or not all(len(f) > 1 for f in ins.values()) or not all(outs.values()):
+        raise ValueError("no contributions and results captured at the switch")
     last_in: dict[int, float] = defaultdict(float)
     for frames in ins.values():
         for f in frames:
             last_in[f[3]] = max(last_in[f[3]], f[0])
     first = min(last_in)  # the exponent agreement's chunk (innet.hosts.worker.call)
-    switch_late, exponent_late, turnaround, last_late = [], [], [], []
-    final = max(last_in)
-    for port, frames in ins.items():
+    exp_in = max((frames[0] for frames in ins.values()), key=lambda f: f[0])
+    answer = max((f for frames in outs.values() for f in frames if f[3] == first), key=lambda f: f[0])
+    data_in = max((frames[1] for frames in ins.values()), key=lambda f: f[0])
+    last_out = max((f for frames in outs.values() for f in frames), key=lambda f: f[0])
+    n = max(len(frames) for frames in ins.values()) - 1  # data chunks
+    results = []
+    for frames in outs.values():
         prev = 0.0
-        for f in outs[port]:
-            due = max(last_in[f[3]] + delay + ser(f), prev + ser(f))
-            (exponent_late if f[3] == first else switch_late).append(f[0] - due)
-            if f[3] == final:
-                last_late.append(f[0] - due)
+        for f in frames:
+            if f[3] != first:
+                results.append(f[0] - max(last_in[f[3]] + delay + ser(f), prev + ser(f)))
             prev = f[0]
-        answer = next((f[0] for f in outs[port] if f[3] == first), None)
-        data = [f for f in frames if f[3] != first]
-        if answer is not None and data:
-            turnaround.append(data[0][0] - (answer + delay + ser(data[0])))
-    firsts = [frames[0] for frames in ins.values()]
-    last_out = max(f[0] for frames in outs.values() for f in frames)
 
     def paced(per_port: dict[str, list[Frame]]) -> dict[str, float]:
         """The data frames' pace on each port: their span over their serializations (the slowest port's), and
@@ -138,11 +136,16 @@ def stages(ports: dict[str, list[Frame]], start: float, end: float, rate: float,
         return {"pace": round(max(spans), 4) if spans else float("nan"),
                 "bursts": round(sum(g < 0.5 for g in gaps) / len(gaps), 3) if gaps else float("nan")}
 
-    return {"start_ms": spread([f[0] - (start + delay + ser(f)) for f in firsts]),
-            "exponent_ms": spread(exponent_late), "turnaround_ms": spread(turnaround),
-            "switch_ms": spread(switch_late), "up": paced(ins), "down": paced(outs),
-            "last_ms": round(max(last_late, default=float("nan")) * 1e3, 3), "end_ms": round((end - last_out) * 1e3, 3),
-            "retransmitted": retx,
+    def ms(seconds: float) -> float:
+        return round(seconds * 1e3, 3)
+
+    stream = (n - 1) * ser(data_in) + delay + ser(last_out)  # the latest worker's other data up, the last result down
+    return {"start_ms": ms(exp_in[0] - (start + delay + ser(exp_in))),
+            "exponent_ms": ms(answer[0] - (exp_in[0] + delay + ser(answer))),
+            "turnaround_ms": ms(data_in[0] - (answer[0] + delay + ser(data_in))),
+            "stream_ms": ms(last_out[0] - data_in[0] - stream), "end_ms": ms(end - last_out[0]),
+            "ideal_ms": ms(3 * delay + ser(exp_in) + ser(answer) + ser(data_in) + stream),
+            "results_ms": spread(results), "up": paced(ins), "down": paced(outs), "retransmitted": retx,
             "contributions": sum(map(len, ins.values())), "results": sum(map(len, outs.values()))}
 
 
@@ -282,9 +285,9 @@ def lines(row: dict[str, object]) -> list[str]:
         f"{row['rate_mbps']:g} Mbit/s real (dilation {row['dilation']:g}): ratio {row['ratio']:.4f}, "
         f"completion {row['completion_ms']:.1f} ms vs local {row['local_ms']:.1f} (excess {row['excess_ms']:.1f}); "
         f"frame {row['frame_ms']:.2f} ms, hop delay {row['delay_ms']:.1f} ms; {row['verdict']}",
-        f"  late (ms, median/p99/max): start {ms('start_ms')}, exponent answer {ms('exponent_ms')}, "
-        f"turnaround {ms('turnaround_ms')}, results {ms('switch_ms')}, last result {row['last_ms']:.2f}, "
-        f"end {row['end_ms']:.2f}",
+        f"  late (ms): start {row['start_ms']:.2f}, exponent answer {row['exponent_ms']:.2f}, turnaround "
+        f"{row['turnaround_ms']:.2f}, stream {row['stream_ms']:.2f}, end {row['end_ms']:.2f} (path {row['ideal_ms']:.1f} "
+        f"on exact links); each result {ms('results_ms')} (median/p99/max)",
         f"  pace (span over serialization): up {up['pace']:.4f} ({up['bursts']:.0%} bursts), "
         f"down {down['pace']:.4f} ({down['bursts']:.0%} bursts); {row['contributions']} in, {row['results']} out, "
         f"{row['retransmitted']} retransmitted",

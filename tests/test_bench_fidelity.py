@@ -34,13 +34,17 @@ def ports():
     }
 
 
-def test_each_stage_is_how_late_its_frames_came_against_exact_links():
+def test_the_critical_paths_steps_are_how_late_each_came_and_add_up_to_the_span():
     row = stages(ports(), 10.0, 10.0150, RATE, DELAY)
-    assert row["start_ms"] == pytest.approx({"median": 1.0, "p99": 1.5, "max": 1.5})
-    assert row["exponent_ms"] == pytest.approx({"median": 0.35, "p99": 0.4, "max": 0.4})
-    assert row["turnaround_ms"] == pytest.approx({"median": 0.45, "p99": 0.7, "max": 0.7})
-    assert row["switch_ms"] == pytest.approx({"median": 0.1, "p99": 1.0, "max": 1.0})
-    assert row["last_ms"] == pytest.approx(1.0) and row["end_ms"] == pytest.approx(0.3)
+    # the latest exponent frame (port 2's, 1.5 ms late), the latest answer (0.4 ms after it was due), the latest
+    # first data frame (port 1's: 0.6 ms after the answer's hop and its own), then its second frame and the last
+    # result's hop: due 10.0137, out 10.0147
+    late = {k: row[k] for k in ("start_ms", "exponent_ms", "turnaround_ms", "stream_ms", "end_ms")}
+    assert late == pytest.approx({"start_ms": 1.5, "exponent_ms": 0.4, "turnaround_ms": 0.6, "stream_ms": 1.0,
+                                  "end_ms": 0.3})
+    assert row["ideal_ms"] == pytest.approx(11.2)  # 4 hops' delay, two 100-byte frames, three 1000-byte ones
+    assert sum(late.values()) + row["ideal_ms"] == pytest.approx(15.0)  # the calls' span
+    assert row["results_ms"] == pytest.approx({"median": 0.1, "p99": 1.0, "max": 1.0})
     assert row["up"] == pytest.approx({"pace": 1.0, "bursts": 0.0})  # data frames one serialization apart
     assert row["down"] == pytest.approx({"pace": 2.0, "bursts": 0.0})  # port 1's second result a frame late
     assert (row["contributions"], row["results"], row["retransmitted"]) == (6, 6, 1)
@@ -85,9 +89,10 @@ def test_one_rates_row_has_every_stage_and_its_figures_agree(tmp_path):
     assert row["completion_ms"] - row["local_ms"] == pytest.approx(row["excess_ms"], abs=0.01)
     assert row["ratio"] == pytest.approx(row["completion_ms"] / row["local_ms"], abs=1e-3)
     assert row["contributions"] == row["results"] == 4 * 33  # 4 workers: the exponent's chunk and 32 of 2048 values
-    assert row["last_ms"] <= row["switch_ms"]["max"]
-    for stage in ("start_ms", "exponent_ms", "turnaround_ms", "switch_ms"):
-        assert row[stage]["median"] <= row[stage]["p99"] <= row[stage]["max"]
+    late = sum(row[k] for k in ("start_ms", "exponent_ms", "turnaround_ms", "stream_ms", "end_ms"))
+    assert late + row["ideal_ms"] == pytest.approx(row["completion_ms"], abs=0.05)  # the steps add up to the run
+    assert row["ideal_ms"] == pytest.approx(row["local_ms"], rel=0.01)  # exact links: the local backend's time
+    assert row["results_ms"]["median"] <= row["results_ms"]["p99"] <= row["results_ms"]["max"]
     assert 0 < row["up"]["pace"] < 2 and 0 <= row["down"]["bursts"] <= 1
     assert set(row["cpu"]) == {"h1", "h2", "h3", "h4", "s1"} and set(row["timer"]) == {"poll_ms", "sleep_ms"}
     assert set(row["softirq"]) == {"cpu", "wait"} and all(0 <= v < 4 for v in row["softirq"].values())
