@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where the faithful rate is lost (issue 49, item 1): the calibration's run (innet.backends.mininet.calibration:
 an all-reduce on a star of 4, 65536 elements, innet mode, dilated so its links run at a real rate) at a few
-real rates, and for each a breakdown of its time. Needs root (Mininet); about a minute.
+real rates, and for each a breakdown of its time. Needs root (Mininet); 35-50 seconds.
 
     sudo python scripts/bench_fidelity.py [--rates 5,10,20,40] [--json FILE]
 
@@ -9,8 +9,8 @@ Per rate, real milliseconds unless said otherwise. The switch's ports are captur
 tcpdump, kernel timestamps: a worker's frame when its shaper lets it onto the veth, a result when the
 switch's does), and every frame is held against exact links: a frame sent at t is due at the far end at
 t + the hop's delay + its serialization (the port holds it that long), and not before the link's frame
-before it is through. "Late" is how much later it came: the steps below are the call's critical path, each from the latest
-frame of the step before.
+before it is through. "Late" is how much later it came: the steps below are the call's critical path,
+each from the latest frame of the step before.
   ratio          Mininet's completion time over the local backend's (the calibration's figure: 2% tolerance)
   excess         the same as real time: how much longer the Mininet run took than its links allow
   frame, delay   one 8250-byte frame's serialization at the real rate; the hop's delay, dilated
