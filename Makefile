@@ -60,6 +60,7 @@ bench: deps
 	$(SUDO) $(PYTHON) scripts/bench_fabric.py
 	$(PYTHON) scripts/bench_loss.py
 	$(PYTHON) scripts/bench_blocks.py
+	$(SUDO) $(PYTHON) scripts/bench_fidelity.py
 	$(PYTHON) scripts/bench_torch_calls.py
 	$(PYTHON) scripts/plot_performance.py
 

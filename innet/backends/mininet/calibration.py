@@ -23,6 +23,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from innet.errors import UserError
 from innet.node.codec import from_json, to_json
@@ -148,21 +149,35 @@ def _read(path: str) -> Calibration | None:
         return None
 
 
-def measured_ratio(rate: float) -> float:
-    """Mininet's completion time over the local backend's for the calibration run, its links at ``rate``
-    real Mbit/s (``TARGET_MBPS`` virtual): the median of ``CALIBRATION_RUNS`` Mininet runs."""
-    from innet.backends.local.run import run_local
-    from innet.backends.mininet.emulation import run_mininet
+def calibration_case(rate: float) -> tuple[Any, Any, float]:
+    """The calibration's run at ``rate`` real Mbit/s: its star (links at ``TARGET_MBPS`` virtual), its
+    RunSpec for Mininet, and the dilation factor that puts the links at ``rate``."""
     from innet.planning.spec import RunSpec
     from innet.planning.timing.dilation import CALIBRATION_WORKERS, MININET_MIN_RTO
     from innet.shipped import build
 
     factor = TARGET_MBPS / rate
-    graph = build("star", workers=CALIBRATION_WORKERS, bw=TARGET_MBPS)
-    local = run_local(graph, RunSpec(mode="innet", seed=1)).completion_s
     stuck = CALIBRATION_TIMEOUT_S / factor  # virtual: a wedged calibration run gives up after this many real seconds
-    runs = [run_mininet(graph, RunSpec(mode="innet", seed=1, min_rto=MININET_MIN_RTO, timeout=stuck), dilation=factor)
-            for _ in range(CALIBRATION_RUNS)]
+    graph = build("star", workers=CALIBRATION_WORKERS, bw=TARGET_MBPS)
+    return graph, RunSpec(mode="innet", seed=1, min_rto=MININET_MIN_RTO, timeout=stuck), factor
+
+
+def local_completion(graph: Any) -> float:
+    """The local backend's completion time of the calibration's run on ``graph`` (virtual seconds)."""
+    from innet.backends.local.run import run_local
+    from innet.planning.spec import RunSpec
+
+    return float(run_local(graph, RunSpec(mode="innet", seed=1)).completion_s)
+
+
+def measured_ratio(rate: float) -> float:
+    """Mininet's completion time over the local backend's for the calibration run, its links at ``rate``
+    real Mbit/s (``TARGET_MBPS`` virtual): the median of ``CALIBRATION_RUNS`` Mininet runs."""
+    from innet.backends.mininet.emulation import run_mininet
+
+    graph, spec, factor = calibration_case(rate)
+    local = local_completion(graph)
+    runs = [run_mininet(graph, spec, dilation=factor) for _ in range(CALIBRATION_RUNS)]
     return statistics.median(r.completion_s / local if r.correct else float("inf") for r in runs)
 
 
