@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from innet.backends.mininet.calibration import faithful_rate
+from innet.backends.mininet.calibration import calibration, faithful_rate
 from innet.cli import main
 from innet.planning.spec import RunSpec, program_of
 from innet.planning.timing.dilation import auto_factor, host_link_rate
@@ -55,7 +55,8 @@ def test_the_default_run_is_dilated_by_the_traffic_on_all_its_links_and_takes_th
     (the uplinks too: F = 150) it is dilated more."""
     local = run(tmp_path, "local", "--topo", "leaf-spine", "--backend", "local")
     real = [run(tmp_path, f"mn{k}", "--topo", "leaf-spine", "--dilation", "auto") for k in range(3)]
-    factor = auto_dilation(build("leaf-spine"), RunSpec(), plan_run(build("leaf-spine"), RunSpec(), program_of(RunSpec())), faithful_rate())
+    factor = auto_dilation(build("leaf-spine"), RunSpec(), plan_run(build("leaf-spine"), RunSpec(), program_of(RunSpec())),
+                           faithful_rate(), calibration().hop_s)
     assert factor > auto_factor(host_link_rate(build("leaf-spine")), faithful_rate())
     assert all(r["fidelity"]["dilation"] == factor for r in real), [r["fidelity"]["dilation"] for r in real]
     assert_takes_the_local_time(local, real)
