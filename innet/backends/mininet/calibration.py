@@ -44,7 +44,7 @@ TOLERANCE = 1.02  # Mininet's completion time over the local backend's: a fifth 
 # and runs of more hops lose more (at the 40 Mbit/s 1.05 chose, star 1.02, the default leaf-spine's PBox 1.05-1.10)
 CALIBRATION_TIMEOUT_S = 20.0  # real seconds without progress before a calibration run gives up
 CALIBRATION_RUNS = 3  # Mininet runs per candidate rate, their median taken: one run beside other programs' load misses by chance
-HOP_CALLS = 9  # barrier calls the hop latency is the median of (one Mininet run, a few seconds)
+HOP_CALLS = 9  # barrier calls the hop latency is the median of: one more Mininet run, 10-15 s here (of ~70 s)
 CALIBRATION_VERSION = 3  # bump when the procedure above changes
 DATA_PLANE = ("innet/wire/packet.py", "innet/switch/runtime.py", "innet/switch/engine.py", "innet/switch/reduction.py",
               "innet/switch/program.py", "innet/hosts/worker/call.py", "innet/hosts/worker/window.py",
