@@ -38,8 +38,8 @@ from innet.schemes.modes import RunPlan
 from innet.schemes.prepared import ModeRun, Prepared
 from innet.wire.faults import FaultSpec
 
-__all__ = ["prepare", "run", "plan", "spec_of", "mode_specs", "dilation_of", "Prepared", "ModeRun", "Backend", "BACKENDS",
-           "Plan", "ModePlan", "Report", "RunSpec"]
+__all__ = ["prepare", "run", "plan", "spec_of", "mode_specs", "dilation_of", "dilation_choice", "Prepared", "ModeRun",
+           "Backend", "BACKENDS", "Plan", "ModePlan", "Report", "RunSpec"]
 
 
 def spec_of(topology: str | nx.Graph | os.PathLike[str] | None = None, default_backend: str = "",
@@ -170,7 +170,8 @@ def _mode_run(graph: nx.Graph, spec: RunSpec, calibrate: bool = True) -> ModeRun
         return ModeRun(spec, rp, sized)
     for config in installed_configs(graph, spec, rp, routed=False).values():  # every switch's registers fit
         check_fits(config, sized)
-    return ModeRun(spec, rp, sized, dilation_of(graph, spec, rp) if calibrate else 1.0)
+    factor, bound = dilation_choice(graph, spec, rp) if calibrate else (1.0, "")
+    return ModeRun(spec, rp, sized, factor, bound)
 
 
 def run(topology: str | nx.Graph | os.PathLike[str] | Prepared | None = None,
@@ -282,7 +283,7 @@ def _mininet(prepared: Prepared, m: ModeRun) -> RunRecord:
     def once(spec: RunSpec) -> RunRecord:
         return run_mininet(prepared.graph, spec, pcap_dir=s.pcap or None, cli=s.cli, pbox_cores=s.pbox_cores,
                            crash=dict(s.crash), cluster=prepared.cluster, dilation=m.dilation, node_group=s.node_group,
-                           placed=m.plan)
+                           placed=m.plan, dilation_bound=m.dilation_bound)
 
     record = once(s)
     if not s.background.elastic:
@@ -306,23 +307,30 @@ BACKENDS: dict[str, Backend] = {"local": _local, "mininet": _mininet, "gloo": _g
 
 
 def dilation_of(graph: nx.Graph, spec: RunSpec, rp: RunPlan | None = None) -> float:
-    """The time dilation factor a Mininet run of ``spec`` on ``graph`` takes: ``spec.dilation``'s, or with "auto"
-    the factor this mode needs for its links to be carried faithfully (the machine's rate calibrated once,
-    cached; innet.schemes.modes.auto_dilation; ``rp``: the run's plan, else it is planned). The local backend
-    runs in virtual time: 1."""
-    if spec.backend in ("local", "gloo"):
-        return 1.0
-    if spec.dilation != "auto":
-        return float(spec.dilation)
-    from innet.backends.mininet.calibration import faithful_rate
-    from innet.planning.timing.dilation import auto_factor
-    from innet.schemes.modes import auto_dilation, plan_run
+    """The time dilation factor a Mininet run of ``spec`` on ``graph`` takes (``dilation_choice``'s)."""
+    return dilation_choice(graph, spec, rp)[0]
 
-    faithful = faithful_rate()
-    wrong = shapeable(spec, auto_factor(host_link_rate(graph), faithful))
+
+def dilation_choice(graph: nx.Graph, spec: RunSpec, rp: RunPlan | None = None) -> tuple[float, str]:
+    """The time dilation factor a Mininet run of ``spec`` on ``graph`` takes, and with "auto" which bound chose it
+    (innet.planning.timing.dilation.auto_bounds: "bandwidth", "links busy at once", "latency"; "" for a factor given
+    or of 1): ``spec.dilation``'s, or with "auto" the factor this mode needs for its links to be carried faithfully
+    and its process hops to weigh little (the machine's rate and hop latency calibrated once, cached;
+    innet.schemes.modes.auto_choice; ``rp``: the run's plan, else it is planned). The local backend runs in
+    virtual time: 1."""
+    if spec.backend in ("local", "gloo"):
+        return 1.0, ""
+    if spec.dilation != "auto":
+        return float(spec.dilation), ""
+    from innet.backends.mininet.calibration import calibration
+    from innet.planning.timing.dilation import auto_factor
+    from innet.schemes.modes import auto_choice, plan_run
+
+    cal = calibration()
+    wrong = shapeable(spec, auto_factor(host_link_rate(graph), cal.faithful_mbps))
     if wrong:
         raise UserError(wrong)
-    return auto_dilation(graph, spec, rp or plan_run(graph, spec, program_of(spec)), faithful)
+    return auto_choice(graph, spec, rp or plan_run(graph, spec, program_of(spec)), cal.faithful_mbps, cal.hop_s)
 
 
 def _cluster(spec: RunSpec) -> Any:

@@ -19,7 +19,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from innet.backends.local.run import run_local  # noqa: E402
-from innet.backends.mininet.calibration import faithful_rate  # noqa: E402
+from innet.backends.mininet.calibration import calibration  # noqa: E402
 from innet.backends.mininet.emulation import run_mininet  # noqa: E402
 from innet.planning.spec import RunSpec, program_of  # noqa: E402
 from innet.planning.timing.dilation import LOCAL_MIN_RTO, MININET_MIN_RTO  # noqa: E402
@@ -37,14 +37,16 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--dilation", type=float, default=0.0, help="this factor instead of auto's")
     args = p.parse_args()
-    faithful = faithful_rate()
+    cal = calibration()
+    faithful = cal.faithful_mbps
     rows = []
     for case in args.cases.split(","):
         topo, _, bw = case.partition(":")
         graph = build(topo, workers=4, bw=float(bw))
         for mode in args.modes.split(","):
             spec = RunSpec(mode=mode)
-            factor = args.dilation or auto_dilation(graph, spec, plan_run(graph, spec, program_of(spec)), faithful)
+            factor = args.dilation or auto_dilation(graph, spec, plan_run(graph, spec, program_of(spec)), faithful,
+                                                    cal.hop_s)
             local = [run_local(graph, RunSpec(mode=mode, seed=k, min_rto=LOCAL_MIN_RTO)) for k in range(args.runs)]
             real = [run_mininet(graph, RunSpec(mode=mode, seed=k, min_rto=MININET_MIN_RTO, timeout=STUCK_S / factor),
                                 dilation=factor) for k in range(args.runs)]

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from innet.backends.mininet import calibration
-from innet.backends.mininet.calibration import TOLERANCE, data_plane_version, faithful_rate, machine_key, search
+from innet.backends.mininet import calibration as calibration_module
+from innet.backends.mininet.calibration import TOLERANCE, calibration, data_plane_version, faithful_rate, machine_key, search
 
 
 def ratios(table):
@@ -31,7 +31,8 @@ def test_the_search_keeps_the_highest_rate_before_the_first_that_misses():
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("INNET_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(calibration, "RATES", (5.0, 10.0, 20.0))
+    monkeypatch.setattr(calibration_module, "RATES", (5.0, 10.0, 20.0))
+    monkeypatch.setattr(calibration_module, "measured_hop", lambda rate: 0.0025)  # Mininet's, measured in test_dilation_mininet
     return tmp_path / "calibration.json"
 
 
@@ -43,6 +44,29 @@ def test_the_cache_is_written_once_and_reused(cache):
     assert saved["ratios"] == {"5": 1.0, "10": 1.02, "20": 1.4}
     assert faithful_rate(ratio_at, version="v1") == 10.0
     assert calls == [5.0, 10.0, 20.0]  # the second run measured nothing
+
+
+def test_the_hop_latency_is_measured_at_the_faithful_rate_and_cached_with_it(cache):
+    ratio_at, _ = ratios({5.0: 1.0, 10.0: 1.02, 20.0: 1.4})
+    hops = []
+
+    def hop_at(rate):
+        hops.append(rate)
+        return 0.0031234567
+
+    assert calibration(ratio_at, version="v1", hop_at=hop_at).hop_s == 0.003123
+    assert json.loads(cache.read_text())["hop_s"] == 0.003123
+    assert calibration(ratio_at, version="v1", hop_at=hop_at).hop_s == 0.003123 and hops == [10.0]
+
+
+def test_a_calibration_without_a_hop_latency_is_measured_again(cache):
+    """A version-2 cache (before the hop latency) is not read as one: the next run measures both."""
+    ratio_at, calls = ratios({5.0: 1.0, 10.0: 1.0, 20.0: 1.0})
+    faithful_rate(ratio_at, version="v1")
+    old = json.loads(cache.read_text())
+    del old["hop_s"]
+    cache.write_text(json.dumps(old))
+    assert calibration(ratio_at, version="v1").hop_s == 0.0025 and len(calls) == 6
 
 
 def test_a_new_data_plane_or_a_request_measures_again(cache):
@@ -57,8 +81,8 @@ def test_a_new_data_plane_or_a_request_measures_again(cache):
 
 def test_the_data_plane_version_follows_its_code(tmp_path, monkeypatch):
     (tmp_path / "switch.py").write_text("x = 1\n")
-    monkeypatch.setattr(calibration, "ROOT", str(tmp_path))
-    monkeypatch.setattr(calibration, "DATA_PLANE", ("switch.py",))
+    monkeypatch.setattr(calibration_module, "ROOT", str(tmp_path))
+    monkeypatch.setattr(calibration_module, "DATA_PLANE", ("switch.py",))
     first = data_plane_version()
     assert data_plane_version() == first
     (tmp_path / "switch.py").write_text("x = 2\n")
@@ -71,4 +95,4 @@ def test_an_unwritable_cache_is_one_clear_error(tmp_path, monkeypatch):
     (tmp_path / "file").write_text("")
     monkeypatch.setenv("INNET_CACHE_DIR", str(tmp_path / "file" / "sub"))
     with pytest.raises(UserError, match="cannot write the dilation calibration .* set INNET_CACHE_DIR"):
-        faithful_rate(lambda rate: 1.0, version="v1")
+        faithful_rate(lambda rate: 1.0, version="v1", hop_at=lambda rate: 0.0)

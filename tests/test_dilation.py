@@ -2,6 +2,7 @@
 multiplied, every measured time divided, and the flag's errors one line each."""
 
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -11,14 +12,23 @@ from innet.planning.options import parse_dilation
 from innet.planning.rules import validate
 from innet.planning.spec import RunSpec
 from innet.planning.timing.dilation import (
+    BANDWIDTH,
+    BUSY,
+    LATENCY,
+    LATENCY_SHARE,
+    LATENCY_WALL_S,
     LOCAL_MIN_RTO,
     MININET_MIN_RTO,
+    auto_bound,
+    auto_bounds,
     auto_factor,
     carried_rate,
     dilate_graph,
     dilate_spec,
     dilate_times,
+    hop_cost,
     host_link_rate,
+    latency_factor,
     virtual,
 )
 from innet.wire.faults import FaultSpec
@@ -128,3 +138,86 @@ def test_a_dilated_run_says_before_its_build_what_its_calls_take_in_real_time(sa
     assert [e.message for e in said] == [
         f"dilation 8000: links at 0.125 Mbit/s real; its calls' {model:.3g} s (the timing model) take about "
         f"{model * 8000:.0f} s of real time"]
+
+
+def _choice(graph, hop_s, faithful=5.0, **kw):
+    from innet.planning.spec import program_of
+    from innet.schemes.modes import auto_choice, plan_run
+
+    run = RunSpec(backend="mininet", **kw)
+    rp = plan_run(graph, run, program_of(run))
+    return auto_choice(graph, run, rp, faithful, hop_s), rp, run
+
+
+def test_a_barrier_is_dilated_until_its_process_hops_weigh_little():
+    """#46: a barrier on a star at 10 Mbit/s took 6.4 ms on Mininet at the bandwidth's factor 2 (0.1 ms on the
+    fabric): no payload, two process hops of a few ms each. With the calibration's hop latency its two hops
+    add LATENCY_SHARE of its predicted time at the factor auto takes; without one it is the bandwidth's 2."""
+    from innet.planning.timing import predict
+
+    star = build("star", workers=4, bw=10)
+    (factor, bound), rp, run = _choice(star, 0.0025, elements=120000, collective="barrier")
+    alone = predict(star, run, list(rp.plans), rp.per_packet, 0.0)["completion_s"]
+    assert alone == pytest.approx(9.7e-5, rel=0.01)
+    hops = (predict(star, run, list(rp.plans), rp.per_packet, 1e-3)["completion_s"] - alone) / 1e-3
+    assert hops == pytest.approx(2.0)  # up to the switch and back
+    assert bound == LATENCY and factor == pytest.approx(2 * 0.0025 / (LATENCY_SHARE * alone)) and factor > 1000
+    with_hops = predict(star, run, list(rp.plans), rp.per_packet, 0.0025 / factor)["completion_s"]
+    assert with_hops == pytest.approx(alone * (1 + LATENCY_SHARE))
+    assert _choice(star, 0.0, elements=120000, collective="barrier")[0] == (2.0, BANDWIDTH)  # the old factor
+
+
+def test_calls_that_carry_data_keep_their_bandwidth_factor():
+    """The grid's star points at 10 Mbit/s: 0.4-1.6 s of links for a few hops; the latency bound stays below 2.
+    The default run (leaf-spine, 1000 Mbit/s: 2.3 ms of links for 8 hops) is dilated ~3 times what its links
+    busy at once ask."""
+    star = build("star", workers=4, bw=10)
+    for mode in ("innet", "pbox", "ring"):
+        assert _choice(star, 0.0025, elements=120000, mode=mode)[0] == (2.0, BANDWIDTH)
+    leaf = build("leaf-spine")
+    assert _choice(leaf, 0.0, faithful=10.0)[0] == (pytest.approx(150.0), BUSY)
+    factor, bound = _choice(leaf, 0.0025, faithful=10.0)[0]
+    assert bound == LATENCY and 400 < factor < 500  # its calls take ~1 s of wall time
+
+
+def test_the_latency_bound_is_capped_by_the_wall_time_it_implies():
+    assert latency_factor(2, 0.0025, 1e-4) == pytest.approx(2500.0)
+    assert latency_factor(1000, 0.1, 1e-3) == pytest.approx(LATENCY_WALL_S / 1e-3)  # not the 2000000 its hops ask
+    assert latency_factor(1000, 0.1, 1e-3, calls=10) == pytest.approx(LATENCY_WALL_S / 1e-2)
+    assert latency_factor(0, 0.01, 1e-3) == latency_factor(5, 0.0, 1e-3) == 0.0
+    assert auto_factor(10.0, 5.0, latency=0.5) == 2.0 and auto_factor(10.0, 5.0, latency=700.0) == 700.0
+    assert auto_bound(auto_bounds(1.0, 5.0, latency=0.5)) == ""  # nothing asked for more than 1: no bound chose it
+
+
+def test_fat_tree_k8s_ring_is_dilated_with_margin_for_its_128_ranks_hops():
+    """#46 item 5: k=8's ring took 1.11x its links' time at 8350, the factor its links busy at once ask (as
+    the in-network tree's): its critical path is ~1000 hops, every one of 128 ranks relaying each piece at
+    once. A hop costs a run of 128 workers sqrt(32) times the star's, and the ring is dilated as far as the wall
+    time allows (300 s of calls); the in-network tree (12 hops) and the PBox keep their factors."""
+    from innet.planning.timing import predict
+
+    assert hop_cost(0.0025, 4) == 0.0025 and hop_cost(0.0025, 2) == 0.0025 and hop_cost(0.0025, 64) == 0.01
+    k8 = build("fat-tree", k=8)
+    (factor, bound), rp, run = _choice(k8, 0.0025, mode="ring")
+    alone = predict(k8, run, list(rp.plans), rp.per_packet, 0.0)["completion_s"]
+    assert bound == LATENCY and factor == pytest.approx(LATENCY_WALL_S / alone) and factor > 2.5 * 8350
+    assert _choice(k8, 0.0, mode="ring")[0] == (pytest.approx(8350.0), BUSY)  # the old factor
+    assert _choice(k8, 0.0025, mode="innet")[0] == (pytest.approx(8350.0), BUSY)
+    assert _choice(k8, 0.0025, mode="pbox")[0][1] == BUSY
+
+
+def test_the_record_says_which_bound_chose_the_factor(monkeypatch):
+    from innet.api import dilation_choice
+    from innet.backends.mininet import calibration
+    from innet.results.fidelity import fidelity, verdict_line
+
+    cal = calibration.Calibration(calibration.machine_key("v"), 5.0, 1e5, 1.02, {}, "now", 0.0025)
+    monkeypatch.setattr(calibration, "calibration", lambda: cal)
+    graph = build("star", workers=4, bw=10)
+    factor, bound = dilation_choice(graph, validate(_spec(bw=10.0, collective="barrier", dilation="auto")))
+    assert bound == LATENCY and factor > 1000
+    assert dilation_choice(graph, validate(_spec(bw=10.0, elements=120000, dilation="auto"))) == (2.0, BANDWIDTH)
+    assert dilation_choice(graph, validate(_spec(bw=10.0, dilation="7"))) == (7.0, "")
+    fid = replace(fidelity(1034.5, {}, {}, {}), dilation_bound=bound)
+    assert fid.to_json()["dilation_bound"] == "latency" and "dilation_bound" not in fidelity(2.0, {}, {}, {}).to_json()
+    assert verdict_line("innet", fid.to_json()) == "fidelity: innet: faithful (dilation 1034.5, auto's latency bound)"

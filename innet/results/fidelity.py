@@ -36,12 +36,15 @@ class Fidelity:
     drops: dict[str, int]  # interface -> frames dropped at its queue and by itself
     cpu_over_s: float | None = None  # measured: the shares' span (None: nothing measured)
     shaper_burst_s: float | None = None  # measured: the shaper's bursts (None: TCLink's per-frame shaping)
+    dilation_bound: str = ""  # auto's: the bound that chose the factor (innet.planning.timing.dilation.auto_bounds)
     modelled: bool = False  # held against the timing model: ``model_ratio`` is written (None: no model time)
     model_ratio: float | None = None
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {"dilation": self.dilation, "verdict": self.verdict, "reasons": list(self.reasons),
                                   "cpu": dict(self.cpu), "wait": dict(self.wait), "drops": dict(self.drops)}
+        if self.dilation_bound:
+            out["dilation_bound"] = self.dilation_bound
         if self.cpu_over_s is not None:
             out.update(shaper_burst_s=self.shaper_burst_s, cpu_over_s=self.cpu_over_s)
         if self.modelled:
@@ -123,5 +126,6 @@ def fidelity_line(record: RunRecord) -> str:
 def verdict_line(mode: str, fid: Any) -> str:
     """``fidelity_line`` of ``mode``'s ``fid`` (a Fidelity or its JSON view)."""
     factor = f"dilation {fid['dilation']:g}" if fid["dilation"] != 1 else "no dilation"
+    factor += f", auto's {fid['dilation_bound']} bound" if fid.get("dilation_bound") else ""
     why = f": {'; '.join(fid['reasons'])}" if fid["reasons"] else ""
     return f"fidelity: {mode}: {fid['verdict']} ({factor}){why}"

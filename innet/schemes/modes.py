@@ -32,7 +32,7 @@ from innet.planning.planner import METHODS, JobPlan, JobRequest, Placement, plan
 from innet.planning.prediction import direction_bytes
 from innet.planning.spec import MODES, RunSpec
 from innet.planning.timing import planned_training, predict
-from innet.planning.timing.dilation import auto_factor, carried_rate, host_link_rate
+from innet.planning.timing.dilation import auto_bound, auto_bounds, carried_rate, hop_cost, host_link_rate, latency_factor
 from innet.schemes.layouts import laid_out, server_of, sharded_reorder
 from innet.switch.program import SwitchProgram
 from innet.switch.runtime import SwitchConfig
@@ -73,16 +73,31 @@ def fastest_placement(graph: nx.Graph, run: RunSpec, requests: list[JobRequest],
     return placed[min(order, key=lambda m: (predicted(m), order.index(m)))]
 
 
-def auto_dilation(graph: nx.Graph, run: RunSpec, rp: RunPlan, faithful_mbps: float) -> float:
-    """``--dilation auto``'s factor for ``run`` (innet.planning.timing.dilation.auto_factor): from its host links' rate
-    and from the traffic its plan ``rp`` puts on every link at once (all jobs together)."""
+def auto_dilation(graph: nx.Graph, run: RunSpec, rp: RunPlan, faithful_mbps: float, hop_s: float = 0.0) -> float:
+    """``--dilation auto``'s factor for ``run`` (innet.planning.timing.dilation.auto_factor): ``auto_choice``'s."""
+    return auto_choice(graph, run, rp, faithful_mbps, hop_s)[0]
+
+
+def auto_choice(graph: nx.Graph, run: RunSpec, rp: RunPlan, faithful_mbps: float,
+                hop_s: float = 0.0) -> tuple[float, str]:
+    """``--dilation auto``'s factor for ``run`` and the bound that chose it (innet.planning.timing.dilation.auto_bounds):
+    from its host links' rate, from the traffic its plan ``rp`` puts on every link at once (all jobs together), and
+    from the process hops on its critical path, each ``hop_s`` of wall time (the calibration's, more for more workers:
+    ``hop_cost``): the timing model's time with hops of ``hop_s`` less its time without, over ``hop_s``, counts them."""
     loads: dict[tuple[str, str], float] = {}
     for plan in rp.plans:
         size, collective = max(run.calls(), key=lambda call: call[0])
         for uv, b in direction_bytes(graph, run.mode, plan, size, rp.per_packet, run.topk or 1.0, collective,
                                      run.root).items():
             loads[uv] = loads.get(uv, 0.0) + b
-    return auto_factor(host_link_rate(graph), faithful_mbps, carried_rate(graph, loads))
+    latency = 0.0
+    if hop_s > 0:
+        key = "iteration_s" if run.workload else "completion_s"
+        base = predict(graph, run, list(rp.plans), rp.per_packet, 0.0)[key]
+        hops = (predict(graph, run, list(rp.plans), rp.per_packet, hop_s)[key] - base) / hop_s
+        latency = latency_factor(hops, hop_cost(hop_s, sum(len(p.workers) for p in rp.plans)), base, run.iterations)
+    bounds = auto_bounds(host_link_rate(graph), faithful_mbps, carried_rate(graph, loads), latency)
+    return max(1.0, *bounds.values()), auto_bound(bounds)
 
 
 def plan_run(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram]) -> RunPlan:

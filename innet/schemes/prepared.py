@@ -25,6 +25,7 @@ class ModeRun:
     plan: RunPlan | None = None
     program: type[SwitchProgram] | None = None
     dilation: float = 1.0  # Mininet's time dilation factor, resolved ("auto" calibrated) while preparing
+    dilation_bound: str = ""  # with "auto": the bound that chose it (innet.planning.timing.dilation.auto_bounds)
 
 
 @dataclass(frozen=True)

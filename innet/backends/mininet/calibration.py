@@ -8,6 +8,13 @@ doubling from ``RATES[0]``, at which Mininet's completion time (the median of ``
 run at r does, so the figure holds for any requested rate; a run's factor is then
 ``innet.schemes.modes.auto_dilation``: more where a run keeps more links busy at once than this star.
 
+It also measures what a frame pays per process hop in wall time (``hop_s``): barriers on the same star,
+undilated at the faithful rate (one tiny frame from each worker through the switch and back, nothing to
+carry), Mininet's time per call less the local backend's (the links' time) over the hops the timing
+model counts on the barrier's path. Dilation divides it by the factor; a run whose critical path has
+many hops for its time (a barrier, a small call, a long ring) is dilated until they weigh little
+(``innet.planning.timing.dilation.latency_factor``).
+
 The result is cached in ``cache_dir()/calibration.json``, keyed by the CPU model, the core count and
 the data plane's version (a digest of the code every frame passes through, so a change there
 recalibrates by itself). ``sudo python scripts/calibrate_dilation.py`` measures again and rewrites it;
@@ -38,7 +45,8 @@ TOLERANCE = 1.02  # Mininet's completion time over the local backend's: a fifth 
 # and runs of more hops lose more (at the 40 Mbit/s 1.05 chose, star 1.02, the default leaf-spine's PBox 1.05-1.10)
 CALIBRATION_TIMEOUT_S = 20.0  # real seconds without progress before a calibration run gives up
 CALIBRATION_RUNS = 3  # Mininet runs per candidate rate, their median taken: one run beside other programs' load misses by chance
-CALIBRATION_VERSION = 2  # bump when the procedure above changes
+HOP_CALLS = 9  # barrier calls the hop latency is the median of: one more Mininet run, 10-15 s here (of ~70 s)
+CALIBRATION_VERSION = 3  # bump when the procedure above changes
 DATA_PLANE = ("innet/wire/packet.py", "innet/switch/runtime.py", "innet/switch/engine.py", "innet/switch/reduction.py",
               "innet/switch/program.py", "innet/hosts/worker/call.py", "innet/hosts/worker/window.py",
               "innet/hosts/worker/framing.py", "innet/hosts/worker/process.py", "innet/hosts/recovery.py",
@@ -97,6 +105,7 @@ class Calibration:
     tolerance: float
     ratios: dict[str, float]  # real rate (Mbit/s) -> Mininet's completion time over the local backend's
     when: str
+    hop_s: float  # wall seconds a frame pays per process hop (measured_hop)
 
 
 def machine_key(version: str | None = None) -> MachineKey:
@@ -118,26 +127,36 @@ def search(ratio_at: Callable[[float], float], rates: tuple[float, ...] | None =
 
 
 def faithful_rate(ratio_at: Callable[[float], float] | None = None, version: str | None = None,
-                  again: bool = False, rates: tuple[float, ...] | None = None) -> float:
-    """The cached faithful rate for this machine, measuring it first (with ``ratio_at``, default
-    ``measured_ratio``, at ``rates``, default RATES) when there is none for this machine and data plane,
-    or with ``again``."""
+                  again: bool = False, rates: tuple[float, ...] | None = None,
+                  hop_at: Callable[[float], float] | None = None) -> float:
+    """The cached faithful rate for this machine (``calibration``'s)."""
+    return calibration(ratio_at, version, again, rates, hop_at).faithful_mbps
+
+
+def calibration(ratio_at: Callable[[float], float] | None = None, version: str | None = None,
+                again: bool = False, rates: tuple[float, ...] | None = None,
+                hop_at: Callable[[float], float] | None = None) -> Calibration:
+    """The cached calibration for this machine, measured first (the faithful rate with ``ratio_at``, default
+    ``measured_ratio``, at ``rates``, default RATES; then the hop latency at that rate with ``hop_at``, default
+    ``measured_hop``) when there is none for this machine and data plane, or with ``again``."""
     key = machine_key(version)
     path = os.path.join(cache_dir(), "calibration.json")
     if not again:
         cached = _read(path)
         if cached is not None and cached.key == key:
-            return float(cached.faithful_mbps)
+            return cached
     _log("calibrating time dilation (once per machine and data plane; a few Mininet runs)")
     rate, measured = search(ratio_at or measured_ratio, rates)
-    record = Calibration(key, rate, TARGET_MBPS, TOLERANCE, measured, time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    hop = round(float((hop_at or measured_hop)(rate)), 6)
+    record = Calibration(key, rate, TARGET_MBPS, TOLERANCE, measured, time.strftime("%Y-%m-%dT%H:%M:%S%z"), hop)
     try:
         write_text_atomic(path, json.dumps(to_json(record), indent=1))
     except UserError as exc:
         raise UserError(f"cannot write the dilation calibration ({exc}); "
                         "set INNET_CACHE_DIR to a writable directory") from None
-    _log(f"faithful rate {rate:g} Mbit/s (Mininet/local completion time by real rate: {measured}); saved in {path}")
-    return rate
+    _log(f"faithful rate {rate:g} Mbit/s (Mininet/local completion time by real rate: {measured}), "
+         f"{hop * 1e3:.3g} ms a process hop; saved in {path}")
+    return record
 
 
 def _read(path: str) -> Calibration | None:
@@ -179,6 +198,32 @@ def measured_ratio(rate: float) -> float:
     local = local_completion(graph)
     runs = [run_mininet(graph, spec, dilation=factor) for _ in range(CALIBRATION_RUNS)]
     return statistics.median(r.completion_s / local if r.correct else float("inf") for r in runs)
+
+
+def measured_hop(rate: float) -> float:
+    """Wall seconds a frame pays per process hop on this machine: HOP_CALLS barriers on the calibration's star, its
+    links at ``rate`` real Mbit/s, undilated; Mininet's time per call (the median) less the local backend's, over
+    the hops the timing model counts on a barrier's path (its time with 1 ms hops less its time without, in ms).
+    A barrier that fails says nothing: then MININET_HOP, the model's figure for a busy machine."""
+    from innet.backends.local.run import run_local
+    from innet.backends.mininet.emulation import run_mininet
+    from innet.planning.spec import RunSpec, program_of
+    from innet.planning.timing import MININET_HOP, predict
+    from innet.planning.timing.dilation import CALIBRATION_WORKERS, MININET_MIN_RTO
+    from innet.schemes.modes import plan_run
+    from innet.shipped import build
+
+    graph = build("star", workers=CALIBRATION_WORKERS, bw=rate)
+    spec = RunSpec(mode="innet", collective="barrier", seed=1, iterations=HOP_CALLS, min_rto=MININET_MIN_RTO,
+                   timeout=CALIBRATION_TIMEOUT_S)
+    rp = plan_run(graph, spec, program_of(spec))
+    hops = (predict(graph, spec, list(rp.plans), rp.per_packet, 1e-3)["completion_s"]
+            - predict(graph, spec, list(rp.plans), rp.per_packet, 0.0)["completion_s"]) / 1e-3
+    local = run_local(graph, spec).completion_s
+    record = run_mininet(graph, spec)
+    if not record.correct or hops <= 0:
+        return MININET_HOP
+    return max(0.0, (record.completion_s - local) / hops)
 
 
 def _log(msg: str) -> None:

@@ -80,7 +80,7 @@ def model_time(graph: nx.Graph, run: RunSpec, rp: RunPlan, dilation: float) -> f
                                                                                       "completion_s"]
 
 
-def announce(graph: nx.Graph, run: RunSpec, rp: RunPlan, dilation: float) -> None:
+def announce(graph: nx.Graph, run: RunSpec, rp: RunPlan, dilation: float, bound: str = "") -> None:
     """Say, before the build, what a dilated run's calls will take in real time (the timing model's time times
     ``dilation``): a run whose factor makes it long says so before it starts."""
     if dilation <= 1:
@@ -89,13 +89,14 @@ def announce(graph: nx.Graph, run: RunSpec, rp: RunPlan, dilation: float) -> Non
     if _modelled(run):
         model = model_time(graph, run, rp, dilation) * run.iterations
         what += f"; its calls' {model:.3g} s (the timing model) take about {model * dilation:.0f} s of real time"
-    log(f"dilation {dilation:g}: {what}")
+    log(f"dilation {dilation:g}{f' (auto: the {bound} bound)' if bound else ''}: {what}")
 
 
 def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli: bool = False,
                 pbox_cores: int = 1, crash: dict[str, float] | None = None,
                 intruders: list[tuple[str, list[str]]] | None = None, cluster: Cluster | None = None,
-                dilation: float = 1.0, node_group: int | None = None, placed: RunPlan | None = None) -> RunRecord:
+                dilation: float = 1.0, node_group: int | None = None, placed: RunPlan | None = None,
+                dilation_bound: str = "") -> RunRecord:
     """Run ``run`` on a Mininet network built from ``graph``; remove everything afterwards.
 
     ``crash`` kills the named worker hosts' processes (SIGKILL) that many seconds
@@ -104,7 +105,8 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     servers (innet.backends.cluster.servers), every one of them checked before anything starts.
     ``dilation``: the time dilation factor
     (innet.planning.timing.dilation): the network is built and the run given its times ``dilation``
-    times slower, and the record's times are the requested (virtual) ones. ``node_group``: switches
+    times slower, and the record's times are the requested (virtual) ones; ``dilation_bound``: what chose it, for
+    the fidelity record (innet.planning.timing.dilation.auto_bounds). ``node_group``: switches
     (and workers) per process, None for innet.planning.grouping's choice. ``placed``: the run's plan as
     ``innet.prepare`` placed it, realised here on the dilated links and clock (else planned here).
     """
@@ -126,9 +128,9 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     answer += getattr(program, "extra_values", 0)  # values a program's own frames carry beyond a chunk (a bitmap)
     if cluster is not None:
         cluster.check()
-    announce(graph, run, rp, dilation)  # the plans are the requested graph's: dilation changes rates, not routes
+    announce(graph, run, rp, dilation, dilation_bound)  # the plans are the requested graph's: dilation changes rates, not routes
     with built(wire_graph, link_mtu(answer), Emulation, cluster) as emu:
-        emu.dilate(dilation, graph, run)
+        emu.dilate(dilation, graph, run, dilation_bound)
         emu.node_group = node_group
         emu.start_switches(wire_run, program, configs, pcap_dir)
         return emu.execute(wire_run, rp, pbox_cores, dilate_times(crash or {}, dilation), intruders or [], cli)
@@ -177,13 +179,15 @@ class Emulation(Network):
         self.switch_procs: Procs = {}
         self.watch = Watch()
         self.dilation = 1.0
+        self.dilation_bound = ""
         self.requested: tuple[nx.Graph, RunSpec] | None = None
         self.node_group: int | None = None  # nodes per process (innet.planning.grouping); None: its choice
 
-    def dilate(self, factor: float, graph: nx.Graph, run: RunSpec) -> None:
-        """This network is ``graph`` dilated by ``factor``, running ``run`` dilated: ports add each link's
-        latency, and the record is written for ``graph`` and ``run`` with times divided by ``factor``."""
-        self.dilation, self.requested = factor, (graph, run)
+    def dilate(self, factor: float, graph: nx.Graph, run: RunSpec, bound: str = "") -> None:
+        """This network is ``graph`` dilated by ``factor`` (chosen by ``bound``, with auto), running ``run``
+        dilated: ports add each link's latency, and the record is written for ``graph`` and ``run`` with times
+        divided by ``factor``."""
+        self.dilation, self.dilation_bound, self.requested = factor, bound, (graph, run)
 
     def port_faults(self, run: RunSpec) -> FaultsOf:
         return lambda node: port_faults(self.graph, run, node, latency=self.dilation > 1)
@@ -271,7 +275,8 @@ class Emulation(Network):
                        drops_between(readings.drops[1], drops_after[1]),
                        {sw: sum(st.socket_drops.values()) for sw, st in stats.items()}, os.cpu_count() or 1, waits)
         # None: TCLink's per-frame shaping; cpu_over_s: the shares' span, the calls' window to the readings around it
-        fid = replace(fid, shaper_burst_s=BURST_S if self.bursts else None, cpu_over_s=round(seconds, 3))
+        fid = replace(fid, shaper_burst_s=BURST_S if self.bursts else None, cpu_over_s=round(seconds, 3),
+                      dilation_bound=self.dilation_bound)
         return Measured(directions, stats, cpu_share, sum(cpu.values()), machine_busy, fid)
 
     def _record(self, run: RunSpec, rp: RunPlan, measured: Measured, modelled: bool = True) -> RunRecord:

@@ -11,6 +11,7 @@ calibration that picks ``f`` (innet.backends.mininet.calibration) and the backen
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import networkx as nx
@@ -25,13 +26,54 @@ CALIBRATION_WORKERS = 4  # hosts on the calibration's star (innet.backends.minin
 CALIBRATION_DIRECTIONS = 2 * CALIBRATION_WORKERS  # link directions its run keeps busy at once: each host link, both ways
 
 
-def auto_factor(requested_mbps: float, faithful_mbps: float, carried_mbps: float = 0.0) -> float:
-    """The factor ``--dilation auto`` takes: the requested rate over the rate this machine carries
-    faithfully, never below 1 (a run the machine keeps up with is not slowed down); and where the run
-    keeps more link directions busy at once than the calibration's star did, as much more
-    (``carried_mbps``, see ``carried_rate``): every frame on a link is sent by one Python process and
-    read by another, so the CPU's work per second grows with all the links' traffic, not one link's rate."""
-    return max(1.0, requested_mbps / faithful_mbps, carried_mbps / (CALIBRATION_DIRECTIONS * faithful_mbps))
+BANDWIDTH, BUSY, LATENCY = "bandwidth", "links busy at once", "latency"  # the bounds auto's factor is the largest of
+LATENCY_SHARE = 0.02  # of a run's predicted time its process hops may add at auto's factor: a fifth of the 10% it is judged by,
+# as the calibration's TOLERANCE: a hop costs 2-3 times the calibrated one when other programs load the machine
+LATENCY_WALL_S = 300.0  # the latency bound never makes a run's calls take longer than this in real (wall) seconds
+
+
+def auto_bounds(requested_mbps: float, faithful_mbps: float, carried_mbps: float = 0.0,
+                latency: float = 0.0) -> dict[str, float]:
+    """The factors ``--dilation auto`` needs, each for one reason: ``bandwidth``, the requested host-link rate over
+    the rate this machine carries faithfully; ``links busy at once``, as much more as the run keeps more link
+    directions busy than the calibration's star did (``carried_mbps``, see ``carried_rate``: every frame on a link
+    is sent by one Python process and read by another, so the CPU's work per second grows with all the links'
+    traffic, not one link's rate); ``latency``, the factor that makes the run's process hops cheap enough
+    (``latency_factor``)."""
+    return {BANDWIDTH: requested_mbps / faithful_mbps, BUSY: carried_mbps / (CALIBRATION_DIRECTIONS * faithful_mbps),
+            LATENCY: latency}
+
+
+def auto_factor(requested_mbps: float, faithful_mbps: float, carried_mbps: float = 0.0, latency: float = 0.0) -> float:
+    """The factor ``--dilation auto`` takes: the largest of ``auto_bounds``, never below 1 (a run the machine keeps
+    up with is not slowed down)."""
+    return max(1.0, *auto_bounds(requested_mbps, faithful_mbps, carried_mbps, latency).values())
+
+
+def auto_bound(bounds: dict[str, float]) -> str:
+    """Which of ``auto_bounds`` chose the factor (the first of the largest); "" where none asked for more than 1."""
+    name = max(bounds, key=lambda k: bounds[k])
+    return name if bounds[name] > 1.0 else ""
+
+
+def hop_cost(hop_s: float, workers: int) -> float:
+    """What a hop costs a run of ``workers`` (all jobs'), in wall seconds, from ``hop_s`` measured on the
+    calibration's star: more where more frames set off at once than from its CALIBRATION_WORKERS (every worker
+    sends at each step, and 2 cores wake and serve their hops in turn), with the square root of their ratio:
+    fat-tree k=8's ring (128 ranks relaying each piece) took 1.11x its links' time at the factor 8350 its links
+    asked, ~12 ms a hop over its ~1000, 5 times the star's 2.4 ms, where 128 / 4 = 32 and its root is 5.7."""
+    return hop_s * math.sqrt(max(1.0, workers / CALIBRATION_WORKERS))
+
+
+def latency_factor(hops: float, hop_s: float, predicted_s: float, calls: int = 1) -> float:
+    """The factor at which ``hops`` process hops on a run's critical path, each costing ``hop_s`` of wall time
+    (the calibration's ``hop_s``: a frame's wake-up, send and read; dilation divides it by the factor), add at
+    most ``LATENCY_SHARE`` of the run's predicted (virtual) time ``predicted_s``. Capped where the run's
+    ``calls`` would take ``LATENCY_WALL_S`` of real time: a short run is cheap to dilate (0.1 ms at 1000 takes
+    0.1 s), a long one is not, and over a long one the hops weigh little anyway."""
+    if hops <= 0 or hop_s <= 0 or predicted_s <= 0:
+        return 0.0
+    return min(hops * hop_s / (LATENCY_SHARE * predicted_s), LATENCY_WALL_S / (predicted_s * max(calls, 1)))
 
 
 def carried_rate(graph: nx.Graph, loads: dict[tuple[str, str], float]) -> float:
