@@ -30,6 +30,7 @@ from innet.wire.packet import PAYLOAD_OFFSET, ROUTE, frame_fields, make_packet
 BACKGROUND_JOB = 0xFFFE  # the job number of background frames: no training job has it
 BACKGROUND_ELEMENTS = 2048  # values per frame: 8250-byte frames, the size of the jobs' default ones (jumbo links)
 PATTERNS = ("permutation", "all-to-all", "incast", "hotspot")
+BACKGROUND_BAND = 0  # open-loop flows' priority band: the jobs' own (0, unless --job-priority), one FIFO with them
 TRANSPORTS = ("udp", "tcp")  # open-loop constant-rate streams; elastic, TCP-like flows
 
 
@@ -168,7 +169,7 @@ def _hotspot(graph: nx.Graph, bg: BackgroundSpec, names: list[str], rng: np.rand
 def background_frame(src: int, dst: int) -> bytes:
     """One background frame from node ``src`` to node ``dst``."""
     pkt = make_packet(np.zeros(BACKGROUND_ELEMENTS, np.int32), job=BACKGROUND_JOB, flags=ROUTE)
-    return pkt.to_frame(src, dst)
+    return pkt.to_frame(src, dst, BACKGROUND_BAND)
 
 
 FRAME_BYTES = PAYLOAD_OFFSET + 4 * BACKGROUND_ELEMENTS
