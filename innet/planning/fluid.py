@@ -5,11 +5,13 @@ Every link direction is a strict-priority queue with one FIFO per band, as on bo
 a band bytes leave in the order they came. The job's bytes are fluid: a worker puts its chunks into its own link's
 queue as its window allows (at most ``slots`` chunks ahead of the results it has), a switch passes on a partial
 as soon as all its children's parts have arrived (the lowest of their arrived bytes), the root sends results down
-as its aggregate grows. Each background flow pours its bytes into its first link at its rate and each link passes
-what it serves on to the next, a frame's serialisation plus the link's latency later. So a job whose whole tensor
-fits its window is queued ahead of the background its own hosts send, in the same band, and is barely slowed;
-a job with a short window competes with the background for each link; a job in a less urgent band gets only
-what the background leaves.
+as its aggregate grows. Each background flow puts a whole frame into its first link every frame's worth of its
+rate (the flows' phases spread over their gaps), from ``lead_s`` before the job starts, as both backends start
+it (innet.hosts.background.lead_s), and each link passes what it serves on to the next, half a frame's
+serialisation plus the link's latency later. So a job whose whole tensor fits its window is queued ahead of the
+background its own hosts send, in the same band, and is slowed by what is already in the network and by the
+backlog its hosts release when its tensor has left; a job with a short window competes with the background for
+each link; a job in a less urgent band gets only what the background leaves.
 """
 
 from __future__ import annotations
@@ -64,8 +66,9 @@ def tree_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str,
                  background_frame: int = 0) -> float:
     """Seconds ``plan``'s static tree takes to all-reduce ``chunks`` frames of ``frame_bytes`` per worker with a
     window of ``plan.slots`` frames, its frames in priority ``band``, beside open-loop background ``flows``
-    (source, destination, bits per second) in ``background_band`` (see the module doc); inf where the
-    background leaves it too little to finish."""
+    (source, destination, bits per second) in ``background_band``, frames of ``background_frame`` bytes (0: a
+    fluid stream) started ``lead_s`` before the job (see the module doc); inf where the background leaves it too
+    little to finish."""
     data, window = float(chunks * frame_bytes), float(plan.slots * frame_bytes)
     assert plan.root is not None
     up = list(plan.parents.items())
