@@ -166,7 +166,8 @@ def section(rows: list[dict[str, object]], seeds: int, wall_s: float, load: str)
             f"`run_topology.py` command line with `--seed 1..{seeds}` on Mininet (`--dilation auto`: the wall clock "
             f"divided by the dilation) and on the local fabric (virtual time), the median of each; the model is the "
             "Mininet run's `--predict` (per-hop latency included) or, beside background traffic, its "
-            "`background_model_s` (the fluid model of `innet/planning/dynamic.py`). Errors are against Mininet: "
+            "`background_model_s` (the fluid model of `innet/planning/fluid.py`: strict-priority link queues, FIFO "
+            "within a band). Errors are against Mininet: "
             f"local / Mininet - 1 and model / Mininet - 1; the bound is {BOUND:g}% at every point, "
             f"{MEDIAN_BOUND:g}% for the median.", "", verdict(rows) + ".", "", *table(rows), ""]
 

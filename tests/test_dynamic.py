@@ -99,10 +99,14 @@ def test_dynamic_trees_win_at_defaults_where_the_core_is_congested():
 
 def test_dynamic_trees_lose_little_at_defaults_where_nothing_is_congested():
     """Issue 46: fat-tree k=4, 50% permutation, default settings (the whole tensor is in the hosts' queues ahead
-    of the background: nothing to route around): dynamic trees at least 0.97x the best static configuration."""
-    dynamic = innet.run("fat-tree", placement="dynamic", background="permutation:0.5", **DEFAULTS).runs[0]
-    best = _best_static("fat-tree", background="permutation:0.5")
-    assert dynamic.correct and best >= 0.97 * dynamic.completion_s
+    of the background: nothing to route around): dynamic trees at least 0.97x the best static configuration, the
+    median of seeds 1-3 (the background meets the job in full flow, its frames' phases seeded: 0.96-1.02x a seed)."""
+    gains = []
+    for seed in (1, 2, 3):
+        dynamic = innet.run("fat-tree", placement="dynamic", background="permutation:0.5", seed=seed, **DEFAULTS).runs[0]
+        assert dynamic.correct
+        gains.append(_best_static("fat-tree", background="permutation:0.5", seed=seed) / dynamic.completion_s)
+    assert sorted(gains)[1] >= 0.97
 
 
 def test_placement_and_program_go_together():
@@ -166,3 +170,39 @@ def test_fluid_model_of_one_link():
     assert 2 * mb / rate < loaded < mb / (0.1 * rate)
     assert fluid_time(mb, 1.3e5, 6e-4, rate, 0.5 * rate) < loaded
     assert fluid_time(mb, 1.3e5, 6e-4, rate, rate) == float("inf")
+
+
+LEAF_SPINE_2_TO_1 = dict(backend="local", bw=10, elements=65536, spines=2, oversubscription=2, seed=1)
+
+
+@pytest.mark.parametrize("options", [
+    dict(background="permutation:0.5"), dict(background="all-to-all:0.5"), dict(background="incast:0.5"),
+    dict(background="hotspot:s1--t1:0.5"), dict(background="permutation:0.75"),
+    dict(background="permutation:0.5", pool_slots=8),  # a window of 8 of the 32 chunks: it competes on each link
+    dict(background="permutation:0.5", job_priority="1"),  # behind the background: only what it leaves
+], ids=lambda o: "-".join(str(v) for v in o.values()))
+def test_static_tree_model_beside_background(options):
+    """Issue 46: a static tree's ``background_model_s`` within 10% of the fabric. Open-loop background goes in
+    band 0 like the job's frames, so a job whose tensor fits its window is queued ahead of what its own hosts
+    send and barely slowed (the old model shared each link in proportion to what each asked: 40-80% slow
+    here); in band 1 it gets only what the background leaves (the old model: 82% fast)."""
+    run = innet.run("leaf-spine", **LEAF_SPINE_2_TO_1, **options).runs[0]
+    assert run.correct and run["background_model_s"] == pytest.approx(run.completion_s, rel=0.1)
+
+
+def test_static_tree_model_prices_the_bands():
+    """The fluid model's strict-priority links: the same job and background, the job in band 0 then band 1 (as
+    ``--job-priority 1`` sends it): barely slowed ahead, 8x slower behind the background's 90% of the core link."""
+    from innet.planning.fluid import tree_fluid_s
+    from innet.planning.planner import plan_job
+
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2, spines=2, oversubscription=2, bw=10)
+    plan = plan_job(graph, ["h1", "h2", "h3", "h4"], "tor")
+    flows = [("h2", "h3", 4.5e6), ("h4", "h1", 4.5e6)]  # each at 90% of its 5 Mbit/s core link
+    frame, chunks = 8250, 32
+    quiet = tree_fluid_s(graph, plan, [], chunks, frame)
+    ahead = tree_fluid_s(graph, plan, flows, chunks, frame, band=0)
+    behind = tree_fluid_s(graph, plan, flows, chunks, frame, band=1)
+    assert quiet == pytest.approx(chunks * frame * 8 / 5e6, rel=0.1)  # the core link's rate
+    assert quiet < ahead < 1.3 * quiet
+    assert behind == pytest.approx(chunks * frame * 8 / 0.5e6, rel=0.15)  # the 10% the background leaves

@@ -24,6 +24,7 @@ import networkx as nx
 
 from innet.errors import UserError
 from innet.graph import indexed, is_switch, natural_key, next_hop, ports, role
+from innet.planning.fluid import tree_fluid_s
 from innet.planning.planner import JobPlan, _closest_switch
 from innet.switch.program import JobPort
 
@@ -158,13 +159,17 @@ def fluid_time(job_bytes: float, window: float, rtt: float, rate: float, backgro
 
 
 def background_model_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]], chunks: int,
-                       frame_bytes: int) -> float:
+                       frame_bytes: int, band: int = 0, background_band: int = 0, lead_s: float = 0.0,
+                       background_frame: int = 0) -> float:
     """The timing model's completion time of ``plan``'s all-reduce beside background ``flows`` (source,
     destination, bits per second), ``chunks`` frames of ``frame_bytes`` each way per worker and a window of
-    ``plan.slots`` frames: ``fluid_time`` of the link it takes longest through. A static tree's links are fixed (both
-    directions of every tree edge); dynamic trees must cross the workers' own links, and each switch's uplinks (up
-    and down) share its chunks among them: the best split over its least loaded few (the rotation spreads chunks,
-    the congestion signal moves them off loaded uplinks)."""
+    ``plan.slots`` frames, the job's frames in priority ``band``, the background's in ``background_band``. A static
+    tree: the fluid through its links' strict-priority queues (innet.planning.fluid.tree_fluid_s). Dynamic trees:
+    ``fluid_time`` of the link they take longest through: they must cross the workers' own links, and each switch's
+    uplinks (up and down) share its chunks among them: the best split over its least loaded few (the rotation
+    spreads chunks, the congestion signal moves them off loaded uplinks)."""
+    if plan.method != "dynamic":
+        return tree_fluid_s(graph, plan, flows, chunks, frame_bytes, band, background_band, lead_s, background_frame)
     load: dict[tuple[str, str], float] = {}
     for src, dst, bps in flows:
         path = [src]
@@ -184,8 +189,6 @@ def background_model_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str
         return min(max(alone(hop, m) for hop in ranked[:m]) for m in range(1, len(ranked) + 1))
 
     both = lambda links: [*links, *((b, a) for a, b in links)]  # noqa: E731
-    if plan.method != "dynamic":
-        return max(alone(hop) for hop in both(list(plan.parents.items())))
     own = max(alone(hop) for hop in both([(w, plan.first_hop[w]) for w in plan.workers]))
     shared = []
     for s, jp in plan.switch_ports.items():

@@ -15,8 +15,10 @@ from innet.hosts.background import (
     BackgroundHost,
     BackgroundSpec,
     asked_flows,
+    background_flows,
     background_hosts,
     background_summary,
+    lead_s,
     stats_of,
     with_alone,
 )
@@ -66,8 +68,10 @@ class LocalRun:
             for receiver in self.inputs:
                 self.fabric.attach(receiver.reader.host, receiver)
         self.procs: list[WorkerProcess | SSPWorker] = []
-        # an elastic background runs alone first, as on Mininet, where it is measured alone before the job starts
-        self.start_s = WARM_S + ALONE_S if run.background.elastic else 0.0
+        # background runs alone first, as on Mininet: an elastic one is measured alone before the job starts, an
+        # open-loop one reaches its steady flow (innet.hosts.background.lead_s)
+        self.start_s = WARM_S + ALONE_S if run.background.elastic else \
+            lead_s(background_flows(graph, run.background, run.seed)) if run.background.active else 0.0
         for plan in self.rp.plans:
             for w, spec in self.rp.specs[plan.job].items():
                 proc = host_endpoint(run, self.rp, w, spec, given.get(spec.rank) if given and plan.job == 1 else None)

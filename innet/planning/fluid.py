@@ -1,0 +1,132 @@
+"""A static tree's all-reduce beside open-loop background traffic, as fluid through the links' queues.
+
+Every link direction is a strict-priority queue with one FIFO per band, as on both backends (the fabric's
+``LinkDirection``, Mininet's pfifo_fast): a band is served only while every more urgent band is empty, and within
+a band bytes leave in the order they came. The job's bytes are fluid: a worker puts its chunks into its own link's
+queue as its window allows (at most ``slots`` chunks ahead of the results it has), a switch passes on a partial
+as soon as all its children's parts have arrived (the lowest of their arrived bytes), the root sends results down
+as its aggregate grows. Each background flow puts a whole frame into its first link every frame's worth of its
+rate (the flows' phases spread over their gaps), from ``lead_s`` before the job starts, as both backends start
+it (innet.hosts.background.lead_s), and each link passes what it serves on to the next, half a frame's
+serialisation plus the link's latency later. So a job whose whole tensor fits its window is queued ahead of the
+background its own hosts send, in the same band, and is slowed by what is already in the network and by the
+backlog its hosts release when its tensor has left; a job with a short window competes with the background for
+each link; a job in a less urgent band gets only what the background leaves.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from innet.graph import next_hop
+from innet.planning.planner import JobPlan
+
+JOB = -1  # the job's class in a queue; background flows are 0, 1, ...
+MAX_STEPS = 200_000  # a run that takes longer is one the background starves (inf)
+
+
+@dataclass
+class _Link:
+    """One link direction: bytes it serves a step, steps a byte takes to the far end, its queues (per band,
+    FIFO segments of [class, bytes]) and what left it, in flight to the far end (due step, class, bytes)."""
+
+    per_step: float
+    delay: int
+    queues: list[deque[list[float]]]
+    flight: deque[tuple[int, int, float]] = field(default_factory=deque)
+
+    def put(self, band: int, cls: int, amount: float) -> None:
+        queue = self.queues[band]
+        if queue and queue[-1][0] == cls:
+            queue[-1][1] += amount
+        else:
+            queue.append([cls, amount])
+
+    def serve(self, step: int) -> None:
+        budget = self.per_step
+        for queue in self.queues:
+            while budget > 0 and queue:
+                head = queue[0]
+                amount = min(budget, head[1])
+                budget -= amount
+                head[1] -= amount
+                self.flight.append((step + self.delay, int(head[0]), amount))
+                if head[1] <= 1e-9:
+                    queue.popleft()
+            if budget <= 0:
+                return
+
+
+def tree_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]], chunks: int,
+                 frame_bytes: int, band: int = 0, background_band: int = 0, lead_s: float = 0.0,
+                 background_frame: int = 0) -> float:
+    """Seconds ``plan``'s static tree takes to all-reduce ``chunks`` frames of ``frame_bytes`` per worker with a
+    window of ``plan.slots`` frames, its frames in priority ``band``, beside open-loop background ``flows``
+    (source, destination, bits per second) in ``background_band``, frames of ``background_frame`` bytes (0: a
+    fluid stream) started ``lead_s`` before the job (see the module doc); inf where the background leaves it too
+    little to finish."""
+    data, window = float(chunks * frame_bytes), float(plan.slots * frame_bytes)
+    assert plan.root is not None
+    up = list(plan.parents.items())
+    job_links = [*up, *((p, c) for c, p in up)]
+    paths = []
+    for src, dst, _ in flows:
+        path = [src]
+        while path[-1] != dst:
+            path.append(next_hop(graph, path[-1], dst))
+        paths.append(list(zip(path, path[1:], strict=False)))
+    used = set(job_links) | {hop for path in paths for hop in path}
+    bps = {hop: graph.edges[hop]["bw"] * 1e6 for hop in used}
+    alone = data * 8 / min(bps[hop] for hop in job_links)
+    dt = max(min(8 * frame_bytes / bps[hop] for hop in job_links) / 4, alone / 20_000)
+    bands = max(band, background_band) + 1
+    links = {hop: _Link(bps[hop] / 8 * dt, round((graph.edges[hop].get("latency", 0.0)
+                                                  + 4 * frame_bytes / bps[hop]) / dt),
+                        [deque() for _ in range(bands)]) for hop in used}
+    onward = [{hop: path[k + 1] if k + 1 < len(path) else None for k, hop in enumerate(path)} for path in paths]
+    # each flow's frames (fluid where background_frame is 0), the first at a spread phase of its gap
+    each = [(path[0], i, background_frame or rate / 8 * dt, (background_frame * 8 / rate if background_frame else dt) / dt)
+            for i, (path, (_, _, rate)) in enumerate(zip(paths, flows, strict=True)) if path and rate > 0]
+    due = [-lead_s / dt + gap * (i * 0.618034 % 1) if background_frame else -lead_s / dt for _, i, _, gap in each]
+    children = {p: [c for c, q in up if q == p] for p in set(plan.parents.values())}
+    got = dict.fromkeys(job_links, 0.0)  # the job's bytes that arrived over each link
+    sent = dict.fromkeys(job_links, 0.0)  # and that went into its queue
+
+    def ready(a: str, b: str) -> float:
+        """The job's bytes node ``a`` has for link (a, b) so far."""
+        if plan.parents.get(a) == b:  # up: a worker's window, a switch's complete partials
+            if a in plan.workers:
+                return min(data, got[(plan.first_hop[a], a)] + window)
+            return min(got[(c, a)] for c in children[a])
+        if a == plan.root:
+            return min(got[(c, a)] for c in children[a])
+        return got[(plan.parents[a], a)]
+
+    for step in range(-round(lead_s / dt), MAX_STEPS):
+        if all(got[(plan.first_hop[w], w)] >= data - 1e-6 for w in plan.workers):
+            return step * dt
+        for k, (hop, cls, amount, gap) in enumerate(each):
+            while due[k] < step + 1:
+                links[hop].put(background_band, cls, amount)
+                due[k] += gap
+        for hop in job_links if step >= 0 else ():
+            more = ready(*hop) - sent[hop]
+            if more > 1e-9:
+                links[hop].put(band, JOB, more)
+                sent[hop] += more
+        for link in links.values():
+            link.serve(step)
+        for hop, link in links.items():
+            while link.flight and link.flight[0][0] <= step:
+                _, cls, amount = link.flight.popleft()
+                if cls == JOB:
+                    got[hop] += amount
+                else:
+                    nxt = onward[cls][hop]
+                    if nxt is not None:
+                        links[nxt].put(background_band, cls, amount)
+    return float("inf")
