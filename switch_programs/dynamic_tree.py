@@ -7,7 +7,7 @@ arrives for a chunk; the first arrival picks the chunk's way on: down the route 
 below, else up an uplink — the one the rotation names (so partials meet when nothing is
 congested), unless another carries clearly less (a decayed byte count per port, kept in registers,
 fed by every frame the switch sends, background traffic included). The partial goes on as soon as
-every rank that may pass this switch is in it, or ``window`` seconds after its first arrival (an
+every rank that may pass this switch is in it, or ``window`` seconds (the job's, if longer) after its first arrival (an
 incomplete partial goes on, as Canary's timeout sends it); anything later for that chunk follows on
 its own. The root folds partials whose ranks it lacks (never one that overlaps what it has: the
 ranks missing from it retransmit), and floods the result: up one uplink per switch, down to every
@@ -139,8 +139,11 @@ class DynamicTree(SwitchProgram):
     def timeouts(self, ctx):
         """Send on every partial that has waited ``window``: incomplete, as Canary does."""
         r, out = ctx.regs, []
-        late = np.flatnonzero((r.since >= 0) & (r.since + self.window * ctx.clock <= ctx.now))
-        for key in late.tolist():
+        waiting = np.flatnonzero(r.since >= 0)
+        if not len(waiting):
+            return out
+        waits = np.array([self._wait(ctx, ctx.jobs[o]) for o in r.owner[waiting].tolist()])
+        for key in waiting[r.since[waiting] + waits <= ctx.now].tolist():
             ctx.count("partial_on_timeout")
             out += self._flush(ctx, ctx.jobs[int(r.owner[key])], key)
         return out
@@ -251,6 +254,11 @@ class DynamicTree(SwitchProgram):
             ctx.count("moved_off_loaded_uplink")
             return least
         return turn
+
+    def _wait(self, ctx, job):
+        """Seconds a partial of ``job`` waits for more contributions: the program's window, or the job's where longer
+        (a frame and a half of its slowest link: innet.planning.dynamic.partial_window), on the switch's clock."""
+        return max(self.window, job.window) * ctx.clock
 
     def _emit(self, ctx, port, pkt, job):
         return Emit(port, pkt, job.priority)

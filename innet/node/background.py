@@ -1,8 +1,9 @@
 """A host's background traffic inside its namespace: ``python -m innet.node.background CONFIG``.
 
-The same ``BackgroundHost`` the fabric drives, on a raw port and the real clock: its flows' frames paced at
-their rates, the background frames addressed to it counted. It runs until SIGTERM, then writes what it did
-(``BackgroundStats``) to the configured path.
+The same ``BackgroundHost`` the fabric drives, on a raw port and the real clock, from the controller's "go" (the
+workers' start instant, innet.node.worker.wait_for_go): its flows' frames paced at their rates, the background
+frames addressed to it counted. It runs until SIGTERM, then writes what it did (``BackgroundStats``) to the
+configured path.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from innet.hosts.background import BackgroundHost, BackgroundStats, stats_of
 from innet.io.rawport import RawPort
 from innet.node.codec import read, say_ready, write
+from innet.node.worker import wait_for_go
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ def serve_background(conf: BackgroundConfig) -> int:
     poller = select.poll()
     poller.register(port.fileno(), select.POLLIN)
     say_ready()
+    if not wait_for_go():  # with the workers, as the fabric starts it: not seconds early, its queues already full
+        return 0
     start = time.monotonic()
     try:
         while not stop:

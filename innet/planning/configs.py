@@ -169,7 +169,9 @@ def reorder_allowance(plan: JobPlan, program: type[SwitchProgram]) -> float:
     a chunk's result waits for its slowest partial, whoever's)."""
     if not program.hold:
         return 0.0
-    return program.hold * max(len(plan.way_up(w)) - 2 for w in plan.workers)  # the switches below the root
+    own = getattr(program, "window", 0.0)  # a dynamic tree's job may wait longer than the program's own window
+    hold = program.hold + max(0.0, max((jp.window for jp in plan.switch_ports.values()), default=0.0) - own)
+    return hold * max(len(plan.way_up(w)) - 2 for w in plan.workers)  # the switches below the root
 
 
 def worker_specs(graph: nx.Graph, plan: JobPlan, program: type[SwitchProgram], run: RunSpec) -> dict[str, JobSpec]:

@@ -29,6 +29,21 @@ from innet.planning.planner import JobPlan, _closest_switch
 from innet.switch.program import JobPort
 
 MAX_RANKS = 256  # ranks a partial's bitmap holds (switch_programs/dynamic_tree.py: 8 words)
+WINDOW_FRAMES = 1.5  # a partial waits this many frames of its job's slowest link for more contributions (at least)
+
+
+def partial_window(graph: nx.Graph, plan: JobPlan, frame_bytes: int) -> float:
+    """Seconds, on the run's timeline, a dynamic tree's partial waits for more contributions at most: ``WINDOW_FRAMES``
+    frames of ``frame_bytes`` on the slowest link between the job's nodes (a dilated graph, ``graph.graph["dilation"]``,
+    gives the same figure). The workers' streams drift apart by about a frame: another flow's frame on a host's link,
+    a Mininet process waiting for a core. A window much shorter than a frame splits every chunk's partial in two from
+    then on (twice the bytes up; on Mininet, leaf-spine 2:1 at 10 Mbit/s beside 50% permutation, every chunk's at the
+    ToR: 0.78 s, local 0.38 s). The program's own window (400 µs) is the least: a frame at 1 Gbit/s is 66 µs."""
+    nodes = {*plan.workers, *plan.switch_ports}
+    bw = min((d["bw"] for u, v, d in graph.edges(data=True) if u in nodes and v in nodes), default=0.0)
+    if bw <= 0:
+        return 0.0
+    return WINDOW_FRAMES * 8 * frame_bytes / (bw * 1e6 * float(graph.graph.get("dilation", 1.0)))
 
 
 def levels(graph: nx.Graph) -> dict[str, int]:

@@ -17,7 +17,7 @@ from functools import lru_cache
 import networkx as nx
 import numpy as np
 
-from innet.graph import link_name, link_totals, natural_key, next_hop, tier
+from innet.graph import link_name, link_totals, natural_key, next_hop, ports, tier
 from innet.hosts.p2p.wire import message_bytes
 from innet.hosts.ring.acks import ACK_EVERY, ACK_SPAN
 from innet.hosts.ring.geometry import ring_geometry, ring_phases
@@ -325,7 +325,57 @@ def direction_bytes(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, pe
     dest, source = collective.dest(chunks, n, root), collective.source(chunks, n, root)
     if plan.method == "pbox":
         return pbox_direction_bytes(graph, plan, elements, per_packet, density, dest, source)
+    if plan.method == "dynamic" and density >= 1.0 and collective is ALLREDUCE:
+        return dynamic_direction_bytes(graph, plan, elements, per_packet)
     return innet_direction_bytes(plan, elements, per_packet, density, dest, source)
+
+
+def dynamic_direction_bytes(graph: nx.Graph, plan: JobPlan, elements: int, per_packet: int) -> dict[tuple[str, str], float]:
+    """``--placement dynamic`` (switch_programs/dynamic_tree.py), nothing congested: chunk by chunk (the exponent's
+    first, numbered 0), every worker's frame to its switch and one partial (the chunk's values and the ranks' bitmap)
+    from every switch it reaches, up the uplink the rotation names (``JobPort.stride``) while the root is not below,
+    else down the routed way; the result from the root down every branch to a worker and up the rotation's uplink,
+    each switch passing it down its other branches (and up again, where it came from below)."""
+    assert plan.root is not None
+    nb = {s: ports(graph, s) for s in plan.switch_ports}
+    port_of = {s: {n: p for p, n in m.items()} for s, m in nb.items()}
+    sizes = [frame_bytes(0), *(frame_bytes(min(per_packet, elements - c)) for c in range(0, elements, per_packet))]
+    bitmap = 4 * -(-len(plan.workers) // 32)
+    out: defaultdict[tuple[str, str], float] = defaultdict(float)
+
+    def turn(s: str, k: int) -> int:
+        ups, stride = plan.switch_ports[s].uplinks, plan.switch_ports[s].stride
+        return ups[(k // stride) % len(ups)]
+
+    for k, size in enumerate(sizes):
+        todo = []
+        for w in plan.workers:
+            out[(w, plan.first_hop[w])] += size
+            todo.append(plan.first_hop[w])
+        reached: set[str] = set()
+        while todo:
+            s = todo.pop()
+            if s in reached or s == plan.root:
+                continue
+            reached.add(s)
+            jp = plan.switch_ports[s]
+            assert jp.parent is not None
+            up = nb[s][turn(s, k) if jp.parent in jp.uplinks else jp.parent]
+            out[(s, up)] += size + bitmap
+            todo.append(up)
+        down: list[tuple[str, str | None]] = [(plan.root, None)]
+        while down:
+            s, came = down.pop()
+            jp = plan.switch_ports[s]
+            arrived = -1 if came is None else port_of[s][came]
+            hops = [p for p in jp.children if p != arrived]
+            if arrived not in jp.uplinks and jp.uplinks:
+                hops.append(turn(s, k))
+            for p in hops:
+                out[(s, nb[s][p])] += size
+                if nb[s][p] in plan.switch_ports:
+                    down.append((nb[s][p], s))
+    return dict(out)
 
 
 def predicted_link_bytes(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_packet: int,

@@ -27,7 +27,7 @@ from innet.hosts.ssp import SSPWorker
 from innet.hosts.training import Training
 from innet.hosts.worker.process import WorkerProcess
 from innet.planning.configs import pick_workers, switch_configs, worker_specs
-from innet.planning.dynamic import plan_dynamic
+from innet.planning.dynamic import partial_window, plan_dynamic
 from innet.planning.planner import METHODS, JobPlan, JobRequest, Placement, plan_job, plan_jobs
 from innet.planning.prediction import direction_bytes
 from innet.planning.spec import MODES, RunSpec
@@ -36,7 +36,7 @@ from innet.planning.timing.dilation import auto_bound, auto_bounds, carried_rate
 from innet.schemes.layouts import laid_out, server_of, sharded_reorder
 from innet.switch.program import SwitchProgram
 from innet.switch.runtime import SwitchConfig
-from innet.wire.packet import BANDS
+from innet.wire.packet import BANDS, PAYLOAD_OFFSET
 
 DEFAULT_WINDOW = 128
 
@@ -155,6 +155,9 @@ def realise(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram], plans: 
     ``graph`` and ``run`` (a dilated run realises the same placement on its dilated links and clock)."""
     index = node_indices(graph)
     specs = {}
+    frame = PAYLOAD_OFFSET + 4 * (program.elements + getattr(program, "extra_values", 0))
+    plans = [replace(p, switch_ports={s: replace(jp, window=partial_window(graph, p, frame))
+                                      for s, jp in p.switch_ports.items()}) if p.method == "dynamic" else p for p in plans]
     for plan in plans:
         job_specs = worker_specs(graph, plan, program, run)
         if plan.method == "pbox" and run.mode != "ring":

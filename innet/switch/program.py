@@ -182,6 +182,8 @@ class JobPort:
     priority: int = 0  # the band of the job's packets in every port's priority queues (0: most urgent)
     uplinks: tuple[int, ...] = ()  # --placement dynamic: the ports up a partial may take (innet.planning.dynamic)
     stride: int = 1  # --placement dynamic: chunks per turn of the uplink rotation at this tier
+    window: float = 0.0  # --placement dynamic: seconds a partial waits for more contributions at most, on the run's
+    # timeline (0: the program's own; innet.planning.dynamic.partial_window)
 
     @property
     def is_root(self) -> bool:

@@ -1,6 +1,7 @@
 """``--background`` on Mininet: a sender in every host's namespace (innet.node.background; with ``:tcp``, real
-kernel TCP: innet.node.elastic over the IP network beside innet's frames), started before the job and stopped
-after it; their stats become the record's ``background`` figure."""
+kernel TCP: innet.node.elastic over the IP network beside innet's frames), stopped after the job; their stats become
+the record's ``background`` figure. The open-loop senders start with the job (``starters``: released by the workers'
+"go", as the fabric starts them), the elastic ones before it (measured alone first)."""
 
 from __future__ import annotations
 
@@ -41,9 +42,10 @@ class Background:
             conf = BackgroundConfig(net_index(graph, host), tuple(flows), f"{host}-eth0", stats, run.seed)
             path = net.write(f"{host}-background.json", conf)
             self.procs[host] = net.spawn(host, [sys.executable, "-m", "innet.node.background", path],
-                                         stdout=subprocess.PIPE)
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE)
             self.paths.append(stats)
         await_ready({f"{h}:background": p for h, p in self.procs.items()})
+        self.starters = {f"{h}:background": p for h, p in self.procs.items()}  # sending from the workers' "go"
 
     def stop(self, requested: nx.Graph, dilation: float, window: tuple[float, float] = (0.0, 0.0)) -> BackgroundSummary:
         """Stop every sender and read what it did, in the requested run's timeline (rates times ``dilation``)."""
@@ -70,6 +72,7 @@ class ElasticBackground:
         from innet.backends.mininet.iplane import host_address, ip_commands
 
         self.net, self.run = net, run
+        self.starters: dict[str, subprocess.Popen[bytes]] = {}  # none: they run before the job
         net.add_ip_network()
         # the kernel's timers are not dilated: its least retransmission timeout (200 ms) would be 200 ms / dilation of
         # the run's timeline, shorter than the job's frames hold a queue, and time out windows that were only queued

@@ -214,7 +214,7 @@ class Emulation(Network):
             f"{run.iterations} iteration(s)")
         background = (None if not run.background.active else ElasticBackground(self, self.graph, run, self.dilation)
                       if run.background.elastic else Background(self, self.graph, run))
-        readings = self._go(starters)
+        readings = self._go({**starters, **(background.starters if background else {})})
         others = {f"{name}!{i}": self.spawn(name, argv, stdout=subprocess.DEVNULL) for i, (name, argv) in enumerate(intruders)}
         self.watch.wait(waited, run, readings.started, crash, samples, self.run_dir)
         self.watch.wait(others, run, readings.started, {}, samples)

@@ -86,8 +86,10 @@ def carried_rate(graph: nx.Graph, loads: dict[tuple[str, str], float]) -> float:
 
 
 def dilate_graph(graph: nx.Graph, f: float) -> nx.Graph:
-    """``graph`` with every link's rate divided by ``f`` and its latency multiplied by ``f``."""
+    """``graph`` with every link's rate divided by ``f`` and its latency multiplied by ``f`` (``f`` kept as its
+    ``dilation``: what is planned on it in seconds of the run's timeline, innet.planning.dynamic.partial_window)."""
     out = graph.copy()
+    out.graph["dilation"] = float(graph.graph.get("dilation", 1.0)) * f
     for _, _, data in out.edges(data=True):
         data["bw"] = data["bw"] / f
         data["latency"] = data.get("latency", 0.0) * f
