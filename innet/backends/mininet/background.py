@@ -1,7 +1,7 @@
 """``--background`` on Mininet: a sender in every host's namespace (innet.node.background; with ``:tcp``, real
 kernel TCP: innet.node.elastic over the IP network beside innet's frames), stopped after the job; their stats become
-the record's ``background`` figure. The open-loop senders start with the job (``starters``: released by the workers'
-"go", as the fabric starts them), the elastic ones before it (measured alone first)."""
+the record's ``background`` figure. The open-loop senders start ``lead_s`` before the job (released at an instant before the
+workers' "go", as the fabric leads them), the elastic ones before it (measured alone first)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ from innet.hosts.background import (
     BackgroundStats,
     BackgroundSummary,
     asked_flows,
+    background_flows,
     background_summary,
     host_flows,
+    lead_s,
     with_alone,
 )
 from innet.hosts.elastic import ALONE_S, FRAME_BYTES, SEGMENT, WARM_S, received_between
@@ -45,7 +47,9 @@ class Background:
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE)
             self.paths.append(stats)
         await_ready({f"{h}:background": p for h, p in self.procs.items()})
-        self.starters = {f"{h}:background": p for h, p in self.procs.items()}  # sending from the workers' "go"
+        # sending from their "go", lead_s before the workers' (as the fabric leads them: the job meets them in flow)
+        self.starters = {f"{h}:background": p for h, p in self.procs.items()}
+        self.lead_s = lead_s(background_flows(graph, run.background, run.seed))  # the wire graph's: dilated
 
     def stop(self, requested: nx.Graph, dilation: float, window: tuple[float, float] = (0.0, 0.0)) -> BackgroundSummary:
         """Stop every sender and read what it did, in the requested run's timeline (rates times ``dilation``)."""
@@ -73,6 +77,7 @@ class ElasticBackground:
 
         self.net, self.run = net, run
         self.starters: dict[str, subprocess.Popen[bytes]] = {}  # none: they run before the job
+        self.lead_s = 0.0
         net.add_ip_network()
         # the kernel's timers are not dilated: its least retransmission timeout (200 ms) would be 200 ms / dilation of
         # the run's timeline, shorter than the job's frames hold a queue, and time out windows that were only queued

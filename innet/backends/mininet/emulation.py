@@ -214,7 +214,7 @@ class Emulation(Network):
             f"{run.iterations} iteration(s)")
         background = (None if not run.background.active else ElasticBackground(self, self.graph, run, self.dilation)
                       if run.background.elastic else Background(self, self.graph, run))
-        readings = self._go({**starters, **(background.starters if background else {})})
+        readings = self._go(starters, background.starters if background else {}, background.lead_s if background else 0.0)
         others = {f"{name}!{i}": self.spawn(name, argv, stdout=subprocess.DEVNULL) for i, (name, argv) in enumerate(intruders)}
         self.watch.wait(waited, run, readings.started, crash, samples, self.run_dir)
         self.watch.wait(others, run, readings.started, {}, samples)
@@ -242,17 +242,20 @@ class Emulation(Network):
         readers = {name: p for name, p in inputs.items() if name.endswith(":input")}
         return {**procs, **workers, **inputs}, {**workers, **inputs}, {**workers, **readers}
 
-    def _go(self, starters: Procs) -> Readings:
+    def _go(self, starters: Procs, early: Procs | None = None, lead: float = 0.0) -> Readings:
         """Read the counters, then release ``starters`` at one start instant on the clock all hosts share
-        (servers of a cluster do not share it: there, each starts when told)."""
+        (servers of a cluster do not share it: there, each starts when told), and ``early`` (the background's
+        senders) ``lead`` seconds before it."""
         cpu = {sw: ctl.stats().cpu_s for sw, ctl in self.switch_controls.items()}
         counters, drops = self.interface_bytes(), self.drop_counts()
         started = time.monotonic()
-        go = b"go\n" if self.cluster else f"go {started + GO_LEAD + GO_LEAD_PER_HOST * len(starters):.6f}\n".encode()
-        for proc in starters.values():
-            assert proc.stdin is not None
-            proc.stdin.write(go)
-            proc.stdin.flush()
+        at = started + GO_LEAD + GO_LEAD_PER_HOST * (len(starters) + len(early or {})) + lead
+        for procs, instant in ((early or {}, at - lead), (starters, at)):
+            go = b"go\n" if self.cluster else f"go {instant:.6f}\n".encode()
+            for proc in procs.values():
+                assert proc.stdin is not None
+                proc.stdin.write(go)
+                proc.stdin.flush()
         return Readings(started, cpu, counters, drops)
 
     def _measure(self, rp: RunPlan, readings: Readings, samples: Samples) -> Measured:
