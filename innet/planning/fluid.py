@@ -61,6 +61,22 @@ class _Link:
                 return
 
 
+def _route(graph: nx.Graph, src: str, dst: str) -> list[tuple[str, str]]:
+    """The link directions a frame from ``src`` to ``dst`` takes (the routed path)."""
+    path = [src]
+    while path[-1] != dst:
+        path.append(next_hop(graph, path[-1], dst))
+    return list(zip(path, path[1:], strict=False))
+
+
+def _links(graph: nx.Graph, bps: dict[tuple[str, str], float], frame_bytes: int, dt: float,
+           bands: int) -> dict[tuple[str, str], _Link]:
+    """Each link direction of ``bps`` (its rate) as a queue served every step of ``dt`` seconds, passing a byte
+    on after the link's latency and half a frame's serialisation (the store-and-forward hop)."""
+    return {hop: _Link(rate / 8 * dt, round((graph.edges[hop].get("latency", 0.0) + 4 * frame_bytes / rate) / dt),
+                       [deque() for _ in range(bands)]) for hop, rate in bps.items()}
+
+
 def tree_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]], chunks: int,
                  frame_bytes: int, band: int = 0, background_band: int = 0, lead_s: float = 0.0,
                  background_frame: int = 0) -> float:
@@ -73,20 +89,12 @@ def tree_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str,
     assert plan.root is not None
     up = list(plan.parents.items())
     job_links = [*up, *((p, c) for c, p in up)]
-    paths = []
-    for src, dst, _ in flows:
-        path = [src]
-        while path[-1] != dst:
-            path.append(next_hop(graph, path[-1], dst))
-        paths.append(list(zip(path, path[1:], strict=False)))
+    paths = [_route(graph, src, dst) for src, dst, _ in flows]
     used = set(job_links) | {hop for path in paths for hop in path}
     bps = {hop: graph.edges[hop]["bw"] * 1e6 for hop in used}
     alone = data * 8 / min(bps[hop] for hop in job_links)
     dt = max(min(8 * frame_bytes / bps[hop] for hop in job_links) / 4, alone / 20_000)
-    bands = max(band, background_band) + 1
-    links = {hop: _Link(bps[hop] / 8 * dt, round((graph.edges[hop].get("latency", 0.0)
-                                                  + 4 * frame_bytes / bps[hop]) / dt),
-                        [deque() for _ in range(bands)]) for hop in used}
+    links = _links(graph, bps, frame_bytes, dt, max(band, background_band) + 1)
     onward = [{hop: path[k + 1] if k + 1 < len(path) else None for k, hop in enumerate(path)} for path in paths]
     # each flow's frames (fluid where background_frame is 0), the first at a spread phase of its gap
     each = [(path[0], i, background_frame or rate / 8 * dt, (background_frame * 8 / rate if background_frame else dt) / dt)
