@@ -156,11 +156,11 @@ def test_innet_train_trains_digits_by_default(tmp_path):
 def test_innet_bench_lists_the_benchmarks_and_refuses_an_unknown_one():
     out = innet("bench", "--list")
     names = [line.split()[0] for line in out.stdout.splitlines()]
-    expected = ["allreduce", "blocks", "dilation", "fabric", "loss", "scale", "switch", "torch_calls"]
+    expected = ["allreduce", "blocks", "dilation", "fabric", "fidelity", "loss", "scale", "switch", "torch_calls"]
     assert out.returncode == 0 and names == commands.bench_names() == expected
     out = innet("bench", "nope")
     assert (out.returncode, out.stderr) == (2, "error: unknown benchmark 'nope'; choose one of "
-                                               "allreduce, blocks, dilation, fabric, loss, scale, switch, torch_calls\n")
+                                               "allreduce, blocks, dilation, fabric, fidelity, loss, scale, switch, torch_calls\n")
 
 
 def test_innet_bench_runs_one_by_name_with_its_own_flags():
