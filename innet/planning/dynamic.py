@@ -26,6 +26,7 @@ from innet.errors import UserError
 from innet.graph import indexed, is_switch, natural_key, next_hop, ports, role
 from innet.planning.fluid import tree_fluid_s
 from innet.planning.planner import JobPlan, _closest_switch
+from innet.planning.prediction import path_links
 from innet.switch.program import JobPort
 
 MAX_RANKS = 256  # ranks a partial's bitmap holds (switch_programs/dynamic_tree.py: 8 words)
@@ -187,10 +188,7 @@ def background_model_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str
         return tree_fluid_s(graph, plan, flows, chunks, frame_bytes, band, background_band, lead_s, background_frame)
     load: dict[tuple[str, str], float] = {}
     for src, dst, bps in flows:
-        path = [src]
-        while path[-1] != dst:
-            path.append(next_hop(graph, path[-1], dst))
-        for hop in zip(path, path[1:], strict=False):
+        for hop in path_links(graph, src, dst):
             load[hop] = load.get(hop, 0.0) + bps / 8
     rtt = 2 * max(_way_s(graph, plan, w, frame_bytes) for w in plan.workers)
     data, window = chunks * frame_bytes, plan.slots * frame_bytes

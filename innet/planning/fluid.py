@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
-from innet.graph import next_hop
 from innet.planning.planner import JobPlan
+from innet.planning.prediction import path_links
 
 JOB = -1  # the job's class in a queue; background flows are 0, 1, ...
 MAX_STEPS = 200_000  # a run that takes longer is one the background starves (inf)
@@ -61,14 +61,6 @@ class _Link:
                 return
 
 
-def _route(graph: nx.Graph, src: str, dst: str) -> list[tuple[str, str]]:
-    """The link directions a frame from ``src`` to ``dst`` takes (the routed path)."""
-    path = [src]
-    while path[-1] != dst:
-        path.append(next_hop(graph, path[-1], dst))
-    return list(zip(path, path[1:], strict=False))
-
-
 def _links(graph: nx.Graph, bps: dict[tuple[str, str], float], frame_bytes: int, dt: float,
            bands: int) -> dict[tuple[str, str], _Link]:
     """Each link direction of ``bps`` (its rate) as a queue served every step of ``dt`` seconds, passing a byte
@@ -89,7 +81,7 @@ def tree_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str,
     assert plan.root is not None
     up = list(plan.parents.items())
     job_links = [*up, *((p, c) for c, p in up)]
-    paths = [_route(graph, src, dst) for src, dst, _ in flows]
+    paths = [path_links(graph, src, dst) for src, dst, _ in flows]
     used = set(job_links) | {hop for path in paths for hop in path}
     bps = {hop: graph.edges[hop]["bw"] * 1e6 for hop in used}
     alone = data * 8 / min(bps[hop] for hop in job_links)
