@@ -69,6 +69,17 @@ def _links(graph: nx.Graph, bps: dict[tuple[str, str], float], frame_bytes: int,
                        [deque() for _ in range(bands)]) for hop, rate in bps.items()}
 
 
+def _sources(paths: list[list[tuple[str, str]]], rates: list[float], frame: int, dt: float,
+             lead_s: float) -> tuple[list[tuple[tuple[str, str], int, float, float]], list[float]]:
+    """Each background flow as a source: its first link, its class, the bytes it puts in (a frame, or a step's
+    worth of fluid where ``frame`` is 0) and its gap in steps; and the step of its first put, ``lead_s`` before the
+    job, frames at a spread phase of their gap."""
+    each = [(path[0], i, frame or rate / 8 * dt, (frame * 8 / rate if frame else dt) / dt)
+            for i, (path, rate) in enumerate(zip(paths, rates, strict=True)) if path and rate > 0]
+    due = [-lead_s / dt + gap * (i * 0.618034 % 1) if frame else -lead_s / dt for _, i, _, gap in each]
+    return each, due
+
+
 def tree_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]], chunks: int,
                  frame_bytes: int, band: int = 0, background_band: int = 0, lead_s: float = 0.0,
                  background_frame: int = 0) -> float:
@@ -88,10 +99,7 @@ def tree_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str,
     dt = max(min(8 * frame_bytes / bps[hop] for hop in job_links) / 4, alone / 20_000)
     links = _links(graph, bps, frame_bytes, dt, max(band, background_band) + 1)
     onward = [{hop: path[k + 1] if k + 1 < len(path) else None for k, hop in enumerate(path)} for path in paths]
-    # each flow's frames (fluid where background_frame is 0), the first at a spread phase of its gap
-    each = [(path[0], i, background_frame or rate / 8 * dt, (background_frame * 8 / rate if background_frame else dt) / dt)
-            for i, (path, (_, _, rate)) in enumerate(zip(paths, flows, strict=True)) if path and rate > 0]
-    due = [-lead_s / dt + gap * (i * 0.618034 % 1) if background_frame else -lead_s / dt for _, i, _, gap in each]
+    each, due = _sources(paths, [rate for _, _, rate in flows], background_frame, dt, lead_s)
     children = {p: [c for c, q in up if q == p] for p in set(plan.parents.values())}
     got = dict.fromkeys(job_links, 0.0)  # the job's bytes that arrived over each link
     sent = dict.fromkeys(job_links, 0.0)  # and that went into its queue
