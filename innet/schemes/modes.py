@@ -20,6 +20,7 @@ import numpy as np
 from innet.errors import UserError
 from innet.graph import node_indices
 from innet.hosts.endpoints import endpoint_of
+from innet.hosts.background import BackgroundSpec
 from innet.hosts.ensemble import InputPlan, group_tables, plan_input
 from innet.hosts.job import JobSpec
 from innet.hosts.pbox import PBoxJob, PBoxServer
@@ -64,13 +65,22 @@ def fastest_placement(graph: nx.Graph, run: RunSpec, requests: list[JobRequest],
     key = "iteration_s" if run.workload else "completion_s"
     order = ("tor", "tree", "root")
     placed = {m: plan_jobs(graph, requests, method=m, pool_slots=program.slots) for m in order}
+    asked = repr((sorted(graph.nodes(data=True)), sorted(graph.edges(data=True)), graph.graph,
+                  replace(run, background=BackgroundSpec()), requests, program.slots, program.elements))
 
     def predicted(method: str) -> float:
         plans = list(placed[method].plans)
         return round(predict(graph, replace(run, placement=method), plans, program.elements, 0.0)[key], 12)
 
     assert set(order) == set(METHODS)
-    return placed[min(order, key=lambda m: (predicted(m), order.index(m)))]
+    if asked not in _FASTEST:  # an experiment checks, then runs, the same plan at every background load
+        if len(_FASTEST) > 256:
+            _FASTEST.clear()
+        _FASTEST[asked] = min(order, key=lambda m: (predicted(m), order.index(m)))
+    return placed[_FASTEST[asked]]
+
+
+_FASTEST: dict[str, str] = {}  # fastest_placement's choice by what it was asked (the timing model is deterministic)
 
 
 def auto_dilation(graph: nx.Graph, run: RunSpec, rp: RunPlan, faithful_mbps: float, hop_s: float = 0.0) -> float:
