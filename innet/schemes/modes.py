@@ -19,8 +19,8 @@ import numpy as np
 
 from innet.errors import UserError
 from innet.graph import node_indices
-from innet.hosts.endpoints import endpoint_of
 from innet.hosts.background import BackgroundSpec
+from innet.hosts.endpoints import endpoint_of
 from innet.hosts.ensemble import InputPlan, group_tables, plan_input
 from innet.hosts.job import JobSpec
 from innet.hosts.pbox import PBoxJob, PBoxServer
