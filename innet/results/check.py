@@ -186,14 +186,13 @@ def background_model(graph: nx.Graph, run: RunSpec, rp: Planned) -> dict[str, fl
     an elastic background: the model's background is open-loop, in the job's FIFO."""
     from innet.hosts.background import BACKGROUND_BAND, FRAME_BYTES, background_flows, lead_s
     from innet.planning.dynamic import background_model_s
-    from innet.wire.packet import PAYLOAD_OFFSET
 
     if run.mode != "innet" or run.collective != "allreduce" or run.workload or run.train or run.consistency or run.topk \
             or run.background.elastic or any(p.method == "pbox" for p in rp.plans):
         return {}
     got = background_flows(graph, run.background, run.seed)
     flows = [(f.src, f.dst, f.bps) for f in got]
-    frame = PAYLOAD_OFFSET + 4 * (rp.per_packet + getattr(program_of(run), "extra_values", 0))
+    frame = program_of(run).frame_bytes(rp.per_packet)
     chunks = sum(-(-n // rp.per_packet) for n in run.call_sizes())
     return {"background_model_s": round(max(background_model_s(graph, p, flows, chunks, frame, run.band(p.job),
                                                                    BACKGROUND_BAND, lead_s(got), FRAME_BYTES)

@@ -37,7 +37,7 @@ from innet.planning.timing.dilation import auto_bound, auto_bounds, carried_rate
 from innet.schemes.layouts import laid_out, server_of, sharded_reorder
 from innet.switch.program import SwitchProgram
 from innet.switch.runtime import SwitchConfig
-from innet.wire.packet import BANDS, PAYLOAD_OFFSET
+from innet.wire.packet import BANDS
 
 DEFAULT_WINDOW = 128
 
@@ -165,7 +165,7 @@ def realise(graph: nx.Graph, run: RunSpec, program: type[SwitchProgram], plans: 
     ``graph`` and ``run`` (a dilated run realises the same placement on its dilated links and clock)."""
     index = node_indices(graph)
     specs = {}
-    frame = PAYLOAD_OFFSET + 4 * (program.elements + getattr(program, "extra_values", 0))
+    frame = program.frame_bytes()
     plans = [replace(p, switch_ports={s: replace(jp, window=partial_window(graph, p, frame))
                                       for s, jp in p.switch_ports.items()}) if p.method == "dynamic" else p for p in plans]
     for plan in plans:

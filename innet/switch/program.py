@@ -343,6 +343,13 @@ class SwitchProgram:
     # program's window): results then come back out of order by design, and the workers' loss detection by order
     # allows that much per switch on their way (innet.planning.configs.reorder_allowance)
     hold: ClassVar[float] = 0.0
+    extra_values: ClassVar[int] = 0  # values its own frames carry after a chunk's (a partial's bitmap)
+
+    @classmethod
+    def frame_bytes(cls, elements: int | None = None) -> int:
+        """Bytes of one of its frames carrying ``elements`` values (its own ``elements`` by default), and its
+        ``extra_values``: what a link carries for a chunk it aggregates."""
+        return PAYLOAD_OFFSET + 4 * ((cls.elements if elements is None else elements) + cls.extra_values)
 
     @classmethod
     def memory_bytes(cls) -> int:

@@ -125,7 +125,7 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     chunks = -(-max(run.call_sizes(), default=0) // max(rp.per_packet, 1))
     wire_graph.graph["queue_frames"] = sum(len(p.workers) * min(max(p.slots, 1), chunks) for p in rp.plans)
     answer = program.elements + (1 if run.consistency else 0)  # a parameter server's answer leads with its clock
-    answer += getattr(program, "extra_values", 0)  # values a program's own frames carry beyond a chunk (a bitmap)
+    answer += program.extra_values  # values a program's own frames carry beyond a chunk (a bitmap)
     if cluster is not None:
         cluster.check()
     announce(graph, run, rp, dilation, dilation_bound)  # the plans are the requested graph's: dilation changes rates, not routes
