@@ -249,15 +249,20 @@ def mininet_section(args: argparse.Namespace) -> list[str]:
     if args.from_csv:  # a grid run before: its rows, its wall time, the load it noted
         rows = grid.read_rows(args.from_csv)
         return grid.section(rows, args.repeats, sum(float(str(r.get("wall_s", 0))) for r in rows), args.load)
+    kept = {str(r["flags"]): r for r in grid.read_rows(args.mininet_csv)} if args.only else {}
+    points = grid.points(args.quick)
+    again = [flags for flags in points if args.only in flags or flags not in kept]
     with mininet_lock() as lock:
         if not (args.no_lock or locked(lock, args.lock_wait)):
             return [grid.HEADING, "", f"No Mininet points: the lock stayed taken for {args.lock_wait:g} s.", ""]
-        rows = [grid.measure_point(flags, args.repeats) for flags in grid.points(args.quick)]
+        rows = [grid.measure_point(flags, args.repeats) if flags in again else kept[flags] for flags in points]
     load += " at the start, " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + " at the end"
     _csv(args.mininet_csv, rows)
     print("\n".join(grid.table(rows)))
     print(f"mininet grid: {grid.verdict(rows)} ({time.time() - started:.0f} s, load average {load})")
-    return grid.section(rows, args.repeats, time.time() - started, f"load average {load}")
+    return grid.section(rows, args.repeats, time.time() - started, f"load average {load}",
+                        f"the {len(again)} of {len(rows)} points whose flags hold `{args.only}` measured again; the "
+                        "others are an earlier whole grid's" if args.only else "")
 
 
 def locked(lock: object, wait: float) -> bool:
@@ -301,6 +306,9 @@ def main() -> None:
                    help="where the Mininet grid's CSV goes (default results/validation-mininet.csv)")
     p.add_argument("--from-csv", default=None, metavar="FILE",
                    help="with --mininet-only: render the section from this grid CSV instead of running it")
+    p.add_argument("--only", default="", metavar="TEXT",
+                   help="with --mininet-only: measure again only the points whose flags hold TEXT (e.g. 'dynamic'), "
+                        "the others kept from --mininet-csv (a whole grid's)")
     p.add_argument("--load", default="not noted", help="with --from-csv: the machine's load during that run, to quote")
     p.add_argument("--doc", default=None, help="also write the tables and the papers' claims to this markdown file")
     args = p.parse_args()

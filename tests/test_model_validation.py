@@ -151,6 +151,29 @@ def test_the_mininet_grid_quick_points_hold_the_bound(tmp_path):
     assert "local fabric vs Mininet: median |error|" in done.stdout
 
 
+@pytest.mark.mininet
+def test_only_measures_again_the_points_it_names_and_keeps_the_others(tmp_path):
+    """--only TEXT: the grid's points whose flags hold TEXT run again on Mininet, the others kept from the CSV as
+    they were; the doc's section says how many were measured again."""
+    old = {"figure": "completion_s", "mininet_s": 9.0, "local_s": 9.0, "model_s": 9.0, "local_err_pct": 0.0,
+           "model_err_pct": 0.0, "mininet_runs": [9.0], "local_runs": [9.0], "dilation": 2.0, "unfaithful": 0,
+           "correct": True, "wall_s": 1.0}
+    grid_csv, doc = tmp_path / "grid.csv", tmp_path / "v.md"
+    write_csv(str(grid_csv), [{"flags": flags, **old} for flags in QUICK])
+    doc.write_text("# head\n")
+    done = subprocess.run([sys.executable, "scripts/validate_model.py", "--mininet-only", "--quick", "--no-lock",
+                           "--repeats", "1", "--mininet-csv", str(grid_csv), "--only", "reduce_scatter", "--doc",
+                           str(doc)], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+    assert done.returncode == 0, done.stderr
+    rows = read_rows(str(grid_csv))
+    assert [r["flags"] for r in rows] == QUICK
+    again = [r for r in rows if "reduce_scatter" in str(r["flags"])]
+    assert len(again) == 1 and again[0]["mininet_s"] != 9.0 and again[0]["correct"]
+    assert all(r == {"flags": r["flags"], **old} for r in rows if r is not again[0])
+    assert f"the 1 of {len(QUICK)} points whose flags hold `reduce_scatter` measured again" in doc.read_text()
+
+
 def test_the_mininet_section_is_replaced_alone_and_kept_by_a_local_regeneration(tmp_path):
     """--mininet-only --doc replaces only the doc's Mininet section; regenerating the local grid keeps it."""
     row = {"flags": "--topo star", "figure": "completion_s", "mininet_s": 0.4, "local_s": 0.39, "model_s": 0.42,
