@@ -74,6 +74,7 @@ def plan_dynamic(graph: nx.Graph, workers: Sequence[str], job: int = 1, slots: i
     widths = {level[s]: len(up[s]) for s in on if s in climbing}
     rank = {w: i for i, w in enumerate(workers)}
     index = indexed(graph).index
+    answers = _answer_ports(graph, workers, tor, toward, root)
     switch_ports = {}
     for s in on:
         port_of = {n: p for p, n in ports(graph, s).items()}
@@ -85,13 +86,29 @@ def plan_dynamic(graph: nx.Graph, workers: Sequence[str], job: int = 1, slots: i
         switch_ports[s] = JobPort(
             job=job, nworkers=len(workers), children=tuple(sorted(port_of[n] for n in below)),
             parent=None if s == root else port_of[toward[s]], aggregate=True, contributors=cone,
-            rank=min(cone), rank_ports={r: p for r, p in cone.items() if p >= 0}, slot_base=0, slots=slots,
+            rank=min(cone), rank_ports=answers.get(s, {}), slot_base=0, slots=slots,
             pbox=None if pbox is None else index[pbox], uplinks=tuple(port_of[n] for n in up[s]), stride=stride)
     parents = {w: tor[w] for w in workers} | {s: toward[s] for s in on if s != root}
     return JobPlan(job, "dynamic", workers, root, tuple(on), parents, switch_ports, tor, slots, pbox)
 
 
 Ways = tuple[str, dict[str, list[str]], dict[str, str], set[str], dict[str, set[str]], bool]
+
+
+def _answer_ports(graph: nx.Graph, workers: Sequence[str], tor: dict[str, str], toward: dict[str, str],
+                  root: str) -> dict[str, dict[int, int]]:
+    """Per switch, rank -> the port back towards that rank's worker along the way its retransmissions climb (each
+    switch's ``toward`` hop, the parent port): the way the root's answer to a retransmission retraces, to that rank
+    alone."""
+    out: dict[str, dict[int, int]] = {}
+    for r, w in enumerate(workers):
+        below, s = w, tor[w]
+        while True:
+            out.setdefault(s, {})[r] = next(p for p, n in ports(graph, s).items() if n == below)
+            if s == root:
+                break
+            below, s = s, toward[s]
+    return out
 
 
 def _roots(graph: nx.Graph, workers: Sequence[str], tor: dict[str, str], level: dict[str, int]) -> list[str]:
