@@ -47,6 +47,7 @@ class SwitchNodeConfig:
     packet_elements: int = 0
     fan_in: int = 0
     netns: str = ""  # in a group: the namespace its ports open in
+    ebpf: str = ""  # --data-plane ebpf: the built tc program (innet.ebpf) its ports run before this process
 
 
 @dataclass(frozen=True)
