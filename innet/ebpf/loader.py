@@ -25,6 +25,12 @@ class Config(ctypes.Structure):
     _fields_ = [("node", U32), ("slots", U32)]
 
 
+class SlotHead(ctypes.Structure):
+    """The head of switch.c's ``struct slot`` (its values follow, zero when the map is made)."""
+
+    _fields_ = [("lock", U32), ("state", U32), ("chunk", ctypes.c_int64)]
+
+
 class PortInfo(ctypes.Structure):
     _fields_ = [("ifindex", U32), ("neighbor", U32)]
 
@@ -61,6 +67,9 @@ def _libbpf() -> ctypes.CDLL:
     lib.bpf_object__find_map_fd_by_name.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
     lib.bpf_map_update_elem.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, U64]
     lib.bpf_map_lookup_elem.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+    lib.bpf_object__find_map_by_name.restype = ctypes.c_void_p
+    lib.bpf_object__find_map_by_name.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    lib.bpf_map__value_size.argtypes = [ctypes.c_void_p]
     return lib
 
 
@@ -83,7 +92,7 @@ class EbpfPlane:
         prog = lib.bpf_object__find_program_by_name(self.obj, b"innet_switch")
         self.prog_fd = lib.bpf_program__fd(prog)
         self.maps = {name: lib.bpf_object__find_map_fd_by_name(self.obj, name.encode())
-                     for name in ("cfg", "ports", "port_of", "jobs", "members", "stats", "counters")}
+                     for name in ("cfg", "ports", "port_of", "jobs", "members", "pool", "stats", "counters")}
         self.ifindex = {port: socket.if_nametoindex(name) for port, name in ports.items()}
         self.cpus = lib.libbpf_num_possible_cpus()
         try:
@@ -113,12 +122,22 @@ class EbpfPlane:
         """The switch's plan into the maps: its node and ports, and every job it aggregates (relays' jobs stay
         with the Python switch). ``slots``: the program's pool (a version's)."""
         self._put("cfg", U32(0), Config(config.node, slots))
+        self._clear_pool(2 * slots)
         for port, ifindex in self.ifindex.items():
             self._put("ports", U32(port), PortInfo(ifindex, config.neighbors.get(port, 0xFFFF)))
             self._put("port_of", U32(ifindex), U32(port))
         for job in config.jobs.values():
             if job.aggregate:
                 self._install_job(job)
+
+    def _clear_pool(self, keys: int) -> None:
+        """Every slot holding no round yet (chunk -1, as the engine's registers start), its values zero."""
+        size = self.lib.bpf_map__value_size(self.lib.bpf_object__find_map_by_name(self.obj, b"pool"))
+        value = ctypes.create_string_buffer(size)
+        ctypes.memmove(value, ctypes.byref(SlotHead(0, 0, -1)), ctypes.sizeof(SlotHead))
+        for key in range(keys):
+            if self.lib.bpf_map_update_elem(self.maps["pool"], ctypes.byref(U32(key)), value, 0):
+                raise OSError(ctypes.get_errno(), "eBPF map pool")
 
     def _install_job(self, job: JobPort) -> None:
         if len(job.contributors) > 64 or job.uplinks:
