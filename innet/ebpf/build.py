@@ -54,7 +54,7 @@ def object_path(elements: int, keys: int, cache: str) -> str:
     if os.path.exists(path):
         return path
     if shutil.which(CLANG[0]) is None:
-        raise UserError("--data-plane ebpf needs clang and libbpf-dev (make deps installs them)")
+        raise UserError("{data_plane} ebpf needs clang and libbpf-dev (make deps installs them)")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         src = os.path.join(tmp, SOURCE)
@@ -64,7 +64,7 @@ def object_path(elements: int, keys: int, cache: str) -> str:
         done = subprocess.run([*CLANG, *defines, "-c", src, "-o", built], capture_output=True, text=True, check=False)
         if done.returncode != 0:
             line = (done.stderr.strip().splitlines() or ["no output"])[0]
-            raise UserError(f"--data-plane ebpf: clang could not build {SOURCE}: {line}")
+            raise UserError(f"{{data_plane}} ebpf: clang could not build {SOURCE}: {line}")
         os.replace(built, path + ".tmp")
         os.replace(path + ".tmp", path)
     return path

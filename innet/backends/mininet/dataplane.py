@@ -3,14 +3,23 @@ program built once for all of them; otherwise one line says why the Python switc
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 
-from innet.backends.mininet.calibration import cache_dir
 from innet.backends.mininet.network import log
 from innet.ebpf.build import object_path, unsupported_program
 from innet.node.config import Faults
 from innet.planning.spec import RunSpec
 from innet.switch.program import SwitchProgram
+
+
+def cache_dir() -> str:
+    """Where what a machine measures or builds once is kept (the calibration, the eBPF switch): $INNET_CACHE_DIR,
+    else /var/cache/innet as root, else ~/.cache/innet."""
+    given = os.environ.get("INNET_CACHE_DIR")
+    if given:
+        return given
+    return "/var/cache/innet" if os.geteuid() == 0 else os.path.join(os.path.expanduser("~"), ".cache", "innet")
 
 
 def unsupported_run(run: RunSpec, program: type[SwitchProgram], faults: Sequence[Faults], dilation: float) -> str:
