@@ -106,3 +106,19 @@ def test_an_interrupted_run_leaves_no_program_hook_or_process(tmp_path):
     assert proc.returncode == 130
     assert our_programs() == []
     assert_nothing_left(state)
+
+
+def test_a_switch_whose_program_does_not_load_runs_the_python_switch_and_says_so(monkeypatch, tmp_path, said):
+    import innet.backends.mininet.dataplane as dataplane
+
+    broken = tmp_path / "switch.o"
+    broken.write_bytes(b"not an object file")
+    monkeypatch.setattr(dataplane, "object_path", lambda *args: str(broken))
+    record = run(build("star", workers=2), elements=3000, data_plane="ebpf")
+    assert record["correct"], record["errors"]
+    assert record["switch_data_plane"] == {"s1": "python"}
+    lines = [e.message for e in said if "run(s) the Python switch" in e.message]
+    assert len(lines) == 1 and lines[0].startswith("--data-plane ebpf: s1 run(s) the Python switch (the eBPF switch "
+                                                   "did not load"), lines
+    assert our_programs() == []
+    assert_nothing_left()

@@ -63,6 +63,7 @@ class Installed:
 
     error: str = ""
     memory_bytes: int = 0
+    data_plane: str = "python"  # "ebpf": its ports run the tc program (innet.ebpf)
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,7 @@ class SwitchNode:
             self.admission.slots = max(pools, default=0)
             for port, frame in self.runtime.start(time.monotonic()):
                 self.egress.send(port, frame, time.monotonic())
-            return Installed(memory_bytes=self.runtime.memory_bytes), False
+            return Installed(memory_bytes=self.runtime.memory_bytes, data_plane="python" if self.plane is None else "ebpf"), False
         if op == "stats":
             return SwitchStats(
                 cpu_s=own_cpu_s() if self.alone else self.cpu_s, lost=self.egress.lost(),

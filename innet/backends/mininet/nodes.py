@@ -106,8 +106,9 @@ def start_switches(net: Network, run: RunSpec, program: type[SwitchProgram], con
         controls[sw] = Control(confs[sw].control, max(0.0, deadline - time.monotonic()), proc, log_path)
         net.controls.append(controls[sw])
         progress.update(lambda: f"{len(controls)}/{len(switches)} switches up")
-    for sw, ctl in controls.items():
-        ctl.install(configs[sw])
+    python = [sw for sw, ctl in controls.items() if ctl.install(configs[sw]).data_plane != "ebpf"]
+    if ebpf and python:  # it did not load there, or cannot hold the switch's plan: the switch's log says why
+        log(f"--data-plane ebpf: {', '.join(python)} run(s) the Python switch ({controls[python[0]].last_words()})")
     grouped = f" in {len(procs)} processes" if len(procs) < len(switches) else ""
     log(f"{len(switches)} switches up{grouped} running {program.name}")
     return controls, procs
