@@ -16,7 +16,9 @@ import time
 from typing import Any
 
 from innet.backends.mininet.control import Control
+from innet.backends.mininet.dataplane import cache_dir
 from innet.backends.mininet.emulation import network
+from innet.ebpf.build import object_path
 from innet.graph import node_indices
 from innet.node.config import PortFaults, SwitchNodeConfig
 from innet.planning.configs import switch_configs
@@ -44,7 +46,8 @@ def _rx_tx(node: Any) -> dict[str, tuple[int, int]]:
 
 
 def measure(kind: str, workers: int, elements: int, target: str, seconds: float = 1.0, search: int = 0) -> dict[str, Any]:
-    """Packets/s through the middle node, the sender on CPU 0 and the innet switch on CPU 1.
+    """Packets/s through the middle node (``target``: bridge, innet, or ebpf: the innet switch with
+    ``--data-plane ebpf``'s tc program on its ports), the sender on CPU 0 and the innet switch on CPU 1.
 
     One unpaced run gives the sender's rate, what the node took in (``in_pps``)
     and what it completed (``done_pps``: frames forwarded to the sink, or
@@ -69,7 +72,7 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
                 if intf != "lo":
                     s1.cmd(f"ip link set {intf} master br0")
         else:
-            control = _start_switch(emu, graph, kind, senders, elements)
+            control = _start_switch(emu, graph, kind, senders, elements, target == "ebpf")
         where = ",".join(f"{emu.net.get(h).pid}:{h}-eth0" for h in senders)
         dst = idx["s1"] if kind == "sum" else idx[f"h{hosts}"]
         done_intf = "s1-eth0" if kind == "sum" else f"s1-eth{hosts - 1}"
@@ -116,15 +119,17 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
         return result
 
 
-def _start_switch(emu: Any, graph: Any, kind: str, senders: list[str], elements: int) -> Control:
-    """The innet switch on s1, pinned to CPU 1: forward, or sum_allreduce at ``elements`` per packet."""
+def _start_switch(emu: Any, graph: Any, kind: str, senders: list[str], elements: int, ebpf: bool = False) -> Control:
+    """The innet switch on s1, pinned to CPU 1: forward, or sum_allreduce at ``elements`` per packet (with ``ebpf``,
+    its ports run the eBPF switch; what it does runs in the kernel's softirq, on whichever CPU the frame came)."""
     program = os.path.join(emu.run_dir, f"sum_{elements}.py")
     with open(program, "w", encoding="utf-8") as fh:
         fh.write(PROGRAM.format(elements=elements))
     plans = [] if kind == "forward" else [plan_job(graph, senders, method="root", slots=128)]
     config = switch_configs(graph, plans, memory=64 << 20)["s1"]
     conf = SwitchNodeConfig("forward" if kind == "forward" else program, {p: f"s1-eth{p}" for p in config.ports},
-                            {p: PortFaults() for p in config.ports}, os.path.join(emu.run_dir, "s1.sock"))
+                            {p: PortFaults() for p in config.ports}, os.path.join(emu.run_dir, "s1.sock"),
+                            ebpf=object_path(elements, 256, cache_dir()) if ebpf else "")
     path = emu.write("s1.json", conf)
     emu.spawn("s1", ["taskset", "-c", "1", sys.executable, "-m", "innet.node", "switch", path])
     control = Control(conf.control)
