@@ -20,8 +20,10 @@ included): its rate were it never idle, against BMv2's documented
 plain-forwarding rate (~80-100k packets/s; 90k taken, not measured here).
 
 --ebpf adds, for the sum rows, the same switch with --data-plane ebpf's tc program on its ports: its lossless
-rate and what it completed flat out. Its work runs in the kernel's softirq on the sender's CPU (veth delivers
-synchronously), as the bridge's does, so both measure the sender's core with the node's work on it.
+rate, what it completed flat out, and the frames it takes in per second of the program's own run time (the
+kernel's BPF run-time statistics, on while it runs; the veth delivery of what it sends not included). Its
+work runs in the kernel's softirq on the sender's CPU (veth delivers synchronously), as the bridge's does,
+so both measure the sender's core with the node's work on it.
 """
 
 import argparse
@@ -64,12 +66,13 @@ def main():
         if args.ebpf:
             ebpf = [measure(kind, workers, elements, "ebpf", args.seconds, args.search) for _ in range(args.runs)
                     ] if kind == "sum" else []
-            rows[-1] += [statistics.median(r["lossless_pps"] for r in ebpf) if ebpf else 0.0,
-                         statistics.median(r["done_pps"] for r in ebpf) if ebpf else 0.0]
+            rows[-1] += [statistics.median(r[k] for r in ebpf) if ebpf else 0.0
+                         for k in ("lossless_pps", "done_pps", "cpu_pps")]
     report("switch vs Linux bridge", ["program", "elements/pkt", "sender pps", "bridge pps", "innet pps",
                                       "innet elements/s", "innet/bridge", "innet pps overloaded", "at 2x / lossless",
                                       "pps per cpu-s", "per cpu-s / BMv2",
-                                      *(["ebpf pps", "ebpf pps flat out"] if args.ebpf else [])], rows)
+                                      *(["ebpf pps", "ebpf pps flat out", "ebpf pps per cpu-s"] if args.ebpf else [])],
+           rows)
 
 if __name__ == "__main__":
     main()

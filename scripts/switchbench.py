@@ -8,11 +8,15 @@ bridge or the innet switch. Rates come from interface and switch counters.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
+import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from innet.backends.mininet.control import Control
@@ -63,7 +67,7 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
     graph = star(hosts, bw=100_000.0, pbox=False)  # above TCLink's range: left unshaped, veth speed
     idx = node_indices(graph)
     senders = [f"h{i + 1}" for i in range(workers)]
-    with network(graph, JUMBO_MTU) as emu:  # room for 1024 elements per frame (4154 bytes)
+    with network(graph, JUMBO_MTU) as emu, timed_programs(target == "ebpf"):  # room for 1024 elements a frame
         s1 = emu.net.get("s1")
         control = None
         if target == "bridge":
@@ -78,6 +82,8 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
         done_intf = "s1-eth0" if kind == "sum" else f"s1-eth{hosts - 1}"
 
         def cpu_s() -> float:
+            if target == "ebpf":  # the tc program's own run time (frames it ran on: the in-count below)
+                return program_run_s()
             return control.stats().cpu_s if control is not None else 0.0
 
         def run(rate: float, first_chunk: int) -> dict[str, float]:
@@ -117,6 +123,26 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
             r = run(2 * lo, (search + 1) << 24)  # twice the lossless rate, open loop
             result["overload2_pps"] = r["done"] / r["elapsed"]
         return result
+
+
+@contextlib.contextmanager
+def timed_programs(on: bool) -> Iterator[None]:
+    """The kernel times every BPF program's runs while this is open (BPF_ENABLE_STATS: while its fd is held)."""
+    if not on:
+        yield
+        return
+    fd = ctypes.CDLL("libbpf.so.1").bpf_enable_stats(0)  # BPF_STATS_RUN_TIME
+    try:
+        yield
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def program_run_s() -> float:
+    """Seconds the eBPF switch's programs have run (the kernel's run_time_ns, while ``timed_programs``)."""
+    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
+    return sum(p.get("run_time_ns", 0) for p in json.loads(out) if p.get("name") == "innet_switch") / 1e9
 
 
 def _start_switch(emu: Any, graph: Any, kind: str, senders: list[str], elements: int, ebpf: bool = False) -> Control:
