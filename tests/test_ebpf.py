@@ -48,3 +48,28 @@ def test_the_program_is_built_once_per_shape_and_cached(tmp_path):
     assert object_path(2048, 256, str(tmp_path)) != first
     with open(first, "rb") as f:
         assert f.read(4) == b"\x7fELF"
+
+
+@pytest.mark.skipif(shutil.which("clang") is None or shutil.which("bpftool") is None,
+                    reason="clang and bpftool (make deps) build and read the eBPF switch")
+def test_the_loaders_structs_are_the_programs_field_for_field(tmp_path):
+    """What the loader writes into the maps has switch.c's layout: each struct's size and its fields' offsets,
+    read from the built object's BTF."""
+    import ctypes
+    import json
+    import subprocess
+
+    from innet.ebpf import loader
+
+    out = subprocess.run(["bpftool", "-j", "btf", "dump", "file", object_path(512, 32, str(tmp_path))],
+                         capture_output=True, text=True, check=True).stdout
+    btf = {t["name"]: t for t in json.loads(out)["types"] if t.get("kind") == "STRUCT"}
+    mine = {"config": loader.Config, "port_info": loader.PortInfo, "job_info": loader.JobInfo,
+            "member_key": loader.Pair, "member": loader.Pair}
+    for name, struct in mine.items():
+        assert btf[name]["size"] == ctypes.sizeof(struct), name
+        offsets = [m["bits_offset"] // 8 for m in btf[name]["members"]]
+        assert offsets == [getattr(struct, f).offset for f, _ in struct._fields_], name
+    head = [m["bits_offset"] // 8 for m in btf["slot"]["members"][:3]]
+    assert head == [getattr(loader.SlotHead, f).offset for f, _ in loader.SlotHead._fields_]
+    assert btf["port_stats"]["size"] == 4 * 8 and len(btf["port_stats"]["members"]) == 4
