@@ -3,7 +3,7 @@
 # install the Debian packages; as a non-root user apt-get and Mininet use sudo.
 PYTHON ?= python3
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
-APT_PACKAGES := mininet bridge-utils ethtool iproute2 tcpdump tshark openssh-server
+APT_PACKAGES := mininet bridge-utils ethtool iproute2 tcpdump tshark openssh-server clang libbpf-dev bpftool  # the last three: --data-plane ebpf
 PY_MODULES := numpy scapy networkx mininet matplotlib sklearn tqdm pytest hypothesis ruff mypy torch expecttest  # pyproject's [dev,torch]
 STAMP := .deps.stamp
 

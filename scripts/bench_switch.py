@@ -18,6 +18,12 @@ and, at the lossless rate, the packets the switch took in per second of its own
 CPU time (its system calls and the kernel's veth delivery of what it sends
 included): its rate were it never idle, against BMv2's documented
 plain-forwarding rate (~80-100k packets/s; 90k taken, not measured here).
+
+--ebpf adds, for the sum rows, the same switch with --data-plane ebpf's tc program on its ports: its lossless
+rate, what it completed flat out, and the frames it takes in per second of the program's own run time (the
+kernel's BPF run-time statistics, on while it runs; the veth delivery of what it sends not included). Its
+work runs in the kernel's softirq on the sender's CPU (veth delivers synchronously), as the bridge's does,
+so both measure the sender's core with the node's work on it.
 """
 
 import argparse
@@ -39,6 +45,7 @@ def main():
     p.add_argument("--seconds", type=float, default=1.0)
     p.add_argument("--search", type=int, default=5, help="bisection steps for the lossless rate")
     p.add_argument("--quick", action="store_true", help="only forward and sum x4 at 256 elements")
+    p.add_argument("--ebpf", action="store_true", help="also the eBPF switch (--data-plane ebpf) on the sum rows")
     args = p.parse_args()
     cases = [("forward", 1, e) for e in (64, 256, 1024)] + [("sum", w, e) for w in (2, 4, 8) for e in (64, 256, 1024)]
     if args.quick:
@@ -56,9 +63,16 @@ def main():
                      round(statistics.median(r["overload2_pps"] / r["lossless_pps"] if r["lossless_pps"] else 0.0
                                              for r in innet), 3),
                      cpu_pps, round(cpu_pps / BMV2_PPS, 1)])
+        if args.ebpf:
+            ebpf = [measure(kind, workers, elements, "ebpf", args.seconds, args.search) for _ in range(args.runs)
+                    ] if kind == "sum" else []
+            rows[-1] += [statistics.median(r[k] for r in ebpf) if ebpf else 0.0
+                         for k in ("lossless_pps", "done_pps", "cpu_pps")]
     report("switch vs Linux bridge", ["program", "elements/pkt", "sender pps", "bridge pps", "innet pps",
                                       "innet elements/s", "innet/bridge", "innet pps overloaded", "at 2x / lossless",
-                                      "pps per cpu-s", "per cpu-s / BMv2"], rows)
+                                      "pps per cpu-s", "per cpu-s / BMv2",
+                                      *(["ebpf pps", "ebpf pps flat out", "ebpf pps per cpu-s"] if args.ebpf else [])],
+           rows)
 
 if __name__ == "__main__":
     main()

@@ -8,15 +8,21 @@ bridge or the innet switch. Rates come from interface and switch counters.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
+import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from innet.backends.mininet.control import Control
+from innet.backends.mininet.dataplane import cache_dir
 from innet.backends.mininet.emulation import network
+from innet.ebpf.build import object_path
 from innet.graph import node_indices
 from innet.node.config import PortFaults, SwitchNodeConfig
 from innet.planning.configs import switch_configs
@@ -44,7 +50,8 @@ def _rx_tx(node: Any) -> dict[str, tuple[int, int]]:
 
 
 def measure(kind: str, workers: int, elements: int, target: str, seconds: float = 1.0, search: int = 0) -> dict[str, Any]:
-    """Packets/s through the middle node, the sender on CPU 0 and the innet switch on CPU 1.
+    """Packets/s through the middle node (``target``: bridge, innet, or ebpf: the innet switch with
+    ``--data-plane ebpf``'s tc program on its ports), the sender on CPU 0 and the innet switch on CPU 1.
 
     One unpaced run gives the sender's rate, what the node took in (``in_pps``)
     and what it completed (``done_pps``: frames forwarded to the sink, or
@@ -60,7 +67,7 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
     graph = star(hosts, bw=100_000.0, pbox=False)  # above TCLink's range: left unshaped, veth speed
     idx = node_indices(graph)
     senders = [f"h{i + 1}" for i in range(workers)]
-    with network(graph, JUMBO_MTU) as emu:  # room for 1024 elements per frame (4154 bytes)
+    with network(graph, JUMBO_MTU) as emu, timed_programs(target == "ebpf"):  # room for 1024 elements a frame
         s1 = emu.net.get("s1")
         control = None
         if target == "bridge":
@@ -69,12 +76,14 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
                 if intf != "lo":
                     s1.cmd(f"ip link set {intf} master br0")
         else:
-            control = _start_switch(emu, graph, kind, senders, elements)
+            control = _start_switch(emu, graph, kind, senders, elements, target == "ebpf")
         where = ",".join(f"{emu.net.get(h).pid}:{h}-eth0" for h in senders)
         dst = idx["s1"] if kind == "sum" else idx[f"h{hosts}"]
         done_intf = "s1-eth0" if kind == "sum" else f"s1-eth{hosts - 1}"
 
         def cpu_s() -> float:
+            if target == "ebpf":  # the tc program's own run time (frames it ran on: the in-count below)
+                return program_run_s()
             return control.stats().cpu_s if control is not None else 0.0
 
         def run(rate: float, first_chunk: int) -> dict[str, float]:
@@ -116,15 +125,37 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
         return result
 
 
-def _start_switch(emu: Any, graph: Any, kind: str, senders: list[str], elements: int) -> Control:
-    """The innet switch on s1, pinned to CPU 1: forward, or sum_allreduce at ``elements`` per packet."""
+@contextlib.contextmanager
+def timed_programs(on: bool) -> Iterator[None]:
+    """The kernel times every BPF program's runs while this is open (BPF_ENABLE_STATS: while its fd is held)."""
+    if not on:
+        yield
+        return
+    fd = ctypes.CDLL("libbpf.so.1").bpf_enable_stats(0)  # BPF_STATS_RUN_TIME
+    try:
+        yield
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def program_run_s() -> float:
+    """Seconds the eBPF switch's programs have run (the kernel's run_time_ns, while ``timed_programs``)."""
+    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
+    return sum(p.get("run_time_ns", 0) for p in json.loads(out) if p.get("name") == "innet_switch") / 1e9
+
+
+def _start_switch(emu: Any, graph: Any, kind: str, senders: list[str], elements: int, ebpf: bool = False) -> Control:
+    """The innet switch on s1, pinned to CPU 1: forward, or sum_allreduce at ``elements`` per packet (with ``ebpf``,
+    its ports run the eBPF switch; what it does runs in the kernel's softirq, on whichever CPU the frame came)."""
     program = os.path.join(emu.run_dir, f"sum_{elements}.py")
     with open(program, "w", encoding="utf-8") as fh:
         fh.write(PROGRAM.format(elements=elements))
     plans = [] if kind == "forward" else [plan_job(graph, senders, method="root", slots=128)]
     config = switch_configs(graph, plans, memory=64 << 20)["s1"]
     conf = SwitchNodeConfig("forward" if kind == "forward" else program, {p: f"s1-eth{p}" for p in config.ports},
-                            {p: PortFaults() for p in config.ports}, os.path.join(emu.run_dir, "s1.sock"))
+                            {p: PortFaults() for p in config.ports}, os.path.join(emu.run_dir, "s1.sock"),
+                            ebpf=object_path(elements, 256, cache_dir()) if ebpf else "")
     path = emu.write("s1.json", conf)
     emu.spawn("s1", ["taskset", "-c", "1", sys.executable, "-m", "innet.node", "switch", path])
     control = Control(conf.control)

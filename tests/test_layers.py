@@ -9,11 +9,11 @@ import networkx as nx
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "innet")
 
 # lowest first; a module may import from its own layer and those before it
-# io: raw ports; node: what runs inside a namespace; backends: the local fabric and Mininet orchestration;
-# integrations: torch on top of them; api: innet.run and innet.plan; the CLI and the experiments call the api;
-# commands is the ``innet`` front door
-LAYERS = ["base", "wire", "switch", "hosts", "planning", "results", "schemes", "io", "node", "backends", "integrations", "api",
-          "cli", "experiments", "commands"]
+# io: raw ports; ebpf: the eBPF switch and its loader; node: what runs inside a namespace; backends: the local
+# fabric and Mininet orchestration; integrations: torch on top of them; api: innet.run and innet.plan; the CLI and
+# the experiments call the api; commands is the ``innet`` front door
+LAYERS = ["base", "wire", "switch", "hosts", "planning", "results", "schemes", "io", "ebpf", "node", "backends", "integrations",
+          "api", "cli", "experiments", "commands"]
 BASE = {"innet.errors", "innet.graph", "innet.events", "innet.shipped"}
 
 

@@ -30,6 +30,7 @@ from innet.wire.packet import (
 )
 
 ETH_P_ALL = 0x0003
+ETH_P_IP = 0x0800
 SOL_PACKET = 263
 PACKET_STATISTICS = 6
 PACKET_IGNORE_OUTGOING = 23
@@ -45,9 +46,11 @@ SOCKET_PRIORITY = (6, 0, 2)
 
 
 class RawPort:
-    def __init__(self, ifname: str, max_batch: int = 256) -> None:
+    def __init__(self, ifname: str, max_batch: int = 256, protocol: int = ETH_P_ALL) -> None:
+        """``protocol`` ETH_P_IP: the socket hears frames after the port's tc ingress hook (an eBPF switch's),
+        where ETH_P_ALL hears them before it."""
         self.name = ifname
-        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(protocol))
         self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
         for opt in (SO_RCVBUFFORCE, SO_SNDBUFFORCE):
             self.sock.setsockopt(socket.SOL_SOCKET, opt, BUFFER_BYTES)

@@ -47,6 +47,7 @@ class SwitchNodeConfig:
     packet_elements: int = 0
     fan_in: int = 0
     netns: str = ""  # in a group: the namespace its ports open in
+    ebpf: str = ""  # --data-plane ebpf: the built tc program (innet.ebpf) its ports run before this process
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class Installed:
 
     error: str = ""
     memory_bytes: int = 0
+    data_plane: str = "python"  # "ebpf": its ports run the tc program (innet.ebpf)
 
 
 @dataclass(frozen=True)

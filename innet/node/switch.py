@@ -10,20 +10,23 @@ blocks in poll() while every switch is idle.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import select
 import socket
+import sys
 import time
 
+from innet.ebpf.loader import EbpfPlane
 from innet.io.netns import opened_in
-from innet.io.rawport import RawPort
+from innet.io.rawport import ETH_P_ALL, ETH_P_IP, RawPort
 from innet.node.admission import Admission
 from innet.node.codec import from_json, to_json
 from innet.node.config import Install, Installed, SwitchGroup, SwitchNodeConfig, SwitchStats
 from innet.node.egress import Egress, wait_ms
 from innet.node.usage import own_cpu_s
 from innet.switch.loader import load_program
-from innet.switch.runtime import SwitchRuntime
+from innet.switch.runtime import SwitchConfig, SwitchReport, SwitchRuntime
 
 
 class SwitchNode:
@@ -31,7 +34,10 @@ class SwitchNode:
 
     def __init__(self, conf: SwitchNodeConfig, alone: bool = True) -> None:
         self.program = load_program(conf.program, conf.pool_slots, conf.packet_elements, conf.fan_in)
-        self.ports = {p: RawPort(name) for p, name in conf.ports.items()}
+        self.plane = _plane(conf)
+        protocol = ETH_P_ALL if self.plane is None else ETH_P_IP  # after the tc program: what it passes on
+        self.ports = {p: RawPort(name, protocol=protocol) for p, name in conf.ports.items()}
+        self.netns = conf.netns
         self.egress = Egress(self.ports, conf.faults)
         self.admission = Admission(list(self.ports.values()))
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -93,28 +99,75 @@ class SwitchNode:
             try:
                 config = from_json(Install, msg).config
                 self.runtime = SwitchRuntime(config, self.program)
+                self._install_plane(config)
             except Exception as exc:  # noqa: BLE001 - reported to the controller as one line
                 return Installed(error=str(exc) or type(exc).__name__), False
             pools = [job.slots for job in config.jobs.values() if job.aggregate]
             self.admission.slots = max(pools, default=0)
             for port, frame in self.runtime.start(time.monotonic()):
                 self.egress.send(port, frame, time.monotonic())
-            return Installed(memory_bytes=self.runtime.memory_bytes), False
+            return Installed(memory_bytes=self.runtime.memory_bytes, data_plane="python" if self.plane is None else "ebpf"), False
         if op == "stats":
             return SwitchStats(
                 cpu_s=own_cpu_s() if self.alone else self.cpu_s, lost=self.egress.lost(),
                 socket_drops={port.name: port.drops() for port in self.ports.values()},
                 qdisc_waits={port.name: port.qdisc_waits for port in self.ports.values()},
-                admission=self.admission.report(), runtime=self.runtime.report() if self.runtime else None,
+                admission=self.admission.report(), runtime=self._report(),
             ), False
         if op == "stop":
             return Installed(), True
         return Installed(error=f"unknown op {op!r}"), False
 
+    def _install_plane(self, config: SwitchConfig) -> None:
+        """The plan into the eBPF switch's maps; a plan it cannot hold leaves this switch to the Python one."""
+        if self.plane is None:
+            return
+        try:
+            self.plane.install(config, self.program.slots)
+        except OSError as exc:
+            print(f"{config.name}: the eBPF switch cannot hold this plan ({exc}); the Python switch runs it",
+                  file=sys.stderr)
+            self._close_plane()
+
+    def _report(self) -> SwitchReport | None:
+        """The runtime's report, with the eBPF switch's frames, bytes and drops added (what it took in never
+        reached the runtime)."""
+        if self.runtime is None:
+            return None
+        report = self.runtime.report()
+        if self.plane is None:
+            return report
+        ports, counters = dict(report.ports), dict(report.counters)
+        for port, extra in self.plane.port_stats().items():
+            name = self.runtime.config.ports[port]
+            ports[name] = dataclasses.replace(ports[name], **{f.name: getattr(ports[name], f.name) + getattr(extra, f.name)
+                                                             for f in dataclasses.fields(extra)})
+        for name, n in self.plane.counters().items():
+            counters[name] = counters.get(name, 0) + n
+        return dataclasses.replace(report, ports=ports, counters=counters, data_plane="ebpf")
+
+    def _close_plane(self) -> None:
+        if self.plane is not None:
+            plane, self.plane = self.plane, None
+            opened_in([self], lambda _: plane.close())  # its hooks are in the switch's namespace
+
     def close(self) -> None:
+        self._close_plane()
         for sock in (self.control, self.listener, *(port.sock for port in self.ports.values())):
             if sock is not None:
                 sock.close()
+
+
+def _plane(conf: SwitchNodeConfig) -> EbpfPlane | None:
+    """The eBPF switch on ``conf``'s ports when it asks for one (else, or when it fails to load, None: the
+    Python switch runs alone, as its log says)."""
+    if not conf.ebpf:
+        return None
+    try:
+        return EbpfPlane(conf.ebpf, conf.ports)
+    except OSError as exc:
+        print(f"the eBPF switch did not load ({exc}); the Python switch runs alone", file=sys.stderr)
+        return None
 
 
 def serve_switch(conf: SwitchNodeConfig) -> int:

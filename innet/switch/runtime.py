@@ -97,6 +97,7 @@ class SwitchReport:
     slots_held: tuple[tuple[float, int], ...] = ()  # with ``SwitchConfig.timeline``: (instant, slots held) at each
     # change, from none held
     slots: int = 0  # the pool's slots, with ``slots_held``
+    data_plane: str = "python"  # "ebpf": its ports ran the tc program (innet.ebpf), counted in ``ports`` and ``counters``
 
 
 @dataclass

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from innet.backends.mininet.dataplane import cache_dir
 from innet.errors import UserError
 from innet.node.codec import from_json, to_json
 from innet.results.files import write_text_atomic
@@ -54,14 +55,6 @@ DATA_PLANE = ("innet/wire/packet.py", "innet/switch/runtime.py", "innet/switch/e
               "innet/node/switch.py", "innet/node/worker.py", "innet/io/rawport.py", "innet/io/mmsg.py",
               "innet/node/egress.py", "innet/backends/mininet/shaper.py",
               os.path.relpath(os.path.join(PROGRAMS, "sum_allreduce.py"), ROOT))  # innet/switch_programs/ installed
-
-
-def cache_dir() -> str:
-    """Where the calibration is kept: $INNET_CACHE_DIR, else /var/cache/innet as root, else ~/.cache/innet."""
-    given = os.environ.get("INNET_CACHE_DIR")
-    if given:
-        return given
-    return "/var/cache/innet" if os.geteuid() == 0 else os.path.join(os.path.expanduser("~"), ".cache", "innet")
 
 
 def data_plane_version() -> str:

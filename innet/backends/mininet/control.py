@@ -38,7 +38,7 @@ class Control:
                 self.sock.close()
                 if proc is not None and proc.poll() is not None:
                     raise UserError(f"switch process {self.name} exited before its control socket came up: "
-                                    f"{self._last_words()}") from None
+                                    f"{self.last_words()}") from None
                 if time.monotonic() > deadline:
                     raise UserError(f"switch control socket {path} did not come up in {timeout:.0f}s") from None
                 time.sleep(0.05)
@@ -70,11 +70,11 @@ class Control:
         except OSError:
             line = b""
         if not line:
-            raise UserError(f"switch process {self.name} exited unexpectedly: {self._last_words()}")
+            raise UserError(f"switch process {self.name} exited unexpectedly: {self.last_words()}")
         answer: object = json.loads(line)
         return answer
 
-    def _last_words(self) -> str:
+    def last_words(self) -> str:
         """The last line the switch process wrote to its log (its error, when it crashed)."""
         try:
             with open(self.log, encoding="utf-8", errors="replace") as fh:

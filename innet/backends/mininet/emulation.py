@@ -25,6 +25,7 @@ from innet.backends.mininet.background import Background, ElasticBackground
 from innet.backends.mininet.cleanup import RunState
 from innet.backends.mininet.collect import Procs, Watch, calls_window, input_record, outcome, switch_drops
 from innet.backends.mininet.control import Control
+from innet.backends.mininet.dataplane import ebpf_object
 from innet.backends.mininet.network import Counters, Network, built, direction_bytes_between, log
 from innet.backends.mininet.nodes import (
     FaultsOf,
@@ -196,8 +197,10 @@ class Emulation(Network):
                        pcap_dir: str | None) -> None:
         if pcap_dir:
             start_pcaps(self, pcap_dir, [n for n in sorted(self.graph, key=natural_key) if is_switch(self.graph, n)])
+        switches = [n for n in sorted(self.graph, key=natural_key) if is_switch(self.graph, n)]
+        ebpf = ebpf_object(run, program, switches, self.port_faults(run), self.dilation)
         self.switch_controls, self.switch_procs = start_switches(self, run, program, configs, self.port_faults(run),
-                                                                 self.node_group)
+                                                                 self.node_group, ebpf)
 
     def execute(self, run: RunSpec, rp: RunPlan, pbox_cores: int, crash: dict[str, float],
                 intruders: list[tuple[str, list[str]]], cli: bool) -> RunRecord:
@@ -295,6 +298,7 @@ class Emulation(Network):
             switch_cpu_share={sw: round(share, 3) for sw, share in measured.cpu_share.items()},
             busy_cores=round(measured.busy, 2), machine_busy_cores=round(measured.machine_busy, 2),
             switch_counters={sw: st.counters for sw, st in stats.items()},
+            switch_data_plane={sw: st.runtime.data_plane for sw, st in stats.items() if st.runtime is not None},
             **({"input": inputs} if inputs is not None else {}),
             **({"cluster": cluster_figures(graph, self.placement, self.cluster.servers, link_bytes)}
                if self.cluster is not None else {}),

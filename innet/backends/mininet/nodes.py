@@ -81,14 +81,14 @@ def _start_group(net: Network, group: list[str], confs: dict[str, C], roles: tup
 
 
 def start_switches(net: Network, run: RunSpec, program: type[SwitchProgram], configs: dict[str, SwitchConfig],
-                   faults: FaultsOf, node_group: int | None) -> tuple[dict[str, Control], Procs]:
+                   faults: FaultsOf, node_group: int | None, ebpf: str = "") -> tuple[dict[str, Control], Procs]:
     """Every switch's process, its control channel once up, and its configuration installed; the controls
-    by switch and the processes by label."""
+    by switch and the processes by label. ``ebpf``: the built eBPF switch their ports run (innet.ebpf)."""
     graph = net.graph
     switches = [n for n in sorted(graph, key=natural_key) if is_switch(graph, n)]
     confs = {sw: SwitchNodeConfig(run.program, {p: f"{sw}-eth{p}" for p in configs[sw].ports}, faults(sw),
                                   os.path.join(net.run_dir, f"{sw}.sock"), run.pool_slots, run.packet_elements,
-                                  getattr(program, "fan_in", 0)) for sw in switches}
+                                  getattr(program, "fan_in", 0), ebpf=ebpf) for sw in switches}
     procs: Procs = {}
     served_by: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
     for group in net.groups(switches, node_group):
@@ -106,8 +106,9 @@ def start_switches(net: Network, run: RunSpec, program: type[SwitchProgram], con
         controls[sw] = Control(confs[sw].control, max(0.0, deadline - time.monotonic()), proc, log_path)
         net.controls.append(controls[sw])
         progress.update(lambda: f"{len(controls)}/{len(switches)} switches up")
-    for sw, ctl in controls.items():
-        ctl.install(configs[sw])
+    python = [sw for sw, ctl in controls.items() if ctl.install(configs[sw]).data_plane != "ebpf"]
+    if ebpf and python:  # it did not load there, or cannot hold the switch's plan: the switch's log says why
+        log(f"--data-plane ebpf: {', '.join(python)} run(s) the Python switch ({controls[python[0]].last_words()})")
     grouped = f" in {len(procs)} processes" if len(procs) < len(switches) else ""
     log(f"{len(switches)} switches up{grouped} running {program.name}")
     return controls, procs

@@ -1,0 +1,52 @@
+"""``--data-plane ebpf`` on Mininet: whether this run's switches can run the eBPF switch (innet.ebpf), and its
+program built once for all of them; otherwise one line says why the Python switch runs it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+from innet.backends.mininet.network import log
+from innet.ebpf.build import object_path, unsupported_program
+from innet.node.config import Faults
+from innet.planning.spec import RunSpec
+from innet.switch.program import SwitchProgram
+
+
+def cache_dir() -> str:
+    """Where what a machine measures or builds once is kept (the calibration, the eBPF switch): $INNET_CACHE_DIR,
+    else /var/cache/innet as root, else ~/.cache/innet."""
+    given = os.environ.get("INNET_CACHE_DIR")
+    if given:
+        return given
+    return "/var/cache/innet" if os.geteuid() == 0 else os.path.join(os.path.expanduser("~"), ".cache", "innet")
+
+
+def unsupported_run(run: RunSpec, program: type[SwitchProgram], faults: Sequence[Faults], dilation: float) -> str:
+    """Why this run's switches cannot run the eBPF switch, in a few words ("" when they can)."""
+    if run.mode != "innet":
+        return f"--mode {run.mode} aggregates nothing in the switches"
+    if run.collective != "allreduce":
+        return f"--collective {run.collective} is not translated"
+    if run.cluster or run.crash:
+        return "--cluster and --crash are not translated"
+    if dilation > 1:
+        return (f"links dilated {dilation:g}x are paced by the Python switch's ports (--dilation off runs the eBPF "
+                "switch)")
+    if any(port.spec.active or port.rate for ports in faults for port in ports.values()):
+        return "the links' faults are injected by the Python switch's ports"
+    return unsupported_program(program)
+
+
+def ebpf_object(run: RunSpec, program: type[SwitchProgram], switches: Sequence[str],
+                faults: Callable[[str], Faults], dilation: float) -> str:
+    """The built eBPF switch every switch of the run loads, or "" (the Python switch; the line said why)."""
+    if run.data_plane != "ebpf":
+        return ""
+    reason = unsupported_run(run, program, [faults(sw) for sw in switches], dilation)
+    if reason:
+        log(f"--data-plane ebpf: the Python switch runs this run ({reason})")
+        return ""
+    path = object_path(program.elements, 2 * program.slots, cache_dir())
+    log(f"--data-plane ebpf: every switch runs {program.name} as a tc program ({path})")
+    return path

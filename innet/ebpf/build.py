@@ -1,0 +1,70 @@
+"""What ``--data-plane ebpf`` can run, and its program built once per run: clang, cached by digest.
+
+The tc program (switch.c) is Reduction's protocol for the built-in SUM operator on innet's fixed-point
+int32 wire, all-reduce, dense. Anything else — another operator or a program of one's own, sparse or
+dynamic trees, other collectives, a run whose ports inject faults or pace dilated links (the Python
+switch's egress does that), node groups, clusters — runs on the Python switch: ``unsupported`` says why in
+a few words, for the one line the run logs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from importlib import resources
+
+from innet.errors import UserError
+from innet.switch.program import SwitchProgram
+from innet.switch.reduction import Reduction
+from innet.wire.operators import SUM
+
+SOURCE = "switch.c"
+MAX_PORTS = 64  # switch.c's MAX_PORTS: port numbers and children per job
+FAN_IN = 64  # one 64-bit bitmap word per slot
+CLANG = ("clang", "-O2", "-g", "-target", "bpf", "-mcpu=v3", "-I/usr/include/x86_64-linux-gnu")
+
+
+def source() -> bytes:
+    return resources.files("innet.ebpf").joinpath(SOURCE).read_bytes()
+
+
+def unsupported_program(program: type[SwitchProgram]) -> str:
+    """Why ``program`` has no eBPF translation ("" when it has one): a Reduction with SUM, dense, unchanged handlers."""
+    if not (isinstance(program, type) and issubclass(program, Reduction)) or program.operator is not SUM:
+        return f"program {program.name} is not the built-in sum reduction"
+    if program.sparse or program.fan_in > FAN_IN:
+        return f"program {program.name} is sparse or tracks more than {FAN_IN} contributors a slot"
+    below = program.__mro__[:program.__mro__.index(Reduction)]
+    mine = {name for cls in below for name, value in vars(cls).items() if callable(value)}
+    if mine & {name for name, value in vars(Reduction).items() if callable(value)}:
+        return f"program {program.name} overrides Reduction's handlers"
+    return ""
+
+
+def object_path(elements: int, keys: int, cache: str) -> str:
+    """The built program for ``elements`` values a packet and ``keys`` slots (both versions): from ``cache``
+    when built before (by the digest of its source and build), else built there now."""
+    defines = (f"-DELEMS={elements}", f"-DKEYS={keys}")
+    text = source()
+    digest = hashlib.sha256(text + repr((CLANG, defines)).encode()).hexdigest()[:16]
+    path = os.path.join(cache, "ebpf", f"switch-{digest}.o")
+    if os.path.exists(path):
+        return path
+    if shutil.which(CLANG[0]) is None:
+        raise UserError("{data_plane} ebpf needs clang and libbpf-dev (make deps installs them)")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, SOURCE)
+        with open(src, "wb") as f:
+            f.write(text)
+        built = os.path.join(tmp, "switch.o")
+        done = subprocess.run([*CLANG, *defines, "-c", src, "-o", built], capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            line = (done.stderr.strip().splitlines() or ["no output"])[0]
+            raise UserError(f"{{data_plane}} ebpf: clang could not build {SOURCE}: {line}")
+        os.replace(built, path + ".tmp")
+        os.replace(path + ".tmp", path)
+    return path

@@ -1,0 +1,322 @@
+// innet's sum all-reduce as a tc (clsact) ingress program: Reduction's slot pool, exactly-once bitmaps,
+// shadow copies, partials up to the parent and results multicast down, on innet's wire (innet.wire.packet).
+// Frames it does not own (routed, aborts, relays' jobs, anything irregular) go on to the Python switch
+// listening on the same ports (TC_ACT_OK); innet.ebpf.loader fills the maps and reads the counters back.
+// Built by innet.ebpf.build with -DELEMS (values per packet) and -DKEYS (slots, both versions).
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#ifndef ELEMS
+#define ELEMS 2048
+#endif
+#ifndef KEYS
+#define KEYS 256
+#endif
+#define MAX_PORTS 64
+#define AGG_PORT 48879
+#define PAY_OFF 58
+#define BLOCK 64
+#define F_RESULT 1
+#define F_RETX 2
+#define F_ROUTE 4
+#define F_OVERFLOW 8
+#define F_VER 16
+#define F_SPARSE 32
+#define F_ABORT 128
+#define ALL_RANKS 0xFFFF
+#define COLLECTING 0
+#define WAITING 1
+#define DONE 2
+#define TAKING 3
+enum { C_STALE, C_DUPLICATE, C_BAD_COUNT, C_ANSWERED, C_RESENT, C_COUNTERS };
+
+struct config { __u32 node; __u32 slots; };  // this switch's node index; the pool's slots (a version's)
+struct port_info { __u32 ifindex; __u32 neighbor; };
+struct job_info {
+    __u32 nworkers, need, parent, is_root, rank, slot_base, slots, band, nchildren;
+    __u32 children[MAX_PORTS];
+};
+struct member_key { __u32 job, rank; };
+struct member { __u32 index, port; };
+struct slot {
+    struct bpf_spin_lock lock;
+    __u32 state;
+    __s64 chunk;
+    __u64 seen;
+    __u32 have, done, count, overflow;
+    __s32 exp, pad;
+    __s32 vals[ELEMS];
+};
+struct port_stats { __u64 rx_packets, rx_bytes, tx_packets, tx_bytes; };
+
+struct hdr {
+    __u8 eth_dst[6], eth_src[6];
+    __be16 ethertype;
+    __u8 ver_ihl, tos;
+    __be16 ip_len, ip_id, frag;
+    __u8 ttl, proto;
+    __be16 ip_csum;
+    __be32 saddr, daddr;
+    __be16 sport, dport, udp_len, udp_csum;
+    __be16 job, rank, nworkers, slot;
+    __be32 chunk;
+    __be16 count;
+    __u8 flags;
+    __s8 exp;
+} __attribute__((packed));
+
+struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, 1); __type(key, __u32); __type(value, struct config); } cfg SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, MAX_PORTS); __type(key, __u32); __type(value, struct port_info); } ports SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_HASH); __uint(max_entries, MAX_PORTS); __type(key, __u32); __type(value, __u32); } port_of SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_HASH); __uint(max_entries, 256); __type(key, __u32); __type(value, struct job_info); } jobs SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_HASH); __uint(max_entries, 8192); __type(key, struct member_key); __type(value, struct member); } members SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, KEYS); __type(key, __u32); __type(value, struct slot); } pool SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); __uint(max_entries, MAX_PORTS); __type(key, __u32); __type(value, struct port_stats); } stats SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); __uint(max_entries, C_COUNTERS); __type(key, __u32); __type(value, __u64); } counters SEC(".maps");
+
+static __always_inline void count(__u32 what) {
+    __u64 *c = bpf_map_lookup_elem(&counters, &what);
+    if (c) *c += 1;
+}
+
+static __always_inline void note(__u32 port, int tx, __u64 bytes) {
+    struct port_stats *s = bpf_map_lookup_elem(&stats, &port);
+    if (!s) return;
+    if (tx) { s->tx_packets += 1; s->tx_bytes += bytes; }
+    else { s->rx_packets += 1; s->rx_bytes += bytes; }
+}
+
+static __always_inline int node_of(__be32 addr) {
+    __u32 a = bpf_ntohl(addr);
+    return (a >> 16) == ((10 << 8) | 77) ? (int)(a & 0xFFFF) - 1 : -1;
+}
+
+static __always_inline void mac_of(__u8 *mac, __u32 node) {
+    mac[0] = 0x02; mac[1] = 0x69; mac[2] = 0x6E; mac[3] = 0x00; mac[4] = (node >> 8) & 0xFF; mac[5] = node & 0xFF;
+}
+
+// The Ethernet, IPv4 and UDP headers innet.wire.packet.frame_prefix writes from this switch to the port's neighbour.
+static __always_inline void prefix(struct hdr *h, __u32 node, __u32 neighbor, __u32 band) {
+    __u32 payload = 16 + 4 * (__u32)bpf_ntohs(h->count);
+    mac_of(h->eth_dst, neighbor);
+    mac_of(h->eth_src, node);
+    h->ethertype = bpf_htons(0x0800);
+    h->ver_ihl = 0x45; h->tos = band << 2;
+    h->ip_len = bpf_htons(20 + 8 + payload); h->ip_id = 0; h->frag = bpf_htons(0x4000);
+    h->ttl = 64; h->proto = 17; h->ip_csum = 0;
+    h->saddr = bpf_htonl((10 << 24) | (77 << 16) | (node + 1));
+    h->daddr = bpf_htonl((10 << 24) | (77 << 16) | (neighbor + 1));
+    h->sport = bpf_htons(AGG_PORT); h->dport = bpf_htons(AGG_PORT);
+    h->udp_len = bpf_htons(8 + payload); h->udp_csum = 0;
+    __u32 sum = 0;
+    __u16 *w = (__u16 *)&h->ver_ihl;
+#pragma unroll
+    for (int i = 0; i < 10; i++) sum += bpf_ntohs(w[i]);
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    sum = (sum & 0xFFFF) + (sum >> 16);
+    h->ip_csum = bpf_htons(~sum & 0xFFFF);
+}
+
+// Send the frame (its header ``h``, its values already in place) out of ``port``: a copy, or the frame itself.
+static __always_inline int emit(struct __sk_buff *skb, struct hdr *h, __u32 node, __u32 port, __u32 band, int clone) {
+    struct port_info *p = bpf_map_lookup_elem(&ports, &port);
+    if (!p) return TC_ACT_SHOT;
+    prefix(h, node, p->neighbor, band);
+    if (bpf_skb_store_bytes(skb, 0, h, sizeof(*h), 0)) return TC_ACT_SHOT;
+    note(port, 1, skb->len);
+    if (clone) return bpf_clone_redirect(skb, p->ifindex, 0) ? TC_ACT_SHOT : TC_ACT_OK;
+    return bpf_redirect(p->ifindex, 0);
+}
+
+// The slot's values over the frame's (``n`` of them: the frame's count and the slot's).
+static __always_inline int write_values(struct __sk_buff *skb, struct slot *s, __u32 n) {
+    __u32 len = n * 4;
+    asm volatile("" : "+r"(len));  // the verifier must see the bounds tested on len itself
+    if (len < 4 || len > ELEMS * 4) return 0;
+    return bpf_skb_store_bytes(skb, PAY_OFF, s->vals, len, 0);
+}
+
+struct adding { struct __sk_buff *skb; struct slot *s; __u32 n; int wrapped; };
+
+// Block ``i`` (BLOCK values) of the frame added into the slot, atomically: another CPU may add its own at once.
+static long add_block(__u32 i, void *arg) {
+    struct adding *a = arg;
+    __s32 buf[BLOCK];
+    __u32 off = i * BLOCK;
+    if (off >= a->n || off >= ELEMS) return 1;
+    __u32 k = a->n - off;
+    if (k > BLOCK) k = BLOCK;
+    asm volatile("" : "+r"(k));
+    if (k < 1 || k > BLOCK) return 1;
+    if (bpf_skb_load_bytes(a->skb, PAY_OFF + off * 4, buf, k * 4)) { a->wrapped = -1; return 1; }
+    struct slot *s = a->s;
+    for (__u32 j = 0; j < BLOCK; j++) {
+        __u32 at = off + j;
+        if (j >= k || at >= ELEMS) break;
+        __s32 v = buf[j];
+        __s32 old = __sync_fetch_and_add(&s->vals[at], v);
+        __s32 sum = (__s32)((__u32)old + (__u32)v);
+        if (((old ^ sum) & (v ^ sum)) < 0) a->wrapped = 1;
+    }
+    return 0;
+}
+
+// The frame's ``n`` values added into the slot: 1 if any addition wrapped, -1 if the frame could not be read.
+static __always_inline int add_values(struct __sk_buff *skb, struct slot *s, __u32 n) {
+    struct adding a = { skb, s, n, 0 };
+    bpf_loop((n + BLOCK - 1) / BLOCK, add_block, &a, 0);
+    return a.wrapped;
+}
+
+static long zero_block(__u32 i, void *arg) {
+    struct slot *s = *(struct slot **)arg;
+    __u32 off = i * BLOCK;
+    if (off >= ELEMS) return 1;
+    for (__u32 j = 0; j < BLOCK; j++) {
+        if (off + j >= ELEMS) break;
+        s->vals[off + j] = 0;
+    }
+    return 0;
+}
+
+// Zeroed when the other version's round completes: by then every contributor has this slot's result, and its
+// next round, which starts from zero, cannot have begun (a worker sends it only after the other version's result).
+static __always_inline void clear_other(struct config *c, __u32 key) {
+    __u32 other = key >= c->slots ? key - c->slots : key + c->slots;
+    struct slot *s = bpf_map_lookup_elem(&pool, &other);
+    if (s) bpf_loop(ELEMS / BLOCK, zero_block, &s, 0);
+}
+
+struct copying { struct __sk_buff *skb; struct job_info *j; __u32 node; struct hdr h; };
+
+// A result's copy to the job's child ``i``.
+static long copy_to_child(__u32 i, void *arg) {
+    struct copying *m = arg;
+    if (i >= MAX_PORTS) return 1;
+    emit(m->skb, &m->h, m->node, m->j->children[i], m->j->band, 1);
+    return 0;
+}
+
+// A complete slot: its result multicast down (the root), or its partial up to the parent.
+static __always_inline int send_slot(struct __sk_buff *skb, struct hdr *h, struct slot *s, struct job_info *j,
+                                     struct config *c, __u32 flags, __u16 rank) {
+    __u32 n = bpf_ntohs(h->count);
+    if (n && write_values(skb, s, n)) return TC_ACT_SHOT;
+    h->rank = bpf_htons(rank);
+    h->flags = flags | (h->flags & F_VER) | (s->overflow ? F_OVERFLOW : 0);
+    h->exp = s->exp;
+    h->nworkers = bpf_htons(j->nworkers);
+    if (!(flags & F_RESULT)) return emit(skb, h, c->node, j->parent, j->band, 0);
+    struct copying m = { .skb = skb, .j = j, .node = c->node, .h = *h };
+    bpf_loop(j->nchildren < MAX_PORTS ? j->nchildren : MAX_PORTS, copy_to_child, &m, 0);
+    return TC_ACT_SHOT;
+}
+
+static __always_inline int contribution(struct __sk_buff *skb, struct hdr *h, __u32 port, struct job_info *j,
+                                        struct slot *s, struct config *c, __u32 key) {
+    struct member_key mk = { bpf_ntohs(h->job), bpf_ntohs(h->rank) };
+    struct member *m = bpf_map_lookup_elem(&members, &mk);
+    if (!m || m->port != port || m->index >= 64) return -1;  // the Python switch drops it: not_member
+    __u64 bit = 1ULL << m->index;
+    __s64 chunk = bpf_ntohl(h->chunk);
+    __u32 n = bpf_ntohs(h->count);
+    int what = 0;  // 0: added, 1: answer, 2: resend up, else a counter + 10
+    bpf_spin_lock(&s->lock);
+    if (chunk < s->chunk) {
+        what = 10 + C_STALE;
+    } else if (chunk > s->chunk) {
+        s->chunk = chunk; s->state = COLLECTING; s->have = 1; s->seen = bit; s->done = 0;
+        s->exp = h->exp; s->overflow = 0; s->count = n;
+    } else if (s->seen & bit) {
+        what = s->state == DONE ? 1 : s->state == WAITING ? 2 : 10 + C_DUPLICATE;
+    } else if (n != s->count) {
+        what = 10 + C_BAD_COUNT;
+    } else {
+        if (h->exp > s->exp) s->exp = h->exp;
+        s->seen |= bit;
+        s->have += 1;
+    }
+    bpf_spin_unlock(&s->lock);
+    note(port, 0, skb->len);
+    if (what >= 10) { count(what - 10); return TC_ACT_SHOT; }
+    if (what == 1) {  // a repeat of a finished slot: the result, back to the one who asked
+        count(C_ANSWERED);
+        if (n != s->count) return TC_ACT_SHOT;
+        if (n && write_values(skb, s, n)) return TC_ACT_SHOT;
+        h->flags = F_RESULT | (h->flags & F_VER) | (s->overflow ? F_OVERFLOW : 0);
+        h->exp = s->exp;
+        h->nworkers = bpf_htons(j->nworkers);
+        return emit(skb, h, c->node, port, j->band, 0);
+    }
+    if (what == 2) {  // a repeat of a slot waiting for its parent: the partial up again
+        count(C_RESENT);
+        if (n != s->count) return TC_ACT_SHOT;
+        return send_slot(skb, h, s, j, c, F_RETX, j->rank);
+    }
+    if (n) {
+        int wrapped = add_values(skb, s, n);
+        if (wrapped < 0) return TC_ACT_SHOT;
+        if (wrapped) s->overflow = 1;
+    }
+    if (__sync_fetch_and_add(&s->done, 1) + 1 != j->need) return TC_ACT_SHOT;
+    clear_other(c, key);
+    s->state = j->is_root ? DONE : WAITING;
+    return j->is_root ? send_slot(skb, h, s, j, c, F_RESULT, ALL_RANKS) : send_slot(skb, h, s, j, c, 0, j->rank);
+}
+
+static __always_inline int result(struct __sk_buff *skb, struct hdr *h, __u32 port, struct job_info *j,
+                                  struct slot *s, struct config *c) {
+    __s64 chunk = bpf_ntohl(h->chunk);
+    __u32 n = bpf_ntohs(h->count);
+    int fresh = 0;
+    bpf_spin_lock(&s->lock);
+    if (chunk == s->chunk && s->state == WAITING) {
+        s->state = TAKING;
+        fresh = 1;
+    }
+    bpf_spin_unlock(&s->lock);
+    note(port, 0, skb->len);
+    if (!fresh) { count(C_STALE); return TC_ACT_SHOT; }
+    __u32 len = n * 4;
+    asm volatile("" : "+r"(len));
+    if (len >= 4 && len <= ELEMS * 4 && bpf_skb_load_bytes(skb, PAY_OFF, s->vals, len)) return TC_ACT_SHOT;
+    s->exp = h->exp; s->overflow = (h->flags & F_OVERFLOW) != 0; s->count = n;
+    s->state = DONE;
+    return send_slot(skb, h, s, j, c, F_RESULT, ALL_RANKS);
+}
+
+SEC("tc")
+int innet_switch(struct __sk_buff *skb) {
+    struct hdr h;
+    __u32 zero = 0, ifindex = skb->ifindex;
+    if (bpf_skb_load_bytes(skb, 0, &h, sizeof(h))) return TC_ACT_OK;
+    if (h.ethertype != bpf_htons(0x0800) || h.ver_ihl != 0x45 || h.proto != 17 || h.dport != bpf_htons(AGG_PORT))
+        return TC_ACT_OK;
+    __u32 n = bpf_ntohs(h.count);
+    if (bpf_ntohs(h.udp_len) != 8 + 16 + 4 * n || skb->len < PAY_OFF + 4 * n) return TC_ACT_OK;
+    if (h.flags & (F_ROUTE | F_ABORT | F_SPARSE) || n > ELEMS) return TC_ACT_OK;
+    struct config *c = bpf_map_lookup_elem(&cfg, &zero);
+    __u32 *port = bpf_map_lookup_elem(&port_of, &ifindex);
+    if (!c || !port) return TC_ACT_OK;
+    __u32 p = *port;
+    struct port_info *info = bpf_map_lookup_elem(&ports, &p);
+    if (!info || node_of(h.saddr) != (int)info->neighbor) return TC_ACT_OK;  // the Python switch: spoofed_source
+    __u32 job = bpf_ntohs(h.job);
+    struct job_info *j = bpf_map_lookup_elem(&jobs, &job);
+    if (!j) return TC_ACT_OK;  // not an aggregating job here: the Python switch relays it
+    __u32 slot = bpf_ntohs(h.slot);
+    if (slot >= j->slots || bpf_ntohs(h.nworkers) != j->nworkers) return TC_ACT_OK;
+    __u32 key = (h.flags & F_VER ? c->slots : 0) + j->slot_base + slot;
+    struct slot *s = bpf_map_lookup_elem(&pool, &key);
+    if (!s) return TC_ACT_OK;
+    if (!(h.flags & F_RESULT)) {
+        int verdict = contribution(skb, &h, p, j, s, c, key);
+        return verdict < 0 ? TC_ACT_OK : verdict;
+    }
+    if (j->is_root || p != j->parent) return TC_ACT_OK;  // the Python switch drops it: result_from_child
+    return result(skb, &h, p, j, s, c);
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,75 @@
+"""``--data-plane ebpf``'s choices without root: what it translates, what stays on the Python switch and why,
+and its program built once and then taken from the cache."""
+
+import os
+import shutil
+
+import pytest
+
+from innet.backends.mininet.dataplane import unsupported_run
+from innet.ebpf.build import object_path, unsupported_program
+from innet.node.config import PortFaults
+from innet.planning.spec import RunSpec
+from innet.switch.loader import load_program
+from innet.wire.faults import FaultSpec
+
+
+def test_only_the_built_in_sum_reduction_translates(tmp_path):
+    assert unsupported_program(load_program("sum_allreduce")) == ""
+    assert unsupported_program(load_program("sum_allreduce", 16, 512)) == ""
+    assert "not the built-in sum" in unsupported_program(load_program("max_allreduce"))
+    assert "not the built-in sum" in unsupported_program(load_program("forward"))
+    assert "is sparse" in unsupported_program(load_program("topk_sparse"))
+    assert "more than 64 contributors" in unsupported_program(load_program("sum_allreduce", fan_in=128))
+    mine = tmp_path / "my_sum.py"
+    mine.write_text("from innet import SUM, Reduction, on_timer\n\n\nclass MySum(Reduction):\n    name = 'my_sum'\n"
+                    "    operator = SUM\n\n    @on_timer(1.0)\n    def watch_stalls(self, ctx):\n        return []\n")
+    assert "overrides Reduction's handlers" in unsupported_program(load_program(str(mine)))
+
+
+def test_runs_it_cannot_serve_say_why():
+    program = load_program("sum_allreduce")
+    clean = [{0: PortFaults(), 1: PortFaults()}]
+    assert unsupported_run(RunSpec(), program, clean, 1.0) == ""
+    assert "--mode pbox" in unsupported_run(RunSpec(mode="pbox"), program, clean, 1.0)
+    assert "--collective reduce_scatter" in unsupported_run(RunSpec(collective="reduce_scatter"), program, clean, 1.0)
+    assert "dilated 150x" in unsupported_run(RunSpec(), program, clean, 150.0)
+    lossy = [{0: PortFaults(FaultSpec(loss=0.01))}]
+    assert "faults" in unsupported_run(RunSpec(), program, lossy, 1.0)
+    assert "not the built-in sum" in unsupported_run(RunSpec(), load_program("max_allreduce"), clean, 1.0)
+
+
+@pytest.mark.skipif(shutil.which("clang") is None, reason="clang (make deps) builds the eBPF switch")
+def test_the_program_is_built_once_per_shape_and_cached(tmp_path):
+    first = object_path(512, 32, str(tmp_path))
+    assert os.path.getsize(first) > 0 and first.endswith(".o")
+    stamp = os.stat(first).st_mtime_ns
+    assert object_path(512, 32, str(tmp_path)) == first and os.stat(first).st_mtime_ns == stamp
+    assert object_path(2048, 256, str(tmp_path)) != first
+    with open(first, "rb") as f:
+        assert f.read(4) == b"\x7fELF"
+
+
+@pytest.mark.skipif(shutil.which("clang") is None or shutil.which("bpftool") is None,
+                    reason="clang and bpftool (make deps) build and read the eBPF switch")
+def test_the_loaders_structs_are_the_programs_field_for_field(tmp_path):
+    """What the loader writes into the maps has switch.c's layout: each struct's size and its fields' offsets,
+    read from the built object's BTF."""
+    import ctypes
+    import json
+    import subprocess
+
+    from innet.ebpf import loader
+
+    out = subprocess.run(["bpftool", "-j", "btf", "dump", "file", object_path(512, 32, str(tmp_path))],
+                         capture_output=True, text=True, check=True).stdout
+    btf = {t["name"]: t for t in json.loads(out)["types"] if t.get("kind") == "STRUCT"}
+    mine = {"config": loader.Config, "port_info": loader.PortInfo, "job_info": loader.JobInfo,
+            "member_key": loader.Pair, "member": loader.Pair}
+    for name, struct in mine.items():
+        assert btf[name]["size"] == ctypes.sizeof(struct), name
+        offsets = [m["bits_offset"] // 8 for m in btf[name]["members"]]
+        assert offsets == [getattr(struct, f).offset for f, _ in struct._fields_], name
+    head = [m["bits_offset"] // 8 for m in btf["slot"]["members"][:3]]
+    assert head == [getattr(loader.SlotHead, f).offset for f, _ in loader.SlotHead._fields_]
+    assert btf["port_stats"]["size"] == 4 * 8 and len(btf["port_stats"]["members"]) == 4

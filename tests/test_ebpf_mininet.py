@@ -1,0 +1,145 @@
+"""``--data-plane ebpf`` on Mininet (needs root, clang): the tc program's sums bit-identical to the Python
+switch's and to numpy's, the same frames byte for byte, a program it cannot translate left to the Python
+switch with one line, and nothing of it left behind, also after an interrupted run."""
+
+import json
+import shutil
+import signal
+import subprocess
+from collections import Counter, defaultdict
+
+import numpy as np
+import pytest
+from scapy.utils import RawPcapReader
+
+from innet.backends.mininet.emulation import run_mininet
+from innet.planning.spec import RunSpec
+from innet.wire.packet import RESULT, parse_frame
+from tests.test_emulation import _start, _wait_for_state, assert_nothing_left
+from topologies import build
+
+pytestmark = [pytest.mark.mininet,
+              pytest.mark.skipif(shutil.which("clang") is None or shutil.which("bpftool") is None,
+                                 reason="the eBPF switch needs clang, libbpf-dev and bpftool (make deps)")]
+FALLBACK = "--data-plane ebpf: the Python switch runs this run"
+ANSWERS = ("ebpf:answered", "ebpf:resent_up", "drop:duplicate", "drop:stale")  # what a repeat comes to
+
+
+def our_programs():
+    """The eBPF switch's programs loaded in the kernel now (each run's are gone when it ends)."""
+    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
+    return [p["id"] for p in json.loads(out) if p.get("name") == "innet_switch"]
+
+
+def frames_by_interface(folder):
+    """Every interface's frames (bytes), as a multiset: the order two CPUs' frames interleave in is the kernel's."""
+    out = {}
+    for path in sorted(folder.glob("*.pcap")):
+        with RawPcapReader(str(path)) as reader:
+            out[path.stem] = Counter(bytes(data) for data, _ in reader)
+    return out
+
+
+def run(graph, tmp_path=None, **options):
+    spec = RunSpec(dilation="off", min_rto=0.2, initial_rto=1.0, **options)
+    return run_mininet(graph, spec, pcap_dir=str(tmp_path) if tmp_path else None)
+
+
+def test_star_frames_are_the_python_switchs_byte_for_byte_and_sums_exact(tmp_path):
+    graph = build("star", workers=4)
+    ebpf = run(graph, tmp_path / "ebpf", elements=5000, data_plane="ebpf")
+    python = run(graph, tmp_path / "python", elements=5000)
+    assert ebpf["correct"] and python["correct"], (ebpf["errors"], python["errors"])
+    assert ebpf["switch_data_plane"] == {"s1": "ebpf"}
+    assert python["switch_data_plane"] == {"s1": "python"}
+    assert ebpf["result_digest"] == python["result_digest"]
+    assert ebpf["link_bytes"] == python["link_bytes"]
+    seen, expected = frames_by_interface(tmp_path / "ebpf"), frames_by_interface(tmp_path / "python")
+    assert seen == expected
+    # each result is numpy's exact int32 sum of the four contributions of its chunk
+    ups, downs = defaultdict(list), {}
+    for frames in seen.values():
+        for frame in frames:
+            pkt = parse_frame(frame)
+            if pkt is not None and pkt.flags & RESULT:
+                downs[pkt.chunk] = pkt.values
+            elif pkt is not None:
+                ups[pkt.chunk].append(pkt.values.astype(np.int64))
+    data = [c for c in ups if len(ups[c][0])]
+    assert len(data) == 3 and all(len(ups[c]) == 4 for c in ups)
+    for chunk in data:
+        assert np.array_equal(downs[chunk], np.sum(ups[chunk], axis=0).astype(np.int32))
+    assert our_programs() == []
+    assert_nothing_left()
+
+
+def test_leaf_spine_aggregates_in_both_tiers_as_the_python_switch_does():
+    """Tor placement: each ToR sums its rack and sends the partial up, the spine multicasts the result down and
+    the ToRs pass it on; 147 chunks go through 128 slots, so slots are reused and their shadow copies cleared."""
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2)
+    ebpf = run(graph, elements=300_000, placement="tor", data_plane="ebpf")
+    python = run(graph, elements=300_000, placement="tor")
+    assert ebpf["correct"], ebpf["errors"]
+    assert ebpf["switch_data_plane"] == {"s1": "ebpf", "t1": "ebpf", "t2": "ebpf"}
+    assert ebpf["result_digest"] == python["result_digest"]
+    assert ebpf["link_bytes"] == python["link_bytes"] and ebpf["link_bytes"]["s1--t1"] > 0
+    assert our_programs() == []
+    assert_nothing_left()
+
+
+def test_a_program_it_cannot_translate_runs_on_the_python_switch_with_one_line(said):
+    graph = build("star", workers=2)
+    record = run(graph, elements=3000, program="max_allreduce", data_plane="ebpf")
+    assert record["correct"], record["errors"]
+    assert record["switch_data_plane"] == {"s1": "python"}
+    lines = [e.message for e in said if FALLBACK in e.message]
+    assert lines == [f"{FALLBACK} (program max_allreduce is not the built-in sum reduction)"]
+    assert_nothing_left()
+
+
+def test_an_interrupted_run_leaves_no_program_hook_or_process(tmp_path):
+    proc = _start(tmp_path / "out", "--topo", "star", "--workers", "2", "--elements", "3000000", "--iterations", "3",
+                  "--dilation", "off", "--data-plane", "ebpf")
+    state = _wait_for_state(proc)
+    assert our_programs() != []
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert our_programs() == []
+    assert_nothing_left(state)
+
+
+def test_a_switch_whose_program_does_not_load_runs_the_python_switch_and_says_so(monkeypatch, tmp_path, said):
+    import innet.backends.mininet.dataplane as dataplane
+
+    broken = tmp_path / "switch.o"
+    broken.write_bytes(b"not an object file")
+    monkeypatch.setattr(dataplane, "object_path", lambda *args: str(broken))
+    record = run(build("star", workers=2), elements=3000, data_plane="ebpf")
+    assert record["correct"], record["errors"]
+    assert record["switch_data_plane"] == {"s1": "python"}
+    lines = [e.message for e in said if "run(s) the Python switch" in e.message]
+    assert len(lines) == 1 and lines[0].startswith("--data-plane ebpf: s1 run(s) the Python switch (the eBPF switch "
+                                                   "did not load"), lines
+    assert our_programs() == []
+    assert_nothing_left()
+
+
+def test_resends_on_timeout_are_answered_exactly_once():
+    """Timers far shorter than a round trip: workers resend chunks the switches already hold. The ToRs answer a
+    finished slot's repeat from it and send a waiting slot's partial up again, the spine drops repeats of what
+    it has: every sum still exact, the local backend's."""
+    from innet.backends.local.run import run_local
+
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2)
+    spec = RunSpec(dilation="off", elements=300_000, placement="tor", min_rto=0.0002, initial_rto=0.0005,
+                   data_plane="ebpf")
+    record = run_mininet(graph, spec)
+    assert record["correct"], record["errors"]
+    assert record["switch_data_plane"] == {"s1": "ebpf", "t1": "ebpf", "t2": "ebpf"}
+    assert record["result_digest"] == run_local(graph, RunSpec(elements=300_000, placement="tor"))["result_digest"]
+    if record["retransmissions"]:  # a machine fast enough to beat 0.2 ms would resend nothing
+        counters = record["switch_counters"]
+        assert sum(n for c in counters.values() for k, n in c.items() if k in ANSWERS) > 0, counters
+    assert our_programs() == []
+    assert_nothing_left()
