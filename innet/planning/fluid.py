@@ -93,7 +93,7 @@ def tree_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str,
     up = list(plan.parents.items())
     job_links = [*up, *((p, c) for c, p in up)]
     paths = [path_links(graph, src, dst) for src, dst, _ in flows]
-    used = set(job_links) | {hop for path in paths for hop in path}
+    used = dict.fromkeys([*job_links, *(hop for path in paths for hop in path)])  # in order: a set's is the hash seed's
     bps = {hop: graph.edges[hop]["bw"] * 1e6 for hop in used}
     alone = data * 8 / min(bps[hop] for hop in job_links)
     dt = max(min(8 * frame_bytes / bps[hop] for hop in job_links) / 4, alone / 20_000)
