@@ -36,9 +36,7 @@ class Poller:
         """The descriptors ready to read, once one is or the earliest of ``deadlines`` (None: none) has come: at
         most ``LONGEST_MS``. A wait may end a little before its deadline, never a millisecond after it."""
         due = [d for d in deadlines if d is not None]
-        if not due:
-            return [fd for fd, _ in self._poll.poll(LONGEST_MS)]
-        left = min(due) - time.monotonic()
+        left = min(due) - time.monotonic() if due else LONGEST_MS / 1000
         if left <= 0:
             return [fd for fd, _ in self._poll.poll(0)]
         if left >= FINE_S or (self._fds and max(self._fds) >= SELECT_FDS):
