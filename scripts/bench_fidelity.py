@@ -28,8 +28,8 @@ each from the latest frame of the step before.
                  half a frame (frames let through together: htb's burst)
   cpu/wait       the run's fidelity record: each process's share of a core, and of the run spent waiting for
                  one; and the kernel's softirq threads' (ksoftirqd: deferred shaper and veth work), summed
-  timer          how late a wake-up one frame ahead comes: innet's Poller.wait (innet.io.poller: what every
-                 process's pacing waits on, looped until the deadline as the nodes loop), and time.sleep (median/p99)
+  timer          how late a wake-up one frame ahead comes: select.poll on innet's wait_ms (innet.node.egress:
+                 what every process's pacing waits on), and time.sleep (median/p99)
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import statistics
 import struct
 import sys
@@ -48,7 +49,7 @@ from collections.abc import Callable, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from innet.io.poller import Poller  # noqa: E402
+from innet.node.egress import wait_ms  # noqa: E402
 from innet.wire.packet import HEADER_OFFSET, RESULT, RETX  # noqa: E402
 
 RATES = (5.0, 10.0, 20.0, 40.0)  # real Mbit/s
@@ -149,15 +150,11 @@ def stages(ports: dict[str, list[Frame]], start: float, end: float, rate: float,
 
 
 def timer_late(wait_s: float, samples: int = TIMER_SAMPLES) -> dict[str, dict[str, float | int]]:
-    """How late a wake-up ``wait_s`` ahead comes: innet's Poller (what the workers' and switches' pacing waits on,
-    waiting again after an early wake-up as their loops do), and time.sleep."""
+    """How late a wake-up ``wait_s`` ahead comes: select.poll on innet's wait_ms (what the workers' and
+    switches' pacing waits on), and time.sleep."""
     r, w = os.pipe()
-    poller = Poller()
-    poller.register(r)
-
-    def until(due: float) -> None:
-        while time.monotonic() < due:
-            poller.wait(due)
+    poller = select.poll()
+    poller.register(r, select.POLLIN)
 
     def late(wait: Callable[[float], object]) -> list[float]:
         out = []
@@ -168,7 +165,7 @@ def timer_late(wait_s: float, samples: int = TIMER_SAMPLES) -> dict[str, dict[st
         return out
 
     try:
-        return {"poll_ms": spread(late(until)),
+        return {"poll_ms": spread(late(lambda due: poller.poll(wait_ms(due)))),
                 "sleep_ms": spread(late(lambda due: time.sleep(max(0.0, due - time.monotonic()))))}
     finally:
         os.close(r)

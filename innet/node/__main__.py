@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import sys
 import time
@@ -18,7 +19,6 @@ from typing import Any
 
 from innet.hosts.ensemble import InputReceiver, InputServer
 from innet.hosts.pbox import PBoxServer
-from innet.io.poller import Poller
 from innet.io.rawport import RawPort
 from innet.node.codec import read, say_ready, to_json, write
 from innet.node.config import (
@@ -44,17 +44,17 @@ def serve_pbox(conf: PBoxConfig) -> int:
     if conf.cores > 1:
         port.keep_slots(conf.cores, conf.core)
     egress = Egress({0: port}, conf.faults)
-    poller = Poller()
-    poller.register(port.fileno())
+    poller = select.poll()
+    poller.register(port.fileno(), select.POLLIN)
     say_ready()
     while True:
         serve_once(poller, port, server, egress)
 
 
-def _host_port(conf: InputConfig | InputServerConfig) -> tuple[RawPort, Egress, Poller]:
+def _host_port(conf: InputConfig | InputServerConfig) -> tuple[RawPort, Egress, select.poll]:
     port = RawPort(conf.port)
-    poller = Poller()
-    poller.register(port.fileno())
+    poller = select.poll()
+    poller.register(port.fileno(), select.POLLIN)
     return port, Egress({0: port}, conf.faults), poller
 
 

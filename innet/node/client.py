@@ -8,6 +8,7 @@ processes inside Mininet hosts; usable from any program running in a host.
 from __future__ import annotations
 
 import os
+import select
 import time
 
 import numpy as np
@@ -18,7 +19,6 @@ from innet.hosts.ring.linger import Linger
 from innet.hosts.ssp import SSPWorker
 from innet.hosts.training import Training
 from innet.hosts.worker.process import WorkerProcess
-from innet.io.poller import Poller
 from innet.io.rawport import RawPort
 from innet.node.config import NO_FAULTS, Faults
 from innet.node.egress import Egress, serve_once
@@ -39,8 +39,8 @@ class AllreduceClient:
         self.port = RawPort(iface)
         self.egress = Egress({0: self.port}, faults or NO_FAULTS)
         self.proc: WorkerProcess | SSPWorker = worker_process(mode, spec, ring or [], [], training) if endpoint is None else endpoint
-        self.poller = Poller()
-        self.poller.register(self.port.fileno())
+        self.poller = select.poll()
+        self.poller.register(self.port.fileno(), select.POLLIN)
         self.status = ""  # a file to keep saying what the worker waits for in (the controller's progress line)
         self.status_at = 0.0
 

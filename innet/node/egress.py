@@ -4,13 +4,13 @@ host endpoint (a worker, a ring member, a PBox shard) at a time."""
 from __future__ import annotations
 
 import heapq
+import select
 import time
 from collections.abc import Sequence
 
 import numpy as np
 
 from innet.hosts.endpoint import Endpoint
-from innet.io.poller import Poller
 from innet.io.rawport import RawPort
 from innet.node.config import Faults
 from innet.wire.faults import FaultInjector
@@ -77,6 +77,13 @@ class Egress:
         return sum(i.lost for i in self.injectors.values())
 
 
+def wait_ms(*deadlines: float | None) -> int:
+    due = [d for d in deadlines if d is not None]
+    if not due:
+        return 1000
+    return max(0, min(1000, int((min(due) - time.monotonic()) * 1000) + 1))
+
+
 def feed(port: RawPort, endpoint: Endpoint, egress: Egress, now: float) -> None:
     """Hand a host endpoint what its port has received, and send what it says."""
     if hasattr(endpoint, "receive_block"):
@@ -96,10 +103,10 @@ def expire(endpoint: Endpoint, egress: Egress, now: float) -> None:
     egress.flush(now)
 
 
-def serve_once(poller: Poller, port: RawPort, endpoint: Endpoint, egress: Egress, wake: float | None = None) -> bool:
+def serve_once(poller: select.poll, port: RawPort, endpoint: Endpoint, egress: Egress, wake: float | None = None) -> bool:
     """One wake-up of a host endpoint: wait for frames or its deadline, feed it, send what it says.
     Whether frames came."""
-    woken = bool(poller.wait(endpoint.next_deadline(), egress.next_due(), wake))
+    woken = bool(poller.poll(wait_ms(endpoint.next_deadline(), egress.next_due(), wake)))
     if woken:
         hold = endpoint.holdoff() if hasattr(endpoint, "holdoff") else 0.0
         due = egress.next_due()

@@ -11,16 +11,16 @@ blocks in poll() while every switch is idle.
 from __future__ import annotations
 
 import json
+import select
 import socket
 import time
 
 from innet.io.netns import opened_in
-from innet.io.poller import Poller
 from innet.io.rawport import RawPort
 from innet.node.admission import Admission
 from innet.node.codec import from_json, to_json
 from innet.node.config import Install, Installed, SwitchGroup, SwitchNodeConfig, SwitchStats
-from innet.node.egress import Egress
+from innet.node.egress import Egress, wait_ms
 from innet.node.usage import own_cpu_s
 from innet.switch.loader import load_program
 from innet.switch.runtime import SwitchRuntime
@@ -128,23 +128,23 @@ def serve_switches(conf: SwitchGroup) -> int:
     confs = conf.switches
     alone = len(confs) == 1
     nodes = opened_in(confs, lambda c: SwitchNode(c, alone))
-    poller = Poller()
+    poller = select.poll()
     owner: dict[int, SwitchNode] = {}
     for node in nodes:
         for fd in node.fds():
-            poller.register(fd)
+            poller.register(fd, select.POLLIN)
             owner[fd] = node
     live = set(nodes)
     clock = time.thread_time
     while live:
-        for fd in poller.wait(*(node.next_wake() for node in live)):
+        for fd, _ in poller.poll(wait_ms(*(node.next_wake() for node in live))):
             node = owner[fd]
             began = 0.0 if alone else clock()
             stop, accepted = node.on_ready(fd)
             if not alone:
                 node.cpu_s += clock() - began
             if accepted is not None:
-                poller.register(accepted)
+                poller.register(accepted, select.POLLIN)
                 owner[accepted] = node
             if stop:
                 live.discard(node)

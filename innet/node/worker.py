@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -25,11 +26,10 @@ from innet.hosts.ring.linger import Linger
 from innet.hosts.ssp import SSPWorker
 from innet.hosts.worker.process import WorkerProcess
 from innet.io.netns import opened_in
-from innet.io.poller import Poller
 from innet.node.client import AllreduceClient
 from innet.node.codec import say_ready
 from innet.node.config import WorkerConfig, WorkerGroup
-from innet.node.egress import expire, feed
+from innet.node.egress import expire, feed, wait_ms
 from innet.results.outcome import WorkerOutcome, outcome_of, training_outcome
 
 
@@ -163,10 +163,10 @@ def serve_workers(conf: WorkerGroup) -> int:
     nodes = opened_in(conf.workers, WorkerNode)
     if not _wait_for_go():
         return 4
-    poller = Poller()
+    poller = select.poll()
     owner = {node.client.port.fileno(): node for node in nodes}
     for fd in owner:
-        poller.register(fd)
+        poller.register(fd, select.POLLIN)
     status = 0
 
     def served(node: WorkerNode, work: Callable[..., object]) -> None:
@@ -179,7 +179,7 @@ def serve_workers(conf: WorkerGroup) -> int:
         served(node, lambda now, node=node: node.client.egress.send_all(0, node.client.proc.start(now), now))
     live = set(nodes)
     while live:
-        for fd in poller.wait(*(node.next_wake() for node in live)):
+        for fd, _ in poller.poll(wait_ms(*(node.next_wake() for node in live))):
             if owner[fd] in live:
                 served(owner[fd], owner[fd].feed)
         for node in list(live):

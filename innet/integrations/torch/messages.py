@@ -28,6 +28,7 @@ come (a sender whose last ACK was lost asks again, and ``MessageHost`` answers f
 from __future__ import annotations
 
 import os
+import select
 import threading
 import time
 from collections import Counter, deque
@@ -43,10 +44,9 @@ from innet.integrations.torch.batch import exchange_pairs, exchange_parts
 from innet.integrations.torch.fabric import Tally
 from innet.integrations.torch.p2p import Mailbox, received
 from innet.integrations.torch.plane import Call, Done, Result
-from innet.io.poller import Poller
 from innet.io.rawport import RawPort
 from innet.node.config import NO_FAULTS, Faults
-from innet.node.egress import Egress, expire, feed
+from innet.node.egress import Egress, expire, feed, wait_ms
 from innet.wire.packet import P2P_JOB
 
 End = Callable[["Exception | None"], None]  # a message's end: None once acknowledged whole, else what failed it
@@ -99,13 +99,13 @@ class HostMessages:
                 end(self.host.error)
 
     def _loop(self) -> None:
-        poller = Poller()
-        poller.register(self.port.fileno())
-        poller.register(self.wake_r)
+        poller = select.poll()
+        poller.register(self.port.fileno(), select.POLLIN)
+        poller.register(self.wake_r, select.POLLIN)
         while True:
             with self.lock:
-                deadlines = (self.host.next_deadline(), self.egress.next_due(), self._linger_end())
-            ready = set(poller.wait(*deadlines))
+                waits = wait_ms(self.host.next_deadline(), self.egress.next_due(), self._linger_end())
+            ready = {fd for fd, _ in poller.poll(waits)}
             with self.lock:
                 now = time.monotonic()
                 if self.wake_r in ready:
