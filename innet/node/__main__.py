@@ -32,6 +32,7 @@ from innet.node.config import (
     WorkerGroup,
 )
 from innet.node.egress import Egress, serve_once
+from innet.node.sched import prioritize
 from innet.node.switch import serve_switch, serve_switches
 from innet.node.worker import serve_worker, serve_workers, wait_for_go
 
@@ -101,6 +102,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     kind, serve = ROLES[role]
     conf: object = read(kind, path)
+    prioritize()
     profile = os.environ.get("INNET_PROFILE")  # a directory: write <role>-<pid>.prof there (cProfile)
     if not profile:
         return serve(conf)

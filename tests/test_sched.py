@@ -1,0 +1,57 @@
+"""innet.node.sched: a node process under SCHED_FIFO with a 1 ns timer slack, put back under the ordinary policy
+once it runs its real-time budget without blocking; each in a process of its own (never the test's)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from innet.node.sched import PRIORITY
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _in_child(code: str) -> list[str]:
+    """Run ``code`` after ``from innet.node.sched import *`` in a new interpreter; its printed words."""
+    out = subprocess.run([sys.executable, "-c", "import os, time\nfrom innet.node.sched import *\n" + code],
+                         env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=60, check=True)
+    return out.stdout.split()
+
+
+def _slack() -> str:
+    return "int(open('/proc/self/timerslack_ns').read())"
+
+
+def test_off_changes_nothing():
+    assert _in_child(f"print(prioritize('off'), os.sched_getscheduler(0), {_slack()})") == ["off", str(os.SCHED_OTHER), "50000"]
+
+
+def test_slack_alone_keeps_the_ordinary_policy():
+    assert _in_child(f"print(prioritize('slack'), os.sched_getscheduler(0), {_slack()})") == ["slack", str(os.SCHED_OTHER), "1"]
+
+
+def test_the_environment_chooses_the_policy():
+    os.environ["INNET_SCHED"] = "off"
+    try:
+        assert _in_child("print(prioritize())") == ["off"]
+    finally:
+        del os.environ["INNET_SCHED"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO needs root")
+def test_fifo_until_the_budget_is_spent_without_blocking():
+    words = _in_child(
+        "granted = prioritize('fifo')\n"
+        "policy, priority = os.sched_getscheduler(0), os.sched_getparam(0).sched_priority\n"
+        "time.sleep(0.01)\n"  # blocking starts the budget again
+        "began = time.process_time()\n"
+        "while os.sched_getscheduler(0) != os.SCHED_OTHER and time.process_time() - began < 3: pass\n"
+        "print(granted, policy, priority, round(time.process_time() - began, 1), os.sched_getscheduler(0))")
+    assert words[:3] == ["fifo", str(os.SCHED_FIFO), str(PRIORITY)]
+    assert 0.4 <= float(words[3]) <= 0.8 and words[4] == str(os.SCHED_OTHER)  # RT_BUDGET_US of spinning, then demoted
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="checks the unprivileged path")
+def test_without_the_privilege_the_slack_alone():
+    assert _in_child("print(prioritize('fifo'), os.sched_getscheduler(0))") == ["slack", str(os.SCHED_OTHER)]
