@@ -1,4 +1,4 @@
-"""innet.node.sched: a node process under SCHED_FIFO with a 1 ns timer slack, put back under the ordinary policy
+"""innet.io.sched: a node process under SCHED_FIFO with a 1 ns timer slack, put back under the ordinary policy
 once it runs its real-time budget without blocking; each in a process of its own (never the test's)."""
 
 import os
@@ -7,14 +7,14 @@ import sys
 
 import pytest
 
-from innet.node.sched import PRIORITY
+from innet.io.sched import PRIORITY
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _in_child(code: str) -> list[str]:
-    """Run ``code`` after ``from innet.node.sched import *`` in a new interpreter; its printed words."""
-    out = subprocess.run([sys.executable, "-c", "import os, time\nfrom innet.node.sched import *\n" + code],
+    """Run ``code`` after ``from innet.io.sched import *`` in a new interpreter; its printed words."""
+    out = subprocess.run([sys.executable, "-c", "import os, time\nfrom innet.io.sched import *\n" + code],
                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=60, check=True)
     return out.stdout.split()
 

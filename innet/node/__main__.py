@@ -20,6 +20,7 @@ from typing import Any
 from innet.hosts.ensemble import InputReceiver, InputServer
 from innet.hosts.pbox import PBoxServer
 from innet.io.rawport import RawPort
+from innet.io.sched import prioritize
 from innet.node.codec import read, say_ready, to_json, write
 from innet.node.config import (
     InputConfig,
@@ -32,7 +33,6 @@ from innet.node.config import (
     WorkerGroup,
 )
 from innet.node.egress import Egress, serve_once
-from innet.node.sched import prioritize
 from innet.node.switch import serve_switch, serve_switches
 from innet.node.worker import serve_worker, serve_workers, wait_for_go
 
