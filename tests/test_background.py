@@ -127,12 +127,14 @@ def test_unknown_hotspot_link():
 @pytest.mark.mininet
 def test_background_on_mininet():
     """A sender in every host's namespace: the job stays exact (the local backend's result, bit for bit), and
-    the background delivers what it sends but the frames in flight when it is stopped."""
+    the background delivers what it sends but the frames in flight when it is stopped. At a load the machine
+    carries undilated (10%: at 50% every process was CPU-bound, and under SCHED_FIFO the share delivered varied
+    from 31% to all of it from run to run)."""
     options = dict(racks=2, hosts_per_rack=2, elements=20000)
     run = innet.run("leaf-spine", backend="mininet", bw=100, dilation="off", plots=False,
-                    background="permutation:0.5", **options).runs[0]
+                    background="permutation:0.1", **options).runs[0]
     local = innet.run("leaf-spine", backend="local", **options).runs[0]
     bg = run.figures["background"]
     assert run.correct and run.result_digest == local.result_digest
-    assert bg.flows == 4 and bg.offered_mbps == pytest.approx(200.0)
+    assert bg.flows == 4 and bg.offered_mbps == pytest.approx(40.0)
     assert 0 < bg.received_bytes <= bg.sent_bytes and bg.received_bytes >= 0.9 * bg.sent_bytes

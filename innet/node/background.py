@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from innet.hosts.background import BackgroundHost, BackgroundStats, stats_of
 from innet.io.rawport import RawPort
+from innet.io.sched import prioritize
 from innet.node.codec import read, say_ready, write
 from innet.node.worker import wait_for_go
 
@@ -60,7 +61,9 @@ def serve_background(conf: BackgroundConfig) -> int:
 
 
 def main(argv: list[str]) -> int:
-    return serve_background(read(BackgroundConfig, argv[0]))
+    conf = read(BackgroundConfig, argv[0])
+    prioritize()  # as the switches that forward its frames: under the ordinary policy it starved beside them
+    return serve_background(conf)
 
 
 if __name__ == "__main__":
