@@ -136,10 +136,11 @@ def test_quick_validation_writes_every_point_within_the_bound(tmp_path):
 def test_the_mininet_grid_quick_points_hold_the_bound(tmp_path):
     """scripts/mininet_grid.py's quick points (a star of 4 in-network, the ring's reduce-scatter, 1% loss, two jobs
     sharing a leaf-spine's switches) on Mininet, the local fabric and the model: each within 10% of Mininet (the
-    runner holds the Mininet lock: --no-lock; one seed each to stay near a minute)."""
+    runner holds the Mininet lock: --no-lock; the median of 3 seeds, as the grid's bound is: one run of the two
+    jobs took 0.258 s where the others took 0.230, -11.8% against the fabric)."""
     out = tmp_path / "grid.csv"
     done = subprocess.run([sys.executable, "scripts/validate_model.py", "--mininet-only", "--quick", "--no-lock",
-                           "--repeats", "1", "--mininet-csv", str(out)], cwd=ROOT, capture_output=True, text=True,
+                           "--repeats", "3", "--mininet-csv", str(out)], cwd=ROOT, capture_output=True, text=True,
                           timeout=600, env={**os.environ, "PYTHONPATH": ROOT})
     assert done.returncode == 0, done.stderr
     with out.open() as fh:
