@@ -195,11 +195,12 @@ class Emulation(Network):
 
     def start_switches(self, run: RunSpec, program: type[SwitchProgram], configs: dict[str, SwitchConfig],
                        pcap_dir: str | None) -> None:
-        if pcap_dir:
-            start_pcaps(self, pcap_dir, [n for n in sorted(self.graph, key=natural_key) if is_switch(self.graph, n)])
         switches = [n for n in sorted(self.graph, key=natural_key) if is_switch(self.graph, n)]
-        ebpf = ebpf_object(run, program, switches, self.port_faults(run), self.dilation)
-        self.switch_controls, self.switch_procs = start_switches(self, run, program, configs, self.port_faults(run),
+        if pcap_dir:
+            start_pcaps(self, pcap_dir, switches)
+        faults = self.port_faults(run)
+        ebpf = ebpf_object(run, program, switches, faults, self.dilation)
+        self.switch_controls, self.switch_procs = start_switches(self, run, program, configs, faults,
                                                                  self.node_group, ebpf)
 
     def execute(self, run: RunSpec, rp: RunPlan, pbox_cores: int, crash: dict[str, float],
