@@ -231,9 +231,7 @@ class DynamicTree(SwitchProgram):
 
     def _result(self, ctx, job, key):
         r = ctx.regs
-        n = int(r.count[key])
-        flags = RESULT | (VER if key >= self.slots else 0) | (OVERFLOW if r.overflow[key] else 0)
-        res = self._packet(job, key, r, flags, ALL_RANKS, r.pool[key, :n].copy())
+        res = self._result_packet(job, key, r, ALL_RANKS)
         out = [Multicast(job.children, res, job.priority)]
         if job.uplinks:
             out.append(self._emit(ctx, self._choose(ctx, job, int(r.chunk[key])), res, job))
@@ -242,11 +240,13 @@ class DynamicTree(SwitchProgram):
     def _answers(self, ctx, job, key, bits, port):
         """The result, once for each rank of ``bits``, addressed to it and sent out on ``port`` (where its retransmission
         came in: every switch on the way passes it on towards that rank alone, JobPort.rank_ports)."""
-        r = ctx.regs
-        n = int(r.count[key])
-        flags = RESULT | (VER if key >= self.slots else 0) | (OVERFLOW if r.overflow[key] else 0)
-        return [Emit(port, self._packet(job, key, r, flags, rank, r.pool[key, :n].copy()), job.priority)
+        return [Emit(port, self._result_packet(job, key, ctx.regs, rank), job.priority)
                 for rank in range(job.nworkers) if bits >> rank & 1]
+
+    def _result_packet(self, job, key, r, rank):
+        """Slot ``key``'s result, addressed to ``rank`` (ALL_RANKS: every worker)."""
+        flags = RESULT | (VER if key >= self.slots else 0) | (OVERFLOW if r.overflow[key] else 0)
+        return self._packet(job, key, r, flags, rank, r.pool[key, :int(r.count[key])].copy())
 
     def _packet(self, job, key, r, flags, rank, values):
         return make_packet(values, job=job.job, rank=rank, nworkers=job.nworkers, slot=key % self.slots - job.slot_base,
