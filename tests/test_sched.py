@@ -55,3 +55,41 @@ def test_fifo_until_the_budget_is_spent_without_blocking():
 @pytest.mark.skipif(os.geteuid() == 0, reason="checks the unprivileged path")
 def test_without_the_privilege_the_slack_alone():
     assert _in_child("print(prioritize('fifo'), os.sched_getscheduler(0))") == ["slack", str(os.SCHED_OTHER)]
+
+
+def _granted_to(policy: str) -> str | None:
+    """What innet.io.sched.granted reads, from this process, of a child that asked for ``policy``."""
+    from innet.io.sched import granted
+
+    with subprocess.Popen([sys.executable, "-c", f"import sys, time\nfrom innet.io.sched import prioritize\n"
+                           f"print(prioritize({policy!r}), flush=True)\ntime.sleep(30)"],
+                          env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE, text=True) as child:
+        try:
+            assert child.stdout is not None and child.stdout.readline().strip()  # asked and answered
+            return granted(child.pid)
+        finally:
+            child.kill()
+
+
+def test_granted_reads_what_another_process_runs_under():
+    assert _granted_to("off") == "other"
+    assert _granted_to("slack") == "slack"
+    assert _granted_to("fifo") == ("fifo" if os.geteuid() == 0 else "slack")
+
+
+def test_granted_of_a_process_gone_is_none():
+    from innet.io.sched import granted
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    assert granted(child.pid) is None
+
+
+def test_a_line_names_the_processes_without_the_policy_asked():
+    from innet.results.fidelity import sched_line
+
+    every = {"h1": "fifo", "h2": "fifo", "s1": "fifo"}
+    assert sched_line(every, "fifo") == ""
+    assert sched_line({**every, "h2": "slack"}, "off") == ""  # nothing asked, nothing missed
+    line = sched_line({**every, "h10": "slack", "h2": "other"}, "fifo")
+    assert line.startswith("scheduler: 2 of 4 processes ended without SCHED_FIFO (h2: other, h10: slack)")

@@ -31,11 +31,16 @@ def _ordinary(*_: object) -> None:
         pass
 
 
+def asked() -> str:
+    """The policy node processes ask for: $INNET_SCHED, else "fifo"."""
+    return os.environ.get("INNET_SCHED") or "fifo"
+
+
 def prioritize(policy: str | None = None) -> str:
     """Ask for ``SCHED_FIFO`` at ``PRIORITY`` (guarded as the module says) and a 1 ns timer slack; ``policy``
     (default: $INNET_SCHED, else "fifo") may be "fifo", "rr", "slack" (the timer slack alone) or "off". What
     was granted: the policy's name, "slack" or "off"."""
-    policy = policy or os.environ.get("INNET_SCHED") or "fifo"
+    policy = policy or asked()
     if policy == "off":
         return "off"
     try:
@@ -51,3 +56,24 @@ def prioritize(policy: str | None = None) -> str:
     except (OSError, ValueError):
         return "slack"
     return policy
+
+
+POLICIES = {os.SCHED_OTHER: "other", os.SCHED_FIFO: "fifo", os.SCHED_RR: "rr", os.SCHED_BATCH: "batch",
+            os.SCHED_IDLE: "idle"}
+
+
+def granted(pid: int) -> str | None:
+    """What process ``pid`` runs under now, in ``prioritize``'s words: "fifo" or "rr", "slack" (the ordinary policy
+    with the 1 ns timer slack), "other" (neither: refused, ``INNET_SCHED=off``, or put back by SIGXCPU after its
+    real-time budget; the slack stays then) or None once it is gone."""
+    try:
+        policy = POLICIES.get(os.sched_getscheduler(pid), "other")
+    except OSError:
+        return None
+    if policy != "other":
+        return policy
+    try:
+        with open(f"/proc/{pid}/timerslack_ns", encoding="ascii") as fh:
+            return "slack" if int(fh.read()) == 1 else "other"
+    except (OSError, ValueError):
+        return "other"

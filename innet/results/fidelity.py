@@ -39,6 +39,7 @@ class Fidelity:
     dilation_bound: str = ""  # auto's: the bound that chose the factor (innet.planning.timing.dilation.auto_bounds)
     modelled: bool = False  # held against the timing model: ``model_ratio`` is written (None: no model time)
     model_ratio: float | None = None
+    sched: dict[str, str] | None = None  # process -> the scheduler policy it ended under (innet.io.sched.granted)
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {"dilation": self.dilation, "verdict": self.verdict, "reasons": list(self.reasons),
@@ -49,6 +50,8 @@ class Fidelity:
             out.update(shaper_burst_s=self.shaper_burst_s, cpu_over_s=self.cpu_over_s)
         if self.modelled:
             out["model_ratio"] = self.model_ratio
+        if self.sched is not None:
+            out["sched"] = dict(self.sched)
         return out
 
     def judged(self, reason: str) -> Fidelity:
@@ -105,6 +108,19 @@ def with_model(fid: Fidelity, measured: float, model: float) -> Fidelity:
         return fid.judged(f"took {fid.model_ratio:.2f}x the {model:.4g} s its links allow (the timing model): faster than "
                           "its links were shaped to carry it")
     return fid.judged(f"took {fid.model_ratio:.2f}x the {model:.4g} s its links allow (the timing model)")
+
+
+def sched_line(sched: Mapping[str, str], asked: str) -> str:
+    """One line where processes did not get the policy ``asked`` ($INNET_SCHED's, innet.io.sched.prioritize):
+    how many, which (the first few) and what they ran under ("" where every one got it, or it asked for none)."""
+    if asked not in ("fifo", "rr"):
+        return ""
+    missed = {name: got for name, got in sorted(sched.items(), key=lambda kv: natural_key(kv[0])) if got != asked}
+    if not missed:
+        return ""
+    shown = ", ".join(f"{name}: {got}" for name, got in list(missed.items())[:4]) + (", ..." if len(missed) > 4 else "")
+    return (f"scheduler: {len(missed)} of {len(sched)} processes ended without SCHED_{asked.upper()} ({shown}): refused by "
+            "the kernel, or put back after 0.5 s of CPU without blocking (innet/io/sched.py)")
 
 
 def virtual_fidelity(dilation: float = 1.0) -> Fidelity:

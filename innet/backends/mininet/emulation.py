@@ -40,12 +40,13 @@ from innet.backends.mininet.nodes import (
 )
 from innet.backends.mininet.shaper import BURST_S
 from innet.graph import host_link_rate, is_switch, link_totals, natural_key
+from innet.io.sched import asked
 from innet.node.config import SwitchStats
 from innet.node.usage import Samples, drops_between
 from innet.planning.spec import RunSpec, program_of
 from innet.planning.timing.dilation import dilate_graph, dilate_spec, dilate_times
 from innet.results.check import run_record, timeline_of, with_directions
-from innet.results.fidelity import CPU_BOUND, Fidelity, fidelity, with_model, with_retransmissions
+from innet.results.fidelity import CPU_BOUND, Fidelity, fidelity, sched_line, with_model, with_retransmissions
 from innet.results.record import RunRecord
 from innet.schemes.modes import RunPlan, installed_configs, plan_run, realise
 from innet.switch.program import SwitchProgram
@@ -228,7 +229,8 @@ class Emulation(Network):
             window = calls_window(self.run_dir, workers) or (readings.started, time.monotonic())
             bg = background.stop((self.requested or (self.graph, run))[0], self.dilation, window)
         samples.take()
-        measured = self._measure(rp, readings, samples)
+        policies = {name: got for name, p in tracked.items() if (got := self.watch.policy(p)) is not None}
+        measured = self._measure(rp, readings, samples, policies)
         if cli:
             from mininet.cli import CLI
 
@@ -262,9 +264,10 @@ class Emulation(Network):
                 proc.stdin.flush()
         return Readings(started, cpu, counters, drops)
 
-    def _measure(self, rp: RunPlan, readings: Readings, samples: Samples) -> Measured:
+    def _measure(self, rp: RunPlan, readings: Readings, samples: Samples, sched: dict[str, str]) -> Measured:
         """The switches' stats (then stopped), and the fidelity verdict on the calls' window: every process's
-        share of a core and the frames dropped at every interface, queue and switch socket."""
+        share of a core and the frames dropped at every interface, queue and switch socket; ``sched``: the
+        scheduler policy each process ended under, recorded (a line where some did not get the one asked)."""
         wall = time.monotonic() - readings.started
         directions = direction_bytes_between(self.graph, readings.interface_bytes, self.interface_bytes())
         drops_after = self.drop_counts()
@@ -283,7 +286,10 @@ class Emulation(Network):
                        {sw: sum(st.socket_drops.values()) for sw, st in stats.items()}, os.cpu_count() or 1, waits)
         # None: TCLink's per-frame shaping; cpu_over_s: the shares' span, the calls' window to the readings around it
         fid = replace(fid, shaper_burst_s=BURST_S if self.bursts else None, cpu_over_s=round(seconds, 3),
-                      dilation_bound=self.dilation_bound)
+                      dilation_bound=self.dilation_bound, sched=sched)
+        said = sched_line(sched, asked())
+        if said:
+            log(said)
         return Measured(directions, stats, cpu_share, sum(cpu.values()), machine_busy, fid)
 
     def _record(self, run: RunSpec, rp: RunPlan, measured: Measured, modelled: bool = True) -> RunRecord:
