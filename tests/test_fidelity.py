@@ -146,3 +146,14 @@ def test_drops_are_read_from_tc_and_ip_inside_a_node():
     assert interface_drops(node) == {"s1-eth1": 3}
     assert queue_drops(FakeNode({"tc": "Cannot find device"})) == {}
     assert drops_between({"s1-eth1": 5}, {"s1-eth1": 7, "s1-eth2": 1}) == {"s1-eth1": 2, "s1-eth2": 1}
+
+
+def test_the_verdict_holds_against_the_model_what_the_model_predicts():
+    """Two jobs sharing the links and top-k are in the timing model (docs/validation.md's Mininet grid: within 2%),
+    so a Mininet run of either is held against it; a lossy run's time is the draw of its losses, and is not."""
+    from innet.backends.mininet.emulation import _modelled
+    from innet.planning.spec import RunSpec
+    from innet.wire.faults import FaultSpec
+
+    assert _modelled(RunSpec()) and _modelled(RunSpec(jobs=2)) and _modelled(RunSpec(topk=0.1))
+    assert not _modelled(RunSpec(faults=FaultSpec(loss=0.01))) and not _modelled(RunSpec(consistency="ssp"))
