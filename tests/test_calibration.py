@@ -39,7 +39,7 @@ def cache(tmp_path, monkeypatch):
 def test_the_cache_is_written_once_and_reused(cache):
     ratio_at, calls = ratios({5.0: 1.0, 10.0: 1.02, 20.0: 1.4})
     assert faithful_rate(ratio_at, version="v1") == 10.0
-    saved = json.loads(cache.read_text())
+    [saved] = json.loads(cache.read_text())["calibrations"]
     assert saved["key"] == dataclasses.asdict(machine_key("v1")) and saved["faithful_mbps"] == 10.0
     assert saved["ratios"] == {"5": 1.0, "10": 1.02, "20": 1.4}
     assert faithful_rate(ratio_at, version="v1") == 10.0
@@ -55,7 +55,7 @@ def test_the_hop_latency_is_measured_at_the_faithful_rate_and_cached_with_it(cac
         return 0.0031234567
 
     assert calibration(ratio_at, version="v1", hop_at=hop_at).hop_s == 0.003123
-    assert json.loads(cache.read_text())["hop_s"] == 0.003123
+    assert json.loads(cache.read_text())["calibrations"][0]["hop_s"] == 0.003123
     assert calibration(ratio_at, version="v1", hop_at=hop_at).hop_s == 0.003123 and hops == [10.0]
 
 
@@ -64,7 +64,7 @@ def test_a_calibration_without_a_hop_latency_is_measured_again(cache):
     ratio_at, calls = ratios({5.0: 1.0, 10.0: 1.0, 20.0: 1.0})
     faithful_rate(ratio_at, version="v1")
     old = json.loads(cache.read_text())
-    del old["hop_s"]
+    del old["calibrations"][0]["hop_s"]
     cache.write_text(json.dumps(old))
     assert calibration(ratio_at, version="v1").hop_s == 0.0025 and len(calls) == 6
 
@@ -74,9 +74,23 @@ def test_a_new_data_plane_or_a_request_measures_again(cache):
     faithful_rate(ratio_at, version="v1")
     slower, _ = ratios({5.0: 1.0, 10.0: 1.3, 20.0: 1.4})
     assert faithful_rate(slower, version="v2") == 5.0
-    assert json.loads(cache.read_text())["key"]["data_plane"] == "v2"
+    assert [c["key"]["data_plane"] for c in json.loads(cache.read_text())["calibrations"]] == ["v1", "v2"]
     assert faithful_rate(ratio_at, version="v2", again=True) == 10.0
     assert len(calls) == 6
+
+
+def test_each_data_plane_keeps_its_calibration_and_the_file_the_newest(cache, monkeypatch):
+    """Two checkouts on one machine (main and a branch) each keep theirs: neither measures again when the other ran
+    (they did, one key in the file, and a busy machine then measured a lower rate each time); the oldest go."""
+    monkeypatch.setattr(calibration_module, "KEPT", 3)
+    ratio_at, calls = ratios({5.0: 1.0, 10.0: 1.02, 20.0: 1.4})
+    assert faithful_rate(ratio_at, version="v1") == 10.0 and len(calls) == 3
+    slower, _ = ratios({5.0: 1.0, 10.0: 1.3, 20.0: 1.4})
+    assert faithful_rate(slower, version="v2") == 5.0
+    assert faithful_rate(ratio_at, version="v1") == 10.0 and len(calls) == 3  # kept: nothing measured again
+    for version in ("v3", "v4"):
+        faithful_rate(ratio_at, version=version)
+    assert [c["key"]["data_plane"] for c in json.loads(cache.read_text())["calibrations"]] == ["v2", "v3", "v4"]
 
 
 def test_the_data_plane_version_follows_its_code(tmp_path, monkeypatch):

@@ -17,8 +17,10 @@ many hops for its time (a barrier, a small call, a long ring) is dilated until t
 
 The result is cached in ``cache_dir()/calibration.json``, keyed by the CPU model, the core count and
 the data plane's version (a digest of the code every frame passes through, so a change there
-recalibrates by itself). ``sudo python scripts/calibrate_dilation.py`` measures again and rewrites it;
-so does deleting the file. A machine busy with other work when it calibrates measures a lower rate.
+recalibrates by itself). The file keeps the last ``KEPT`` keys' calibrations: checkouts of other versions
+on one machine (a branch, a release) each keep theirs instead of measuring again every time the other ran.
+``sudo python scripts/calibrate_dilation.py`` measures again and rewrites this key's; deleting the file
+forgets them all. A machine busy with other work when it calibrates measures a lower rate.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ CALIBRATION_TIMEOUT_S = 20.0  # real seconds without progress before a calibrati
 CALIBRATION_RUNS = 3  # Mininet runs per candidate rate, their median taken: one run beside other programs' load misses by chance
 HOP_CALLS = 9  # barrier calls the hop latency is the median of: one more Mininet run, 10-15 s here (of ~70 s)
 CALIBRATION_VERSION = 3  # bump when the procedure above changes
+KEPT = 8  # calibrations calibration.json keeps, the newest: one per machine key (data plane version)
 DATA_PLANE = ("innet/wire/packet.py", "innet/switch/runtime.py", "innet/switch/engine.py", "innet/switch/reduction.py",
               "innet/switch/program.py", "innet/hosts/worker/call.py", "innet/hosts/worker/window.py",
               "innet/hosts/worker/framing.py", "innet/hosts/worker/process.py", "innet/hosts/recovery.py",
@@ -134,16 +137,18 @@ def calibration(ratio_at: Callable[[float], float] | None = None, version: str |
     ``measured_hop``) when there is none for this machine and data plane, or with ``again``."""
     key = machine_key(version)
     path = os.path.join(cache_dir(), "calibration.json")
+    kept = _read(path)
     if not again:
-        cached = _read(path)
-        if cached is not None and cached.key == key:
+        cached = next((c for c in kept if c.key == key), None)
+        if cached is not None:
             return cached
     _log("calibrating time dilation (once per machine and data plane; a few Mininet runs)")
     rate, measured = search(ratio_at or measured_ratio, rates)
     hop = round(float((hop_at or measured_hop)(rate)), 6)
     record = Calibration(key, rate, TARGET_MBPS, TOLERANCE, measured, time.strftime("%Y-%m-%dT%H:%M:%S%z"), hop)
     try:
-        write_text_atomic(path, json.dumps(to_json(record), indent=1))
+        others = [to_json(c) for c in kept if c.key != key][-(KEPT - 1):]
+        write_text_atomic(path, json.dumps({"calibrations": [*others, to_json(record)]}, indent=1))
     except UserError as exc:
         raise UserError(f"cannot write the dilation calibration ({exc}); "
                         "set INNET_CACHE_DIR to a writable directory") from None
@@ -152,13 +157,13 @@ def calibration(ratio_at: Callable[[float], float] | None = None, version: str |
     return record
 
 
-def _read(path: str) -> Calibration | None:
-    """The cached calibration; None when there is none, or it is not one this version can read."""
+def _read(path: str) -> list[Calibration]:
+    """The cached calibrations, oldest first; none where there is no file, or not one this version can read."""
     try:
         with open(path, encoding="utf-8") as fh:
-            return from_json(Calibration, json.load(fh))
-    except (OSError, ValueError, TypeError, AttributeError):
-        return None
+            return [from_json(Calibration, c) for c in json.load(fh)["calibrations"]]
+    except (OSError, ValueError, TypeError, AttributeError, KeyError):
+        return []
 
 
 def calibration_case(rate: float) -> tuple[Any, Any, float]:
