@@ -18,6 +18,7 @@ the background for each link; a job in a less urgent band gets only what the bac
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -109,53 +110,87 @@ def tree_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str,
     onward = [{hop: path[k + 1] if k + 1 < len(path) else None for k, hop in enumerate(path)} for path in paths]
     each, due = _sources(paths, [rate for _, _, rate in flows], background_frame, dt, lead_s, first_s)
     children = {p: [c for c, q in up if q == p] for p in set(plan.parents.values())}
+    # what each of the job's links sends: the lowest of the whole frames come over ``inputs`` (a worker: its window
+    # past the results come back, once the exponent's round is back); it changes only when one of them does
+    inputs = {(a, b): [(plan.first_hop[a], a)] if a in plan.workers and plan.parents.get(a) == b
+              else [(c, a) for c in children[a]] if plan.parents.get(a) == b or a == plan.root
+              else [(plan.parents[a], a)] for a, b in job_links}
+    needs: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for hop, came in inputs.items():
+        for way in came:
+            needs.setdefault(way, []).append(hop)
+    workers_up = {(w, plan.parents[w]) for w in plan.workers}
+    returns = {(plan.first_hop[w], w) for w in plan.workers}
     arrived = dict.fromkeys(job_links, 0.0)  # the job's bytes that arrived over each link
     got = dict.fromkeys(job_links, 0.0)  # and of them, its whole frames: what the far end can pass on
     sent = dict.fromkeys(job_links, 0.0)  # and that went into its queue
     partial = [dict.fromkeys(path, 0.0) for path in paths]  # a background frame's bytes come so far over each link
+    order = {hop: k for k, hop in enumerate(links)}
+    names = list(links)
+    waiting: dict[tuple[str, str], _Link] = {}  # the links with bytes queued
+    landing: dict[int, set[int]] = {}  # step -> the links (by order) with something arriving at its end
+    changed = dict.fromkeys(workers_up)  # the job's links whose inputs moved since they last sent
+    done = 0
+    soon = [(at, k) for k, at in enumerate(due)]  # each source's next put
+    heapq.heapify(soon)
 
-    def ready(a: str, b: str) -> float:
-        """The job's bytes node ``a`` has for link (a, b) so far."""
-        if plan.parents.get(a) == b:  # up: a worker's window (once the exponent's round is back), a switch's partials
-            if a in plan.workers:
-                back = got[(plan.first_hop[a], a)]
-                return min(data, back + window) if back >= head - 1e-6 else head
-            return min(got[(c, a)] for c in children[a])
-        if a == plan.root:
-            return min(got[(c, a)] for c in children[a])
-        return got[(plan.parents[a], a)]
+    def put(hop: tuple[str, str], band: int, cls: int, amount: float) -> None:
+        link = links[hop]
+        link.put(band, cls, amount)
+        waiting[hop] = link
 
     for step in range(-round(lead_s / dt), MAX_STEPS):
-        if all(got[(plan.first_hop[w], w)] >= data - 1e-6 for w in plan.workers):
+        if done == len(returns):
             return step * dt
-        for k, (hop, cls, amount, gap) in enumerate(each):
-            while due[k] < step + 1:
-                links[hop].put(background_band, cls, amount)
-                due[k] += gap
-        for hop in job_links if step >= 0 else ():
-            more = ready(*hop) - sent[hop]
-            if more > 1e-9:
-                links[hop].put(band, JOB, more)
-                sent[hop] += more
-        for link in links.values():
+        if soon and soon[0][0] < step + 1:
+            now = []
+            while soon and soon[0][0] < step + 1:
+                at, k = heapq.heappop(soon)
+                now.append(k)
+                heapq.heappush(soon, (at + each[k][3], k))
+            for k in sorted(now):  # in the flows' order, as each flow puts in its frames due this step
+                put(each[k][0], background_band, each[k][1], each[k][2])
+        if step >= 0 and changed:
+            for hop in changed:
+                came = inputs[hop]
+                if hop in workers_up:
+                    back = got[came[0]]
+                    can = min(data, back + window) if back >= head - 1e-6 else head
+                else:
+                    can = min(got[way] for way in came)
+                more = can - sent[hop]
+                if more > 1e-9:
+                    put(hop, band, JOB, more)
+                    sent[hop] += more
+            changed = {}
+        for hop, link in list(waiting.items()):
             link.serve(step)
-        for hop, link in links.items():
+            landing.setdefault(step + link.delay, set()).add(order[hop])
+            if not any(link.queues):
+                del waiting[hop]
+        for k in sorted(landing.pop(step, ())):
+            hop = names[k]
+            link = links[hop]
             while link.flight and link.flight[0][0] <= step:
                 _, cls, amount = link.flight.popleft()
                 if cls == JOB:
                     arrived[hop] += amount
-                    got[hop] = _whole(arrived[hop], head, frame_bytes)
+                    whole = _whole(arrived[hop], head, frame_bytes)
+                    if whole != got[hop]:
+                        done += hop in returns and got[hop] < data - 1e-6 <= whole
+                        got[hop] = whole
+                        changed.update(dict.fromkeys(needs.get(hop, ())))
                     continue
                 nxt = onward[cls][hop]
                 if nxt is None:
                     continue
                 if not background_frame:
-                    links[nxt].put(background_band, cls, amount)
+                    put(nxt, background_band, cls, amount)
                     continue
                 partial[cls][hop] += amount
                 if partial[cls][hop] >= background_frame - 1e-6:  # store and forward: a whole frame goes on
                     partial[cls][hop] -= background_frame
-                    links[nxt].put(background_band, cls, background_frame)
+                    put(nxt, background_band, cls, background_frame)
     return float("inf")
 
 
