@@ -52,19 +52,25 @@ class _Link:
         else:
             queue.append([cls, amount])
 
-    def serve(self, step: int) -> None:
-        budget = self.per_step
+    def serve(self, step: int) -> bool:
+        """Serve a step's worth of bytes, the most urgent band first; whether the queues are empty then."""
+        budget, due, flight = self.per_step, step + self.delay, self.flight
         for queue in self.queues:
-            while budget > 0 and queue:
+            while queue:
                 head = queue[0]
-                amount = min(budget, head[1])
-                budget -= amount
-                head[1] -= amount
-                self.flight.append((step + self.delay, int(head[0]), amount))
-                if head[1] <= 1e-9:
-                    queue.popleft()
-            if budget <= 0:
-                return
+                if head[1] > budget:
+                    head[1] -= budget
+                    flight.append((due, int(head[0]), budget))
+                    if head[1] > 1e-9:
+                        return False
+                    queue.popleft()  # a rounding's crumb
+                    return not any(self.queues)
+                budget -= head[1]
+                flight.append((due, int(head[0]), head[1]))
+                queue.popleft()
+                if budget <= 0:
+                    return not any(self.queues)
+        return True
 
 
 def _links(graph: nx.Graph, bps: dict[tuple[str, str], float], dt: float, bands: int) -> dict[tuple[str, str], _Link]:
@@ -164,10 +170,9 @@ def tree_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str,
                     sent[hop] += more
             changed = {}
         for hop, link in list(waiting.items()):
-            link.serve(step)
-            landing.setdefault(step + link.delay, set()).add(order[hop])
-            if not any(link.queues):
+            if link.serve(step):
                 del waiting[hop]
+            landing.setdefault(step + link.delay, set()).add(order[hop])
         for k in sorted(landing.pop(step, ())):
             hop = names[k]
             link = links[hop]
