@@ -101,7 +101,8 @@ def tree_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str,
     window of ``plan.slots`` frames, after a round of one ``exponent_bytes`` frame (0: none), its frames in priority
     ``band``, beside open-loop background ``flows`` (source, destination, bits per second) in ``background_band``,
     frames of ``background_frame`` bytes (0: a fluid stream) started ``lead_s`` before the job, each flow's first
-    ``first_s`` after that (None: spread over its gap; see the module doc); inf where the background leaves it too little to finish."""
+    ``first_s`` after that (None: spread over its gap; see the module doc); inf where the background leaves it too
+    little to finish."""
     head = float(exponent_bytes)
     data, window = head + chunks * frame_bytes, float(plan.slots * frame_bytes)
     assert plan.root is not None
