@@ -17,6 +17,7 @@ counts what arrives for it. It is a daemon: the run ends when the job's endpoint
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -194,9 +195,8 @@ class BackgroundHost:
     def __init__(self, node: int, flows: list[tuple[int, float]], seed: int = 0) -> None:
         """``flows``: (destination node index, bits per second) of each flow from node ``node``."""
         self.node = node
-        rng = np.random.default_rng([seed, node, 35])
         self.flows = [(background_frame(node, dst), FRAME_BYTES * 8 / bps) for dst, bps in flows]
-        self._due = [(float(rng.random() * gap), k) for k, (_, gap) in enumerate(self.flows)]
+        self._due = list(zip(phases(node, [gap for _, gap in self.flows], seed), range(len(self.flows)), strict=True))
         heapq.heapify(self._due)
         self.sent_bytes = self.received_bytes = 0
         self.offered_bps = sum(bps for _, bps in flows)
@@ -222,6 +222,23 @@ class BackgroundHost:
             heapq.heappush(self._due, (at + gap, k))
         self.sent_bytes += sum(len(f) for f in out)
         return out
+
+
+def phases(node: int, gaps: Sequence[float], seed: int = 0) -> list[float]:
+    """When each flow of node ``node`` (frames ``gaps`` seconds apart) sends its first frame after the background
+    starts: at a seeded phase of its gap."""
+    rng = np.random.default_rng([seed, node, 35])
+    return [float(rng.random() * gap) for gap in gaps]
+
+
+def first_frames(graph: nx.Graph, flows: Sequence[Flow], seed: int = 0) -> list[float]:
+    """When each of ``flows`` sends its first frame after the background starts, as its host's endpoint sends it
+    (``BackgroundHost``, on both backends): what the timing model's background replays."""
+    index, gaps = node_indices(graph), [FRAME_BYTES * 8 / f.bps if f.bps > 0 else math.inf for f in flows]
+    at: dict[str, list[float]] = {}
+    for host in dict.fromkeys(f.src for f in flows):
+        at[host] = phases(index[host], [gap for f, gap in zip(flows, gaps, strict=True) if f.src == host], seed)
+    return [at[f.src].pop(0) for f in flows]
 
 
 def background_hosts(graph: nx.Graph, bg: BackgroundSpec, seed: int = 0) -> dict[str, BackgroundHost]:

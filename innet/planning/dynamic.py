@@ -193,7 +193,8 @@ def fluid_time(job_bytes: float, window: float, rtt: float, rate: float, backgro
 
 def background_model_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]], chunks: int,
                        frame_bytes: int, band: int = 0, background_band: int = 0, lead_s: float = 0.0,
-                       background_frame: int = 0) -> float:
+                       background_frame: int = 0, exponent_bytes: int = 0,
+                       first_s: Sequence[float] | None = None) -> float:
     """The timing model's completion time of ``plan``'s all-reduce beside background ``flows`` (source,
     destination, bits per second), ``chunks`` frames of ``frame_bytes`` each way per worker and a window of
     ``plan.slots`` frames, the job's frames in priority ``band``, the background's in ``background_band``. A static
@@ -202,7 +203,8 @@ def background_model_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str
     uplinks (up and down) share its chunks among them: the best split over its least loaded few (the rotation
     spreads chunks, the congestion signal moves them off loaded uplinks)."""
     if plan.method != "dynamic":
-        return tree_fluid_s(graph, plan, flows, chunks, frame_bytes, band, background_band, lead_s, background_frame)
+        return tree_fluid_s(graph, plan, flows, chunks, frame_bytes, band, background_band, lead_s, background_frame,
+                            exponent_bytes, first_s)
     load: dict[tuple[str, str], float] = {}
     for src, dst, bps in flows:
         for hop in path_links(graph, src, dst):

@@ -2,20 +2,24 @@
 
 Every link direction is a strict-priority queue with one FIFO per band, as on both backends (the fabric's
 ``LinkDirection``, Mininet's pfifo_fast): a band is served only while every more urgent band is empty, and within
-a band bytes leave in the order they came. The job's bytes are fluid: a worker puts its chunks into its own link's
-queue as its window allows (at most ``slots`` chunks ahead of the results it has), a switch passes on a partial
-as soon as all its children's parts have arrived (the lowest of their arrived bytes), the root sends results down
-as its aggregate grows. Each background flow puts a whole frame into its first link every frame's worth of its
-rate (the flows' phases spread over their gaps), from ``lead_s`` before the job starts, as both backends start
-it (innet.hosts.background.lead_s), and each link passes what it serves on to the next, half a frame's
-serialisation plus the link's latency later. So a job whose whole tensor fits its window is queued ahead of the
-background its own hosts send, in the same band, and is slowed by what is already in the network and by the
-backlog its hosts release when its tensor has left; a job with a short window competes with the background for
-each link; a job in a less urgent band gets only what the background leaves.
+a band bytes leave in the order they came. A link passes a frame on whole (store and forward): the far end has it
+the link's latency after its last byte left. The job's bytes are fluid in whole frames: each worker first sends its
+exponent's one small frame and waits for the round's answer (as the workers do), then puts its chunks into its own
+link's queue as its window allows (at most ``slots`` chunks ahead of the results it has); a switch passes on a
+partial as soon as all its children's parts have arrived (the lowest of their whole frames), the root sends
+results down as its aggregate grows. Each background flow puts a whole frame into its first link every frame's
+worth of its rate, from ``lead_s`` before the job starts, as both backends start it (innet.hosts.background.lead_s),
+its first frame at the phase its host's sender gives it (``first_s``, innet.hosts.background.first_frames). So a
+job whose whole tensor fits its window is queued ahead of the background its own hosts send, in the same band,
+and is slowed by what is already in the network (its exponent's round most: one frame behind the background's at
+every hop) and by the backlog its hosts release when its tensor has left; a job with a short window competes with
+the background for each link; a job in a less urgent band gets only what the background leaves.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -26,13 +30,15 @@ from innet.planning.planner import JobPlan
 from innet.planning.prediction import path_links
 
 JOB = -1  # the job's class in a queue; background flows are 0, 1, ...
+STEPS_PER_FRAME = 16  # steps a job's frame takes to serialise on its fastest link: the exponent's frame takes one a hop
 MAX_STEPS = 200_000  # a run that takes longer is one the background starves (inf)
 
 
 @dataclass
 class _Link:
-    """One link direction: bytes it serves a step, steps a byte takes to the far end, its queues (per band,
-    FIFO segments of [class, bytes]) and what left it, in flight to the far end (due step, class, bytes)."""
+    """One link direction: bytes it serves a step, steps a frame takes to the far end once its last byte left,
+    its queues (per band, FIFO segments of [class, bytes]) and what left it, in flight to the far end (due step,
+    class, bytes)."""
 
     per_step: float
     delay: int
@@ -46,49 +52,59 @@ class _Link:
         else:
             queue.append([cls, amount])
 
-    def serve(self, step: int) -> None:
-        budget = self.per_step
+    def serve(self, step: int) -> bool:
+        """Serve a step's worth of bytes, the most urgent band first; whether the queues are empty then."""
+        budget, due, flight = self.per_step, step + self.delay, self.flight
         for queue in self.queues:
-            while budget > 0 and queue:
+            while queue:
                 head = queue[0]
-                amount = min(budget, head[1])
-                budget -= amount
-                head[1] -= amount
-                self.flight.append((step + self.delay, int(head[0]), amount))
-                if head[1] <= 1e-9:
-                    queue.popleft()
-            if budget <= 0:
-                return
+                if head[1] > budget:
+                    head[1] -= budget
+                    flight.append((due, int(head[0]), budget))
+                    if head[1] > 1e-9:
+                        return False
+                    queue.popleft()  # a rounding's crumb
+                    return not any(self.queues)
+                budget -= head[1]
+                flight.append((due, int(head[0]), head[1]))
+                queue.popleft()
+                if budget <= 0:
+                    return not any(self.queues)
+        return True
 
 
-def _links(graph: nx.Graph, bps: dict[tuple[str, str], float], frame_bytes: int, dt: float,
-           bands: int) -> dict[tuple[str, str], _Link]:
-    """Each link direction of ``bps`` (its rate) as a queue served every step of ``dt`` seconds, passing a byte
-    on after the link's latency and half a frame's serialisation (the store-and-forward hop)."""
-    return {hop: _Link(rate / 8 * dt, round((graph.edges[hop].get("latency", 0.0) + 4 * frame_bytes / rate) / dt),
-                       [deque() for _ in range(bands)]) for hop, rate in bps.items()}
+def _links(graph: nx.Graph, bps: dict[tuple[str, str], float], dt: float, bands: int) -> dict[tuple[str, str], _Link]:
+    """Each link direction of ``bps`` (its rate) as a queue served every step of ``dt`` seconds; what it served
+    in a step reaches the far end the link's latency after that step's end."""
+    return {hop: _Link(rate / 8 * dt, round(graph.edges[hop].get("latency", 0.0) / dt), [deque() for _ in range(bands)])
+            for hop, rate in bps.items()}
 
 
-def _sources(paths: list[list[tuple[str, str]]], rates: list[float], frame: int, dt: float,
-             lead_s: float) -> tuple[list[tuple[tuple[str, str], int, float, float]], list[float]]:
+def _sources(paths: list[list[tuple[str, str]]], rates: list[float], frame: int, dt: float, lead_s: float,
+             first_s: Sequence[float] | None) -> tuple[list[tuple[tuple[str, str], int, float, float]], list[float]]:
     """Each background flow as a source: its first link, its class, the bytes it puts in (a frame, or a step's
     worth of fluid where ``frame`` is 0) and its gap in steps; and the step of its first put, ``lead_s`` before the
-    job, frames at a spread phase of their gap."""
+    job, frames at ``first_s`` after that (each flow's, else spread over their gaps)."""
     each = [(path[0], i, frame or rate / 8 * dt, (frame * 8 / rate if frame else dt) / dt)
             for i, (path, rate) in enumerate(zip(paths, rates, strict=True)) if path and rate > 0]
-    due = [-lead_s / dt + gap * (i * 0.618034 % 1) if frame else -lead_s / dt for _, i, _, gap in each]
-    return each, due
+    if not frame:
+        return each, [-lead_s / dt for _ in each]
+    return each, [(first_s[i] - lead_s) / dt if first_s is not None else -lead_s / dt + gap * (i * 0.618034 % 1)
+                  for _, i, _, gap in each]
 
 
 def tree_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]], chunks: int,
                  frame_bytes: int, band: int = 0, background_band: int = 0, lead_s: float = 0.0,
-                 background_frame: int = 0) -> float:
+                 background_frame: int = 0, exponent_bytes: int = 0,
+                 first_s: Sequence[float] | None = None) -> float:
     """Seconds ``plan``'s static tree takes to all-reduce ``chunks`` frames of ``frame_bytes`` per worker with a
-    window of ``plan.slots`` frames, its frames in priority ``band``, beside open-loop background ``flows``
-    (source, destination, bits per second) in ``background_band``, frames of ``background_frame`` bytes (0: a
-    fluid stream) started ``lead_s`` before the job (see the module doc); inf where the background leaves it too
+    window of ``plan.slots`` frames, after a round of one ``exponent_bytes`` frame (0: none), its frames in priority
+    ``band``, beside open-loop background ``flows`` (source, destination, bits per second) in ``background_band``,
+    frames of ``background_frame`` bytes (0: a fluid stream) started ``lead_s`` before the job, each flow's first
+    ``first_s`` after that (None: spread over its gap; see the module doc); inf where the background leaves it too
     little to finish."""
-    data, window = float(chunks * frame_bytes), float(plan.slots * frame_bytes)
+    head = float(exponent_bytes)
+    data, window = head + chunks * frame_bytes, float(plan.slots * frame_bytes)
     assert plan.root is not None
     up = list(plan.parents.items())
     job_links = [*up, *((p, c) for c, p in up)]
@@ -96,45 +112,96 @@ def tree_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str,
     used = dict.fromkeys([*job_links, *(hop for path in paths for hop in path)])  # in order: a set's is the hash seed's
     bps = {hop: graph.edges[hop]["bw"] * 1e6 for hop in used}
     alone = data * 8 / min(bps[hop] for hop in job_links)
-    dt = max(min(8 * frame_bytes / bps[hop] for hop in job_links) / 4, alone / 20_000)
-    links = _links(graph, bps, frame_bytes, dt, max(band, background_band) + 1)
+    dt = max(min(8 * frame_bytes / bps[hop] for hop in job_links) / STEPS_PER_FRAME, alone / 20_000)
+    links = _links(graph, bps, dt, max(band, background_band) + 1)
     onward = [{hop: path[k + 1] if k + 1 < len(path) else None for k, hop in enumerate(path)} for path in paths]
-    each, due = _sources(paths, [rate for _, _, rate in flows], background_frame, dt, lead_s)
+    each, due = _sources(paths, [rate for _, _, rate in flows], background_frame, dt, lead_s, first_s)
     children = {p: [c for c, q in up if q == p] for p in set(plan.parents.values())}
-    got = dict.fromkeys(job_links, 0.0)  # the job's bytes that arrived over each link
+    # what each of the job's links sends: the lowest of the whole frames come over ``inputs`` (a worker: its window
+    # past the results come back, once the exponent's round is back); it changes only when one of them does
+    inputs = {(a, b): [(plan.first_hop[a], a)] if a in plan.workers and plan.parents.get(a) == b
+              else [(c, a) for c in children[a]] if plan.parents.get(a) == b or a == plan.root
+              else [(plan.parents[a], a)] for a, b in job_links}
+    needs: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for hop, came in inputs.items():
+        for way in came:
+            needs.setdefault(way, []).append(hop)
+    workers_up = {(w, plan.parents[w]) for w in plan.workers}
+    returns = {(plan.first_hop[w], w) for w in plan.workers}
+    arrived = dict.fromkeys(job_links, 0.0)  # the job's bytes that arrived over each link
+    got = dict.fromkeys(job_links, 0.0)  # and of them, its whole frames: what the far end can pass on
     sent = dict.fromkeys(job_links, 0.0)  # and that went into its queue
+    partial = [dict.fromkeys(path, 0.0) for path in paths]  # a background frame's bytes come so far over each link
+    order = {hop: k for k, hop in enumerate(links)}
+    names = list(links)
+    waiting: dict[tuple[str, str], _Link] = {}  # the links with bytes queued
+    landing: dict[int, set[int]] = {}  # step -> the links (by order) with something arriving at its end
+    changed = dict.fromkeys(workers_up)  # the job's links whose inputs moved since they last sent
+    done = 0
+    soon = [(at, k) for k, at in enumerate(due)]  # each source's next put
+    heapq.heapify(soon)
 
-    def ready(a: str, b: str) -> float:
-        """The job's bytes node ``a`` has for link (a, b) so far."""
-        if plan.parents.get(a) == b:  # up: a worker's window, a switch's complete partials
-            if a in plan.workers:
-                return min(data, got[(plan.first_hop[a], a)] + window)
-            return min(got[(c, a)] for c in children[a])
-        if a == plan.root:
-            return min(got[(c, a)] for c in children[a])
-        return got[(plan.parents[a], a)]
+    def put(hop: tuple[str, str], band: int, cls: int, amount: float) -> None:
+        link = links[hop]
+        link.put(band, cls, amount)
+        waiting[hop] = link
 
     for step in range(-round(lead_s / dt), MAX_STEPS):
-        if all(got[(plan.first_hop[w], w)] >= data - 1e-6 for w in plan.workers):
+        if done == len(returns):
             return step * dt
-        for k, (hop, cls, amount, gap) in enumerate(each):
-            while due[k] < step + 1:
-                links[hop].put(background_band, cls, amount)
-                due[k] += gap
-        for hop in job_links if step >= 0 else ():
-            more = ready(*hop) - sent[hop]
-            if more > 1e-9:
-                links[hop].put(band, JOB, more)
-                sent[hop] += more
-        for link in links.values():
-            link.serve(step)
-        for hop, link in links.items():
+        if soon and soon[0][0] < step + 1:
+            now = []
+            while soon and soon[0][0] < step + 1:
+                at, k = heapq.heappop(soon)
+                now.append(k)
+                heapq.heappush(soon, (at + each[k][3], k))
+            for k in sorted(now):  # in the flows' order, as each flow puts in its frames due this step
+                put(each[k][0], background_band, each[k][1], each[k][2])
+        if step >= 0 and changed:
+            for hop in changed:
+                came = inputs[hop]
+                if hop in workers_up:
+                    back = got[came[0]]
+                    can = min(data, back + window) if back >= head - 1e-6 else head
+                else:
+                    can = min(got[way] for way in came)
+                more = can - sent[hop]
+                if more > 1e-9:
+                    put(hop, band, JOB, more)
+                    sent[hop] += more
+            changed = {}
+        for hop, link in list(waiting.items()):
+            if link.serve(step):
+                del waiting[hop]
+            landing.setdefault(step + link.delay, set()).add(order[hop])
+        for k in sorted(landing.pop(step, ())):
+            hop = names[k]
+            link = links[hop]
             while link.flight and link.flight[0][0] <= step:
                 _, cls, amount = link.flight.popleft()
                 if cls == JOB:
-                    got[hop] += amount
-                else:
-                    nxt = onward[cls][hop]
-                    if nxt is not None:
-                        links[nxt].put(background_band, cls, amount)
+                    arrived[hop] += amount
+                    whole = _whole(arrived[hop], head, frame_bytes)
+                    if whole != got[hop]:
+                        done += hop in returns and got[hop] < data - 1e-6 <= whole
+                        got[hop] = whole
+                        changed.update(dict.fromkeys(needs.get(hop, ())))
+                    continue
+                nxt = onward[cls][hop]
+                if nxt is None:
+                    continue
+                if not background_frame:
+                    put(nxt, background_band, cls, amount)
+                    continue
+                partial[cls][hop] += amount
+                if partial[cls][hop] >= background_frame - 1e-6:  # store and forward: a whole frame goes on
+                    partial[cls][hop] -= background_frame
+                    put(nxt, background_band, cls, background_frame)
     return float("inf")
+
+
+def _whole(arrived: float, head: float, frame_bytes: int) -> float:
+    """Of ``arrived`` bytes of the job's stream (the exponent's ``head``, then frames), those of whole frames."""
+    if arrived < head - 1e-6:
+        return 0.0
+    return head + frame_bytes * math.floor((arrived - head) / frame_bytes + 1e-6)

@@ -184,8 +184,9 @@ def background_model(graph: nx.Graph, run: RunSpec, rp: Planned) -> dict[str, fl
     """``background_model_s``: the timing model's completion beside the run's background traffic (none: at link
     rate or the window's pace) for a plain switch all-reduce, the slowest job's (innet.planning.dynamic). None beside
     an elastic background: the model's background is open-loop, in the job's FIFO."""
-    from innet.hosts.background import BACKGROUND_BAND, FRAME_BYTES, background_flows, lead_s
+    from innet.hosts.background import BACKGROUND_BAND, FRAME_BYTES, background_flows, first_frames, lead_s
     from innet.planning.dynamic import background_model_s
+    from innet.planning.prediction import frame_bytes as wire_bytes
 
     if run.mode != "innet" or run.collective != "allreduce" or run.workload or run.train or run.consistency or run.topk \
             or run.background.elastic or any(p.method == "pbox" for p in rp.plans):
@@ -195,7 +196,8 @@ def background_model(graph: nx.Graph, run: RunSpec, rp: Planned) -> dict[str, fl
     frame = program_of(run).frame_bytes(rp.per_packet)
     chunks = sum(-(-n // rp.per_packet) for n in run.call_sizes())
     return {"background_model_s": round(max(background_model_s(graph, p, flows, chunks, frame, run.band(p.job),
-                                                                   BACKGROUND_BAND, lead_s(got), FRAME_BYTES)
+                                                                   BACKGROUND_BAND, lead_s(got), FRAME_BYTES,
+                                                                   wire_bytes(0), first_frames(graph, got, run.seed))
                                             for p in rp.plans), 6)}
 
 
