@@ -103,52 +103,13 @@ def tree_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str,
     frames of ``background_frame`` bytes (0: a fluid stream) started ``lead_s`` before the job, each flow's first
     ``first_s`` after that (None: spread over its gap; see the module doc); inf where the background leaves it too
     little to finish."""
-    head = float(exponent_bytes)
-    data, window = head + chunks * frame_bytes, float(plan.slots * frame_bytes)
-    assert plan.root is not None
-    up = list(plan.parents.items())
-    job_links = [*up, *((p, c) for c, p in up)]
-    paths = [path_links(graph, src, dst) for src, dst, _ in flows]
-    used = dict.fromkeys([*job_links, *(hop for path in paths for hop in path)])  # in order: a set's is the hash seed's
-    bps = {hop: graph.edges[hop]["bw"] * 1e6 for hop in used}
-    alone = data * 8 / min(bps[hop] for hop in job_links)
-    dt = max(min(8 * frame_bytes / bps[hop] for hop in job_links) / STEPS_PER_FRAME, alone / 20_000)
-    links = _links(graph, bps, dt, max(band, background_band) + 1)
-    onward = [{hop: path[k + 1] if k + 1 < len(path) else None for k, hop in enumerate(path)} for path in paths]
-    each, due = _sources(paths, [rate for _, _, rate in flows], background_frame, dt, lead_s, first_s)
-    children = {p: [c for c, q in up if q == p] for p in set(plan.parents.values())}
-    # what each of the job's links sends: the lowest of the whole frames come over ``inputs`` (a worker: its window
-    # past the results come back, once the exponent's round is back); it changes only when one of them does
-    inputs = {(a, b): [(plan.first_hop[a], a)] if a in plan.workers and plan.parents.get(a) == b
-              else [(c, a) for c in children[a]] if plan.parents.get(a) == b or a == plan.root
-              else [(plan.parents[a], a)] for a, b in job_links}
-    needs: dict[tuple[str, str], list[tuple[str, str]]] = {}
-    for hop, came in inputs.items():
-        for way in came:
-            needs.setdefault(way, []).append(hop)
-    workers_up = {(w, plan.parents[w]) for w in plan.workers}
-    returns = {(plan.first_hop[w], w) for w in plan.workers}
-    arrived = dict.fromkeys(job_links, 0.0)  # the job's bytes that arrived over each link
-    got = dict.fromkeys(job_links, 0.0)  # and of them, its whole frames: what the far end can pass on
-    sent = dict.fromkeys(job_links, 0.0)  # and that went into its queue
-    partial = [dict.fromkeys(path, 0.0) for path in paths]  # a background frame's bytes come so far over each link
-    order = {hop: k for k, hop in enumerate(links)}
-    names = list(links)
-    waiting: dict[tuple[str, str], _Link] = {}  # the links with bytes queued
-    landing: dict[int, set[int]] = {}  # step -> the links (by order) with something arriving at its end
-    changed = dict.fromkeys(workers_up)  # the job's links whose inputs moved since they last sent
-    done = 0
+    fluid = _Fluid(graph, plan, flows, chunks, frame_bytes, band, background_band, background_frame, exponent_bytes)
+    each, due = _sources(fluid.paths, [rate for _, _, rate in flows], background_frame, fluid.dt, lead_s, first_s)
     soon = [(at, k) for k, at in enumerate(due)]  # each source's next put
     heapq.heapify(soon)
-
-    def put(hop: tuple[str, str], band: int, cls: int, amount: float) -> None:
-        link = links[hop]
-        link.put(band, cls, amount)
-        waiting[hop] = link
-
-    for step in range(-round(lead_s / dt), MAX_STEPS):
-        if done == len(returns):
-            return step * dt
+    for step in range(-round(lead_s / fluid.dt), MAX_STEPS):
+        if fluid.done == len(fluid.returns):
+            return step * fluid.dt
         if soon and soon[0][0] < step + 1:
             now = []
             while soon and soon[0][0] < step + 1:
@@ -156,48 +117,113 @@ def tree_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str,
                 now.append(k)
                 heapq.heappush(soon, (at + each[k][3], k))
             for k in sorted(now):  # in the flows' order, as each flow puts in its frames due this step
-                put(each[k][0], background_band, each[k][1], each[k][2])
-        if step >= 0 and changed:
-            for hop in changed:
-                came = inputs[hop]
-                if hop in workers_up:
-                    back = got[came[0]]
-                    can = min(data, back + window) if back >= head - 1e-6 else head
-                else:
-                    can = min(got[way] for way in came)
-                more = can - sent[hop]
-                if more > 1e-9:
-                    put(hop, band, JOB, more)
-                    sent[hop] += more
-            changed = {}
-        for hop, link in list(waiting.items()):
-            if link.serve(step):
-                del waiting[hop]
-            landing.setdefault(step + link.delay, set()).add(order[hop])
-        for k in sorted(landing.pop(step, ())):
-            hop = names[k]
-            link = links[hop]
-            while link.flight and link.flight[0][0] <= step:
-                _, cls, amount = link.flight.popleft()
-                if cls == JOB:
-                    arrived[hop] += amount
-                    whole = _whole(arrived[hop], head, frame_bytes)
-                    if whole != got[hop]:
-                        done += hop in returns and got[hop] < data - 1e-6 <= whole
-                        got[hop] = whole
-                        changed.update(dict.fromkeys(needs.get(hop, ())))
-                    continue
-                nxt = onward[cls][hop]
-                if nxt is None:
-                    continue
-                if not background_frame:
-                    put(nxt, background_band, cls, amount)
-                    continue
-                partial[cls][hop] += amount
-                if partial[cls][hop] >= background_frame - 1e-6:  # store and forward: a whole frame goes on
-                    partial[cls][hop] -= background_frame
-                    put(nxt, background_band, cls, background_frame)
+                fluid.put(each[k][0], background_band, each[k][1], each[k][2])
+        if step >= 0 and fluid.changed:
+            fluid.send_job()
+        fluid.serve(step)
     return float("inf")
+
+
+class _Fluid:
+    """``tree_fluid_s``'s links and the job's progress over them: what arrived over each of the job's links (and of
+    it, whole frames, what the far end can pass on), what went into each one's queue, the background's frames
+    partly come over each link, the links with bytes queued, and what lands at each step's end."""
+
+    def __init__(self, graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]], chunks: int,
+                 frame_bytes: int, band: int, background_band: int, background_frame: int, exponent_bytes: int) -> None:
+        self.head, self.frame_bytes, self.band = float(exponent_bytes), frame_bytes, band
+        self.background_band, self.background_frame = background_band, background_frame
+        self.data, self.window = self.head + chunks * frame_bytes, float(plan.slots * frame_bytes)
+        assert plan.root is not None
+        up = list(plan.parents.items())
+        job_links = [*up, *((p, c) for c, p in up)]
+        self.paths = [path_links(graph, src, dst) for src, dst, _ in flows]
+        used = dict.fromkeys([*job_links, *(hop for path in self.paths for hop in path)])  # in order: not the hash seed's
+        bps = {hop: graph.edges[hop]["bw"] * 1e6 for hop in used}
+        alone = self.data * 8 / min(bps[hop] for hop in job_links)
+        self.dt = max(min(8 * frame_bytes / bps[hop] for hop in job_links) / STEPS_PER_FRAME, alone / 20_000)
+        self.links = _links(graph, bps, self.dt, max(band, background_band) + 1)
+        self.onward = [{hop: path[k + 1] if k + 1 < len(path) else None for k, hop in enumerate(path)}
+                       for path in self.paths]
+        children = {p: [c for c, q in up if q == p] for p in set(plan.parents.values())}
+        # what each of the job's links sends: the lowest of the whole frames come over ``inputs`` (a worker: its window
+        # past the results come back, once the exponent's round is back); it changes only when one of them does
+        self.inputs = {(a, b): [(plan.first_hop[a], a)] if a in plan.workers and plan.parents.get(a) == b
+                       else [(c, a) for c in children[a]] if plan.parents.get(a) == b or a == plan.root
+                       else [(plan.parents[a], a)] for a, b in job_links}
+        self.needs: dict[tuple[str, str], list[tuple[str, str]]] = {}
+        for hop, came in self.inputs.items():
+            for way in came:
+                self.needs.setdefault(way, []).append(hop)
+        self.workers_up = {(w, plan.parents[w]) for w in plan.workers}
+        self.returns = {(plan.first_hop[w], w) for w in plan.workers}
+        self.arrived = dict.fromkeys(job_links, 0.0)
+        self.got = dict.fromkeys(job_links, 0.0)
+        self.sent = dict.fromkeys(job_links, 0.0)
+        self.partial = [dict.fromkeys(path, 0.0) for path in self.paths]
+        self.order = {hop: k for k, hop in enumerate(self.links)}
+        self.names = list(self.links)
+        self.waiting: dict[tuple[str, str], _Link] = {}
+        self.landing: dict[int, set[int]] = {}  # step -> the links (by order) with something arriving at its end
+        self.changed = dict.fromkeys(self.workers_up)  # the job's links whose inputs moved since they last sent
+        self.done = 0
+
+    def put(self, hop: tuple[str, str], band: int, cls: int, amount: float) -> None:
+        link = self.links[hop]
+        link.put(band, cls, amount)
+        self.waiting[hop] = link
+
+    def send_job(self) -> None:
+        """Each of the job's links whose inputs moved queues what they now let it send."""
+        for hop in self.changed:
+            came = self.inputs[hop]
+            if hop in self.workers_up:
+                back = self.got[came[0]]
+                can = min(self.data, back + self.window) if back >= self.head - 1e-6 else self.head
+            else:
+                can = min(self.got[way] for way in came)
+            more = can - self.sent[hop]
+            if more > 1e-9:
+                self.put(hop, self.band, JOB, more)
+                self.sent[hop] += more
+        self.changed = {}
+
+    def serve(self, step: int) -> None:
+        """A step of every link with bytes queued; then what lands at the step's end is taken (the job's, counted;
+        the background's, passed on, a whole frame at a time)."""
+        for hop, link in list(self.waiting.items()):
+            if link.serve(step):
+                del self.waiting[hop]
+            self.landing.setdefault(step + link.delay, set()).add(self.order[hop])
+        for k in sorted(self.landing.pop(step, ())):
+            hop = self.names[k]
+            flight = self.links[hop].flight
+            while flight and flight[0][0] <= step:
+                _, cls, amount = flight.popleft()
+                if cls == JOB:
+                    self._arrive(hop, amount)
+                else:
+                    self._forward(hop, cls, amount)
+
+    def _arrive(self, hop: tuple[str, str], amount: float) -> None:
+        self.arrived[hop] += amount
+        whole = _whole(self.arrived[hop], self.head, self.frame_bytes)
+        if whole != self.got[hop]:
+            self.done += hop in self.returns and self.got[hop] < self.data - 1e-6 <= whole
+            self.got[hop] = whole
+            self.changed.update(dict.fromkeys(self.needs.get(hop, ())))
+
+    def _forward(self, hop: tuple[str, str], cls: int, amount: float) -> None:
+        nxt = self.onward[cls][hop]
+        if nxt is None:
+            return
+        if not self.background_frame:
+            self.put(nxt, self.background_band, cls, amount)
+            return
+        self.partial[cls][hop] += amount
+        if self.partial[cls][hop] >= self.background_frame - 1e-6:  # store and forward: a whole frame goes on
+            self.partial[cls][hop] -= self.background_frame
+            self.put(nxt, self.background_band, cls, self.background_frame)
 
 
 def _whole(arrived: float, head: float, frame_bytes: int) -> float:
