@@ -20,7 +20,7 @@ from typing import Any
 from innet.hosts.ensemble import InputReceiver, InputServer
 from innet.hosts.pbox import PBoxServer
 from innet.io.rawport import RawPort
-from innet.io.sched import prioritize
+from innet.io.sched import prioritized
 from innet.node.codec import read, say_ready, to_json, write
 from innet.node.config import (
     InputConfig,
@@ -102,17 +102,17 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     kind, serve = ROLES[role]
     conf: object = read(kind, path)
-    prioritize()
-    profile = os.environ.get("INNET_PROFILE")  # a directory: write <role>-<pid>.prof there (cProfile)
-    if not profile:
-        return serve(conf)
-    import cProfile
+    with prioritized():  # its teardown at everyone's priority, once its part (or a SIGTERM) has ended it
+        profile = os.environ.get("INNET_PROFILE")  # a directory: write <role>-<pid>.prof there (cProfile)
+        if not profile:
+            return serve(conf)
+        import cProfile
 
-    prof = cProfile.Profile(time.process_time)  # CPU time: what a process costs, not when it was scheduled
-    try:
-        return prof.runcall(serve, conf)
-    finally:
-        prof.dump_stats(os.path.join(profile, f"{role}-{os.getpid()}.prof"))
+        prof = cProfile.Profile(time.process_time)  # CPU time: what a process costs, not when it was scheduled
+        try:
+            return prof.runcall(serve, conf)
+        finally:
+            prof.dump_stats(os.path.join(profile, f"{role}-{os.getpid()}.prof"))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from innet.hosts.background import BackgroundHost, BackgroundStats, stats_of
 from innet.io.rawport import RawPort
-from innet.io.sched import prioritize
+from innet.io.sched import prioritized
 from innet.node.codec import read, say_ready, write
 from innet.node.worker import wait_for_go
 
@@ -62,8 +62,8 @@ def serve_background(conf: BackgroundConfig) -> int:
 
 def main(argv: list[str]) -> int:
     conf = read(BackgroundConfig, argv[0])
-    prioritize()  # as the switches that forward its frames: under the ordinary policy it starved beside them
-    return serve_background(conf)
+    with prioritized():  # as the switches that forward its frames: under the ordinary policy it starved beside them
+        return serve_background(conf)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 
 from innet.hosts.elastic import NOTSENT, SEGMENT
-from innet.io.sched import prioritize
+from innet.io.sched import prioritized
 from innet.node.codec import read, say_ready, write
 
 PORT = 5299  # the sinks' TCP port, on the addresses of the run's own namespaces (innet.backends.mininet.iplane)
@@ -164,8 +164,8 @@ def serve_elastic(conf: ElasticConfig) -> int:
 
 def main(argv: list[str]) -> int:
     conf = read(ElasticConfig, argv[0])
-    prioritize()  # as the switches that forward its frames: under the ordinary policy it starved beside them
-    return serve_elastic(conf)
+    with prioritized():  # as the switches that forward its frames: under the ordinary policy it starved beside them
+        return serve_elastic(conf)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ class Fidelity:
     dilation_bound: str = ""  # auto's: the bound that chose the factor (innet.planning.timing.dilation.auto_bounds)
     modelled: bool = False  # held against the timing model: ``model_ratio`` is written (None: no model time)
     model_ratio: float | None = None
-    sched: dict[str, str] | None = None  # process -> the scheduler policy it ended under (innet.io.sched.granted)
+    sched: dict[str, str] | None = None  # process -> the scheduler policy it served under (innet.io.sched.granted)
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {"dilation": self.dilation, "verdict": self.verdict, "reasons": list(self.reasons),
@@ -119,8 +119,8 @@ def sched_line(sched: Mapping[str, str], asked: str) -> str:
     if not missed:
         return ""
     shown = ", ".join(f"{name}: {got}" for name, got in list(missed.items())[:4]) + (", ..." if len(missed) > 4 else "")
-    return (f"scheduler: {len(missed)} of {len(sched)} processes ended without SCHED_{asked.upper()} ({shown}): refused by "
-            "the kernel, or put back after 0.5 s of CPU without blocking (innet/io/sched.py)")
+    return (f"scheduler: {len(missed)} of {len(sched)} processes ran without SCHED_{asked.upper()} ({shown}): the kernel "
+            "refused it (innet/io/sched.py)")
 
 
 def virtual_fidelity(dilation: float = 1.0) -> Fidelity:

@@ -22,7 +22,6 @@ from innet.errors import UserError
 from innet.events import Progress
 from innet.hosts.ensemble import InputOutcome, InputPlan, InputSummary, input_summary
 from innet.hosts.job import JobSpec
-from innet.io.sched import granted
 from innet.node.codec import from_json, read
 from innet.node.config import InputServerStats, SwitchStats
 from innet.node.usage import Samples, has_exited, process_times
@@ -39,18 +38,12 @@ class Watch:
 
     def __init__(self) -> None:
         self.at_exit: dict[int, tuple[float, float] | None] = {}
-        self.policy_at_exit: dict[int, str | None] = {}
 
     def ended(self, proc: subprocess.Popen[bytes]) -> bool:
-        """Whether ``proc`` has ended, its CPU times and scheduler policy read before it is reaped."""
+        """Whether ``proc`` has ended, its CPU times read before it is reaped."""
         if proc.returncode is None and has_exited(proc.pid):
             self.at_exit[proc.pid] = process_times(proc.pid)
-            self.policy_at_exit[proc.pid] = granted(proc.pid)
         return proc.poll() is not None
-
-    def policy(self, proc: subprocess.Popen[bytes]) -> str | None:
-        """The scheduler policy ``proc`` ran under at its end (innet.io.sched.granted), or now if it still runs."""
-        return self.policy_at_exit.get(proc.pid) if proc.returncode is not None else granted(proc.pid)
 
     def times(self, proc: subprocess.Popen[bytes]) -> tuple[float, float] | None:
         """``proc``'s (CPU s, run-queue wait s) so far; a process that has exited, until it exited."""

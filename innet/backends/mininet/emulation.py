@@ -40,7 +40,7 @@ from innet.backends.mininet.nodes import (
 )
 from innet.backends.mininet.shaper import BURST_S
 from innet.graph import host_link_rate, is_switch, link_totals, natural_key
-from innet.io.sched import asked
+from innet.io.sched import asked, granted
 from innet.node.config import SwitchStats
 from innet.node.usage import Samples, drops_between
 from innet.planning.spec import RunSpec, program_of
@@ -213,6 +213,8 @@ class Emulation(Network):
         hosts, starters, waited = self._start_hosts(run, rp, pbox_cores, crash)
         await_ready(hosts)
         tracked = {**self.switch_procs, **hosts}
+        # what each serves under (a node process takes the ordinary policy back once its part is over: innet.io.sched)
+        policies = {name: got for name, p in tracked.items() if (got := granted(p.pid)) is not None}
         samples = Samples(lambda: {name: self.watch.times(p) for name, p in tracked.items()},
                           SAMPLE_S * max(1, len(tracked) / 50))
         name = "all-reduce" if run.collective == "allreduce" else run.collective
@@ -230,7 +232,6 @@ class Emulation(Network):
             window = calls_window(self.run_dir, workers) or (readings.started, time.monotonic())
             bg = background.stop((self.requested or (self.graph, run))[0], self.dilation, window)
         samples.take()
-        policies = {name: got for name, p in tracked.items() if (got := self.watch.policy(p)) is not None}
         measured = self._measure(rp, readings, samples, policies)
         if cli:
             from mininet.cli import CLI
@@ -268,7 +269,7 @@ class Emulation(Network):
     def _measure(self, rp: RunPlan, readings: Readings, samples: Samples, sched: dict[str, str]) -> Measured:
         """The switches' stats (then stopped), and the fidelity verdict on the calls' window: every process's
         share of a core and the frames dropped at every interface, queue and switch socket; ``sched``: the
-        scheduler policy each process ended under, recorded (a line where some did not get the one asked)."""
+        scheduler policy each process served under, recorded (a line where some did not get the one asked)."""
         wall = time.monotonic() - readings.started
         directions = direction_bytes_between(self.graph, readings.interface_bytes, self.interface_bytes())
         drops_after = self.drop_counts()
