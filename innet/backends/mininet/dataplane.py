@@ -50,11 +50,26 @@ def ebpf_object(run: RunSpec, program: type[SwitchProgram], graph: nx.Graph, swi
     """The built eBPF switch every switch of the run loads, or "" (the Python switch; the line said why)."""
     if run.data_plane != "ebpf":
         return ""
-    links = sum(1 for a, b in graph.edges if is_switch(graph, a) and is_switch(graph, b))
-    reason = unsupported_run(run, program, [faults(sw) for sw in switches], dilation, links)
+    reason = unsupported_run(run, program, [faults(sw) for sw in switches], dilation, switch_links(graph))
     if reason:
         log(f"--data-plane ebpf: the Python switch runs this run ({reason})")
         return ""
     path = object_path(program.elements, 2 * program.slots, cache_dir())
     log(f"--data-plane ebpf: every switch runs {program.name} as a tc program ({path})")
     return path
+
+
+def switch_links(graph: nx.Graph) -> int:
+    return sum(1 for a, b in graph.edges if is_switch(graph, a) and is_switch(graph, b))
+
+
+def calibrated_plane(graph: nx.Graph, run: RunSpec) -> str:
+    """The data plane whose calibration (innet.backends.mininet.calibration) a dilated run of ``run`` on ``graph``
+    takes: "ebpf" where its switches will run the eBPF switch, else "python"."""
+    from innet.backends.mininet.nodes import port_faults
+    from innet.planning.spec import program_of
+
+    if run.data_plane != "ebpf":
+        return "python"
+    faults = [port_faults(graph, run, sw, latency=True) for sw in graph if is_switch(graph, sw)]
+    return "python" if unsupported_run(run, program_of(run), faults, 2.0, switch_links(graph)) else "ebpf"
