@@ -37,8 +37,8 @@ def unsupported_run(run: RunSpec, program: type[SwitchProgram], faults: Sequence
     if run.cluster or run.crash:
         return "--cluster and --crash are not translated"
     if dilation > 1 and switch_links:
-        return (f"links dilated {dilation:g}x between switches are held by the Python switch's ports (a dilated "
-                "run's eBPF switch needs one switch between hosts)")
+        return (f"links dilated {dilation:g}x between switches are held by the Python switch's ports; dilated, the "
+                "eBPF switch needs one switch between hosts")
     if any(f.spec.loss or f.spec.dup or f.spec.reorder or (f.spec.delay and not f.rate)
            for ports in faults for f in ports.values()):  # a dilated hop's delay is held by the host at its end
         return "the links' faults are injected by the Python switch's ports"
