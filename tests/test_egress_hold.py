@@ -1,6 +1,6 @@
 """A host's port behind an eBPF switch (``PortFaults.hold_in``): each frame it receives reaches the endpoint when
-its hop is over, the link's latency and the frame's own serialization after it came, in the order they are due;
-frames it sends are held as before."""
+its hop is over, the link's latency and the frame's own serialization after it came, in the order they are due,
+stamped with that instant (not the wake-up's); frames it sends are held as before, from the instant they answer."""
 
 from innet.node.config import PortFaults
 from innet.node.egress import Egress, expire, feed
@@ -45,12 +45,13 @@ def test_received_frames_reach_the_endpoint_when_their_hop_is_over():
     egress = Egress({0: port}, {0: PortFaults(FaultSpec(delay=DELAY), 0, RATE, hold_in=True)})
     feed(port, endpoint, egress, 1.0)
     assert endpoint.seen == [] and egress.next_due() == 1.0 + DELAY + 125 / RATE
-    expire(endpoint, egress, 1.0 + DELAY + 0.005)
-    assert endpoint.seen == [(small, 1.0 + DELAY + 0.005)]  # the small frame's hop ended first
+    expire(endpoint, egress, 1.0 + DELAY + 0.005)  # woken late: the endpoint sees the instant the hop ended
+    assert endpoint.seen == [(small, 1.0 + DELAY + 125 / RATE)]  # the small frame's hop ended first
     assert egress.next_due() == 1.0 + DELAY + 12500 / RATE  # its answer is held for the way back, and the big frame
     expire(endpoint, egress, 1.0 + DELAY + 0.0101)
     assert [f for f, _ in endpoint.seen] == [small, big] and port.sent == []
-    answer = 1.0 + DELAY + 0.005 + DELAY + 1 / RATE  # the small frame's answer, held for its own hop out
+    answer = 1.0 + DELAY + 125 / RATE + DELAY + 1 / RATE  # its answer held for its own hop from then: the late
+    # wake-up (4.9 ms) is absorbed by the answer's hold
     assert egress.next_due() == answer
     expire(endpoint, egress, answer)
     assert port.sent == [b"s"]

@@ -71,11 +71,12 @@ class Egress:
             self.seq += 1
             heapq.heappush(self.inbound, (now + link.spec.delay + len(frame) / link.rate, self.seq, frame))
 
-    def arrived(self, now: float) -> list[bytes]:
-        """The frames received whose hop is over by ``now``, in the order they are due."""
+    def arrived(self, now: float) -> list[tuple[float, bytes]]:
+        """The frames received whose hop is over by ``now``, each with the instant it was over, in that order."""
         out = []
         while self.inbound and self.inbound[0][0] <= now:
-            out.append(heapq.heappop(self.inbound)[2])
+            due, _, frame = heapq.heappop(self.inbound)
+            out.append((due, frame))
         return out
 
     def flush(self, now: float) -> None:
@@ -121,9 +122,11 @@ def feed(port: RawPort, endpoint: Endpoint, egress: Egress, now: float) -> None:
 
 def expire(endpoint: Endpoint, egress: Egress, now: float) -> None:
     """The frames received whose hop is over, then a host endpoint's deadline if it has passed; then the frames
-    whose delay is over go out."""
-    for frame in egress.arrived(now):
-        egress.send_all(0, endpoint.receive(frame, now), now)
+    whose delay is over go out. A held frame reaches the endpoint at the instant its hop ended, as a receive
+    timestamp would say, not when this process woke: what it answers is held from then, so a late wake-up is
+    absorbed by the next hop's hold where it is shorter (and shows where it is not)."""
+    for due, frame in egress.arrived(now):
+        egress.send_all(0, endpoint.receive(frame, due), due)
     deadline = endpoint.next_deadline()
     if deadline is not None and deadline <= now:
         egress.send_all(0, endpoint.on_timeout(now), now)
