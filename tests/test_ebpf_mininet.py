@@ -121,7 +121,7 @@ def test_a_dilated_star_runs_the_ebpf_switch_each_hop_held_as_the_python_switchs
     assert ebpf["correct"] and python["correct"], (ebpf["errors"], python["errors"])
     assert ebpf["switch_data_plane"] == {"s1": "ebpf"} and python["switch_data_plane"] == {"s1": "python"}
     assert ebpf["result_digest"] == python["result_digest"] and ebpf["link_bytes"] == python["link_bytes"]
-    assert [e.message.endswith("; dilated 10000x, each hop held by the host at its end (--dilation auto: the eBPF "
+    assert [e.message.endswith("; dilated 10000x, each hop held by the host at its end (--dilation auto takes the eBPF "
                                "switch's calibration)") for e in said if "as a tc program" in e.message] == [True]
     frame_s = 8250 * 8 / 10e6  # a data frame's serialization at 10 Mbit/s: 6.6 ms
     hop_s = graph.edges["h1", "s1"]["latency"] * factor + frame_s  # what a hop holds a data frame for: 26.6 ms

@@ -55,8 +55,8 @@ def ebpf_object(run: RunSpec, program: type[SwitchProgram], graph: nx.Graph, swi
         log(f"--data-plane ebpf: the Python switch runs this run ({reason})")
         return ""
     path = object_path(program.elements, 2 * program.slots, cache_dir())
-    held = (f"; dilated {dilation:g}x, each hop held by the host at its end (--dilation auto: the eBPF switch's "
-            "calibration)") if dilation > 1 else ""
+    held = (f"; dilated {dilation:g}x, each hop held by the host at its end (--dilation auto takes the eBPF "
+            "switch's calibration)") if dilation > 1 else ""
     log(f"--data-plane ebpf: every switch runs {program.name} as a tc program ({path}){held}")
     return path
 
