@@ -323,10 +323,11 @@ def dilation_choice(graph: nx.Graph, spec: RunSpec, rp: RunPlan | None = None) -
     if spec.dilation != "auto":
         return float(spec.dilation), ""
     from innet.backends.mininet.calibration import calibration
+    from innet.backends.mininet.dataplane import calibrated_plane
     from innet.planning.timing.dilation import auto_factor
     from innet.schemes.modes import auto_choice, plan_run
 
-    cal = calibration()
+    cal = calibration(data_plane=calibrated_plane(graph, spec))
     wrong = shapeable(spec, auto_factor(host_link_rate(graph), cal.faithful_mbps))
     if wrong:
         raise UserError(wrong)

@@ -93,6 +93,34 @@ def test_each_data_plane_keeps_its_calibration_and_the_file_the_newest(cache, mo
     assert [c["key"]["data_plane"] for c in json.loads(cache.read_text())["calibrations"]] == ["v2", "v3", "v4"]
 
 
+def test_each_data_plane_is_calibrated_apart(cache):
+    """The eBPF switch's calibration has its own file and key: measuring it leaves the Python switch's alone."""
+    python_at, python_calls = ratios({5.0: 1.0, 10.0: 1.02, 20.0: 1.4})
+    ebpf_at, ebpf_calls = ratios({5.0: 1.0, 10.0: 1.0, 20.0: 1.01})
+    assert faithful_rate(python_at) == 10.0
+    assert faithful_rate(ebpf_at, data_plane="ebpf") == 20.0
+    assert faithful_rate(python_at) == 10.0 and faithful_rate(ebpf_at, data_plane="ebpf") == 20.0
+    assert python_calls == [5.0, 10.0, 20.0] and ebpf_calls == [5.0, 10.0, 20.0]  # each measured once
+    assert json.loads(cache.read_text())["calibrations"][0]["faithful_mbps"] == 10.0
+    [saved] = json.loads((cache.parent / "calibration-ebpf.json").read_text())["calibrations"]
+    assert saved["faithful_mbps"] == 20.0 and saved["key"]["data_plane"] == data_plane_version("ebpf")
+    assert data_plane_version("ebpf") != data_plane_version()
+
+
+def test_a_run_takes_the_calibration_of_the_switches_it_will_run():
+    from innet.backends.mininet.dataplane import calibrated_plane
+    from innet.planning.spec import RunSpec
+    from innet.wire.faults import FaultSpec
+    from topologies import build
+
+    star, leaf_spine = build("star", workers=4), build("leaf-spine", racks=2, hosts_per_rack=2)
+    assert calibrated_plane(star, RunSpec()) == "python"
+    assert calibrated_plane(star, RunSpec(data_plane="ebpf")) == "ebpf"
+    assert calibrated_plane(star, RunSpec(data_plane="ebpf", mode="pbox")) == "python"  # the Python switch runs it
+    assert calibrated_plane(star, RunSpec(data_plane="ebpf", faults=FaultSpec(loss=0.01))) == "python"
+    assert calibrated_plane(leaf_spine, RunSpec(data_plane="ebpf")) == "python"  # links between switches
+
+
 def test_the_data_plane_version_follows_its_code(tmp_path, monkeypatch):
     (tmp_path / "switch.py").write_text("x = 1\n")
     monkeypatch.setattr(calibration_module, "ROOT", str(tmp_path))

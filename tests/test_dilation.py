@@ -212,7 +212,7 @@ def test_the_record_says_which_bound_chose_the_factor(monkeypatch):
     from innet.results.fidelity import fidelity, verdict_line
 
     cal = calibration.Calibration(calibration.machine_key("v"), 5.0, 1e5, 1.02, {}, "now", 0.0025)
-    monkeypatch.setattr(calibration, "calibration", lambda: cal)
+    monkeypatch.setattr(calibration, "calibration", lambda data_plane="python": cal)
     graph = build("star", workers=4, bw=10)
     factor, bound = dilation_choice(graph, validate(_spec(bw=10.0, collective="barrier", dilation="auto")))
     assert bound == LATENCY and factor > 1000

@@ -33,9 +33,14 @@ def test_runs_it_cannot_serve_say_why():
     assert unsupported_run(RunSpec(), program, clean, 1.0) == ""
     assert "--mode pbox" in unsupported_run(RunSpec(mode="pbox"), program, clean, 1.0)
     assert "--collective reduce_scatter" in unsupported_run(RunSpec(collective="reduce_scatter"), program, clean, 1.0)
-    assert "dilated 150x" in unsupported_run(RunSpec(), program, clean, 150.0)
+    # dilated, each hop is held by the host at its end: one switch between hosts runs it, links between switches do not
+    held = [{0: PortFaults(FaultSpec(delay=0.02), 0, 1.25e6), 1: PortFaults(FaultSpec(delay=0.02), 0, 1.25e6)}]
+    assert unsupported_run(RunSpec(), program, held, 150.0) == ""
+    assert "dilated 150x between switches" in unsupported_run(RunSpec(), program, held, 150.0, switch_links=2)
     lossy = [{0: PortFaults(FaultSpec(loss=0.01))}]
     assert "faults" in unsupported_run(RunSpec(), program, lossy, 1.0)
+    assert "faults" in unsupported_run(RunSpec(), program, [{0: PortFaults(FaultSpec(delay=0.001))}], 1.0)
+    assert "faults" in unsupported_run(RunSpec(), program, [{0: PortFaults(FaultSpec(reorder=0.1), 0, 1.25e6)}], 150.0)
     assert "not the built-in sum" in unsupported_run(RunSpec(), load_program("max_allreduce"), clean, 1.0)
 
 

@@ -24,11 +24,14 @@ from innet.wire.faults import FaultSpec
 class PortFaults:
     """The faults a port injects on the frames it sends (the link behind it), and their injector's seed
     (innet.wire.faults.fault_seed). ``rate``: the link's bytes per second where the port holds each frame for
-    its serialization too (a dilated run, innet.backends.mininet.nodes.port_faults); 0: it does not."""
+    its serialization too (a dilated run, innet.backends.mininet.nodes.port_faults); 0: it does not. ``hold_in``:
+    a host's port holds each frame it receives for the same, the hop's end the eBPF switch in front of it does not
+    hold (innet.node.egress)."""
 
     spec: FaultSpec = field(default_factory=FaultSpec)
     seed: int = 0
     rate: float = 0.0
+    hold_in: bool = False
 
 
 Faults = dict[int, PortFaults]  # port number -> its faults

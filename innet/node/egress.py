@@ -1,5 +1,6 @@
-"""A host's side of a raw port: frames out through the link's fault injector, and one wake-up of a
-host endpoint (a worker, a ring member, a PBox shard) at a time."""
+"""A host's side of a raw port: frames out through the link's fault injector, frames in held for the hop an eBPF
+switch in front of it does not hold, and one wake-up of a host endpoint (a worker, a ring member, a PBox shard) at
+a time."""
 
 from __future__ import annotations
 
@@ -27,6 +28,10 @@ class Egress:
         self.last = dict.fromkeys(ports, 0.0)  # each port's latest due time of a frame's delay and serialization
         self.held: list[tuple[float, int, int, bytes]] = []
         self.seq = 0
+        # frames received, each held for its hop's latency and serialization where the switch in front did not
+        # hold them (PortFaults.hold_in: an eBPF switch forwards at once, its port's htb paces; this ends the hop)
+        self.hold_in = {p: faults[p] for p in ports if faults[p].hold_in and faults[p].rate}
+        self.inbound: list[tuple[float, int, bytes]] = []
 
     def send(self, port: int, frame: bytes, now: float) -> None:
         """``frame`` out of ``port`` after its faults' delay and, where the port has a ``rate``, its serialization:
@@ -58,13 +63,30 @@ class Egress:
             else:
                 self.send_block(port, out, now)
 
+    def receive(self, port: int, frames: Sequence[bytes], now: float) -> None:
+        """Hold each frame received on ``port`` until its hop is over: the link's latency and the frame's own
+        serialization after the shaper in front let it through (a store-and-forward hop's end)."""
+        link = self.hold_in[port]
+        for frame in frames:
+            self.seq += 1
+            heapq.heappush(self.inbound, (now + link.spec.delay + len(frame) / link.rate, self.seq, frame))
+
+    def arrived(self, now: float) -> list[tuple[float, bytes]]:
+        """The frames received whose hop is over by ``now``, each with the instant it was over, in that order."""
+        out = []
+        while self.inbound and self.inbound[0][0] <= now:
+            due, _, frame = heapq.heappop(self.inbound)
+            out.append((due, frame))
+        return out
+
     def flush(self, now: float) -> None:
         while self.held and self.held[0][0] <= now:
             _, _, port, frame = heapq.heappop(self.held)
             self.ports[port].send(frame)
 
     def next_due(self) -> float | None:
-        return self.held[0][0] if self.held else None
+        due = [q[0][0] for q in (self.held, self.inbound) if q]
+        return min(due) if due else None
 
     def drain(self) -> None:
         """Send every frame still held for its link's delay, each when it is due: a host sends what it said
@@ -85,8 +107,11 @@ def wait_ms(*deadlines: float | None) -> int:
 
 
 def feed(port: RawPort, endpoint: Endpoint, egress: Egress, now: float) -> None:
-    """Hand a host endpoint what its port has received, and send what it says."""
-    if hasattr(endpoint, "receive_block"):
+    """Hand a host endpoint what its port has received, and send what it says (what its link holds first,
+    frame by frame, when its hop is over: ``expire``)."""
+    if 0 in egress.hold_in:
+        egress.receive(0, port.recv_batch(), now)
+    elif hasattr(endpoint, "receive_block"):
         block = port.recv_block()
         if block is not None:
             egress.send_all(0, endpoint.receive_block(block, now), now)
@@ -96,7 +121,12 @@ def feed(port: RawPort, endpoint: Endpoint, egress: Egress, now: float) -> None:
 
 
 def expire(endpoint: Endpoint, egress: Egress, now: float) -> None:
-    """A host endpoint's deadline, if it has passed; then the frames whose delay is over."""
+    """The frames received whose hop is over, then a host endpoint's deadline if it has passed; then the frames
+    whose delay is over go out. A held frame reaches the endpoint at the instant its hop ended, as a receive
+    timestamp would say, not when this process woke: what it answers is held from then, so a late wake-up is
+    absorbed by the next hop's hold where it is shorter (and shows where it is not)."""
+    for due, frame in egress.arrived(now):
+        egress.send_all(0, endpoint.receive(frame, due), due)
     deadline = endpoint.next_deadline()
     if deadline is not None and deadline <= now:
         egress.send_all(0, endpoint.on_timeout(now), now)

@@ -15,12 +15,14 @@ model counts on the barrier's path. Dilation divides it by the factor; a run who
 many hops for its time (a barrier, a small call, a long ring) is dilated until they weigh little
 (``innet.planning.timing.dilation.latency_factor``).
 
-The result is cached in ``cache_dir()/calibration.json``, keyed by the CPU model, the core count and
-the data plane's version (a digest of the code every frame passes through, so a change there
-recalibrates by itself). The file keeps the last ``KEPT`` keys' calibrations: checkouts of other versions
-on one machine (a branch, a release) each keep theirs instead of measuring again every time the other ran.
-``sudo python scripts/calibrate_dilation.py`` measures again and rewrites this key's; deleting the file
-forgets them all. A machine busy with other work when it calibrates measures a lower rate.
+Each data plane (``--data-plane``) is calibrated apart: the Python switch's in ``cache_dir()/calibration.json``,
+the eBPF switch's (the star's switch in the kernel, each hop held by the host at its end) in
+``calibration-ebpf.json``; the hop is the Python switch's for both (a barrier is not translated). Each is keyed
+by the CPU model, the core count and the data plane's version (a digest of the code every frame passes through,
+so a change there recalibrates by itself). A file keeps the last ``KEPT`` keys' calibrations: checkouts of other
+versions on one machine (a branch, a release) each keep theirs instead of measuring again every time the other ran.
+``sudo python scripts/calibrate_dilation.py`` measures again and rewrites this key's; deleting the file forgets
+them all. A machine busy with other work when it calibrates measures a lower rate.
 """
 
 from __future__ import annotations
@@ -58,12 +60,16 @@ DATA_PLANE = ("innet/wire/packet.py", "innet/switch/runtime.py", "innet/switch/e
               "innet/node/switch.py", "innet/node/worker.py", "innet/io/rawport.py", "innet/io/mmsg.py",
               "innet/node/egress.py", "innet/io/sched.py", "innet/backends/mininet/shaper.py",
               os.path.relpath(os.path.join(PROGRAMS, "sum_allreduce.py"), ROOT))  # innet/switch_programs/ installed
+EBPF_PLANE = ("innet/ebpf/switch.c", "innet/ebpf/build.py", "innet/ebpf/loader.py", "innet/backends/mininet/dataplane.py",
+              "innet/backends/mininet/nodes.py")  # and DATA_PLANE: its hosts, and the switch's Python side
 
 
-def data_plane_version() -> str:
+def data_plane_version(data_plane: str = "python") -> str:
     """A digest of the data plane's code: the calibration is only as good as the code it measured."""
     digest = hashlib.sha256(f"{CALIBRATION_VERSION} {RATES} {TARGET_MBPS} {TOLERANCE} {CALIBRATION_RUNS}".encode())
-    for rel in DATA_PLANE:
+    if data_plane != "python":
+        digest.update(data_plane.encode())
+    for rel in DATA_PLANE + (EBPF_PLANE if data_plane == "ebpf" else ()):
         path = os.path.join(ROOT, rel)
         if os.path.exists(path):
             with open(path, "rb") as fh:
@@ -104,8 +110,13 @@ class Calibration:
     hop_s: float  # wall seconds a frame pays per process hop (measured_hop)
 
 
-def machine_key(version: str | None = None) -> MachineKey:
-    return MachineKey(cpu_model(), os.cpu_count() or 1, version or data_plane_version())
+def machine_key(version: str | None = None, data_plane: str = "python") -> MachineKey:
+    return MachineKey(cpu_model(), os.cpu_count() or 1, version or data_plane_version(data_plane))
+
+
+def cache_file(data_plane: str = "python") -> str:
+    """Where ``data_plane``'s calibration is cached."""
+    return os.path.join(cache_dir(), "calibration.json" if data_plane == "python" else f"calibration-{data_plane}.json")
 
 
 def search(ratio_at: Callable[[float], float], rates: tuple[float, ...] | None = None) -> tuple[float, dict[str, float]]:
@@ -124,26 +135,28 @@ def search(ratio_at: Callable[[float], float], rates: tuple[float, ...] | None =
 
 def faithful_rate(ratio_at: Callable[[float], float] | None = None, version: str | None = None,
                   again: bool = False, rates: tuple[float, ...] | None = None,
-                  hop_at: Callable[[float], float] | None = None) -> float:
+                  hop_at: Callable[[float], float] | None = None, data_plane: str = "python") -> float:
     """The cached faithful rate for this machine (``calibration``'s)."""
-    return calibration(ratio_at, version, again, rates, hop_at).faithful_mbps
+    return calibration(ratio_at, version, again, rates, hop_at, data_plane).faithful_mbps
 
 
 def calibration(ratio_at: Callable[[float], float] | None = None, version: str | None = None,
                 again: bool = False, rates: tuple[float, ...] | None = None,
-                hop_at: Callable[[float], float] | None = None) -> Calibration:
-    """The cached calibration for this machine, measured first (the faithful rate with ``ratio_at``, default
-    ``measured_ratio``, at ``rates``, default RATES; then the hop latency at that rate with ``hop_at``, default
-    ``measured_hop``) when there is none for this machine and data plane, or with ``again``."""
-    key = machine_key(version)
-    path = os.path.join(cache_dir(), "calibration.json")
+                hop_at: Callable[[float], float] | None = None, data_plane: str = "python") -> Calibration:
+    """The cached calibration for this machine and ``data_plane``, measured first (the faithful rate with
+    ``ratio_at``, default ``measured_ratio`` on ``data_plane``, at ``rates``, default RATES; then the hop latency at
+    that rate with ``hop_at``, default ``measured_hop``) when there is none for this machine and data plane, or
+    with ``again``."""
+    key = machine_key(version, data_plane)
+    path = cache_file(data_plane)
     kept = _read(path)
     if not again:
         cached = next((c for c in kept if c.key == key), None)
         if cached is not None:
             return cached
-    _log("calibrating time dilation (once per machine and data plane; a few Mininet runs)")
-    rate, measured = search(ratio_at or measured_ratio, rates)
+    _log(f"calibrating time dilation for the {data_plane} data plane (once per machine and data plane; a few "
+         "Mininet runs)")
+    rate, measured = search(ratio_at or (lambda r: measured_ratio(r, data_plane)), rates)
     hop = round(float((hop_at or measured_hop)(rate)), 6)
     record = Calibration(key, rate, TARGET_MBPS, TOLERANCE, measured, time.strftime("%Y-%m-%dT%H:%M:%S%z"), hop)
     try:
@@ -187,14 +200,20 @@ def local_completion(graph: Any) -> float:
     return float(run_local(graph, RunSpec(mode="innet", seed=1)).completion_s)
 
 
-def measured_ratio(rate: float) -> float:
-    """Mininet's completion time over the local backend's for the calibration run, its links at ``rate``
-    real Mbit/s (``TARGET_MBPS`` virtual): the median of ``CALIBRATION_RUNS`` Mininet runs."""
+def measured_ratio(rate: float, data_plane: str = "python") -> float:
+    """Mininet's completion time over the local backend's for the calibration run on ``data_plane``, its links at
+    ``rate`` real Mbit/s (``TARGET_MBPS`` virtual): the median of ``CALIBRATION_RUNS`` Mininet runs."""
+    from dataclasses import replace
+
     from innet.backends.mininet.emulation import run_mininet
 
     graph, spec, factor = calibration_case(rate)
     local = local_completion(graph)
-    runs = [run_mininet(graph, spec, dilation=factor) for _ in range(CALIBRATION_RUNS)]
+    runs = [run_mininet(graph, replace(spec, data_plane=data_plane), dilation=factor) for _ in range(CALIBRATION_RUNS)]
+    ran = {plane for r in runs for plane in r["switch_data_plane"].values()}
+    if ran != {data_plane}:
+        raise UserError(f"the calibration's star ran the {'/'.join(sorted(ran))} switch, not the {data_plane} one "
+                        "(the lines above say why)")
     return statistics.median(r.completion_s / local if r.correct else float("inf") for r in runs)
 
 

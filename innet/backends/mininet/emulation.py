@@ -185,6 +185,7 @@ class Emulation(Network):
         self.dilation_bound = ""
         self.requested: tuple[nx.Graph, RunSpec] | None = None
         self.node_group: int | None = None  # nodes per process (innet.planning.grouping); None: its choice
+        self.ebpf = False  # the switches run the eBPF switch (start_switches): hosts end the hops from them
 
     def dilate(self, factor: float, graph: nx.Graph, run: RunSpec, bound: str = "") -> None:
         """This network is ``graph`` dilated by ``factor`` (chosen by ``bound``, with auto), running ``run``
@@ -193,15 +194,16 @@ class Emulation(Network):
         self.dilation, self.dilation_bound, self.requested = factor, bound, (graph, run)
 
     def port_faults(self, run: RunSpec) -> FaultsOf:
-        return lambda node: port_faults(self.graph, run, node, latency=self.dilation > 1)
+        return lambda node: port_faults(self.graph, run, node, latency=self.dilation > 1, ebpf=self.ebpf)
 
     def start_switches(self, run: RunSpec, program: type[SwitchProgram], configs: dict[str, SwitchConfig],
                        pcap_dir: str | None) -> None:
         switches = [n for n in sorted(self.graph, key=natural_key) if is_switch(self.graph, n)]
         if pcap_dir:
             start_pcaps(self, pcap_dir, switches)
+        ebpf = ebpf_object(run, program, self.graph, switches, self.port_faults(run), self.dilation)
+        self.ebpf = bool(ebpf)
         faults = self.port_faults(run)
-        ebpf = ebpf_object(run, program, switches, faults, self.dilation)
         self.switch_controls, self.switch_procs = start_switches(self, run, program, configs, faults,
                                                                  self.node_group, ebpf)
 

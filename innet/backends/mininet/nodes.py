@@ -49,17 +49,21 @@ C = TypeVar("C", SwitchNodeConfig, WorkerConfig)
 FaultsOf = Callable[[str], Faults]  # node -> its ports' faults
 
 
-def port_faults(graph: nx.Graph, run: RunSpec, node: str, latency: bool = False) -> Faults:
+def port_faults(graph: nx.Graph, run: RunSpec, node: str, latency: bool = False, ebpf: bool = False) -> Faults:
     """Each port's faults for the link behind it, and their seed. With ``latency`` the link's latency is added
     to the port's delay, and the port holds each frame for its serialization at the link's rate too (a dilated
     run: there both are long enough to matter, ``tc netem`` is not available to add them on the link, and htb
-    lets a frame that finds tokens through at once: a latency-bound run would skip every hop's serialization)."""
+    lets a frame that finds tokens through at once: a latency-bound run would skip every hop's serialization).
+    With ``ebpf`` too (eBPF switches, which forward at once) a switch's ports hold nothing and a host's port holds
+    what it receives instead (``hold_in``): the hop from a switch to a host ends at the host."""
+    held_here = latency and not (ebpf and is_switch(graph, node))
+
     def spec(peer: str) -> PortFaults:
         faults, rate = run.faults_on(node, peer), 0.0
-        if latency:
+        if held_here:
             link = graph.edges[node, peer]
             faults, rate = dataclasses.replace(faults, delay=faults.delay + link["latency"]), link["bw"] * 1e6 / 8
-        return PortFaults(faults, fault_seed(run.seed, node, peer), rate)
+        return PortFaults(faults, fault_seed(run.seed, node, peer), rate, hold_in=held_here and ebpf)
 
     return {p: spec(peer) for p, peer in ports(graph, node).items()}
 
