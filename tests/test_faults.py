@@ -222,3 +222,21 @@ def test_one_seed_rule_gives_both_backends_the_same_fault_seeds():
     other = Fabric(graph, faults=run.faults_on, seed=6)
     assert all(other.links[k].injector.seed != link.injector.seed for k, link in fabric.links.items())
     assert len({link.injector.seed for link in fabric.links.values()}) == len(fabric.links)
+
+
+def test_a_duplicate_takes_the_wire_after_its_original_as_on_a_real_link():
+    """A duplicated frame is sent twice: the copy follows its original on the wire and delays what comes after,
+    as Mininet's shaper sends it (on the fabric it came free, with its original: star of 4, 10 Mbit/s, --dup 0.01,
+    the fabric at the lossless time where each duplicate cost Mininet's link a frame)."""
+    graph = build("star", workers=2, bw=10)
+    fabric = Fabric(graph, faults=FaultSpec(dup=0.5), seed=3)
+    arrived: list[tuple[float, bytes]] = []
+    fabric._deliver = lambda node, port, frame: arrived.append((fabric.now, frame))  # type: ignore[method-assign]
+    link = fabric.links[("h1", "s1")]
+    for name in b"abcd":
+        fabric.transmit("h1", 0, bytes([name]) * 1250)  # 1 ms each at 10 Mbit/s
+    fabric.run()
+    copies = 4 + link.injector.duplicated
+    assert 4 < copies < 8
+    assert [round((t - link.latency) * 1e3, 9) for t, _ in arrived] == [float(k) for k in range(1, copies + 1)]
+    assert [f[0] for _, f in arrived] == sorted(f[0] for _, f in arrived)  # each copy right behind its original

@@ -9,7 +9,7 @@ import pytest
 import innet
 from innet.errors import UserError
 from innet.hosts.pbox import PBoxJob, RackPBox
-from innet.wire.packet import RESULT, ROUTE, make_packet, parse_frame
+from innet.wire.packet import RESULT, RETX, ROUTE, make_packet, parse_frame
 from topologies import build
 
 
@@ -72,23 +72,25 @@ def test_phub_rack_builds_the_racks_boxes_only_when_asked():
 def test_a_rack_pbox_resends_its_partial_until_the_total_comes_then_answers_with_the_total():
     box = RackPBox(50, PBoxJob(1, {0: 10, 1: 11}, 4, 3), up=60, racks=2, nworkers=4)
 
-    def push(rank, values):
-        pkt = make_packet(np.array(values, np.int32), job=1, rank=rank, slot=1, chunk=1, nworkers=4, flags=ROUTE)
+    def push(rank, values, flags=ROUTE):
+        pkt = make_packet(np.array(values, np.int32), job=1, rank=rank, slot=1, chunk=1, nworkers=4, flags=flags)
         return [parse_frame(f) for f in box.receive(pkt.to_frame(10 + rank, 50), 0.0)]
 
     assert push(0, [1, 2, 3]) == []
     [up] = push(1, [10, 20, 30])
     assert (up.dst, up.rank, up.nworkers, up.values.tolist()) == (60, 0, 2, [11, 22, 33])
-    [again] = push(1, [10, 20, 30])  # a worker's repeat before the total: the partial goes up again
-    assert (again.dst, again.values.tolist()) == (60, [11, 22, 33])
+    assert push(1, [10, 20, 30]) == []  # the link's duplicate asks for nothing
+    [again] = push(1, [10, 20, 30], ROUTE | RETX)  # a worker's retransmission before the total: the partial again
+    assert (again.dst, again.values.tolist(), again.has(RETX)) == (60, [11, 22, 33], True)  # the PBox answers a RETX
     total = make_packet(np.array([111, 222, 333], np.int32), job=1, rank=0, slot=1, chunk=1, nworkers=2,
                         flags=RESULT | ROUTE)
     down = [parse_frame(f) for f in box.receive(total.to_frame(60, 50), 0.0)]
     assert [(d.dst, d.rank, d.nworkers, d.values.tolist()) for d in down] == [(10, 0, 4, [111, 222, 333]),
                                                                              (11, 1, 4, [111, 222, 333])]
-    [answer] = push(0, [1, 2, 3])  # a repeat after it: answered with the total, from the box
+    assert push(0, [1, 2, 3]) == []
+    [answer] = push(0, [1, 2, 3], ROUTE | RETX)  # a retransmission after it: answered with the total, from the box
     assert (answer.dst, answer.values.tolist()) == (10, [111, 222, 333])
-    assert box.receive(total.to_frame(60, 50), 0.0) == [] and box.counters == {"stale_result": 1}
+    assert box.receive(total.to_frame(60, 50), 0.0) == [] and box.counters == {"stale_result": 1, "duplicate": 2}
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ import numpy as np
 
 from innet.hosts.endpoint import Frames
 from innet.hosts.ssp import Consistency, ParameterKeys
-from innet.switch.engine import ADDED, ANSWER, COMPLETE, RESEND_UP, Engine, new_pool
+from innet.switch.engine import ADDED, ANSWER, COMPLETE, DUPLICATE, RESEND_UP, Engine, new_pool
 from innet.switch.routed import replica_mark
 from innet.wire.operators import SUM, Operator
 from innet.wire.packet import (
@@ -29,6 +29,7 @@ from innet.wire.packet import (
     INPUT_JOB,
     OVERFLOW,
     RESULT,
+    RETX,
     ROUTE,
     SPARSE,
     VER,
@@ -211,6 +212,8 @@ class PBoxServer:
         if what == COMPLETE:
             st.engine.finish(key, down=True)
             return [self._result(job, dense, key, rank) for rank in sorted(job.members)]
+        if what == ANSWER and not pkt.has(RETX):  # the network's copy of a counted one: nobody asked
+            return self._drop(DUPLICATE)
         if what == ANSWER:
             return [self._result(job, dense, key, dense.rank)]
         return [] if what == ADDED else self._drop(what)
@@ -278,16 +281,18 @@ class RackPBox:
             if st.engine.r.overflow[key]:
                 self.overflowed.add(key)
             return [self._up(pkt, key)]
+        if what in (ANSWER, RESEND_UP) and not pkt.has(RETX):  # the network's copy of a counted one: nobody asked
+            return self._drop(DUPLICATE)
         if what == RESEND_UP:
-            return [self._up(pkt, key)]
+            return [self._up(pkt, key, RETX)]
         if what == ANSWER:
             return [self._result(pkt, key, pkt.rank)]
         return [] if what == ADDED else self._drop(what)
 
-    def _up(self, pkt: Packet, key: int) -> bytes:
-        """The rack's partial sum of ``key`` as its contribution at the central PBox."""
+    def _up(self, pkt: Packet, key: int, retx: int = 0) -> bytes:
+        """The rack's partial sum of ``key`` as its contribution at the central PBox (``retx``: again, flagged RETX)."""
         engine = self.state.engine
-        flags = ROUTE | (VER if key >= self.job.slots else 0)
+        flags = ROUTE | retx | (VER if key >= self.job.slots else 0)
         out = pkt.replace(engine.values(key).copy(), rank=self.leader, nworkers=self.racks, flags=flags,
                           exp=int(engine.r.exp[key]))
         return out.to_frame(self.node, self.up)

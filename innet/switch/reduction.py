@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from innet.switch.engine import ADDED, ANSWER, COMPLETE, RESEND_UP, Engine, pool_registers, run_of, words
+from innet.switch.engine import ADDED, ANSWER, COMPLETE, DUPLICATE, RESEND_UP, Engine, pool_registers, run_of, words
 from innet.switch.program import (
     Action,
     Batch,
@@ -82,6 +82,8 @@ class Reduction(SwitchProgram):
                                  replicates(job, int(dense.hdr["nworkers"])))
         if what == ADDED:
             return None
+        if what in (ANSWER, RESEND_UP) and not pkt.has(RETX):  # the network's copy of a counted one: nobody asked
+            return Drop(DUPLICATE)
         if what == COMPLETE:
             engine.finish(key, job.is_root)
             if job.is_root:

@@ -146,7 +146,9 @@ class Fabric:
                 heapq.heappush(self._times, time)
             events.append((self._deliver, (link.peer, link.peer_port, frame)))
             return
-        for extra, copy in link.injector.apply(frame):
+        for k, (extra, copy) in enumerate(link.injector.apply(frame)):
+            if k:  # a duplicate goes on the wire after its original, as a real port sends it (Mininet's shaper does)
+                link.free_at += len(copy) * 8 / link.bps
             self._at(link.free_at + link.latency + extra, self._deliver, link.peer, link.peer_port, copy)
 
     def _deliver(self, node: str, port: int, frame: bytes) -> None:
