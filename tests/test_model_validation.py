@@ -274,3 +274,14 @@ def test_readmes_validation_figures_are_docs_validation_mds():
     points, local, local_over, model, model_over = grid
     assert (f"against Mininet's {points}-point grid (`--mininet-only`, 2026-11-28) the fabric's median is "
             f"{float(local):.1f}%, the model's {float(model):.1f}%, but {local_over} and {model_over} points are over 10%") in readme
+
+
+def test_points_that_inject_faults_take_more_seeds():
+    """A lossy point's runs are the draws of their losses (the fabric's seeds 1-3 at 1% loss: 0.409-0.453 s): the grid
+    takes the median of FAULTY_SEEDS there, of the seeds asked elsewhere."""
+    from scripts.mininet_grid import FAULTY_SEEDS, STAR, seeds_for
+
+    assert FAULTY_SEEDS == 5
+    assert [seeds_for(f"{STAR} --mode innet{f}", 3) for f in ("", " --loss 0.01", " --dup 0.01", " --reorder 0.01",
+                                                               " --delay 0.005")] == [3, 5, 5, 5, 3]
+    assert seeds_for(f"{STAR} --loss 0.01", 7) == 7 and seeds_for(f"{STAR} --loss 0.01", 1) == 5
