@@ -26,6 +26,8 @@ def test_the_search_keeps_the_highest_rate_before_the_first_that_misses():
     assert calls == [1.0, 2.0, 4.0]  # a miss ends it: 8 is not tried
     ratio_at, _ = ratios({1.0: TOLERANCE + 0.01, 2.0: 1.0})
     assert search(ratio_at, (1.0, 2.0))[0] == 1.0  # none faithful: the lowest, the best there is
+    ratio_at, _ = ratios({1.0: 1.0, 2.0: 0.99, 4.0: 1 / TOLERANCE - 0.01, 8.0: 1.0})
+    assert search(ratio_at, (1.0, 2.0, 4.0, 8.0))[0] == 2.0  # faster than its links: not faithful either
 
 
 @pytest.fixture
