@@ -88,8 +88,8 @@ def test_the_calibration_and_the_benchmark_run_as_documented(tmp_path):
     out = subprocess.run([sys.executable, "scripts/calibrate_dilation.py", "--rates", "5"], cwd=root, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert re.fullmatch(rf"faithful rate: 5 Mbit/s, [0-9.]+ ms a process hop; cached in {tmp_path}/calibration.json",
-                        out.stdout.strip()), out.stdout
+    assert re.fullmatch(rf"faithful rate \(python switch\): 5 Mbit/s, ratios \{{'5': [0-9.]+\}}, [0-9.]+ ms a process hop; "
+                        rf"cached in {tmp_path}/calibration.json", out.stdout.strip()), out.stdout
     out = subprocess.run([sys.executable, "scripts/bench_dilation.py", "--cases", "star:100000", "--modes", "innet",
                           "--runs", "1"], cwd=root, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
