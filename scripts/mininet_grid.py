@@ -30,8 +30,9 @@ FAT = "--topo fat-tree --k 4 --bw 10 --elements 32768"
 FAULTY_SEEDS = 5  # seeds at least, where the flags inject faults: one loss the timer recovers moves a run 8% on its own
 # (the fabric's seeds 1-3 at 1% loss: 0.409/0.420/0.453 s), and the two backends draw different frames once their
 # frame counts differ, so two medians of 3 fell 5% apart by chance about 4% of the time (1% with 5)
-QUICK = [f"{STAR} --mode innet", f"{STAR} --mode ring --collective reduce_scatter", f"{STAR} --mode innet --loss 0.01",
-         f"{LEAF} --mode innet --jobs 2"]  # points of the grid within the bound with a seed's margin (the test's)
+QUICK = [f"{STAR} --mode ring --collective reduce_scatter", f"{STAR} --mode innet --collective reduce",
+         f"{LEAF} --mode innet --jobs 2"]  # the test's: each held against the model by the fidelity verdict too (a lossy
+# point is not: its time is its losses' draw, 5 seeds in the grid; the star's all-reduce is test_dilation_mininet's)
 
 
 def points(quick: bool = False) -> list[str]:

@@ -324,4 +324,6 @@ def test_a_rank_that_finishes_last_is_not_held_by_those_done(tmp_path):
         run = json.loads((out_dir / "results.json").read_text())["runs"][0]
         assert run["correct"], run["errors"]
         runs.append((run["completion_s"] / run["prediction"]["completion_s"], run["fidelity"]["verdict"]))
+        if runs[-1][0] <= 1.05 and runs[-1][1] == "faithful":
+            break  # seed 2 only where a busy machine spoilt seed 1
     assert any(ratio <= 1.05 and verdict == "faithful" for ratio, verdict in runs), runs

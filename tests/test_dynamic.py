@@ -172,13 +172,14 @@ def test_placement_and_program_go_together():
 @pytest.mark.parametrize("background", ["permutation:0.5", "all-to-all:0.3", "incast:0.5", "hotspot:t1--s1:0.5"])
 def test_dynamic_trees_on_mininet(background):
     """The same program on real interfaces, beside each background pattern from the hosts' namespaces: partials
-    one bitmap longer than a chunk fit the links' MTU; dynamic trees and the static tree are both exact, the local
-    backend's result bit for bit; the background's throughput is reported; nothing of either run is left."""
+    one bitmap longer than a chunk fit the links' MTU; dynamic trees (and beside permutation the static tree) are
+    exact, the local backend's result bit for bit; the background's throughput is reported; nothing of either run is left."""
     from tests.test_emulation import assert_nothing_left
 
     options = dict(racks=2, hosts_per_rack=2, elements=20000, background=background)
     local = innet.run("leaf-spine", backend="local", **options).runs[0]
-    for placement in ("auto", "dynamic"):
+    # the static tree beside one pattern (its frames' ways do not depend on it), dynamic trees beside each (they do)
+    for placement in ("auto", "dynamic") if background.startswith("permutation") else ("dynamic",):
         real = innet.run("leaf-spine", backend="mininet", bw=100, dilation="off", plots=False, placement=placement,
                          **options).runs[0]
         bg = real.figures["background"]

@@ -79,7 +79,7 @@ def test_100k_malformed_frames_and_a_spoofer_at_live_switches():
 
 def test_interrupts_at_random_points_leave_nothing_behind(tmp_path):
     rng = random.Random(2026)
-    for n in range(6):
+    for n in range(4):  # during the all-reduce, the build (twice), and before the network is complete
         proc = _start(tmp_path / f"out{n}", "--elements", "2000000", "--iterations", "2", "--no-plots")
         if n % 3 == 2:  # sometimes before the network is even complete
             time.sleep(rng.uniform(0.2, 1.0))

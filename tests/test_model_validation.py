@@ -134,8 +134,8 @@ def test_quick_validation_writes_every_point_within_the_bound(tmp_path):
 
 @pytest.mark.mininet
 def test_the_mininet_grid_quick_points_hold_the_bound(tmp_path):
-    """scripts/mininet_grid.py's quick points (a star of 4 in-network, the ring's reduce-scatter, 1% loss, two jobs
-    sharing a leaf-spine's switches) on Mininet, the local fabric and the model: each within 10% of Mininet (the
+    """scripts/mininet_grid.py's quick points (the ring's reduce-scatter and the in-network reduce on a star of 4, two
+    jobs sharing a leaf-spine's switches) on Mininet, the local fabric and the model: each within 10% of Mininet (the
     runner holds the Mininet lock: --no-lock; the median of 3 seeds, as the grid's bound is: one run of the two
     jobs took 0.258 s where the others took 0.230, -11.8% against the fabric)."""
     out = tmp_path / "grid.csv"
@@ -147,7 +147,7 @@ def test_the_mininet_grid_quick_points_hold_the_bound(tmp_path):
         rows = list(csv.DictReader(fh))
     assert [r["flags"] for r in rows] == QUICK and all(r["correct"] == "True" for r in rows), rows
     faithful = [r for r in rows if r["unfaithful"] == "0"]
-    assert len(faithful) >= 3, rows  # a busy machine may spoil one run, not most
+    assert len(faithful) >= 2, rows  # a busy machine may spoil one point's runs, not most
     assert all(abs(float(r["local_err_pct"])) < BOUND and abs(float(r["model_err_pct"])) < BOUND for r in faithful), rows
     assert "local fabric vs Mininet: median |error|" in done.stdout
 
