@@ -201,9 +201,9 @@ class Emulation(Network):
         switches = [n for n in sorted(self.graph, key=natural_key) if is_switch(self.graph, n)]
         if pcap_dir:
             start_pcaps(self, pcap_dir, switches)
-        ebpf = ebpf_object(run, program, self.graph, switches, self.port_faults(run), self.dilation)
+        faults = self.port_faults(run)  # each node's, read when asked: after this, as the eBPF choice leaves them
+        ebpf = ebpf_object(run, program, self.graph, switches, faults, self.dilation)
         self.ebpf = bool(ebpf)
-        faults = self.port_faults(run)
         self.switch_controls, self.switch_procs = start_switches(self, run, program, configs, faults,
                                                                  self.node_group, ebpf)
 
