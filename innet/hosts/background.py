@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -235,10 +235,10 @@ def first_frames(graph: nx.Graph, flows: Sequence[Flow], seed: int = 0) -> list[
     """When each of ``flows`` sends its first frame after the background starts, as its host's endpoint sends it
     (``BackgroundHost``, on both backends): what the timing model's background replays."""
     index, gaps = node_indices(graph), [FRAME_BYTES * 8 / f.bps if f.bps > 0 else math.inf for f in flows]
-    at: dict[str, list[float]] = {}
+    at: dict[str, Iterator[float]] = {}
     for host in dict.fromkeys(f.src for f in flows):
-        at[host] = phases(index[host], [gap for f, gap in zip(flows, gaps, strict=True) if f.src == host], seed)
-    return [at[f.src].pop(0) for f in flows]
+        at[host] = iter(phases(index[host], [gap for f, gap in zip(flows, gaps, strict=True) if f.src == host], seed))
+    return [next(at[f.src]) for f in flows]
 
 
 def background_hosts(graph: nx.Graph, bg: BackgroundSpec, seed: int = 0) -> dict[str, BackgroundHost]:
