@@ -1,0 +1,240 @@
+"""Dynamic trees (``--placement dynamic``) beside open-loop background traffic, as fluid through the links' queues.
+
+The links, their strict-priority FIFOs, store and forward and the background's seeded frames are the static tree's
+(innet.planning.fluid); what differs is which way each chunk goes, decided as the ``dynamic_tree`` program decides
+it, frame by frame. Every frame the job sends is its own class in the queues: a worker's contribution, a switch's
+partial (its ranks), a chunk's result. A switch that climbs towards the root picks a chunk's uplink when the chunk's
+first contribution arrives: the rotation's (``chunk // stride``), unless that uplink's decayed count of background
+bytes sent is more than ``margin`` times the least's and ``slack`` bytes. It sends the chunk's partial on once every
+rank of its cone is in it, or ``window`` after the first arrival (siblings that chose another uplink never come: the
+partial goes on incomplete, later arrivals follow alone). The root sends the result down to its children and up one
+chosen uplink; a switch a result reaches from below floods it down and on up, one from above floods it down. A
+worker sends its exponent's frame, then its chunks as results free their slots (chunk ``c`` frees ``c + slots``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+import networkx as nx
+
+from innet.graph import natural_key, ports
+from innet.planning.fluid import _Fluid, _Frames, run_fluid
+from innet.planning.planner import JobPlan
+
+
+@dataclass(frozen=True)
+class Choices:
+    """What a dynamic tree's switch does by (the program's own class attributes, ``of``): the least seconds a partial
+    waits, the values a partial carries after its chunk's (its ranks), the timer's tick, the decay of a port's byte
+    count, and how much more an uplink must carry to be left (``margin`` times the least's, and ``slack`` bytes)."""
+
+    window: float
+    extra_values: float
+    tick: float
+    tau: float
+    margin: float
+    slack: float
+
+    @classmethod
+    def of(cls, program: object) -> Choices | None:
+        """The figures ``program`` decides by; None where it lacks one (a program that is not ``dynamic_tree``'s kind)."""
+        got = [float(v) for f in fields(cls) if isinstance(v := getattr(program, f.name, None), int | float)]
+        return cls(*got) if len(got) == len(fields(cls)) else None
+
+
+def trees_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]], chunks: int,
+                  frame_bytes: int, choices: Choices, band: int = 0, background_band: int = 0, lead_s: float = 0.0,
+                  background_frame: int = 0, exponent_bytes: int = 0,
+                  first_s: Sequence[float] | None = None) -> float:
+    """Seconds ``plan``'s dynamic trees take to all-reduce ``chunks`` frames of ``frame_bytes`` per worker, deciding
+    by ``choices``; every other argument as ``innet.planning.fluid.tree_fluid_s`` takes it."""
+    fluid = _Trees(graph, plan, flows, chunks, frame_bytes, band, background_band, background_frame, exponent_bytes,
+                   choices)
+    return run_fluid(fluid, [rate for _, _, rate in flows], background_frame, lead_s, first_s)
+
+
+@dataclass
+class _Chunk:
+    """A chunk at a switch: ranks folded and not sent, ranks sent on, when its first arrival came (None: sent on,
+    or not yet opened) and the neighbour its partials go to."""
+
+    have: int
+    sent: int
+    since: float | None
+    way: str
+
+
+class _Trees(_Fluid):
+    """``trees_fluid_s``'s links and the job's frames over them."""
+
+    steps = 64  # a step of the fabric's order: whether a chunk's result or another flow's frame came first to a shared
+    # link decides a worker's next frame (and so whether a partial waits its window out) a frame's time later
+    link_kind = _Frames
+
+    def __init__(self, graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]], chunks: int,
+                 frame_bytes: int, band: int, background_band: int, background_frame: int, exponent_bytes: int,
+                 choices: Choices) -> None:
+        self.choices, self.chunks = choices, chunks
+        super().__init__(graph, plan, flows, chunks, frame_bytes, band, background_band, background_frame,
+                         exponent_bytes)
+
+    def job_links(self, graph: nx.Graph, plan: JobPlan) -> list[tuple[str, str]]:
+        """Every link direction between the job's workers and switches: a chunk may take any of them."""
+        nodes = {*plan.workers, *plan.switch_ports}
+        ends = sorted((tuple(sorted((a, b), key=natural_key)) for a, b in graph.edges if a in nodes and b in nodes),
+                      key=lambda e: (natural_key(e[0]), natural_key(e[1])))
+        return [*((a, b) for a, b in ends), *((b, a) for a, b in ends)]
+
+    def start(self, graph: nx.Graph, plan: JobPlan, job_links: list[tuple[str, str]]) -> None:
+        self.plan, self.now = plan, 0.0
+        name = {s: ports(graph, s) for s in plan.switch_ports}
+        self.ups = {s: [name[s][p] for p in jp.uplinks] for s, jp in plan.switch_ports.items()}
+        self.down = {s: [name[s][p] for p in jp.children] for s, jp in plan.switch_ports.items()}
+        self.parent = {s: name[s][jp.parent] for s, jp in plan.switch_ports.items() if jp.parent is not None}
+        self.climbs = {s for s, jp in plan.switch_ports.items() if jp.parent is not None and jp.parent in jp.uplinks}
+        self.stride = {s: jp.stride for s, jp in plan.switch_ports.items()}
+        self.cone = {s: sum(1 << r for r in jp.contributors) for s, jp in plan.switch_ports.items()}
+        windows = {s: jp.window for s, jp in plan.switch_ports.items()}  # the job's (innet.planning.dynamic.partial_window)
+        self.wait = {s: max(self.choices.window, w) for s, w in windows.items()}
+        self.tau = max([self.choices.tau, *(2 * w for w in windows.values())])
+        self.rank = {w: i for i, w in enumerate(plan.workers)}
+        self.frames: list[tuple[bool, int, int, float]] = []  # per class -1 - k: (a result?, its chunk, its ranks,
+        # its bytes: a partial's ranks make it longer than a worker's frame or a result)
+        self.bitmap = 4 * self.choices.extra_values
+        self.results: dict[int, int] = {}  # chunk -> its result's class
+        self.part: dict[tuple[tuple[str, str], int], float] = {}  # (link, class) -> bytes of it come, not yet whole
+        self.at: dict[tuple[str, int], _Chunk] = {}  # (switch, chunk) -> its state
+        self.load: dict[tuple[str, str], tuple[float, float]] = {}  # link -> background bytes sent, decayed; when
+        self.timers: list[tuple[float, str, int]] = []
+        self.back = dict.fromkeys(plan.workers, 0)  # results each worker has
+        self.returns = {(plan.first_hop[w], w) for w in plan.workers}  # the links results come back over
+        self.done = 0
+        self.started = False
+
+    def due(self) -> bool:
+        return bool(self.timers) or not self.started
+
+    def send_job(self) -> None:
+        """At the job's start, each worker's exponent; then the partials whose wait is over go on (the job's other
+        frames go on as what they answer lands)."""
+        if not self.started:
+            self.started, self.idle = True, 0.0
+            for w in self.plan.workers:
+                self._send(w, 0)
+        while self.timers and self.timers[0][0] <= self.now + 1e-12:
+            at, s, chunk = heapq.heappop(self.timers)
+            if self.at[s, chunk].since is not None:
+                self.idle = (self.now - at) / self.dt
+                self._flush(s, chunk)
+
+    def landed(self, step: int) -> list[tuple[tuple[str, str], float, int, float]]:
+        """What lands at ``step``'s end, in the order it came (the far ends pass it on in that order)."""
+        return sorted(super().landed(step), key=lambda came: came[1])
+
+    def serve(self, step: int) -> None:
+        self.now = (step + 1) * self.dt  # what lands in this step lands at its end
+        super().serve(step)
+
+    def put(self, hop: tuple[str, str], band: int, cls: int, amount: float) -> None:
+        if cls >= 0:  # the background: its sender's decayed byte count of the port (the program's ``load``)
+            got, when = self.load.get(hop, (0.0, self.now))
+            self.load[hop] = (got * math.exp(-(self.now - when) / self.tau) + amount, self.now)
+        link = self.links[hop]
+        assert isinstance(link, _Frames)
+        link.take(band, cls, amount, self.idle)
+        self.waiting[hop] = link
+
+    # -- the job's frames --------------------------------------------------------
+    def _size(self, chunk: int, partial: bool) -> float:
+        return (self.head if chunk == 0 else self.frame_bytes - self.bitmap) + (self.bitmap if partial else 0.0)
+
+    def _emit(self, hop: tuple[str, str], result: bool, chunk: int, ranks: int) -> None:
+        if result:
+            if chunk not in self.results:
+                self.frames.append((True, chunk, 0, self._size(chunk, False)))
+                self.results[chunk] = -len(self.frames)
+            cls = self.results[chunk]
+        else:
+            self.frames.append((False, chunk, ranks, self._size(chunk, hop[0] not in self.back)))
+            cls = -len(self.frames)
+        self.put(hop, self.band, cls, self.frames[-1 - cls][3])
+
+    def _send(self, worker: str, chunk: int) -> None:
+        if chunk <= self.chunks:
+            self._emit((worker, self.plan.first_hop[worker]), False, chunk, 1 << self.rank[worker])
+
+    def _arrive(self, hop: tuple[str, str], cls: int, amount: float) -> None:
+        result, chunk, ranks, size = self.frames[-1 - cls]
+        got = self.part.get((hop, cls), 0.0) + amount
+        if got < size - 1e-6:
+            self.part[hop, cls] = got
+            return
+        self.part.pop((hop, cls), None)
+        came, node = hop
+        if node in self.back:
+            self._result_at_worker(node, chunk)
+        elif result:
+            above = came in self.ups[node]
+            for n in self.down[node]:
+                if n != came:
+                    self._emit((node, n), True, chunk, 0)
+            if not above and self.ups[node]:
+                self._emit((node, self._choose(node, chunk)), True, chunk, 0)
+        else:
+            self._contribution(node, chunk, ranks)
+
+    def _result_at_worker(self, worker: str, chunk: int) -> None:
+        self.back[worker] += 1
+        self.done += self.back[worker] == self.chunks + 1
+        for nxt in range(1, 1 + self.plan.slots) if chunk == 0 else (chunk + self.plan.slots,):
+            self._send(worker, nxt)
+
+    def _contribution(self, s: str, chunk: int, ranks: int) -> None:
+        if s == self.plan.root:
+            root = self.at.setdefault((s, chunk), _Chunk(0, 0, None, ""))
+            if root.have == self.cone[s] or root.have & ranks:  # a repeat, or an overlap: dropped
+                return
+            root.have |= ranks
+            if root.have == self.cone[s]:
+                for n in self.down[s]:
+                    self._emit((s, n), True, chunk, 0)
+                if self.ups[s]:
+                    self._emit((s, self._choose(s, chunk)), True, chunk, 0)
+            return
+        state = self.at.get((s, chunk))
+        if state is None:
+            way = self._choose(s, chunk) if s in self.climbs else self.parent[s]
+            state = self.at[s, chunk] = _Chunk(0, 0, self.now, way)
+            tick = self.choices.tick
+            heapq.heappush(self.timers, (math.ceil((self.now + self.wait[s]) / tick - 1e-9) * tick, s, chunk))
+        elif state.since is None:  # its partial went on: a latecomer follows alone
+            state.sent |= ranks
+            self._emit((s, state.way), False, chunk, ranks)
+            return
+        state.have |= ranks
+        if state.have | state.sent == self.cone[s]:
+            self._flush(s, chunk)
+
+    def _flush(self, s: str, chunk: int) -> None:
+        state = self.at[s, chunk]
+        state.since = None
+        if state.have:
+            self._emit((s, state.way), False, chunk, state.have)
+            state.sent |= state.have
+            state.have = 0
+
+    def _choose(self, s: str, chunk: int) -> str:
+        """``s``'s uplink for ``chunk``: the rotation's, unless its background is clearly more than the least's."""
+        ups = self.ups[s]
+        loads = [self._load((s, u)) for u in ups]
+        turn = (chunk // self.stride[s]) % len(ups)
+        least = loads.index(min(loads))
+        return ups[least] if loads[turn] > self.choices.margin * loads[least] + self.choices.slack else ups[turn]
+
+    def _load(self, hop: tuple[str, str]) -> float:
+        got, when = self.load.get(hop, (0.0, self.now))
+        return got * math.exp(-(self.now - when) / self.tau)
