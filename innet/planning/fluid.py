@@ -75,26 +75,24 @@ class _Link:
 
 @dataclass
 class _Frames(_Link):
-    """A link direction whose far end takes only whole frames: each put is a frame of its own, in flight whole
-    once its last byte left (none of its pieces before: a step's bookkeeping per frame, not per step), due at the
-    step it left in less one, plus the part of the step it took (the far end has it that early in the step of
-    landing). A frame put into it idle serves from when it came (``credit``: bytes of service before the step's
-    start; negative, from within the step), not from the step's start: a hop costs a small frame no whole step."""
+    """A link direction whose far end takes only whole frames, each at the instant it would: each put is a frame of
+    its own, in flight once its last byte left (no pieces: bookkeeping per frame, not per step), due at that instant
+    less one step (in steps: it lands at the end of the step it falls in). A frame put into it idle is served from
+    when it came (or the link came free), not from the next step's start: a small frame's hop costs no whole step,
+    and who came first to a shared link goes first (``take``)."""
 
-    credit: float = 0.0
+    start: float | None = None  # when the frame put into it idle may start, in steps
+    free: float = -math.inf  # when its last frame's last byte left, in steps
 
-    def take(self, band: int, cls: int, amount: float, idle: float) -> None:
-        """``put``, the frame having come ``idle`` steps before the step's start."""
+    def take(self, band: int, cls: int, amount: float, came: float) -> None:
+        """``put``, the frame having come at ``came`` (in steps)."""
         if not any(self.queues):
-            self.credit = max(-self.per_step, min(self.per_step, idle * self.per_step))
+            self.start = max(came, self.free)
         self.queues[band].append([cls, amount, amount])
 
-    def put(self, band: int, cls: int, amount: float) -> None:
-        self.take(band, cls, amount, 0.0)
-
     def serve(self, step: int) -> bool:
-        credit, self.credit = self.credit, 0.0
-        budget = self.per_step + credit
+        budget = self.per_step * (1 + step - self.start) if self.start is not None else self.per_step
+        self.start = None
         for queue in self.queues:
             while queue:
                 head = queue[0]
@@ -102,8 +100,8 @@ class _Frames(_Link):
                     head[1] -= budget
                     return False
                 budget -= head[1]
-                took = (self.per_step - budget) / self.per_step  # of the step, when its last byte left
-                self.flight.append((step + self.delay - 1 + max(took, 1e-6), int(head[0]), head[2]))
+                self.free = step + (self.per_step - budget) / self.per_step
+                self.flight.append((self.free + self.delay - 1, int(head[0]), head[2]))
                 queue.popleft()
                 if budget <= 0:
                     return not any(self.queues)
@@ -255,9 +253,10 @@ class _Fluid:
         """A step of every link with bytes queued; then what lands at the step's end is taken (the job's, counted;
         the background's, passed on, a whole frame at a time)."""
         for hop, link in list(self.waiting.items()):
+            left = len(link.flight)
             if link.serve(step):
                 del self.waiting[hop]
-            if link.flight and link.flight[-1][0] > step + link.delay - 1:  # something left it this step
+            if len(link.flight) > left:  # something left it this step
                 self.landing.setdefault(step + link.delay, set()).add(self.order[hop])
         for hop, due, cls, amount in self.landed(step):
             self.idle = step - due
