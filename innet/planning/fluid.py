@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -83,12 +83,13 @@ class _Frames(_Link):
 
     start: float | None = None  # when the frame put into it idle may start, in steps
     free: float = -math.inf  # when its last frame's last byte left, in steps
+    came: deque[float] = field(default_factory=deque)  # when each frame in flight was put in, in steps
 
     def take(self, band: int, cls: int, amount: float, came: float) -> None:
         """``put``, the frame having come at ``came`` (in steps)."""
         if not any(self.queues):
             self.start = max(came, self.free)
-        self.queues[band].append([cls, amount, amount])
+        self.queues[band].append([cls, amount, amount, came])
 
     def serve(self, step: int) -> bool:
         budget = self.per_step * (1 + step - self.start) if self.start is not None else self.per_step
@@ -102,6 +103,7 @@ class _Frames(_Link):
                 budget -= head[1]
                 self.free = step + (self.per_step - budget) / self.per_step
                 self.flight.append((self.free + self.delay - 1, int(head[0]), head[2]))
+                self.came.append(head[3])
                 queue.popleft()
                 if budget <= 0:
                     return not any(self.queues)
@@ -160,8 +162,7 @@ def run_fluid(fluid: _Fluid, rates: list[float], background_frame: int, lead_s: 
                 now.append((k, at))
                 heapq.heappush(soon, (at + each[k][3], k))
             for k, at in sorted(now):  # in the flows' order, as each flow puts in its frames due this step
-                fluid.idle = step - at
-                fluid.put(each[k][0], fluid.background_band, each[k][1], each[k][2])
+                fluid.source(each[k][0], each[k][1], each[k][2], step, at)
         if step >= 0 and fluid.due():
             fluid.send_job()
         fluid.serve(step)
@@ -265,7 +266,13 @@ class _Fluid:
             else:
                 self._forward(hop, cls, amount)
 
-    def landed(self, step: int) -> list[tuple[tuple[str, str], float, int, float]]:
+    def source(self, hop: tuple[str, str], cls: int, amount: float, step: int, at: float) -> None:
+        """Background flow ``cls`` puts ``amount`` into its first link ``hop``, due at ``at`` (in steps) within
+        ``step``: at the step's start."""
+        self.idle = step - at
+        self.put(hop, self.background_band, cls, amount)
+
+    def landed(self, step: int) -> Iterable[tuple[tuple[str, str], float, int, float]]:
         """What lands at ``step``'s end: (link, due, class, bytes), link by link, each link's in the order it left."""
         out: list[tuple[tuple[str, str], float, int, float]] = []
         for k in sorted(self.landing.pop(step, ())):

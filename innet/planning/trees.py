@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
+from typing import cast
 
 import networkx as nx
 
@@ -74,8 +75,9 @@ class _Trees(_Fluid):
     """``trees_fluid_s``'s links and the job's frames over them."""
 
     steps = 64  # whether a chunk's result or another flow's frame comes first to a shared link decides when a worker
-    # sends on, and whether a partial waits its window out a frame later: at 16 a step (0.4 ms at 10 Mbit/s) put the
-    # fat-tree's seeds 1-3 41%, 29%, -8% off the fabric, at 32 14%, 31%, -3%; at 64 2.7%, 0.0%, 0.0%
+    # sends on, and whether a partial waits its window out a frame later; a frame landing within a step is passed
+    # on from the next: at 16 steps a frame (0.4 ms at 10 Mbit/s) the fat-tree's seeds 1-3 were 41%, 29%, -3% off
+    # the fabric, at 32 0.0%, 31%, 0.0%, at 64 0.0% each (and every dynamic point of the grid)
     link_kind = _Frames  # each frame lands at its instant
 
     def __init__(self, graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]], chunks: int,
@@ -117,26 +119,51 @@ class _Trees(_Fluid):
         self.returns = {(plan.first_hop[w], w) for w in plan.workers}  # the links results come back over
         self.done = 0
         self.started = False
+        self.sources: list[tuple[float, tuple[str, str], int, float]] = []  # the background's puts due this step
 
     def due(self) -> bool:
-        return bool(self.timers) or not self.started
+        return not self.started
 
     def send_job(self) -> None:
-        """At the job's start, each worker's exponent; then the partials whose wait is over go on (the job's other
-        frames go on as what they answer lands)."""
-        if not self.started:
-            self.started, self.idle = True, 0.0
-            for w in self.plan.workers:
-                self._send(w, 0)
-        while self.timers and self.timers[0][0] < self.now + self.dt:  # due within the step: at their instant
-            at, s, chunk = heapq.heappop(self.timers)
-            if self.at[s, chunk].since is not None:
-                self.idle = (self.now - at) / self.dt
-                self._flush(s, chunk)
+        """At the job's start, each worker's exponent (the job's other frames go on as what they answer lands)."""
+        self.started, self.idle = True, 0.0
+        for w in self.plan.workers:
+            self._send(w, 0)
 
-    def landed(self, step: int) -> list[tuple[tuple[str, str], float, int, float]]:
-        """What lands at ``step``'s end, in the order it came (the far ends pass it on in that order)."""
-        return sorted(super().landed(step), key=lambda came: came[1])
+    def source(self, hop: tuple[str, str], cls: int, amount: float, step: int, at: float) -> None:
+        """At its instant, with what lands in the step (``landed``)."""
+        self.sources.append((at, hop, cls, amount))
+
+    def landed(self, step: int) -> Iterator[tuple[tuple[str, str], float, int, float]]:
+        """What lands at ``step``'s end, in the order it came (the far ends pass it on in that order), the
+        background's frames put in and the partials whose wait is over sent on at their instants between; of
+        frames that come at once, the one put into its link first, as the fabric delivers them (frames of one
+        size on links of one rate tie often). What lands at ``due`` came at ``due + 1`` (in steps)."""
+        out = list(super().landed(step))
+        came = [cast(_Frames, self.links[hop]).came.popleft() for hop, *_ in out]
+        order = sorted(range(len(out)), key=lambda k: (round(out[k][1], 6), came[k]))
+        events = sorted([*((out[k][1] + 1, 0, n) for n, k in enumerate(order)),
+                         *((at, 1, n) for n, (at, *_) in enumerate(self.sources))])
+        timers, end = self.timers, step + 1
+        for at, kind, n in events:
+            while timers and timers[0][0] / self.dt <= at:
+                self._timeout(end)
+            if kind == 0:
+                yield out[order[n]]
+            else:
+                _, hop, cls, amount = self.sources[n]
+                self.idle = end - at
+                self.put(hop, self.background_band, cls, amount)
+        self.sources = []
+        while timers and timers[0][0] / self.dt < end:
+            self._timeout(end)
+
+    def _timeout(self, end: int) -> None:
+        """The earliest partial whose wait is over goes on, if it has not."""
+        at, s, chunk = heapq.heappop(self.timers)
+        if self.at[s, chunk].since is not None:
+            self.idle = end - at / self.dt
+            self._flush(s, chunk)
 
     def serve(self, step: int) -> None:
         self.now = (step + 1) * self.dt  # what lands in this step lands at its end
