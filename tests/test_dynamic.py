@@ -71,11 +71,10 @@ def test_dynamic_beats_static_under_background():
     gain = static.completion_s / dynamic.completion_s
     assert gain >= 1.25
     # the timing model beside the background (innet.planning.dynamic.background_model_s), in each record: the
-    # static tree's time within 10%; dynamic trees' is what the links they cannot avoid allow, so it is optimistic
-    # (partials that did not meet go on separately), and the gain it predicts is at least the measured one
-    assert static["background_model_s"] == pytest.approx(static.completion_s, rel=0.1)
-    assert dynamic.completion_s / 1.5 <= dynamic["background_model_s"] < dynamic.completion_s
-    assert gain <= static["background_model_s"] / dynamic["background_model_s"] <= 1.5 * gain
+    # static tree's time and dynamic trees' (their chunks' ways as the switches choose them) within 5%, so the gain
+    assert static["background_model_s"] == pytest.approx(static.completion_s, rel=0.05)
+    assert dynamic["background_model_s"] == pytest.approx(dynamic.completion_s, rel=0.05)
+    assert static["background_model_s"] / dynamic["background_model_s"] == pytest.approx(gain, rel=0.05)
     quiet_static = innet.run("leaf-spine", **options).runs[0]
     quiet_dynamic = innet.run("leaf-spine", placement="dynamic", **options).runs[0]
     assert quiet_dynamic.completion_s <= 1.05 * quiet_static.completion_s
@@ -239,22 +238,6 @@ def test_quiet_dynamic_trees_meet_every_tiers_lower_bound():
     assert run.tier_bytes["agg-core"] == bound["agg-core"] + 4 * 4 * chunks
 
 
-def test_fluid_model_of_one_link():
-    """``fluid_time``: a window-limited stream beside open-loop background on one FIFO link. Alone it moves at the
-    link's rate or its window per round trip; beside background it takes longer, yet less than the background's
-    leftover rate alone allows (the queue absorbs the background's excess while the run lasts); beside a full link,
-    never."""
-    from innet.planning.dynamic import fluid_time
-
-    mb, rate = 1e6, 125e6  # 1 MB through a 1 Gbit/s link
-    assert fluid_time(mb, 1e5, 1e-3, rate, 0.0) == pytest.approx(mb / 1e8)  # the window's 100 kB per ms
-    assert fluid_time(mb, 1e6, 1e-3, rate, 0.0) == pytest.approx(mb / rate)
-    loaded = fluid_time(mb, 1.3e5, 6e-4, rate, 0.9 * rate)
-    assert 2 * mb / rate < loaded < mb / (0.1 * rate)
-    assert fluid_time(mb, 1.3e5, 6e-4, rate, 0.5 * rate) < loaded
-    assert fluid_time(mb, 1.3e5, 6e-4, rate, rate) == float("inf")
-
-
 LEAF_SPINE_2_TO_1 = dict(backend="local", bw=10, elements=65536, spines=2, oversubscription=2, seed=1)
 
 
@@ -303,3 +286,19 @@ def test_static_tree_model_prices_the_bands():
     assert quiet == pytest.approx(chunks * frame * 8 / 5e6, rel=0.1)  # the core link's rate
     assert quiet < ahead < 1.3 * quiet
     assert behind == pytest.approx(chunks * frame * 8 / 0.5e6, rel=0.15)  # the 10% the background leaves
+
+
+@pytest.mark.parametrize(("topology", "options"), [
+    ("fat-tree", dict(backend="local", k=4, bw=10, elements=32768, background="permutation:0.5", seed=1)),
+    ("fat-tree", dict(backend="local", k=4, bw=10, elements=32768)),
+    ("leaf-spine", dict(LEAF_SPINE_2_TO_1, background="permutation:0.25")),
+    ("leaf-spine", dict(LEAF_SPINE_2_TO_1, background="hotspot:s1--t1:0.5")),
+], ids=["fat-tree-permutation", "fat-tree-quiet", "leaf-spine-permutation-0.25", "leaf-spine-hotspot"])
+def test_dynamic_trees_model_within_5_percent(topology, options):
+    """Issue 46's grid: dynamic trees' ``background_model_s`` within 5% of the fabric (it was 22-30% low quiet, -24%
+    on the fat-tree beside permutation, -13% and +11% on the leaf-spine: the busiest link's share of the job, no
+    tree). Each chunk's way as the switches choose it (the rotation, or off a loaded uplink), the frames of each
+    through the links' queues as the static tree's are, partials that wait their window out where siblings went
+    another way (innet.planning.trees)."""
+    run = innet.run(topology, placement="dynamic", **options).runs[0]
+    assert run.correct and run["background_model_s"] == pytest.approx(run.completion_s, rel=0.05)

@@ -19,6 +19,7 @@ off this switch (-1 otherwise). A switch whose cone it has heard in full sends i
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import networkx as nx
 
@@ -26,7 +27,7 @@ from innet.errors import UserError
 from innet.graph import indexed, is_switch, natural_key, next_hop, ports, role
 from innet.planning.fluid import tree_fluid_s
 from innet.planning.planner import JobPlan, _closest_switch
-from innet.planning.prediction import path_links
+from innet.planning.trees import Choices, trees_fluid_s
 from innet.switch.program import JobPort
 
 MAX_RANKS = 256  # ranks a partial's bitmap holds (switch_programs/dynamic_tree.py: 8 words)
@@ -171,67 +172,21 @@ def _leads_to_workers(graph: nx.Graph, node: str, above: str, level: dict[str, i
     return any(_leads_to_workers(graph, n, node, level, workers) for n in graph[node] if level[n] < level[node])
 
 
-def fluid_time(job_bytes: float, window: float, rtt: float, rate: float, background: float) -> float:
-    """Seconds a window-limited stream takes to move ``job_bytes`` through one FIFO link of ``rate`` bytes/s beside
-    open-loop ``background`` bytes/s (a fluid model). The stream sends at most ``window`` bytes a round trip
-    (``rtt`` unloaded, plus the queue's delay); while both together ask more than the link's rate the queue grows
-    (the background does not back off) and the link serves each in proportion to what it asks."""
-    if background >= rate:
-        return float("inf")
-    if not background:
-        return job_bytes / min(rate, window / rtt)
-    t = queue = done = 0.0
-    dt = max(rtt / 8, job_bytes / rate / 4000)
-    while done < job_bytes:
-        asks = min(rate, window / (rtt + queue / rate))
-        over = asks + background - rate
-        queue = max(0.0, queue + over * dt) if queue > 0 or over > 0 else 0.0
-        done += (rate * asks / (asks + background) if queue > 0 else asks) * dt
-        t += dt
-    return t
-
-
 def background_model_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]], chunks: int,
                        frame_bytes: int, band: int = 0, background_band: int = 0, lead_s: float = 0.0,
                        background_frame: int = 0, exponent_bytes: int = 0,
-                       first_s: Sequence[float] | None = None) -> float:
+                       first_s: Sequence[float] | None = None, choices: Choices | None = None) -> float:
     """The timing model's completion time of ``plan``'s all-reduce beside background ``flows`` (source,
     destination, bits per second), ``chunks`` frames of ``frame_bytes`` each way per worker and a window of
-    ``plan.slots`` frames, the job's frames in priority ``band``, the background's in ``background_band``. A static
-    tree: the fluid through its links' strict-priority queues (innet.planning.fluid.tree_fluid_s). Dynamic trees:
-    ``fluid_time`` of the link they take longest through: they must cross the workers' own links, and each switch's
-    uplinks (up and down) share its chunks among them: the best split over its least loaded few (the rotation
-    spreads chunks, the congestion signal moves them off loaded uplinks)."""
+    ``plan.slots`` frames, the job's frames in priority ``band``, the background's in ``background_band``: the fluid
+    through the links' strict-priority queues, a static tree's (innet.planning.fluid.tree_fluid_s) or dynamic trees'
+    chunk by chunk as their switches, deciding by ``choices``, send them (innet.planning.trees.trees_fluid_s)."""
     if plan.method != "dynamic":
         return tree_fluid_s(graph, plan, flows, chunks, frame_bytes, band, background_band, lead_s, background_frame,
                             exponent_bytes, first_s)
-    load: dict[tuple[str, str], float] = {}
-    for src, dst, bps in flows:
-        for hop in path_links(graph, src, dst):
-            load[hop] = load.get(hop, 0.0) + bps / 8
-    rtt = 2 * max(_way_s(graph, plan, w, frame_bytes) for w in plan.workers)
-    data, window = chunks * frame_bytes, plan.slots * frame_bytes
-
-    def alone(hop: tuple[str, str], share: int = 1) -> float:
-        return fluid_time(data / share, window / share, rtt, graph.edges[hop]["bw"] * 1e6 / 8, load.get(hop, 0.0))
-
-    def spread(links: list[tuple[str, str]]) -> float:
-        """Chunks shared evenly among the ``m`` least loaded of ``links``, the best ``m``."""
-        ranked = sorted(links, key=alone)
-        return min(max(alone(hop, m) for hop in ranked[:m]) for m in range(1, len(ranked) + 1))
-
-    both = lambda links: [*links, *((b, a) for a, b in links)]  # noqa: E731
-    own = max(alone(hop) for hop in both([(w, plan.first_hop[w]) for w in plan.workers]))
-    shared = []
-    for s, jp in plan.switch_ports.items():
-        ups = [n for p, n in ports(graph, s).items() if p in jp.uplinks]
-        if ups:
-            shared += [spread([(s, u) for u in ups]), spread([(u, s) for u in ups])]
-    return max(own, *shared)
-
-
-def _way_s(graph: nx.Graph, plan: JobPlan, worker: str, frame_bytes: int) -> float:
-    """Seconds a frame takes from ``worker`` to the root, unloaded."""
-    way = plan.way_up(worker)
-    return sum(graph.edges[a, b].get("latency", 0.0) + 8 * frame_bytes / (graph.edges[a, b]["bw"] * 1e6)
-               for a, b in zip(way, way[1:], strict=False))
+    if choices is None:
+        raise ValueError("dynamic trees' model needs the program's choices (innet.planning.trees.Choices.of)")
+    waits = {s: replace(jp, window=jp.window or partial_window(graph, plan, frame_bytes))
+             for s, jp in plan.switch_ports.items()}
+    return trees_fluid_s(graph, replace(plan, switch_ports=waits), flows, chunks, frame_bytes, choices, band,
+                         background_band, lead_s, background_frame, exponent_bytes, first_s)

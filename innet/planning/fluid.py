@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -43,7 +43,7 @@ class _Link:
     per_step: float
     delay: int
     queues: list[deque[list[float]]]
-    flight: deque[tuple[int, int, float]] = field(default_factory=deque)
+    flight: deque[tuple[float, int, float]] = field(default_factory=deque)
 
     def put(self, band: int, cls: int, amount: float) -> None:
         queue = self.queues[band]
@@ -73,10 +73,48 @@ class _Link:
         return True
 
 
-def _links(graph: nx.Graph, bps: dict[tuple[str, str], float], dt: float, bands: int) -> dict[tuple[str, str], _Link]:
+@dataclass
+class _Frames(_Link):
+    """A link direction whose far end takes only whole frames, each at the instant it would: each put is a frame of
+    its own, in flight once its last byte left (no pieces: bookkeeping per frame, not per step), due at that instant
+    less one step (in steps: it lands at the end of the step it falls in). A frame put into it idle is served from
+    when it came (or the link came free), not from the next step's start: a small frame's hop costs no whole step,
+    and who came first to a shared link goes first (``take``)."""
+
+    start: float | None = None  # when the frame put into it idle may start, in steps
+    free: float = -math.inf  # when its last frame's last byte left, in steps
+    came: deque[float] = field(default_factory=deque)  # when each frame in flight was put in, in steps
+
+    def take(self, band: int, cls: int, amount: float, came: float) -> None:
+        """``put``, the frame having come at ``came`` (in steps)."""
+        if not any(self.queues):
+            self.start = max(came, self.free)
+        self.queues[band].append([cls, amount, amount, came])
+
+    def serve(self, step: int) -> bool:
+        budget = self.per_step * (1 + step - self.start) if self.start is not None else self.per_step
+        self.start = None
+        for queue in self.queues:
+            while queue:
+                head = queue[0]
+                if head[1] > budget + 1e-9:
+                    head[1] -= budget
+                    return False
+                budget -= head[1]
+                self.free = step + (self.per_step - budget) / self.per_step
+                self.flight.append((self.free + self.delay - 1, int(head[0]), head[2]))
+                self.came.append(head[3])
+                queue.popleft()
+                if budget <= 0:
+                    return not any(self.queues)
+        return True
+
+
+def _links(graph: nx.Graph, bps: dict[tuple[str, str], float], dt: float, bands: int,
+           kind: type[_Link] = _Link) -> dict[tuple[str, str], _Link]:
     """Each link direction of ``bps`` (its rate) as a queue served every step of ``dt`` seconds; what it served
     in a step reaches the far end the link's latency after that step's end."""
-    return {hop: _Link(rate / 8 * dt, round(graph.edges[hop].get("latency", 0.0) / dt), [deque() for _ in range(bands)])
+    return {hop: kind(rate / 8 * dt, round(graph.edges[hop].get("latency", 0.0) / dt), [deque() for _ in range(bands)])
             for hop, rate in bps.items()}
 
 
@@ -103,8 +141,15 @@ def tree_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str,
     frames of ``background_frame`` bytes (0: a fluid stream) started ``lead_s`` before the job, each flow's first
     ``first_s`` after that (None: spread over its gap; see the module doc); inf where the background leaves it too
     little to finish."""
-    fluid = _Fluid(graph, plan, flows, chunks, frame_bytes, band, background_band, background_frame, exponent_bytes)
-    each, due = _sources(fluid.paths, [rate for _, _, rate in flows], background_frame, fluid.dt, lead_s, first_s)
+    return run_fluid(_Fluid(graph, plan, flows, chunks, frame_bytes, band, background_band, background_frame,
+                            exponent_bytes), [rate for _, _, rate in flows], background_frame, lead_s, first_s)
+
+
+def run_fluid(fluid: _Fluid, rates: list[float], background_frame: int, lead_s: float,
+              first_s: Sequence[float] | None) -> float:
+    """Step ``fluid`` until every worker has its results (seconds from the job's start; inf past ``MAX_STEPS``), the
+    background flows of ``rates`` putting their frames in from ``lead_s`` before the job."""
+    each, due = _sources(fluid.paths, rates, background_frame, fluid.dt, lead_s, first_s)
     soon = [(at, k) for k, at in enumerate(due)]  # each source's next put
     heapq.heapify(soon)
     for step in range(-round(lead_s / fluid.dt), MAX_STEPS):
@@ -114,11 +159,11 @@ def tree_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str,
             now = []
             while soon and soon[0][0] < step + 1:
                 at, k = heapq.heappop(soon)
-                now.append(k)
+                now.append((k, at))
                 heapq.heappush(soon, (at + each[k][3], k))
-            for k in sorted(now):  # in the flows' order, as each flow puts in its frames due this step
-                fluid.put(each[k][0], background_band, each[k][1], each[k][2])
-        if step >= 0 and fluid.changed:
+            for k, at in sorted(now):  # in the flows' order, as each flow puts in its frames due this step
+                fluid.source(each[k][0], each[k][1], each[k][2], step, at)
+        if step >= 0 and fluid.due():
             fluid.send_job()
         fluid.serve(step)
     return float("inf")
@@ -129,22 +174,40 @@ class _Fluid:
     it, whole frames, what the far end can pass on), what went into each one's queue, the background's frames
     partly come over each link, the links with bytes queued, and what lands at each step's end."""
 
+    steps = STEPS_PER_FRAME
+    link_kind: type[_Link] = _Link
+
     def __init__(self, graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]], chunks: int,
                  frame_bytes: int, band: int, background_band: int, background_frame: int, exponent_bytes: int) -> None:
         self.head, self.frame_bytes, self.band = float(exponent_bytes), frame_bytes, band
         self.background_band, self.background_frame = background_band, background_frame
         self.data, self.window = self.head + chunks * frame_bytes, float(plan.slots * frame_bytes)
         assert plan.root is not None
-        up = list(plan.parents.items())
-        job_links = [*up, *((p, c) for c, p in up)]
+        job_links = self.job_links(graph, plan)
         self.paths = [path_links(graph, src, dst) for src, dst, _ in flows]
         used = dict.fromkeys([*job_links, *(hop for path in self.paths for hop in path)])  # in order: not the hash seed's
         bps = {hop: graph.edges[hop]["bw"] * 1e6 for hop in used}
         alone = self.data * 8 / min(bps[hop] for hop in job_links)
-        self.dt = max(min(8 * frame_bytes / bps[hop] for hop in job_links) / STEPS_PER_FRAME, alone / 20_000)
-        self.links = _links(graph, bps, self.dt, max(band, background_band) + 1)
+        self.dt = max(min(8 * frame_bytes / bps[hop] for hop in job_links) / self.steps, alone / 20_000)
+        self.links = _links(graph, bps, self.dt, max(band, background_band) + 1, self.link_kind)
         self.onward = [{hop: path[k + 1] if k + 1 < len(path) else None for k, hop in enumerate(path)}
                        for path in self.paths]
+        self.partial = [dict.fromkeys(path, 0.0) for path in self.paths]
+        self.order = {hop: k for k, hop in enumerate(self.links)}
+        self.names = list(self.links)
+        self.waiting: dict[tuple[str, str], _Link] = {}
+        self.landing: dict[int, set[int]] = {}  # step -> the links (by order) with something arriving at its end
+        self.idle = 0.0  # steps what is put in now came before the step's start (negative: due within the step)
+        self.start(graph, plan, job_links)
+
+    def job_links(self, graph: nx.Graph, plan: JobPlan) -> list[tuple[str, str]]:
+        """The link directions the job's frames may take: its tree's, up and down."""
+        up = list(plan.parents.items())
+        return [*up, *((p, c) for c, p in up)]
+
+    def start(self, graph: nx.Graph, plan: JobPlan, job_links: list[tuple[str, str]]) -> None:
+        """The job's progress before it starts: nothing sent, each worker's link about to."""
+        up = list(plan.parents.items())
         children = {p: [c for c, q in up if q == p] for p in set(plan.parents.values())}
         # what each of the job's links sends: the lowest of the whole frames come over ``inputs`` (a worker: its window
         # past the results come back, once the exponent's round is back); it changes only when one of them does
@@ -160,13 +223,12 @@ class _Fluid:
         self.arrived = dict.fromkeys(job_links, 0.0)
         self.got = dict.fromkeys(job_links, 0.0)
         self.sent = dict.fromkeys(job_links, 0.0)
-        self.partial = [dict.fromkeys(path, 0.0) for path in self.paths]
-        self.order = {hop: k for k, hop in enumerate(self.links)}
-        self.names = list(self.links)
-        self.waiting: dict[tuple[str, str], _Link] = {}
-        self.landing: dict[int, set[int]] = {}  # step -> the links (by order) with something arriving at its end
         self.changed = dict.fromkeys(self.workers_up)  # the job's links whose inputs moved since they last sent
         self.done = 0
+
+    def due(self) -> bool:
+        """Whether the job has something to send (or decide) at the step's start."""
+        return bool(self.changed)
 
     def put(self, hop: tuple[str, str], band: int, cls: int, amount: float) -> None:
         link = self.links[hop]
@@ -192,20 +254,37 @@ class _Fluid:
         """A step of every link with bytes queued; then what lands at the step's end is taken (the job's, counted;
         the background's, passed on, a whole frame at a time)."""
         for hop, link in list(self.waiting.items()):
+            left = len(link.flight)
             if link.serve(step):
                 del self.waiting[hop]
-            self.landing.setdefault(step + link.delay, set()).add(self.order[hop])
+            if len(link.flight) > left:  # something left it this step
+                self.landing.setdefault(step + link.delay, set()).add(self.order[hop])
+        for hop, due, cls, amount in self.landed(step):
+            self.idle = step - due
+            if cls < 0:
+                self._arrive(hop, cls, amount)
+            else:
+                self._forward(hop, cls, amount)
+
+    def source(self, hop: tuple[str, str], cls: int, amount: float, step: int, at: float) -> None:
+        """Background flow ``cls`` puts ``amount`` into its first link ``hop``, due at ``at`` (in steps) within
+        ``step``: at the step's start."""
+        self.idle = step - at
+        self.put(hop, self.background_band, cls, amount)
+
+    def landed(self, step: int) -> Iterable[tuple[tuple[str, str], float, int, float]]:
+        """What lands at ``step``'s end: (link, due, class, bytes), link by link, each link's in the order it left."""
+        out: list[tuple[tuple[str, str], float, int, float]] = []
         for k in sorted(self.landing.pop(step, ())):
             hop = self.names[k]
             flight = self.links[hop].flight
             while flight and flight[0][0] <= step:
-                _, cls, amount = flight.popleft()
-                if cls == JOB:
-                    self._arrive(hop, amount)
-                else:
-                    self._forward(hop, cls, amount)
+                due, cls, amount = flight.popleft()
+                out.append((hop, due, cls, amount))
+        return out
 
-    def _arrive(self, hop: tuple[str, str], amount: float) -> None:
+    def _arrive(self, hop: tuple[str, str], cls: int, amount: float) -> None:
+        """``amount`` of the job's bytes (of class ``cls``: one stream here) came over ``hop``."""
         self.arrived[hop] += amount
         whole = _whole(self.arrived[hop], self.head, self.frame_bytes)
         if whole != self.got[hop]:

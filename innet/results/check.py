@@ -187,17 +187,22 @@ def background_model(graph: nx.Graph, run: RunSpec, rp: Planned) -> dict[str, fl
     from innet.hosts.background import BACKGROUND_BAND, FRAME_BYTES, background_flows, first_frames, lead_s
     from innet.planning.dynamic import background_model_s
     from innet.planning.prediction import frame_bytes as wire_bytes
+    from innet.planning.trees import Choices
 
     if run.mode != "innet" or run.collective != "allreduce" or run.workload or run.train or run.consistency or run.topk \
             or run.background.elastic or any(p.method == "pbox" for p in rp.plans):
         return {}
     got = background_flows(graph, run.background, run.seed)
     flows = [(f.src, f.dst, f.bps) for f in got]
-    frame = program_of(run).frame_bytes(rp.per_packet)
+    program = program_of(run)
+    frame, choices = program.frame_bytes(rp.per_packet), Choices.of(program)
+    if choices is None and any(p.method == "dynamic" for p in rp.plans):
+        return {}
     chunks = sum(-(-n // rp.per_packet) for n in run.call_sizes())
     return {"background_model_s": round(max(background_model_s(graph, p, flows, chunks, frame, run.band(p.job),
                                                                    BACKGROUND_BAND, lead_s(got), FRAME_BYTES,
-                                                                   wire_bytes(0), first_frames(graph, got, run.seed))
+                                                                   wire_bytes(0), first_frames(graph, got, run.seed),
+                                                                   choices)
                                             for p in rp.plans), 6)}
 
 

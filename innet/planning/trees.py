@@ -1,0 +1,272 @@
+"""Dynamic trees (``--placement dynamic``) beside open-loop background traffic, as fluid through the links' queues.
+
+The links, their strict-priority FIFOs, store and forward and the background's seeded frames are the static tree's
+(innet.planning.fluid), each frame landing at its own instant (``_Frames``: who came first to a shared link goes
+first, and a small frame's hop costs no whole step); what differs is which way each chunk goes, decided as the
+``dynamic_tree`` program decides it, frame by frame. Every frame the job sends is its own class in the queues: a
+worker's contribution, a switch's partial (its ranks), a chunk's result. A switch that climbs towards the root picks
+a chunk's uplink when the chunk's first contribution arrives: the rotation's (``chunk // stride``), unless that
+uplink's decayed count of background bytes sent is more than ``margin`` times the least's and ``slack`` bytes. It
+sends the chunk's partial on once every rank of its cone is in it, or ``window`` after the first arrival (siblings
+that chose another uplink never come: the partial goes on incomplete, later arrivals follow alone). The root sends
+the result down to its children and up one chosen uplink; a switch a result reaches from below floods it down and on
+up, one from above floods it down. A worker sends its exponent's frame, then its chunks as results free their slots
+(chunk ``c`` frees ``c + slots``).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, fields
+from typing import cast
+
+import networkx as nx
+
+from innet.graph import natural_key, ports
+from innet.planning.fluid import _Fluid, _Frames, run_fluid
+from innet.planning.planner import JobPlan
+
+
+@dataclass(frozen=True)
+class Choices:
+    """What a dynamic tree's switch does by (the program's own class attributes, ``of``): the least seconds a partial
+    waits, the most values a partial carries after its chunk's (its ranks), the timer's tick, the decay of a port's byte
+    count, and how much more an uplink must carry to be left (``margin`` times the least's, and ``slack`` bytes)."""
+
+    window: float
+    extra_values: float
+    tick: float
+    tau: float
+    margin: float
+    slack: float
+
+    @classmethod
+    def of(cls, program: object) -> Choices | None:
+        """The figures ``program`` decides by; None where it lacks one (a program that is not ``dynamic_tree``'s kind)."""
+        got = [float(v) for f in fields(cls) if isinstance(v := getattr(program, f.name, None), int | float)]
+        return cls(*got) if len(got) == len(fields(cls)) else None
+
+
+def trees_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]], chunks: int,
+                  frame_bytes: int, choices: Choices, band: int = 0, background_band: int = 0, lead_s: float = 0.0,
+                  background_frame: int = 0, exponent_bytes: int = 0,
+                  first_s: Sequence[float] | None = None) -> float:
+    """Seconds ``plan``'s dynamic trees take to all-reduce ``chunks`` frames of ``frame_bytes`` per worker, deciding
+    by ``choices``; every other argument as ``innet.planning.fluid.tree_fluid_s`` takes it."""
+    fluid = _Trees(graph, plan, flows, chunks, frame_bytes, band, background_band, background_frame, exponent_bytes,
+                   choices)
+    return run_fluid(fluid, [rate for _, _, rate in flows], background_frame, lead_s, first_s)
+
+
+@dataclass
+class _Chunk:
+    """A chunk at a switch: ranks folded and not sent, ranks sent on, when its first arrival came (None: sent on,
+    or not yet opened) and the neighbour its partials go to."""
+
+    have: int
+    sent: int
+    since: float | None
+    way: str
+
+
+class _Trees(_Fluid):
+    """``trees_fluid_s``'s links and the job's frames over them."""
+
+    steps = 64  # whether a chunk's result or another flow's frame comes first to a shared link decides when a worker
+    # sends on, and whether a partial waits its window out a frame later; a frame landing within a step is passed
+    # on from the next: at 16 steps a frame (0.4 ms at 10 Mbit/s) the fat-tree's seeds 1-3 were 41%, 29%, -3% off
+    # the fabric, at 32 0.0%, 31%, 0.0%, at 64 0.0% each (and every dynamic point of the grid)
+    link_kind = _Frames  # each frame lands at its instant
+
+    def __init__(self, graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]], chunks: int,
+                 frame_bytes: int, band: int, background_band: int, background_frame: int, exponent_bytes: int,
+                 choices: Choices) -> None:
+        self.choices, self.chunks = choices, chunks
+        super().__init__(graph, plan, flows, chunks, frame_bytes, band, background_band, background_frame,
+                         exponent_bytes)
+
+    def job_links(self, graph: nx.Graph, plan: JobPlan) -> list[tuple[str, str]]:
+        """Every link direction between the job's workers and switches: a chunk may take any of them."""
+        nodes = {*plan.workers, *plan.switch_ports}
+        ends = sorted((tuple(sorted((a, b), key=natural_key)) for a, b in graph.edges if a in nodes and b in nodes),
+                      key=lambda e: (natural_key(e[0]), natural_key(e[1])))
+        return [*((a, b) for a, b in ends), *((b, a) for a, b in ends)]
+
+    def start(self, graph: nx.Graph, plan: JobPlan, job_links: list[tuple[str, str]]) -> None:
+        self.plan, self.now = plan, 0.0
+        name = {s: ports(graph, s) for s in plan.switch_ports}
+        self.ups = {s: [name[s][p] for p in jp.uplinks] for s, jp in plan.switch_ports.items()}
+        self.down = {s: [name[s][p] for p in jp.children] for s, jp in plan.switch_ports.items()}
+        self.parent = {s: name[s][jp.parent] for s, jp in plan.switch_ports.items() if jp.parent is not None}
+        self.climbs = {s for s, jp in plan.switch_ports.items() if jp.parent is not None and jp.parent in jp.uplinks}
+        self.stride = {s: jp.stride for s, jp in plan.switch_ports.items()}
+        self.cone = {s: sum(1 << r for r in jp.contributors) for s, jp in plan.switch_ports.items()}
+        windows = {s: jp.window for s, jp in plan.switch_ports.items()}  # the job's (innet.planning.dynamic.partial_window)
+        self.wait = {s: max(self.choices.window, w) for s, w in windows.items()}
+        self.tau = max([self.choices.tau, *(2 * w for w in windows.values())])
+        self.rank = {w: i for i, w in enumerate(plan.workers)}
+        self.frames: list[tuple[bool, int, int, float]] = []  # per class -1 - k: (a result?, its chunk, its ranks,
+        # its bytes: a partial's ranks make it longer than a worker's frame or a result)
+        self.data_frame = self.frame_bytes - 4 * self.choices.extra_values  # a worker's: no ranks after its values
+        self.bitmap = 4 * -(-len(plan.workers) // 32)  # a partial's ranks: a bit each, in 32-bit words
+        self.results: dict[int, int] = {}  # chunk -> its result's class
+        self.at: dict[tuple[str, int], _Chunk] = {}  # (switch, chunk) -> its state
+        self.load: dict[tuple[str, str], tuple[float, float]] = {}  # link -> background bytes sent, decayed; when
+        self.timers: list[tuple[float, str, int]] = []
+        self.back = dict.fromkeys(plan.workers, 0)  # results each worker has
+        self.returns = {(plan.first_hop[w], w) for w in plan.workers}  # the links results come back over
+        self.done = 0
+        self.started = False
+        self.sources: list[tuple[float, tuple[str, str], int, float]] = []  # the background's puts due this step
+
+    def due(self) -> bool:
+        return not self.started
+
+    def send_job(self) -> None:
+        """At the job's start, each worker's exponent (the job's other frames go on as what they answer lands)."""
+        self.started, self.idle = True, 0.0
+        for w in self.plan.workers:
+            self._send(w, 0)
+
+    def source(self, hop: tuple[str, str], cls: int, amount: float, step: int, at: float) -> None:
+        """At its instant, with what lands in the step (``landed``)."""
+        self.sources.append((at, hop, cls, amount))
+
+    def landed(self, step: int) -> Iterator[tuple[tuple[str, str], float, int, float]]:
+        """What lands at ``step``'s end, in the order it came (the far ends pass it on in that order), the
+        background's frames put in and the partials whose wait is over sent on at their instants between; of
+        frames that come at once, the one put into its link first, as the fabric delivers them (frames of one
+        size on links of one rate tie often). What lands at ``due`` came at ``due + 1`` (in steps)."""
+        out = list(super().landed(step))
+        came = [cast(_Frames, self.links[hop]).came.popleft() for hop, *_ in out]
+        order = sorted(range(len(out)), key=lambda k: (round(out[k][1], 6), came[k]))
+        events = sorted([*((out[k][1] + 1, 0, n) for n, k in enumerate(order)),
+                         *((at, 1, n) for n, (at, *_) in enumerate(self.sources))])
+        timers, end = self.timers, step + 1
+        for at, kind, n in events:
+            while timers and timers[0][0] / self.dt <= at:
+                self._timeout(end)
+            if kind == 0:
+                yield out[order[n]]
+            else:
+                _, hop, cls, amount = self.sources[n]
+                self.idle = end - at
+                self.put(hop, self.background_band, cls, amount)
+        self.sources = []
+        while timers and timers[0][0] / self.dt < end:
+            self._timeout(end)
+
+    def _timeout(self, end: int) -> None:
+        """The earliest partial whose wait is over goes on, if it has not."""
+        at, s, chunk = heapq.heappop(self.timers)
+        if self.at[s, chunk].since is not None:
+            self.idle = end - at / self.dt
+            self._flush(s, chunk)
+
+    def serve(self, step: int) -> None:
+        self.now = (step + 1) * self.dt  # what lands in this step lands at its end
+        super().serve(step)
+
+    def put(self, hop: tuple[str, str], band: int, cls: int, amount: float) -> None:
+        if cls >= 0:  # the background: its sender's decayed byte count of the port (the program's ``load``)
+            now = self._instant()
+            got, when = self.load.get(hop, (0.0, now))
+            self.load[hop] = (got * math.exp(-(now - when) / self.tau) + amount, now)
+        link = self.links[hop]
+        assert isinstance(link, _Frames)
+        link.take(band, cls, amount, self._instant() / self.dt)
+        self.waiting[hop] = link
+
+    # -- the job's frames --------------------------------------------------------
+    def _size(self, chunk: int, partial: bool) -> float:
+        return (self.head if chunk == 0 else self.data_frame) + (self.bitmap if partial else 0.0)
+
+    def _emit(self, hop: tuple[str, str], result: bool, chunk: int, ranks: int) -> None:
+        if result:
+            if chunk not in self.results:
+                self.frames.append((True, chunk, 0, self._size(chunk, False)))
+                self.results[chunk] = -len(self.frames)
+            cls = self.results[chunk]
+        else:
+            self.frames.append((False, chunk, ranks, self._size(chunk, hop[0] not in self.back)))
+            cls = -len(self.frames)
+        self.put(hop, self.band, cls, self.frames[-1 - cls][3])
+
+    def _send(self, worker: str, chunk: int) -> None:
+        if chunk <= self.chunks:
+            self._emit((worker, self.plan.first_hop[worker]), False, chunk, 1 << self.rank[worker])
+
+    def _arrive(self, hop: tuple[str, str], cls: int, amount: float) -> None:
+        """A frame of the job came whole over ``hop`` (its links pass frames whole: ``_Frames``)."""
+        result, chunk, ranks, _ = self.frames[-1 - cls]
+        came, node = hop
+        if node in self.back:
+            self._result_at_worker(node, chunk)
+        elif result:
+            above = came in self.ups[node]
+            for n in self.down[node]:
+                if n != came:
+                    self._emit((node, n), True, chunk, 0)
+            if not above and self.ups[node]:
+                self._emit((node, self._choose(node, chunk)), True, chunk, 0)
+        else:
+            self._contribution(node, chunk, ranks)
+
+    def _result_at_worker(self, worker: str, chunk: int) -> None:
+        self.back[worker] += 1
+        self.done += self.back[worker] == self.chunks + 1
+        for nxt in range(1, 1 + self.plan.slots) if chunk == 0 else (chunk + self.plan.slots,):
+            self._send(worker, nxt)
+
+    def _contribution(self, s: str, chunk: int, ranks: int) -> None:
+        if s == self.plan.root:
+            root = self.at.setdefault((s, chunk), _Chunk(0, 0, None, ""))
+            if root.have == self.cone[s] or root.have & ranks:  # a repeat, or an overlap: dropped
+                return
+            root.have |= ranks
+            if root.have == self.cone[s]:
+                for n in self.down[s]:
+                    self._emit((s, n), True, chunk, 0)
+                if self.ups[s]:
+                    self._emit((s, self._choose(s, chunk)), True, chunk, 0)
+            return
+        state = self.at.get((s, chunk))
+        if state is None:
+            way = self._choose(s, chunk) if s in self.climbs else self.parent[s]
+            now, tick = self._instant(), self.choices.tick
+            state = self.at[s, chunk] = _Chunk(0, 0, now, way)
+            heapq.heappush(self.timers, (math.ceil((now + self.wait[s]) / tick - 1e-9) * tick, s, chunk))
+        elif state.since is None:  # its partial went on: a latecomer follows alone
+            state.sent |= ranks
+            self._emit((s, state.way), False, chunk, ranks)
+            return
+        state.have |= ranks
+        if state.have | state.sent == self.cone[s]:
+            self._flush(s, chunk)
+
+    def _flush(self, s: str, chunk: int) -> None:
+        state = self.at[s, chunk]
+        state.since = None
+        if state.have:
+            self._emit((s, state.way), False, chunk, state.have)
+            state.sent |= state.have
+            state.have = 0
+
+    def _choose(self, s: str, chunk: int) -> str:
+        """``s``'s uplink for ``chunk``: the rotation's, unless its background is clearly more than the least's."""
+        ups = self.ups[s]
+        loads = [self._load((s, u)) for u in ups]
+        turn = (chunk // self.stride[s]) % len(ups)
+        least = loads.index(min(loads))
+        return ups[least] if loads[turn] > self.choices.margin * loads[least] + self.choices.slack else ups[turn]
+
+    def _load(self, hop: tuple[str, str]) -> float:
+        now = self._instant()
+        got, when = self.load.get(hop, (0.0, now))
+        return got * math.exp(-(now - when) / self.tau)
+
+    def _instant(self) -> float:
+        """Seconds from the job's start to the instant what is being taken came."""
+        return self.now - self.idle * self.dt
