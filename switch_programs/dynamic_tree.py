@@ -11,8 +11,9 @@ every rank that may pass this switch is in it, or ``window`` seconds (the job's,
 incomplete partial goes on, as Canary's timeout sends it); anything later for that chunk follows on
 its own, and the switch waits that long for the job's chunks from then on (``_learn``). The root
 folds partials whose ranks it lacks (never one that overlaps what it has: the ranks missing from it
-retransmit), and floods the result: up one uplink per switch, down to every worker. Retransmissions skip aggregation on the way up (the partial their first copy joined may
-be lost after a switch counted it) and a finished chunk's root answers them with its result.
+retransmit), and floods the result: up one uplink per switch, down to every worker. Retransmissions
+skip aggregation on the way up (the partial their first copy joined may be lost after a switch
+counted it) and a finished chunk's root answers them with its result.
 """
 
 from __future__ import annotations
