@@ -205,6 +205,35 @@ def test_a_worker_a_little_behind_does_not_split_every_partial():
     assert run.figures["prediction"]["completion_s"] == pytest.approx(run.completion_s, rel=0.05)
 
 
+BEHIND = {**LATE, "link_faults": (("h3--t2", FaultSpec(delay=0.012)),)}  # 1.8 frames: past the job's window (1.5)
+PARTIAL_OF_ONE = 58 + 4 * (2048 + 1)  # a partial holding one rank of 4: a chunk and a bitmap word
+
+
+def test_a_worker_a_window_behind_widens_its_switch_window():
+    """h3 12 ms behind h4 (1.8 frames; the job's window is 1.5 frames, 9.9 ms): their ToR's first partial goes on
+    without h3's contribution, which follows alone 12 ms after the first, and the ToR waits that long from then on
+    (``DynamicTree._learn``): one partial more up its uplinks than predicted. Before, every chunk went up in two
+    partials for the rest of the run: twice the ToR-spine bytes, 0.526 s (on Mininet, fat-tree k=4 beside 50%
+    permutation, a background frame ahead of one host's first chunk did that at t1: 0.335 s against the fabric's 0.243)."""
+    run = innet.run("leaf-spine", backend="local", plots=False, predict=True, **BEHIND).runs[0]
+    assert run.correct and run.retransmissions == 0
+    assert sum(run.link_bytes_up[k] - run.predicted_link_bytes_up[k] for k in ("s1--t2", "s2--t2")) == PARTIAL_OF_ONE
+    assert run.completion_s == pytest.approx(0.32581, rel=1e-3)
+    assert run.figures["prediction"]["completion_s"] == pytest.approx(run.completion_s, rel=0.05)
+
+
+@pytest.mark.mininet
+def test_a_worker_a_window_behind_on_mininet():
+    """The same on Mininet (the delay injected by h3's port): t2's uplinks carry at most two partials more than
+    predicted (before: one more for every chunk, 32 of them), nothing resent."""
+    from tests.test_emulation import assert_nothing_left
+
+    run = innet.run("leaf-spine", backend="mininet", dilation=4, plots=False, **BEHIND).runs[0]
+    assert run.correct and run.retransmissions == 0, run.errors
+    assert sum(run.link_bytes_up[k] - run.predicted_link_bytes_up[k] for k in ("s1--t2", "s2--t2")) <= 2 * PARTIAL_OF_ONE
+    assert_nothing_left()
+
+
 @pytest.mark.mininet
 def test_dynamic_trees_on_mininet_carry_the_planned_bytes():
     """The same on Mininet, where the workers' streams drift apart anyway (another flow's frame on a host's link, a
