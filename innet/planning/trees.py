@@ -33,7 +33,8 @@ from innet.planning.planner import JobPlan
 class Choices:
     """What a dynamic tree's switch does by (the program's own class attributes, ``of``): the least seconds a partial
     waits, the most values a partial carries after its chunk's (its ranks), the timer's tick, the decay of a port's byte
-    count, and how much more an uplink must carry to be left (``margin`` times the least's, and ``slack`` bytes)."""
+    count, how much more an uplink must carry to be left (``margin`` times the least's, and ``slack`` bytes), and how
+    many windows a switch's wait may widen to for its latecomers."""
 
     window: float
     extra_values: float
@@ -41,6 +42,7 @@ class Choices:
     tau: float
     margin: float
     slack: float
+    late_cap: float
 
     @classmethod
     def of(cls, program: object) -> Choices | None:
@@ -62,13 +64,14 @@ def trees_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str
 
 @dataclass
 class _Chunk:
-    """A chunk at a switch: ranks folded and not sent, ranks sent on, when its first arrival came (None: sent on,
-    or not yet opened) and the neighbour its partials go to."""
+    """A chunk at a switch: ranks folded and not sent, ranks sent on, when its partial's first arrival came (None:
+    sent on, or not yet opened), the neighbour its partials go to and when its first arrival came."""
 
     have: int
     sent: int
     since: float | None
     way: str
+    first: float = 0.0
 
 
 class _Trees(_Fluid):
@@ -105,6 +108,7 @@ class _Trees(_Fluid):
         self.cone = {s: sum(1 << r for r in jp.contributors) for s, jp in plan.switch_ports.items()}
         windows = {s: jp.window for s, jp in plan.switch_ports.items()}  # the job's (innet.planning.dynamic.partial_window)
         self.wait = {s: max(self.choices.window, w) for s, w in windows.items()}
+        self.late = dict.fromkeys(plan.switch_ports, 0.0)  # what each switch learnt its latecomers need (``_learn``)
         self.tau = max([self.choices.tau, *(2 * w for w in windows.values())])
         self.rank = {w: i for i, w in enumerate(plan.workers)}
         self.frames: list[tuple[bool, int, int, float]] = []  # per class -1 - k: (a result?, its chunk, its ranks,
@@ -161,9 +165,15 @@ class _Trees(_Fluid):
     def _timeout(self, end: int) -> None:
         """The earliest partial whose wait is over goes on, if it has not."""
         at, s, chunk = heapq.heappop(self.timers)
-        if self.at[s, chunk].since is not None:
-            self.idle = end - at / self.dt
-            self._flush(s, chunk)
+        since = self.at[s, chunk].since
+        if since is None:
+            return
+        due = self._due(s, since)
+        if due > at + 1e-12:  # the switch widened its wait since (``_learn``): it looks again then
+            heapq.heappush(self.timers, (due, s, chunk))
+            return
+        self.idle = end - at / self.dt
+        self._flush(s, chunk)
 
     def serve(self, step: int) -> None:
         self.now = (step + 1) * self.dt  # what lands in this step lands at its end
@@ -235,16 +245,29 @@ class _Trees(_Fluid):
         state = self.at.get((s, chunk))
         if state is None:
             way = self._choose(s, chunk) if s in self.climbs else self.parent[s]
-            now, tick = self._instant(), self.choices.tick
-            state = self.at[s, chunk] = _Chunk(0, 0, now, way)
-            heapq.heappush(self.timers, (math.ceil((now + self.wait[s]) / tick - 1e-9) * tick, s, chunk))
+            now = self._instant()
+            state = self.at[s, chunk] = _Chunk(0, 0, now, way, now)
+            heapq.heappush(self.timers, (self._due(s, now), s, chunk))
         elif state.since is None:  # its partial went on: a latecomer follows alone
+            self._learn(s, state)
             state.sent |= ranks
             self._emit((s, state.way), False, chunk, ranks)
             return
         state.have |= ranks
         if state.have | state.sent == self.cone[s]:
             self._flush(s, chunk)
+
+    def _due(self, s: str, since: float) -> float:
+        """The timer's tick at which a partial of ``s`` waiting since ``since`` goes on."""
+        tick = self.choices.tick
+        return math.ceil((since + max(self.wait[s], self.late[s])) / tick - 1e-9) * tick
+
+    def _learn(self, s: str, state: _Chunk) -> None:
+        """A latecomer to ``state``'s chunk: ``s`` waits that long from now on (a tenth and a tick more), up to
+        ``late_cap`` windows (the program's ``_learn``)."""
+        lag = self._instant() - state.first
+        if lag > max(self.wait[s], self.late[s]):
+            self.late[s] = min(1.1 * lag + self.choices.tick, self.choices.late_cap * self.wait[s])
 
     def _flush(self, s: str, chunk: int) -> None:
         state = self.at[s, chunk]
