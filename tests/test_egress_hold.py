@@ -87,3 +87,40 @@ def egress_feed_per_frame(port, endpoint, egress):
 
     feed(port, Plain(endpoint), egress, 2.0)
 
+
+def test_a_host_wakes_at_its_deadline_not_at_the_next_whole_millisecond():
+    """A host's holds end hops of a frame's time or less (0.4 ms at 160 Mbit/s with jumbo frames): poll() waited
+    whole milliseconds, rounded up and one more, so a hold 0.3 ms ahead woke 0.7-1.7 ms late and each eBPF hop's
+    end (held by a host) went that much over. Median of 21 waits, on a socket pair no frame comes to."""
+    import socket
+    import statistics
+    import time
+
+    from innet.node.egress import serve_once
+
+    class Timer(Echo):
+        def __init__(self):
+            super().__init__()
+            self.due, self.late = None, []
+
+        def next_deadline(self):
+            return self.due
+
+        def on_timeout(self, now):
+            self.late.append(now - self.due)
+            self.due = None
+            return []
+
+    quiet, other = socket.socketpair()
+    try:
+        port, endpoint = Port([]), Timer()
+        port.fileno = quiet.fileno
+        egress = Egress({0: port}, {0: PortFaults()})
+        for _ in range(21):
+            endpoint.due = time.monotonic() + 0.0003
+            while endpoint.due is not None:
+                serve_once(port, endpoint, egress)
+    finally:
+        quiet.close()
+        other.close()
+    assert statistics.median(endpoint.late) < 0.0004, endpoint.late

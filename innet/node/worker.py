@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -29,7 +28,7 @@ from innet.io.netns import opened_in
 from innet.node.client import AllreduceClient
 from innet.node.codec import say_ready
 from innet.node.config import WorkerConfig, WorkerGroup
-from innet.node.egress import expire, feed, wait_ms
+from innet.node.egress import expire, feed, readable
 from innet.results.outcome import WorkerOutcome, outcome_of, training_outcome
 
 
@@ -163,10 +162,7 @@ def serve_workers(conf: WorkerGroup) -> int:
     nodes = opened_in(conf.workers, WorkerNode)
     if not _wait_for_go():
         return 4
-    poller = select.poll()
     owner = {node.client.port.fileno(): node for node in nodes}
-    for fd in owner:
-        poller.register(fd, select.POLLIN)
     status = 0
 
     def served(node: WorkerNode, work: Callable[..., object]) -> None:
@@ -179,7 +175,7 @@ def serve_workers(conf: WorkerGroup) -> int:
         served(node, lambda now, node=node: node.client.egress.send_all(0, node.client.proc.start(now), now))
     live = set(nodes)
     while live:
-        for fd, _ in poller.poll(wait_ms(*(node.next_wake() for node in live))):
+        for fd in readable([node.client.port.fileno() for node in live], *(node.next_wake() for node in live)):
             if owner[fd] in live:
                 served(owner[fd], owner[fd].feed)
         for node in list(live):
@@ -189,6 +185,5 @@ def serve_workers(conf: WorkerGroup) -> int:
                 node.client.egress.flush(time.monotonic())
             if node.state == "finished" and node.client.egress.next_due() is None:  # what it said is sent
                 live.discard(node)
-                poller.unregister(node.client.port.fileno())
                 status = max(status, node.status if node.status is not None else node.save())
     return status
