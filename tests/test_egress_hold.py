@@ -11,12 +11,15 @@ DELAY = 0.02
 
 
 class Port:
-    def __init__(self, frames):
-        self.frames, self.sent = list(frames), []
+    def __init__(self, frames, at=1.0):
+        self.frames, self.sent, self.at = list(frames), [], at  # the instant its frames came (the kernel's stamp)
 
     def recv_batch(self):
         out, self.frames = self.frames, []
         return out
+
+    def recv_stamped(self):
+        return [(self.at, frame) for frame in self.recv_batch()]
 
     def send(self, frame):
         self.sent.append(frame)
@@ -64,13 +67,22 @@ def test_frames_the_shaper_lets_through_together_end_their_hops_one_frame_apart(
     port, endpoint = Port([frame] * 3), Echo()
     egress = Egress({0: port}, {0: PortFaults(FaultSpec(delay=DELAY), 0, RATE, hold_in=True)})
     feed(port, endpoint, egress, 1.0)
-    port.frames = [frame]
+    port.frames, port.at = [frame], 1.0005
     feed(port, endpoint, egress, 1.0005)  # behind the three: its hop ends a frame after theirs
-    port.frames = [frame]
-    feed(port, endpoint, egress, 1.1)  # the link idle since: its own latency and serialization
+    port.frames, port.at = [frame], 1.1
+    feed(port, endpoint, egress, 1.2)  # the link idle since: its own latency and serialization from when it came
     expire(endpoint, egress, 2.0)
     assert [round(at - 1.0 - DELAY, 6) for _, at in endpoint.seen] == [0.001, 0.002, 0.003, 0.004, 0.101]
 
+
+def test_a_frame_read_late_is_held_from_when_it_came():
+    """The hold starts at the kernel's receive timestamp (RawPort.recv_stamped), not when the host woke to read
+    the frame: a host busy for 4 ms ends the hop on time all the same."""
+    frame = b"f" * 1250
+    port, endpoint = Port([frame], at=1.0), Echo()
+    egress = Egress({0: port}, {0: PortFaults(FaultSpec(delay=DELAY), 0, RATE, hold_in=True)})
+    feed(port, endpoint, egress, 1.004)
+    assert egress.next_due() == 1.0 + DELAY + 1250 / RATE
 
 def test_without_hold_in_frames_go_straight_to_the_endpoint():
     port, endpoint = Port([b"x" * 100]), Echo()

@@ -83,16 +83,16 @@ class Egress:
             else:
                 self.send_block(port, out, now)
 
-    def receive(self, port: int, frames: Sequence[bytes], now: float) -> None:
+    def receive(self, port: int, frames: Sequence[tuple[float, bytes]]) -> None:
         """Hold each frame received on ``port`` until its hop is over: the link's latency and the frame's own
         serialization after the shaper in front let it through (a store-and-forward hop's end), and not before
         the frame ahead of it is through as well (a link sends one frame at a time): htb's burst lets frames
         through together, 2 ms of the rate at once above 36 Mbit/s, which held from their arrival alone reached
         the host as early (the calibration's eBPF star at 80 Mbit/s in 0.98 of its links' time)."""
         link = self.hold_in[port]
-        for frame in frames:
+        for came, frame in frames:
             serialization = len(frame) / link.rate
-            due = self.ended[port] = max(now + link.spec.delay + serialization, self.ended[port] + serialization)
+            due = self.ended[port] = max(came + link.spec.delay + serialization, self.ended[port] + serialization)
             self.seq += 1
             heapq.heappush(self.inbound, (due, self.seq, frame))
 
@@ -145,7 +145,7 @@ def feed(port: RawPort, endpoint: Endpoint, egress: Egress, now: float) -> None:
     """Hand a host endpoint what its port has received, and send what it says (what its link holds first,
     frame by frame, when its hop is over: ``expire``)."""
     if 0 in egress.hold_in:
-        egress.receive(0, port.recv_batch(), now)
+        egress.receive(0, port.recv_stamped())
     elif hasattr(endpoint, "receive_block"):
         block = port.recv_block()
         if block is not None:
