@@ -100,40 +100,45 @@ def test_a_run_shapes_in_bursts_and_leaves_the_mode_as_it_found_it():
 
 
 @pytest.mark.mininet
-def test_a_slow_link_sends_its_frames_one_by_one_at_its_rate(tmp_path):
+@pytest.mark.parametrize("mbps", [2, 80])
+def test_a_slow_link_sends_its_frames_one_by_one_at_its_rate(tmp_path, mbps):
     """htb's hysteresis mode overspends a burst by one more frame: with a burst of a whole frame, a 2 Mbit/s link
-    sent its jumbo frames in pairs (three after a pause) at veth speed. Paced, each of 6 frames given at once leaves
-    a frame's time (33 ms) after the one before, on a veth pair in a namespace of this test's own."""
+    sent its jumbo frames in pairs (three after a pause) at veth speed, and with 2 ms of the rate an 80 Mbit/s link
+    sent five at once. Paced, each of 6 frames given at once leaves a frame's time (33 ms, 0.825 ms) after the one
+    before (the first 7/8 of one: a class starts with its burst), on a veth pair in a namespace of this test's
+    own; the arrivals are the kernel's receive timestamps."""
     from tests.test_rawport import open_in
 
     state = RunState(f"test-shaper-{os.getpid()}", str(tmp_path / "run"))  # a live run relying on the mode
     name = f"innet-shaper-{os.getpid()}"
+    frame = make_packet(np.zeros(2048, np.int32), job=1).to_frame(1, 2)  # 8250 bytes
+    each = len(frame) * 8 / (mbps * 1e6)
     try:
         if not hold(state):
             pytest.skip("htb's hysteresis mode cannot be turned on here")
         subprocess.run(["ip", "netns", "add", name], check=True)
         for cmd in ("ip link add pa type veth peer name pb", "ip link set pa mtu 9000", "ip link set pb mtu 9000",
                     "ip link set pa up", "ip link set pb up", "tc qdisc add dev pa root handle 5:0 htb default 1",
-                    "tc class add dev pa parent 5:0 classid 5:1 htb rate 2Mbit", burst_command("pa", 2, 9014)):
+                    f"tc class add dev pa parent 5:0 classid 5:1 htb rate {mbps}Mbit", burst_command("pa", mbps, 9014)):
             subprocess.run(["ip", "netns", "exec", name, *cmd.split()], check=True)
         tx, rx = open_in(name, "pa"), open_in(name, "pb")
-        frame = make_packet(np.zeros(2048, np.int32), job=1).to_frame(1, 2)  # 8250 bytes: 33 ms at 2 Mbit/s
+        rx.recv_stamped()  # asks for the kernel's timestamps
         for _ in range(6):
             tx.send(frame)
         arrivals: list[float] = []
-        deadline = time.monotonic() + 2
+        deadline = time.monotonic() + 10 * each + 0.5
         while len(arrivals) < 6 and time.monotonic() < deadline:
-            arrivals += [time.monotonic()] * len(rx.recv_rows()[1])
-            time.sleep(0.0005)
+            arrivals += [came for came, _ in rx.recv_stamped()]
+            time.sleep(each / 4)
         tx.close()
         rx.close()
     finally:
         subprocess.run(["ip", "netns", "del", name], check=False)
         release(own=state.path)
         state.remove()
-    gaps = np.diff(arrivals)
-    assert len(arrivals) == 6 and gaps.min() > 0.6 * 0.033, gaps  # was 0, 0, 0.066, 0, 0.066
-    assert arrivals[-1] - arrivals[0] > 0.9 * 5 * 0.033, gaps
+    gaps = np.diff(arrivals) / each
+    assert len(arrivals) == 6 and gaps.min() > 0.8, gaps  # 2 Mbit/s was 0, 0, 2, 0, 2; 80 Mbit/s 0, 0, 0, 0, 2.5
+    assert (arrivals[-1] - arrivals[0]) / each > 0.9 * 5, gaps
 
 
 class _Port:
