@@ -58,7 +58,7 @@ def serve_input(conf: InputConfig) -> int:
     receiver = InputReceiver(conf.plan, conf.reader)
     port, egress = _host_port(conf)
     say_ready()
-    if not wait_for_go():
+    if wait_for_go() is None:
         return 4
     egress.send_all(0, receiver.start(time.monotonic()), time.monotonic())
     while not receiver.done:
@@ -74,7 +74,7 @@ def serve_input_server(conf: InputServerConfig) -> int:
     server = InputServer(conf.plan)
     port, egress = _host_port(conf)
     say_ready()
-    if not wait_for_go():
+    if wait_for_go() is None:
         return 4
     egress.send_all(0, server.start(time.monotonic()), time.monotonic())
     sent = -1

@@ -122,19 +122,22 @@ class WorkerNode:
         return 0 if self.ok else 3
 
 
-def wait_for_go() -> bool:
+def wait_for_go() -> float | None:
     """Wait for the controller's "go AT" (AT: a time.monotonic() instant, the one clock every namespace
     shares), then until AT: every host starts at the same instant however late the scheduler woke it to
-    read its line, so no start is skewed by how busy the machine is. False: the controller went away."""
+    read its line, so no start is skewed by how busy the machine is. AT (or the instant "go" came without
+    one); None: the controller went away."""
     words = sys.stdin.readline().split()
     if not words or words[0] != "go":
-        return False
+        return None
     if len(words) > 1:
-        time.sleep(max(0.0, float(words[1]) - time.monotonic()))
-    return True
+        at = float(words[1])
+        time.sleep(max(0.0, at - time.monotonic()))
+        return at
+    return time.monotonic()
 
 
-def _wait_for_go() -> bool:
+def _wait_for_go() -> float | None:
     say_ready()
     return wait_for_go()
 
@@ -143,10 +146,11 @@ def serve_worker(conf: WorkerConfig) -> int:
     """One worker host, in this process's namespace: on "go", its calls (a failed call ends them; its error is
     recorded in the result file), then a ring rank's linger."""
     node = WorkerNode(conf)
-    if not _wait_for_go():
+    go = _wait_for_go()
+    if go is None:
         return 4
     try:
-        node.client.run_endpoint()
+        node.client.run_endpoint(go)
     except UserError as exc:
         node.fail(exc)
     status = node.save()
@@ -160,7 +164,8 @@ def serve_workers(conf: WorkerGroup) -> int:
     """Every worker of ``conf.workers`` in this process, one poll() over their ports. Exit status: the
     worst of theirs."""
     nodes = opened_in(conf.workers, WorkerNode)
-    if not _wait_for_go():
+    go = _wait_for_go()
+    if go is None:
         return 4
     owner = {node.client.port.fileno(): node for node in nodes}
     status = 0
@@ -171,8 +176,8 @@ def serve_workers(conf: WorkerGroup) -> int:
         except UserError as exc:
             node.fail(exc)
 
-    for node in nodes:
-        served(node, lambda now, node=node: node.client.egress.send_all(0, node.client.proc.start(now), now))
+    for node in nodes:  # each from the go instant, however late this process woke (one more reason in run_endpoint)
+        served(node, lambda _, node=node: node.client.egress.send_all(0, node.client.proc.start(go), go))
     live = set(nodes)
     while live:
         for fd in readable([node.client.port.fileno() for node in live], *(node.next_wake() for node in live)):
