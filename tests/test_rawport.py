@@ -155,3 +155,25 @@ def test_a_sockets_room_in_frames_is_what_the_kernel_holds(veth):
     finally:
         sender.close()
         receiver.close()
+
+
+def test_a_frame_read_late_carries_the_instant_the_kernel_received_it(veth):
+    """recv_stamped: each frame with its receive timestamp on the monotonic clock, so that a host's hold (an eBPF
+    switch's hop's end, innet.node.egress) starts when the frame came, not when its process woke to read it."""
+    sender, receiver = open_in(veth, "pa"), open_in(veth, "pb", max_batch=4)
+    try:
+        receiver.recv_stamped()  # asks for stamps
+        sent = frames(6, seed=3)[:6]
+        times = []
+        for frame in sent:
+            times.append(time.monotonic())
+            sender.send(frame)
+            time.sleep(0.004)
+        read_at = time.monotonic()
+        got = receiver.recv_stamped() + receiver.recv_stamped()
+        assert [frame for _, frame in got] == sent
+        for (came, _), at in zip(got, times, strict=True):  # veth delivers in the sender's send call
+            assert at <= came <= at + 0.002 < read_at, (came - at, read_at - at)
+    finally:
+        sender.close()
+        receiver.close()

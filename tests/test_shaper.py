@@ -17,14 +17,16 @@ from innet.backends.mininet.shaper import burst_bytes, burst_command, hold, rele
 from innet.wire.packet import make_packet
 
 
-def test_a_burst_is_2_ms_of_the_rate_or_under_half_a_frame_where_2_ms_is_less_than_a_frame():
+def test_a_burst_is_2_ms_of_the_rate_or_under_half_a_frame_where_a_frame_takes_0_2_ms_or_longer():
     assert burst_bytes(1000, 9014) == 250_000
-    assert burst_bytes(200, 9014) == 50_000
-    assert burst_bytes(40, 9014) == 10_000
+    assert burst_bytes(400, 9014) == 100_000
+    assert burst_bytes(80, 1514) == 20_000  # 0.15 ms a frame: 13 at once
+    for mbps in (160, 80, 40):  # 2 ms of these rates passed 5-10 frames at once at veth speed (the eBPF star early)
+        assert burst_bytes(mbps, 9014) == 1126
     assert burst_bytes(20, 9014) == 1126  # 2 ms of 20 Mbit/s is 5000 bytes: each frame waits for its own tokens
-    assert burst_bytes(20, 1514) == 5000
+    assert burst_bytes(20, 1514) == 189
     assert burst_bytes(2.68, 1514) == 189
-    for mbps in (0.5, 2.68, 10, 20, 36):  # hysteresis stops a class a burst below zero: one frame must overspend it
+    for mbps in (0.5, 2.68, 10, 20, 36, 80, 320):  # hysteresis stops a class a burst below zero: one frame must overspend it
         assert 8250 > 2 * burst_bytes(mbps, 9014) and 1514 > 2 * burst_bytes(mbps / 10, 1514)
     assert burst_command("s1-eth0", 1000, 9014) == ("tc class change dev s1-eth0 parent 5:0 classid 5:1 htb rate "
                                                    "1000.000000Mbit burst 250000 cburst 250000 quantum 200000")
@@ -98,40 +100,45 @@ def test_a_run_shapes_in_bursts_and_leaves_the_mode_as_it_found_it():
 
 
 @pytest.mark.mininet
-def test_a_slow_link_sends_its_frames_one_by_one_at_its_rate(tmp_path):
+@pytest.mark.parametrize("mbps", [2, 80])
+def test_a_slow_link_sends_its_frames_one_by_one_at_its_rate(tmp_path, mbps):
     """htb's hysteresis mode overspends a burst by one more frame: with a burst of a whole frame, a 2 Mbit/s link
-    sent its jumbo frames in pairs (three after a pause) at veth speed. Paced, each of 6 frames given at once leaves
-    a frame's time (33 ms) after the one before, on a veth pair in a namespace of this test's own."""
+    sent its jumbo frames in pairs (three after a pause) at veth speed, and with 2 ms of the rate an 80 Mbit/s link
+    sent five at once. Paced, each of 6 frames given at once leaves a frame's time (33 ms, 0.825 ms) after the one
+    before (the first 7/8 of one: a class starts with its burst), on a veth pair in a namespace of this test's
+    own; the arrivals are the kernel's receive timestamps."""
     from tests.test_rawport import open_in
 
     state = RunState(f"test-shaper-{os.getpid()}", str(tmp_path / "run"))  # a live run relying on the mode
     name = f"innet-shaper-{os.getpid()}"
+    frame = make_packet(np.zeros(2048, np.int32), job=1).to_frame(1, 2)  # 8250 bytes
+    each = len(frame) * 8 / (mbps * 1e6)
     try:
         if not hold(state):
             pytest.skip("htb's hysteresis mode cannot be turned on here")
         subprocess.run(["ip", "netns", "add", name], check=True)
         for cmd in ("ip link add pa type veth peer name pb", "ip link set pa mtu 9000", "ip link set pb mtu 9000",
                     "ip link set pa up", "ip link set pb up", "tc qdisc add dev pa root handle 5:0 htb default 1",
-                    "tc class add dev pa parent 5:0 classid 5:1 htb rate 2Mbit", burst_command("pa", 2, 9014)):
+                    f"tc class add dev pa parent 5:0 classid 5:1 htb rate {mbps}Mbit", burst_command("pa", mbps, 9014)):
             subprocess.run(["ip", "netns", "exec", name, *cmd.split()], check=True)
         tx, rx = open_in(name, "pa"), open_in(name, "pb")
-        frame = make_packet(np.zeros(2048, np.int32), job=1).to_frame(1, 2)  # 8250 bytes: 33 ms at 2 Mbit/s
+        rx.recv_stamped()  # asks for the kernel's timestamps
         for _ in range(6):
             tx.send(frame)
         arrivals: list[float] = []
-        deadline = time.monotonic() + 2
+        deadline = time.monotonic() + 10 * each + 0.5
         while len(arrivals) < 6 and time.monotonic() < deadline:
-            arrivals += [time.monotonic()] * len(rx.recv_rows()[1])
-            time.sleep(0.0005)
+            arrivals += [came for came, _ in rx.recv_stamped()]
+            time.sleep(each / 4)
         tx.close()
         rx.close()
     finally:
         subprocess.run(["ip", "netns", "del", name], check=False)
         release(own=state.path)
         state.remove()
-    gaps = np.diff(arrivals)
-    assert len(arrivals) == 6 and gaps.min() > 0.6 * 0.033, gaps  # was 0, 0, 0.066, 0, 0.066
-    assert arrivals[-1] - arrivals[0] > 0.9 * 5 * 0.033, gaps
+    gaps = np.diff(arrivals) / each
+    assert len(arrivals) == 6 and gaps.min() > 0.8, gaps  # 2 Mbit/s was 0, 0, 2, 0, 2; 80 Mbit/s 0, 0, 0, 0, 2.5
+    assert (arrivals[-1] - arrivals[0]) / each > 0.9 * 5, gaps
 
 
 class _Port:

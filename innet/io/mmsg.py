@@ -17,6 +17,8 @@ import numpy as np
 
 ALIGN = 2
 MSG_DONTWAIT = 0x40
+STAMP_BYTES = 32  # CMSG_SPACE(struct timespec): a cmsghdr (len, level, type) then the seconds and nanoseconds
+SOL_SOCKET, SCM_TIMESTAMPNS = 1, 35
 IOVEC = np.dtype([("base", "<u8"), ("len", "<u8")])
 MMSGHDR = np.dtype({  # struct mmsghdr on 64-bit Linux: struct msghdr (56 bytes), unsigned msg_len, padding
     "names": ["name", "namelen", "iov", "iovlen", "control", "controllen", "flags", "len"],
@@ -42,6 +44,13 @@ class FrameBuffer:
         self.msgs = np.zeros(rows, MMSGHDR)
         self.msgs["iov"] = self.iov.ctypes.data + IOVEC.itemsize * np.arange(rows, dtype=np.uint64)
         self.msgs["iovlen"] = 1
+        self.control: np.ndarray | None = None  # each row's receive timestamp's cmsg, once ``stamp()``
+        self.stamps = np.zeros(rows)  # each frame received's kernel timestamp (CLOCK_REALTIME seconds; 0: none)
+
+    def stamp(self) -> None:
+        """Read each frame's receive timestamp too (the socket must have SO_TIMESTAMPNS set): ``stamps``."""
+        self.control = np.zeros((self.rows, STAMP_BYTES // 8), np.int64)
+        self.msgs["control"] = self.control.ctypes.data + STAMP_BYTES * np.arange(self.rows, dtype=np.uint64)
 
     @property
     def rows(self) -> int:
@@ -50,6 +59,8 @@ class FrameBuffer:
     def recv(self, fd: int, most: int = 0) -> int:
         """Receive up to ``most`` (all ``rows`` when 0) queued frames without blocking; return how many."""
         self.iov["len"] = self.buf.shape[1] - ALIGN
+        if self.control is not None:
+            self.msgs["controllen"] = STAMP_BYTES
         n = _libc.recvmmsg(fd, self.msgs.ctypes.data, min(most or self.rows, self.rows), MSG_DONTWAIT, None)
         if n < 0:
             err = ctypes.get_errno()
@@ -57,7 +68,18 @@ class FrameBuffer:
                 return 0
             raise OSError(err, os.strerror(err))
         self.lengths[:n] = self.msgs["len"][:n]
+        if self.control is not None:
+            self._stamps(n)
         return n
+
+    def _stamps(self, n: int) -> None:
+        """The timestamps of the ``n`` frames just received, from their control messages (0 where none came)."""
+        assert self.control is not None
+        ctl = self.control[:n]
+        words = self.control.view(np.int32)[:n]  # the cmsghdr's level and type are its 3rd and 4th
+        ok = (self.msgs["controllen"][:n] >= STAMP_BYTES) & (words[:, 2] == SOL_SOCKET) & (words[:, 3] == SCM_TIMESTAMPNS)
+        self.stamps[:n] = np.where(ok, ctl[:, 2] + ctl[:, 3] * 1e-9, 0.0)
+        self.msgs["controllen"][:n] = STAMP_BYTES  # the kernel wrote each one's length: room for the next
 
     def send_block(self, fd: int, block: np.ndarray, start: int, count: int) -> int:
         """sendmmsg rows ``start .. start+count-1`` of ``block`` (equal-length frames, one per row, rows

@@ -36,6 +36,7 @@ PACKET_STATISTICS = 6
 PACKET_IGNORE_OUTGOING = 23
 SO_RCVBUFFORCE = 33
 SO_SNDBUFFORCE = 32
+SO_TIMESTAMPNS = 35
 SO_ATTACH_FILTER = 26
 BUFFER_BYTES = 16 << 20
 SIOCGIFMTU = 0x8921
@@ -127,6 +128,20 @@ class RawPort:
         n = self.rx.recv(self.sock.fileno())
         self.read += n
         return [self.rx.frames[k, : self.rx.lengths[k]].tobytes() for k in range(n)]
+
+    def recv_stamped(self) -> list[tuple[float, bytes]]:
+        """Every frame queued now (up to max_batch), each with the instant the kernel received it on the
+        ``time.monotonic()`` clock (its SO_TIMESTAMPNS, taken on the realtime clock; frames the kernel did not
+        stamp, as the first batch read before stamping was asked, get the instant they were read)."""
+        if self.rx.control is None:
+            self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            self.rx.stamp()
+        n = self.rx.recv(self.sock.fileno())
+        self.read += n
+        now = time.monotonic()
+        offset = time.time() - now  # the realtime clock's lead on the monotonic one, now
+        return [(min(now, float(self.rx.stamps[k]) - offset) if self.rx.stamps[k] else now,
+                 self.rx.frames[k, : self.rx.lengths[k]].tobytes()) for k in range(n)]
 
     def _set_band(self, tos: int) -> None:
         """Queue what follows in the frame's priority band: set the socket priority pfifo_fast maps to it."""

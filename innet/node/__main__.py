@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import sys
 import time
@@ -44,30 +43,26 @@ def serve_pbox(conf: PBoxConfig) -> int:
     if conf.cores > 1:
         port.keep_slots(conf.cores, conf.core)
     egress = Egress({0: port}, conf.faults)
-    poller = select.poll()
-    poller.register(port.fileno(), select.POLLIN)
     say_ready()
     while True:
-        serve_once(poller, port, server, egress)
+        serve_once(port, server, egress)
 
 
-def _host_port(conf: InputConfig | InputServerConfig) -> tuple[RawPort, Egress, select.poll]:
+def _host_port(conf: InputConfig | InputServerConfig) -> tuple[RawPort, Egress]:
     port = RawPort(conf.port)
-    poller = select.poll()
-    poller.register(port.fileno(), select.POLLIN)
-    return port, Egress({0: port}, conf.faults), poller
+    return port, Egress({0: port}, conf.faults)
 
 
 def serve_input(conf: InputConfig) -> int:
     """One worker host's input stream (innet.hosts.ensemble): on "go", take it until complete; save the outcome."""
     receiver = InputReceiver(conf.plan, conf.reader)
-    port, egress, poller = _host_port(conf)
+    port, egress = _host_port(conf)
     say_ready()
-    if not wait_for_go():
+    if wait_for_go() is None:
         return 4
     egress.send_all(0, receiver.start(time.monotonic()), time.monotonic())
     while not receiver.done:
-        serve_once(poller, port, receiver, egress)
+        serve_once(port, receiver, egress)
     with open(conf.result, "w", encoding="utf-8") as fh:
         json.dump(to_json(receiver.outcome()), fh)
     return 0 if not receiver.error else 3
@@ -77,9 +72,9 @@ def serve_input_server(conf: InputServerConfig) -> int:
     """The input server (innet.hosts.ensemble) on the PBox host: on "go", stream; answer NACKs until stopped,
     keeping the bytes it sent in its stats file."""
     server = InputServer(conf.plan)
-    port, egress, poller = _host_port(conf)
+    port, egress = _host_port(conf)
     say_ready()
-    if not wait_for_go():
+    if wait_for_go() is None:
         return 4
     egress.send_all(0, server.start(time.monotonic()), time.monotonic())
     sent = -1
@@ -87,7 +82,7 @@ def serve_input_server(conf: InputServerConfig) -> int:
         if server.sent_bytes != sent:
             sent = server.sent_bytes
             write(conf.stats, InputServerStats(sent, server.nacks, server.resent))
-        serve_once(poller, port, server, egress)
+        serve_once(port, server, egress)
 
 
 ROLES: dict[str, tuple[type, Callable[[Any], int]]] = {  # role -> its configuration's class, and what serves it

@@ -41,7 +41,7 @@ def serve_background(conf: BackgroundConfig) -> int:
     poller = select.poll()
     poller.register(port.fileno(), select.POLLIN)
     say_ready()
-    if not wait_for_go():  # with the workers, as the fabric starts it: not seconds early, its queues already full
+    if wait_for_go() is None:  # with the workers, as the fabric starts it: not seconds early, its queues already full
         return 0
     start = time.monotonic()
     try:

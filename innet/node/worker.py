@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -29,7 +28,7 @@ from innet.io.netns import opened_in
 from innet.node.client import AllreduceClient
 from innet.node.codec import say_ready
 from innet.node.config import WorkerConfig, WorkerGroup
-from innet.node.egress import expire, feed, wait_ms
+from innet.node.egress import expire, feed, readable
 from innet.results.outcome import WorkerOutcome, outcome_of, training_outcome
 
 
@@ -123,19 +122,22 @@ class WorkerNode:
         return 0 if self.ok else 3
 
 
-def wait_for_go() -> bool:
+def wait_for_go() -> float | None:
     """Wait for the controller's "go AT" (AT: a time.monotonic() instant, the one clock every namespace
     shares), then until AT: every host starts at the same instant however late the scheduler woke it to
-    read its line, so no start is skewed by how busy the machine is. False: the controller went away."""
+    read its line, so no start is skewed by how busy the machine is. AT (or the instant "go" came without
+    one); None: the controller went away."""
     words = sys.stdin.readline().split()
     if not words or words[0] != "go":
-        return False
+        return None
     if len(words) > 1:
-        time.sleep(max(0.0, float(words[1]) - time.monotonic()))
-    return True
+        at = float(words[1])
+        time.sleep(max(0.0, at - time.monotonic()))
+        return at
+    return time.monotonic()
 
 
-def _wait_for_go() -> bool:
+def _wait_for_go() -> float | None:
     say_ready()
     return wait_for_go()
 
@@ -144,10 +146,11 @@ def serve_worker(conf: WorkerConfig) -> int:
     """One worker host, in this process's namespace: on "go", its calls (a failed call ends them; its error is
     recorded in the result file), then a ring rank's linger."""
     node = WorkerNode(conf)
-    if not _wait_for_go():
+    go = _wait_for_go()
+    if go is None:
         return 4
     try:
-        node.client.run_endpoint()
+        node.client.run_endpoint(go)
     except UserError as exc:
         node.fail(exc)
     status = node.save()
@@ -161,12 +164,10 @@ def serve_workers(conf: WorkerGroup) -> int:
     """Every worker of ``conf.workers`` in this process, one poll() over their ports. Exit status: the
     worst of theirs."""
     nodes = opened_in(conf.workers, WorkerNode)
-    if not _wait_for_go():
+    go = _wait_for_go()
+    if go is None:
         return 4
-    poller = select.poll()
     owner = {node.client.port.fileno(): node for node in nodes}
-    for fd in owner:
-        poller.register(fd, select.POLLIN)
     status = 0
 
     def served(node: WorkerNode, work: Callable[..., object]) -> None:
@@ -175,11 +176,11 @@ def serve_workers(conf: WorkerGroup) -> int:
         except UserError as exc:
             node.fail(exc)
 
-    for node in nodes:
-        served(node, lambda now, node=node: node.client.egress.send_all(0, node.client.proc.start(now), now))
+    for node in nodes:  # each from the go instant, however late this process woke (one more reason in run_endpoint)
+        served(node, lambda _, node=node: node.client.egress.send_all(0, node.client.proc.start(go), go))
     live = set(nodes)
     while live:
-        for fd, _ in poller.poll(wait_ms(*(node.next_wake() for node in live))):
+        for fd in readable([node.client.port.fileno() for node in live], *(node.next_wake() for node in live)):
             if owner[fd] in live:
                 served(owner[fd], owner[fd].feed)
         for node in list(live):
@@ -189,6 +190,5 @@ def serve_workers(conf: WorkerGroup) -> int:
                 node.client.egress.flush(time.monotonic())
             if node.state == "finished" and node.client.egress.next_due() is None:  # what it said is sent
                 live.discard(node)
-                poller.unregister(node.client.port.fileno())
                 status = max(status, node.status if node.status is not None else node.save())
     return status
