@@ -1,7 +1,8 @@
 // innet's sum all-reduce as a tc (clsact) ingress program: Reduction's slot pool, exactly-once bitmaps,
-// shadow copies, partials up to the parent and results multicast down, on innet's wire (innet.wire.packet).
-// Frames it does not own (routed, aborts, relays' jobs, anything irregular) go on to the Python switch
-// listening on the same ports (TC_ACT_OK); innet.ebpf.loader fills the maps and reads the counters back.
+// shadow copies, partials up to the parent and results multicast down, on innet's wire (innet.wire.packet);
+// and routed frames (ring, PBox, fallbacks) forwarded by the switch's route table, as Context.route does.
+// Frames it does not own (aborts, relays' jobs, groups, anything irregular or dropped) go on to the Python
+// switch listening on the same ports (TC_ACT_OK); innet.ebpf.loader fills the maps and reads the counters back.
 // Built by innet.ebpf.build with -DELEMS (values per packet) and -DKEYS (slots, both versions).
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
@@ -15,6 +16,10 @@
 #define KEYS 256
 #endif
 #define MAX_PORTS 64
+#define MAX_NODES 0x8000  // innet.wire.packet's GROUP_BASE: node indices below, multicast groups from there
+#define INPUT_JOB 0xFFFF
+#define P2P_JOB 0xFFFD
+#define BANDS 3
 #define AGG_PORT 48879
 #define PAY_OFF 58
 #define BLOCK 64
@@ -70,6 +75,7 @@ struct hdr {
 struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, 1); __type(key, __u32); __type(value, struct config); } cfg SEC(".maps");
 struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, MAX_PORTS); __type(key, __u32); __type(value, struct port_info); } ports SEC(".maps");
 struct { __uint(type, BPF_MAP_TYPE_HASH); __uint(max_entries, MAX_PORTS); __type(key, __u32); __type(value, __u32); } port_of SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, MAX_NODES); __type(key, __u32); __type(value, __u32); } routes SEC(".maps");  // node -> its port + 1 (0: none)
 struct { __uint(type, BPF_MAP_TYPE_HASH); __uint(max_entries, 256); __type(key, __u32); __type(value, struct job_info); } jobs SEC(".maps");
 struct { __uint(type, BPF_MAP_TYPE_HASH); __uint(max_entries, 8192); __type(key, struct member_key); __type(value, struct member); } members SEC(".maps");
 struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, KEYS); __type(key, __u32); __type(value, struct slot); } pool SEC(".maps");
@@ -119,12 +125,18 @@ static __always_inline void prefix(struct hdr *h, __u32 node, __u32 neighbor, __
     h->ip_csum = bpf_htons(~sum & 0xFFFF);
 }
 
+// The socket priority pfifo_fast queues ``band`` in (innet.io.rawport's SOCKET_PRIORITY, as the Python switch sends).
+static __always_inline __u32 priority_of(__u32 band) {
+    return band == 0 ? 6 : band == 1 ? 0 : 2;
+}
+
 // Send the frame (its header ``h``, its values already in place) out of ``port``: a copy, or the frame itself.
 static __always_inline int emit(struct __sk_buff *skb, struct hdr *h, __u32 node, __u32 port, __u32 band, int clone) {
     struct port_info *p = bpf_map_lookup_elem(&ports, &port);
     if (!p) return TC_ACT_SHOT;
     prefix(h, node, p->neighbor, band);
     if (bpf_skb_store_bytes(skb, 0, h, sizeof(*h), 0)) return TC_ACT_SHOT;
+    skb->priority = priority_of(band);
     note(port, 1, skb->len);
     if (clone) return bpf_clone_redirect(skb, p->ifindex, 0) ? TC_ACT_SHOT : TC_ACT_OK;
     return bpf_redirect(p->ifindex, 0);
@@ -287,6 +299,32 @@ static __always_inline int result(struct __sk_buff *skb, struct hdr *h, __u32 po
     return send_slot(skb, h, s, j, c, F_RESULT, ALL_RANKS);
 }
 
+// A routed frame out of the port its destination routes to, its headers innet.wire.packet.frame_prefix's from its
+// source to its destination in its own band (Context.route). What the Python switch drops or counts apart — its
+// source off its route (spoofed_source), no route, the switch's own address, a group, point-to-point messages and
+// the ensemble's input — and any frame longer than its header says go on to the Python switch.
+static __always_inline int route(struct __sk_buff *skb, struct hdr *h, __u32 port, struct config *c) {
+    int src = node_of(h->saddr), dst = node_of(h->daddr);
+    __u32 job = bpf_ntohs(h->job);
+    if (src < 0 || src >= MAX_NODES || dst < 0 || dst >= MAX_NODES || dst == (int)c->node || job == P2P_JOB
+        || job == INPUT_JOB || skb->len != PAY_OFF + 4 * (__u32)bpf_ntohs(h->count))
+        return TC_ACT_OK;
+    __u32 from = src, to = dst;
+    __u32 *back = bpf_map_lookup_elem(&routes, &from), *out = bpf_map_lookup_elem(&routes, &to);
+    if (!back || *back != port + 1 || !out || !*out) return TC_ACT_OK;
+    __u32 o = *out - 1;
+    struct port_info *p = bpf_map_lookup_elem(&ports, &o);
+    if (!p) return TC_ACT_OK;
+    __u32 band = h->tos >> 2;
+    if (band > BANDS - 1) band = BANDS - 1;
+    note(port, 0, skb->len);
+    prefix(h, from, to, band);
+    if (bpf_skb_store_bytes(skb, 0, h, sizeof(*h), 0)) return TC_ACT_SHOT;
+    skb->priority = priority_of(band);
+    note(o, 1, skb->len);
+    return bpf_redirect(p->ifindex, 0);
+}
+
 SEC("tc")
 int innet_switch(struct __sk_buff *skb) {
     struct hdr h;
@@ -296,11 +334,12 @@ int innet_switch(struct __sk_buff *skb) {
         return TC_ACT_OK;
     __u32 n = bpf_ntohs(h.count);
     if (bpf_ntohs(h.udp_len) != 8 + 16 + 4 * n || skb->len < PAY_OFF + 4 * n) return TC_ACT_OK;
-    if (h.flags & (F_ROUTE | F_ABORT | F_SPARSE) || n > ELEMS) return TC_ACT_OK;
     struct config *c = bpf_map_lookup_elem(&cfg, &zero);
     __u32 *port = bpf_map_lookup_elem(&port_of, &ifindex);
     if (!c || !port) return TC_ACT_OK;
     __u32 p = *port;
+    if (h.flags & F_ROUTE) return route(skb, &h, p, c);
+    if (h.flags & (F_ABORT | F_SPARSE) || n > ELEMS) return TC_ACT_OK;
     struct port_info *info = bpf_map_lookup_elem(&ports, &p);
     if (!info || node_of(h.saddr) != (int)info->neighbor) return TC_ACT_OK;  // the Python switch: spoofed_source
     __u32 job = bpf_ntohs(h.job);
