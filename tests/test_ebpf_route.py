@@ -94,12 +94,16 @@ def test_routed_frames_leave_as_the_python_switch_sends_them(plane):
         "a point-to-point message": (0, routed(0, 3, job=P2P_JOB), False),
         "longer than its header says": (0, routed(0, 3) + b"\x00" * 4, False),
     }
+    routed_before = 0
     for name, (port, frame, forwarded) in cases.items():
         before = plane.port_stats()
         verdict, out, priority = run_frame(plane, port, frame)
         counted = {p: PortStats(*(a - b for a, b in zip(vars(s).values(), vars(before[p]).values(), strict=True)))
                    for p, s in plane.port_stats().items()}
         expected = runtime.receive(port, frame, 0.0)
+        routed_now = plane.counters().get("ebpf:routed", 0)
+        assert routed_now == routed_before + forwarded, name
+        routed_before = routed_now
         if not forwarded:
             assert verdict == TC_ACT_OK and out == frame, name
             assert all(s == PortStats() for s in counted.values()), name

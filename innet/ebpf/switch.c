@@ -35,7 +35,7 @@
 #define WAITING 1
 #define DONE 2
 #define TAKING 3
-enum { C_STALE, C_DUPLICATE, C_BAD_COUNT, C_ANSWERED, C_RESENT, C_COUNTERS };
+enum { C_STALE, C_DUPLICATE, C_BAD_COUNT, C_ANSWERED, C_RESENT, C_ROUTED, C_COUNTERS };
 
 struct config { __u32 node; __u32 slots; };  // this switch's node index; the pool's slots (a version's)
 struct port_info { __u32 ifindex; __u32 neighbor; };
@@ -322,6 +322,7 @@ static __always_inline int route(struct __sk_buff *skb, struct hdr *h, __u32 por
     if (bpf_skb_store_bytes(skb, 0, h, sizeof(*h), 0)) return TC_ACT_SHOT;
     skb->priority = priority_of(band);
     note(o, 1, skb->len);
+    count(C_ROUTED);
     return bpf_redirect(p->ifindex, 0);
 }
 
