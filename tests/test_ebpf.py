@@ -36,7 +36,10 @@ def test_runs_it_cannot_serve_say_why():
     program = load_program("sum_allreduce")
     clean = [{0: PortFaults(), 1: PortFaults()}]
     assert unsupported_run(RunSpec(), program, clean, 1.0) == ""
-    assert "--collective reduce_scatter" in unsupported_run(RunSpec(collective="reduce_scatter"), program, clean, 1.0)
+    for collective in ("reduce_scatter", "reduce"):
+        assert unsupported_run(RunSpec(collective=collective), program, clean, 1.0) == ""
+    for collective in ("all_gather", "broadcast", "barrier"):
+        assert f"--collective {collective}" in unsupported_run(RunSpec(collective=collective), program, clean, 1.0)
     # pbox and ring: the switches only route, whatever the collective or the program, unless it routes itself
     for mode in ("pbox", "ring"):
         assert unsupported_run(RunSpec(mode=mode), program, clean, 1.0) == ""

@@ -116,3 +116,40 @@ def test_routed_frames_leave_as_the_python_switch_sends_them(plane):
         rx, tx = PortStats(rx_packets=1, rx_bytes=len(frame)), PortStats(tx_packets=1, tx_bytes=len(python))
         assert counted == {p: (rx if p == port else PortStats()) for p in counted} | {egress: tx} or (
             port == egress and counted[port] == PortStats(1, len(frame), 1, len(python))), name
+
+
+@needs_root
+def test_a_repeat_of_a_reduce_scatter_slot_is_answered_as_the_python_switch_answers(tmp_path):
+    """Two workers on one switch, a chunk marked for rank 1 (reduce-scatter's owner): once the slot is complete, a
+    repeat from rank 0 gets the header alone, one from rank 1 the values, byte for byte the runtime's answers."""
+    from innet.switch.program import JobPort
+    from innet.switch.routed import mark
+    from innet.wire.packet import RETX
+
+    job = JobPort(job=1, nworkers=2, children=(0, 1), parent=None, aggregate=True, contributors={0: 0, 1: 1}, rank=0,
+                  rank_ports={0: 0, 1: 1}, slot_base=0, slots=1)
+    config = SwitchConfig(name="s1", node=10, tier="tor", ports={0: "s1-eth0", 1: "s1-eth1"}, neighbors={0: 0, 1: 1},
+                          routes={0: 0, 1: 1}, jobs={1: job})
+    program = load_program("sum_allreduce", 1, 256)
+    runtime = SwitchRuntime(config, program)
+    plane = EbpfPlane(object_path(256, 2, str(tmp_path)), {})
+    try:
+        plane.ifindex = {port: 100 + port for port in config.ports}
+        plane.install(config, program.slots)
+
+        def contribution(rank, flags=0):
+            return scapy_frame(rank, 10, job=1, rank=rank, nworkers=mark(2, 1), slot=0, chunk=5, flags=flags, exp=3,
+                               values=[7 * rank + 1, -5, 2 ** 31 - 1 - rank])
+
+        for rank in (0, 1):  # the second completes the slot: its result multicast (clones: the runtime's alone)
+            runtime.receive(rank, contribution(rank), 0.0)
+            verdict, _, _ = run_frame(plane, rank, contribution(rank))
+            assert verdict == 2  # TC_ACT_SHOT: taken
+        for rank, values in ((0, False), (1, True)):
+            [(port, python)] = runtime.receive(rank, contribution(rank, RETX), 0.0)
+            verdict, out, _ = run_frame(plane, rank, contribution(rank, RETX))
+            assert (verdict, port) == (TC_ACT_REDIRECT, rank)
+            assert out == python and (len(out) > 58) == values, rank
+        assert plane.counters()["ebpf:answered"] == 2
+    finally:
+        plane.close()

@@ -92,8 +92,8 @@ class EbpfPlane:
         prog = lib.bpf_object__find_program_by_name(self.obj, b"innet_switch")
         self.prog_fd = lib.bpf_program__fd(prog)
         self.maps = {name: lib.bpf_object__find_map_fd_by_name(self.obj, name.encode())
-                     for name in ("cfg", "ports", "port_of", "routes", "jobs", "members", "pool", "stats",
-                                                                     "counters")}
+                     for name in ("cfg", "ports", "port_of", "routes", "jobs", "members", "towards", "pool",
+                                                                     "stats", "counters")}
         self.ifindex = {port: socket.if_nametoindex(name) for port, name in ports.items()}
         self.cpus = lib.libbpf_num_possible_cpus()
         try:
@@ -152,6 +152,8 @@ class EbpfPlane:
         self._put("jobs", U32(job.job), info)
         for index, rank in enumerate(sorted(job.contributors)):
             self._put("members", Pair(job.job, rank), Pair(index, job.contributors[rank]))
+        for rank, port in job.rank_ports.items():
+            self._put("towards", Pair(job.job, rank), U32(port))
 
     def _per_cpu(self, name: str, key: int, width: int) -> list[int]:
         """A per-CPU array's entry ``key`` (``width`` u64 fields), summed over the CPUs."""

@@ -78,6 +78,7 @@ struct { __uint(type, BPF_MAP_TYPE_HASH); __uint(max_entries, MAX_PORTS); __type
 struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, MAX_NODES); __type(key, __u32); __type(value, __u32); } routes SEC(".maps");  // node -> its port + 1 (0: none)
 struct { __uint(type, BPF_MAP_TYPE_HASH); __uint(max_entries, 256); __type(key, __u32); __type(value, struct job_info); } jobs SEC(".maps");
 struct { __uint(type, BPF_MAP_TYPE_HASH); __uint(max_entries, 8192); __type(key, struct member_key); __type(value, struct member); } members SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_HASH); __uint(max_entries, 8192); __type(key, struct member_key); __type(value, __u32); } towards SEC(".maps");  // JobPort.rank_ports
 struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, KEYS); __type(key, __u32); __type(value, struct slot); } pool SEC(".maps");
 struct { __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); __uint(max_entries, MAX_PORTS); __type(key, __u32); __type(value, struct port_stats); } stats SEC(".maps");
 struct { __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); __uint(max_entries, C_COUNTERS); __type(key, __u32); __type(value, __u64); } counters SEC(".maps");
@@ -201,13 +202,34 @@ static __always_inline void clear_other(struct config *c, __u32 key) {
     if (s) bpf_loop(ELEMS / BLOCK, zero_block, &s, 0);
 }
 
-struct copying { struct __sk_buff *skb; struct job_info *j; __u32 node; struct hdr h; };
+// The nworkers field a switch sends on (innet.switch.routed.kept_field): a mark naming the one rank a slot's values
+// are for (reduce-scatter's shard owner, reduce's root: nworkers + 1 + rank) as it came, else the job's size.
+static __always_inline __be16 kept(struct job_info *j, __be16 field) {
+    __u32 f = bpf_ntohs(field);
+    return f > j->nworkers && f - j->nworkers - 1 < j->nworkers ? field : bpf_htons(j->nworkers);
+}
 
-// A result's copy to the job's child ``i``.
+// The child port towards the rank a result's values are for (innet.switch.routed.dest_of): -1 when they are for
+// every rank (or it has none), -2 when the rank is not below this switch.
+static __always_inline int towards_of(struct job_info *j, struct hdr *h) {
+    __u32 f = bpf_ntohs(h->nworkers);
+    if (!h->count || f <= j->nworkers || f - j->nworkers - 1 >= j->nworkers) return -1;
+    struct member_key k = { bpf_ntohs(h->job), f - j->nworkers - 1 };
+    __u32 *port = bpf_map_lookup_elem(&towards, &k);
+    return port ? (int)*port : -2;
+}
+
+struct copying { struct __sk_buff *skb; struct job_info *j; __u32 node; int towards; };
+
+// A copy of the result in the frame to the job's child ``i``: to every child (``towards`` -1); else its values
+// to the child towards their rank, or (the frame cut to its header) its header alone to every other child.
 static long copy_to_child(__u32 i, void *arg) {
     struct copying *m = arg;
-    if (i >= MAX_PORTS) return 1;
-    emit(m->skb, &m->h, m->node, m->j->children[i], m->j->band, 1);
+    struct hdr h;
+    if (i >= MAX_PORTS || bpf_skb_load_bytes(m->skb, 0, &h, sizeof(h))) return 1;
+    __u32 port = m->j->children[i];
+    if (m->towards == -1 || (h.count ? (int)port == m->towards : (int)port != m->towards))
+        emit(m->skb, &h, m->node, port, m->j->band, 1);
     return 0;
 }
 
@@ -219,10 +241,17 @@ static __always_inline int send_slot(struct __sk_buff *skb, struct hdr *h, struc
     h->rank = bpf_htons(rank);
     h->flags = flags | (h->flags & F_VER) | (s->overflow ? F_OVERFLOW : 0);
     h->exp = s->exp;
-    h->nworkers = bpf_htons(j->nworkers);
+    h->nworkers = kept(j, h->nworkers);
     if (!(flags & F_RESULT)) return emit(skb, h, c->node, j->parent, j->band, 0);
-    struct copying m = { .skb = skb, .j = j, .node = c->node, .h = *h };
-    bpf_loop(j->nchildren < MAX_PORTS ? j->nchildren : MAX_PORTS, copy_to_child, &m, 0);
+    __u32 children = j->nchildren < MAX_PORTS ? j->nchildren : MAX_PORTS;
+    struct copying m = { .skb = skb, .j = j, .node = c->node, .towards = towards_of(j, h) };
+    if (bpf_skb_store_bytes(skb, 0, h, sizeof(*h), 0)) return TC_ACT_SHOT;
+    bpf_loop(children, copy_to_child, &m, 0);
+    if (m.towards != -1) {  // innet.switch.routed.result_down: the other children hear the slot is complete
+        h->count = 0;
+        if (bpf_skb_change_tail(skb, PAY_OFF, 0) || bpf_skb_store_bytes(skb, 0, h, sizeof(*h), 0)) return TC_ACT_SHOT;
+        bpf_loop(children, copy_to_child, &m, 0);
+    }
     return TC_ACT_SHOT;
 }
 
@@ -256,10 +285,16 @@ static __always_inline int contribution(struct __sk_buff *skb, struct hdr *h, __
     if (what == 1) {  // a repeat of a finished slot: the result, back to the one who asked
         count(C_ANSWERED);
         if (n != s->count) return TC_ACT_SHOT;
-        if (n && write_values(skb, s, n)) return TC_ACT_SHOT;
+        h->nworkers = kept(j, h->nworkers);
+        int to = towards_of(j, h);
+        if (to == -1 || to == (int)port) {  // innet.switch.routed.answer: the values if their rank is behind the port
+            if (n && write_values(skb, s, n)) return TC_ACT_SHOT;
+        } else {
+            if (bpf_skb_change_tail(skb, PAY_OFF, 0)) return TC_ACT_SHOT;
+            h->count = 0;
+        }
         h->flags = F_RESULT | (h->flags & F_VER) | (s->overflow ? F_OVERFLOW : 0);
         h->exp = s->exp;
-        h->nworkers = bpf_htons(j->nworkers);
         return emit(skb, h, c->node, port, j->band, 0);
     }
     if (what == 2) {  // a repeat of a slot waiting for its parent: the partial up again
@@ -347,7 +382,7 @@ int innet_switch(struct __sk_buff *skb) {
     struct job_info *j = bpf_map_lookup_elem(&jobs, &job);
     if (!j) return TC_ACT_OK;  // not an aggregating job here: the Python switch relays it
     __u32 slot = bpf_ntohs(h.slot);
-    if (slot >= j->slots || bpf_ntohs(h.nworkers) != j->nworkers) return TC_ACT_OK;
+    if (slot >= j->slots || kept(j, h.nworkers) != h.nworkers) return TC_ACT_OK;  // a replicating collective's: Python
     __u32 key = (h.flags & F_VER ? c->slots : 0) + j->slot_base + slot;
     struct slot *s = bpf_map_lookup_elem(&pool, &key);
     if (!s) return TC_ACT_OK;

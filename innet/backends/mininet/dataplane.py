@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 import networkx as nx
 
 from innet.backends.mininet.network import log
-from innet.ebpf.build import object_path, unsupported_program, unsupported_routing
+from innet.ebpf.build import COLLECTIVES, object_path, unsupported_program, unsupported_routing
 from innet.graph import is_switch
 from innet.node.config import Faults
 from innet.planning.spec import RunSpec
@@ -31,7 +31,7 @@ def unsupported_run(run: RunSpec, program: type[SwitchProgram], faults: Sequence
     hops are held by the hosts at their ends (innet.backends.mininet.nodes.port_faults), so ``switch_links``
     (links between two switches: nobody would hold them) keep it on the Python switch. With ``--mode pbox`` or
     ``ring`` the switches only route, whatever the collective and the program (unless it routes itself)."""
-    if run.mode == "innet" and run.collective != "allreduce":
+    if run.mode == "innet" and run.collective not in COLLECTIVES:
         return f"--collective {run.collective} is not translated"
     if run.cluster or run.crash:
         return "--cluster and --crash are not translated"

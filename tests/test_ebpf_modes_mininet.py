@@ -1,6 +1,7 @@
-"""``--data-plane ebpf`` with ``--mode pbox`` and ``ring`` on Mininet (root, clang): the switches forward every
-routed frame in the kernel (switch.c's route table), and the run is the Python switch's: exact, the same digest,
-the same bytes on every link (the planner's), the same frames byte for byte; nothing of it left behind."""
+"""``--data-plane ebpf`` beyond the in-network all-reduce on Mininet (root, clang): with ``--mode pbox`` and ``ring``
+the switches forward every routed frame in the kernel (switch.c's route table), and reduce-scatter and reduce
+aggregate there; each run is the Python switch's: exact, the same digest, the same bytes on every link (the
+planner's), the same frames byte for byte; nothing of it left behind."""
 
 import dataclasses
 
@@ -69,5 +70,22 @@ def test_a_dilated_star_forwards_in_the_kernel_each_hop_held_by_its_host(mode):
     same_run(ebpf, python)
     local = run_local(graph, RunSpec(mode=mode, seed=1)).completion_s
     assert 0.97 * local < ebpf["completion_s"] < 1.1 * local, (ebpf["completion_s"] / local, python["completion_s"] / local)
+    assert our_programs() == []
+    assert_nothing_left()
+
+
+@pytest.mark.parametrize("collective", ["reduce_scatter", "reduce"])
+def test_reduce_scatter_and_reduce_send_each_result_to_its_rank_as_the_python_switch_does(collective, tmp_path):
+    """A leaf-spine, ToR placement: each chunk's result goes down towards its one rank (its owner, the root) with
+    values and to every other child as a header alone, from the spine and again from the ToRs, partials carrying
+    the mark up; the frames on every switch port are the Python switch's byte for byte."""
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2)
+    ebpf = run(graph, tmp_path / "ebpf", collective=collective, elements=20000, placement="tor", data_plane="ebpf")
+    python = run(graph, tmp_path / "python", collective=collective, elements=20000, placement="tor")
+    same_run(ebpf, python)
+    seen = frames_by_interface(tmp_path / "ebpf")
+    assert seen == frames_by_interface(tmp_path / "python")
+    headers = sum(n for frames in seen.values() for frame, n in frames.items() if len(frame) == 58)
+    assert headers > 0  # the acknowledgements: results without values
     assert our_programs() == []
     assert_nothing_left()
