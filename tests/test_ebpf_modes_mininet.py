@@ -74,11 +74,12 @@ def test_a_dilated_star_forwards_in_the_kernel_each_hop_held_by_its_host(mode):
     assert_nothing_left()
 
 
-@pytest.mark.parametrize("collective", ["reduce_scatter", "reduce"])
+@pytest.mark.parametrize("collective", ["reduce_scatter", "reduce", "barrier"])
 def test_reduce_scatter_and_reduce_send_each_result_to_its_rank_as_the_python_switch_does(collective, tmp_path):
     """A leaf-spine, ToR placement: each chunk's result goes down towards its one rank (its owner, the root) with
     values and to every other child as a header alone, from the spine and again from the ToRs, partials carrying
-    the mark up; the frames on every switch port are the Python switch's byte for byte."""
+    the mark up (a barrier's are all headers); the frames on every switch port are the Python switch's byte for
+    byte."""
     graph = build("leaf-spine", racks=2, hosts_per_rack=2)
     ebpf = run(graph, tmp_path / "ebpf", collective=collective, elements=20000, placement="tor", data_plane="ebpf")
     python = run(graph, tmp_path / "python", collective=collective, elements=20000, placement="tor")

@@ -5,7 +5,7 @@ int32 wire, dense, for the collectives that combine every rank's values (``COLLE
 runtime's default forwarding of routed frames (ring, PBox) by the route table: with ``--mode pbox`` or
 ``ring`` it forwards them for any program that leaves them to that default. Anything else — another
 operator or a program of one's own aggregating in the switches, sparse or dynamic trees, all-gather,
-broadcast and barrier in the switches, a run whose ports inject faults or pace dilated links (the Python
+broadcast in the switches, a run whose ports inject faults or pace dilated links (the Python
 switch's egress does that), node groups, clusters — runs on the Python switch: ``unsupported`` says why in
 a few words, for the one line the run logs.
 """
@@ -29,9 +29,10 @@ SOURCE = "switch.c"
 MAX_PORTS = 64  # switch.c's MAX_PORTS: port numbers and children per job
 MAX_NODES = GROUP_BASE  # switch.c's MAX_NODES: the route table's destinations (groups start there)
 FAN_IN = 64  # one 64-bit bitmap word per slot
-# the collectives switch.c aggregates: every rank's values combined, the result to every rank or (its values; the
-# others a header: innet.switch.routed) to one; all-gather and broadcast replicate one rank's and stay on Python
-COLLECTIVES = ("allreduce", "reduce_scatter", "reduce")
+# the collectives switch.c aggregates: every rank's values combined (none: a barrier's headers), the result to every
+# rank or (its values; the others a header: innet.switch.routed) to one; all-gather and broadcast replicate one
+# rank's values, and stay on Python
+COLLECTIVES = ("allreduce", "reduce_scatter", "reduce", "barrier")
 CLANG = ("clang", "-O2", "-g", "-target", "bpf", "-mcpu=v3", "-I/usr/include/x86_64-linux-gnu")
 
 
