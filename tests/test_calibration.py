@@ -118,7 +118,8 @@ def test_a_run_takes_the_calibration_of_the_switches_it_will_run():
     star, leaf_spine = build("star", workers=4), build("leaf-spine", racks=2, hosts_per_rack=2)
     assert calibrated_plane(star, RunSpec()) == "python"
     assert calibrated_plane(star, RunSpec(data_plane="ebpf")) == "ebpf"
-    assert calibrated_plane(star, RunSpec(data_plane="ebpf", mode="pbox")) == "python"  # the Python switch runs it
+    assert calibrated_plane(star, RunSpec(data_plane="ebpf", mode="pbox")) == "ebpf"  # its switch forwards in the kernel
+    assert calibrated_plane(star, RunSpec(data_plane="ebpf", collective="all_gather")) == "python"  # the Python switch
     assert calibrated_plane(star, RunSpec(data_plane="ebpf", faults=FaultSpec(loss=0.01))) == "python"
     assert calibrated_plane(leaf_spine, RunSpec(data_plane="ebpf")) == "python"  # links between switches
 

@@ -25,14 +25,30 @@ def test_only_the_built_in_sum_reduction_translates(tmp_path):
     mine.write_text("from innet import SUM, Reduction, on_timer\n\n\nclass MySum(Reduction):\n    name = 'my_sum'\n"
                     "    operator = SUM\n\n    @on_timer(1.0)\n    def watch_stalls(self, ctx):\n        return []\n")
     assert "overrides Reduction's handlers" in unsupported_program(load_program(str(mine)))
+    routing = tmp_path / "my_routing_sum.py"
+    routing.write_text("from innet import SUM, Reduction, on_packet\n\n\nclass MySum(Reduction):\n"
+                       "    name = 'my_routing_sum'\n    operator = SUM\n\n    @on_packet('routed')\n"
+                       "    def mine(self, ctx, pkt):\n        return ctx.route(pkt)\n")
+    assert "handles routed frames itself" in unsupported_program(load_program(str(routing)))
 
 
 def test_runs_it_cannot_serve_say_why():
     program = load_program("sum_allreduce")
     clean = [{0: PortFaults(), 1: PortFaults()}]
     assert unsupported_run(RunSpec(), program, clean, 1.0) == ""
-    assert "--mode pbox" in unsupported_run(RunSpec(mode="pbox"), program, clean, 1.0)
-    assert "--collective reduce_scatter" in unsupported_run(RunSpec(collective="reduce_scatter"), program, clean, 1.0)
+    for collective in ("reduce_scatter", "reduce", "barrier"):
+        assert unsupported_run(RunSpec(collective=collective), program, clean, 1.0) == ""
+    for collective in ("all_gather", "broadcast"):
+        assert f"--collective {collective}" in unsupported_run(RunSpec(collective=collective), program, clean, 1.0)
+    # pbox and ring: the switches only route, whatever the collective or the program, unless it routes itself
+    for mode in ("pbox", "ring"):
+        assert unsupported_run(RunSpec(mode=mode), program, clean, 1.0) == ""
+        assert unsupported_run(RunSpec(mode=mode, collective="reduce_scatter"), load_program("max_allreduce"), clean,
+                               1.0) == ""
+        assert unsupported_run(RunSpec(mode=mode), load_program("forward"), clean, 1.0) == ""
+        assert "handles routed frames itself" in unsupported_run(RunSpec(mode=mode), load_program("dynamic_tree"),
+                                                                 clean, 1.0)
+        assert "faults" in unsupported_run(RunSpec(mode=mode), program, [{0: PortFaults(FaultSpec(loss=0.01))}], 1.0)
     # dilated, each hop is held by the host at its end: one switch between hosts runs it, links between switches do not
     held = [{0: PortFaults(FaultSpec(delay=0.02), 0, 1.25e6), 1: PortFaults(FaultSpec(delay=0.02), 0, 1.25e6)}]
     assert unsupported_run(RunSpec(), program, held, 150.0) == ""

@@ -1,8 +1,11 @@
 """What ``--data-plane ebpf`` can run, and its program built once per run: clang, cached by digest.
 
 The tc program (switch.c) is Reduction's protocol for the built-in SUM operator on innet's fixed-point
-int32 wire, all-reduce, dense. Anything else — another operator or a program of one's own, sparse or
-dynamic trees, other collectives, a run whose ports inject faults or pace dilated links (the Python
+int32 wire, dense, for the collectives that combine every rank's values (``COLLECTIVES``), and the
+runtime's default forwarding of routed frames (ring, PBox) by the route table: with ``--mode pbox`` or
+``ring`` it forwards them for any program that leaves them to that default. Anything else — another
+operator or a program of one's own aggregating in the switches, sparse or dynamic trees, all-gather,
+broadcast in the switches, a run whose ports inject faults or pace dilated links (the Python
 switch's egress does that), node groups, clusters — runs on the Python switch: ``unsupported`` says why in
 a few words, for the one line the run logs.
 """
@@ -20,10 +23,16 @@ from innet.errors import UserError
 from innet.switch.program import SwitchProgram
 from innet.switch.reduction import Reduction
 from innet.wire.operators import SUM
+from innet.wire.packet import GROUP_BASE
 
 SOURCE = "switch.c"
 MAX_PORTS = 64  # switch.c's MAX_PORTS: port numbers and children per job
+MAX_NODES = GROUP_BASE  # switch.c's MAX_NODES: the route table's destinations (groups start there)
 FAN_IN = 64  # one 64-bit bitmap word per slot
+# the collectives switch.c aggregates: every rank's values combined (none: a barrier's headers), the result to every
+# rank or (its values; the others a header: innet.switch.routed) to one; all-gather and broadcast replicate one
+# rank's values, and stay on Python
+COLLECTIVES = ("allreduce", "reduce_scatter", "reduce", "barrier")
 CLANG = ("clang", "-O2", "-g", "-target", "bpf", "-mcpu=v3", "-I/usr/include/x86_64-linux-gnu")
 
 
@@ -31,8 +40,17 @@ def source() -> bytes:
     return resources.files("innet.ebpf").joinpath(SOURCE).read_bytes()
 
 
+def unsupported_routing(program: type[SwitchProgram]) -> str:
+    """Why the eBPF switch cannot forward ``program``'s routed frames ("" when it can: it leaves them to the
+    runtime's default, ``Context.route``)."""
+    if "routed" in program.handlers()[0]:
+        return f"program {program.name} handles routed frames itself"
+    return ""
+
+
 def unsupported_program(program: type[SwitchProgram]) -> str:
-    """Why ``program`` has no eBPF translation ("" when it has one): a Reduction with SUM, dense, unchanged handlers."""
+    """Why ``program`` has no eBPF translation ("" when it has one): a Reduction with SUM, dense, unchanged handlers,
+    routed frames left to the default."""
     if not (isinstance(program, type) and issubclass(program, Reduction)) or program.operator is not SUM:
         return f"program {program.name} is not the built-in sum reduction"
     if program.sparse or program.fan_in > FAN_IN:
@@ -41,7 +59,7 @@ def unsupported_program(program: type[SwitchProgram]) -> str:
     mine = {name for cls in below for name, value in vars(cls).items() if callable(value)}
     if mine & {name for name, value in vars(Reduction).items() if callable(value)}:
         return f"program {program.name} overrides Reduction's handlers"
-    return ""
+    return unsupported_routing(program)
 
 
 def object_path(elements: int, keys: int, cache: str) -> str:

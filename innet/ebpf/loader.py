@@ -12,13 +12,13 @@ import ctypes
 import socket
 from collections.abc import Mapping
 
-from innet.ebpf.build import MAX_PORTS
+from innet.ebpf.build import MAX_NODES, MAX_PORTS
 from innet.switch.program import JobPort
 from innet.switch.runtime import BANDS, PortStats, SwitchConfig
 
 U32, U64 = ctypes.c_uint32, ctypes.c_uint64
 BPF_TC_INGRESS = 1
-COUNTER_NAMES = ("drop:stale", "drop:duplicate", "drop:bad_count", "ebpf:answered", "ebpf:resent_up")
+COUNTER_NAMES = ("drop:stale", "drop:duplicate", "drop:bad_count", "ebpf:answered", "ebpf:resent_up", "ebpf:routed")
 
 
 class Config(ctypes.Structure):
@@ -92,7 +92,8 @@ class EbpfPlane:
         prog = lib.bpf_object__find_program_by_name(self.obj, b"innet_switch")
         self.prog_fd = lib.bpf_program__fd(prog)
         self.maps = {name: lib.bpf_object__find_map_fd_by_name(self.obj, name.encode())
-                     for name in ("cfg", "ports", "port_of", "jobs", "members", "pool", "stats", "counters")}
+                     for name in ("cfg", "ports", "port_of", "routes", "jobs", "members", "towards", "pool",
+                                                                     "stats", "counters")}
         self.ifindex = {port: socket.if_nametoindex(name) for port, name in ports.items()}
         self.cpus = lib.libbpf_num_possible_cpus()
         try:
@@ -119,13 +120,16 @@ class EbpfPlane:
             raise OSError(ctypes.get_errno(), f"eBPF map {name}")
 
     def install(self, config: SwitchConfig, slots: int) -> None:
-        """The switch's plan into the maps: its node and ports, and every job it aggregates (relays' jobs stay
-        with the Python switch). ``slots``: the program's pool (a version's)."""
+        """The switch's plan into the maps: its node, ports and routes, and every job it aggregates (relays'
+        jobs stay with the Python switch). ``slots``: the program's pool (a version's)."""
         self._put("cfg", U32(0), Config(config.node, slots))
         self._clear_pool(2 * slots)
         for port, ifindex in self.ifindex.items():
             self._put("ports", U32(port), PortInfo(ifindex, config.neighbors.get(port, 0xFFFF)))
             self._put("port_of", U32(ifindex), U32(port))
+        for node, port in config.routes.items():
+            if 0 <= node < MAX_NODES:  # a destination past it is the Python switch's (none is: groups start there)
+                self._put("routes", U32(node), U32(port + 1))
         for job in config.jobs.values():
             if job.aggregate:
                 self._install_job(job)
@@ -148,6 +152,8 @@ class EbpfPlane:
         self._put("jobs", U32(job.job), info)
         for index, rank in enumerate(sorted(job.contributors)):
             self._put("members", Pair(job.job, rank), Pair(index, job.contributors[rank]))
+        for rank, port in job.rank_ports.items():
+            self._put("towards", Pair(job.job, rank), U32(port))
 
     def _per_cpu(self, name: str, key: int, width: int) -> list[int]:
         """A per-CPU array's entry ``key`` (``width`` u64 fields), summed over the CPUs."""

@@ -1,7 +1,8 @@
 // innet's sum all-reduce as a tc (clsact) ingress program: Reduction's slot pool, exactly-once bitmaps,
-// shadow copies, partials up to the parent and results multicast down, on innet's wire (innet.wire.packet).
-// Frames it does not own (routed, aborts, relays' jobs, anything irregular) go on to the Python switch
-// listening on the same ports (TC_ACT_OK); innet.ebpf.loader fills the maps and reads the counters back.
+// shadow copies, partials up to the parent and results multicast down, on innet's wire (innet.wire.packet);
+// and routed frames (ring, PBox, fallbacks) forwarded by the switch's route table, as Context.route does.
+// Frames it does not own (aborts, relays' jobs, groups, anything irregular or dropped) go on to the Python
+// switch listening on the same ports (TC_ACT_OK); innet.ebpf.loader fills the maps and reads the counters back.
 // Built by innet.ebpf.build with -DELEMS (values per packet) and -DKEYS (slots, both versions).
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
@@ -15,6 +16,10 @@
 #define KEYS 256
 #endif
 #define MAX_PORTS 64
+#define MAX_NODES 0x8000  // innet.wire.packet's GROUP_BASE: node indices below, multicast groups from there
+#define INPUT_JOB 0xFFFF
+#define P2P_JOB 0xFFFD
+#define BANDS 3
 #define AGG_PORT 48879
 #define PAY_OFF 58
 #define BLOCK 64
@@ -30,7 +35,7 @@
 #define WAITING 1
 #define DONE 2
 #define TAKING 3
-enum { C_STALE, C_DUPLICATE, C_BAD_COUNT, C_ANSWERED, C_RESENT, C_COUNTERS };
+enum { C_STALE, C_DUPLICATE, C_BAD_COUNT, C_ANSWERED, C_RESENT, C_ROUTED, C_COUNTERS };
 
 struct config { __u32 node; __u32 slots; };  // this switch's node index; the pool's slots (a version's)
 struct port_info { __u32 ifindex; __u32 neighbor; };
@@ -70,8 +75,10 @@ struct hdr {
 struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, 1); __type(key, __u32); __type(value, struct config); } cfg SEC(".maps");
 struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, MAX_PORTS); __type(key, __u32); __type(value, struct port_info); } ports SEC(".maps");
 struct { __uint(type, BPF_MAP_TYPE_HASH); __uint(max_entries, MAX_PORTS); __type(key, __u32); __type(value, __u32); } port_of SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, MAX_NODES); __type(key, __u32); __type(value, __u32); } routes SEC(".maps");  // node -> its port + 1 (0: none)
 struct { __uint(type, BPF_MAP_TYPE_HASH); __uint(max_entries, 256); __type(key, __u32); __type(value, struct job_info); } jobs SEC(".maps");
 struct { __uint(type, BPF_MAP_TYPE_HASH); __uint(max_entries, 8192); __type(key, struct member_key); __type(value, struct member); } members SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_HASH); __uint(max_entries, 8192); __type(key, struct member_key); __type(value, __u32); } towards SEC(".maps");  // JobPort.rank_ports
 struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, KEYS); __type(key, __u32); __type(value, struct slot); } pool SEC(".maps");
 struct { __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); __uint(max_entries, MAX_PORTS); __type(key, __u32); __type(value, struct port_stats); } stats SEC(".maps");
 struct { __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); __uint(max_entries, C_COUNTERS); __type(key, __u32); __type(value, __u64); } counters SEC(".maps");
@@ -119,12 +126,18 @@ static __always_inline void prefix(struct hdr *h, __u32 node, __u32 neighbor, __
     h->ip_csum = bpf_htons(~sum & 0xFFFF);
 }
 
+// The socket priority pfifo_fast queues ``band`` in (innet.io.rawport's SOCKET_PRIORITY, as the Python switch sends).
+static __always_inline __u32 priority_of(__u32 band) {
+    return band == 0 ? 6 : band == 1 ? 0 : 2;
+}
+
 // Send the frame (its header ``h``, its values already in place) out of ``port``: a copy, or the frame itself.
 static __always_inline int emit(struct __sk_buff *skb, struct hdr *h, __u32 node, __u32 port, __u32 band, int clone) {
     struct port_info *p = bpf_map_lookup_elem(&ports, &port);
     if (!p) return TC_ACT_SHOT;
     prefix(h, node, p->neighbor, band);
     if (bpf_skb_store_bytes(skb, 0, h, sizeof(*h), 0)) return TC_ACT_SHOT;
+    skb->priority = priority_of(band);
     note(port, 1, skb->len);
     if (clone) return bpf_clone_redirect(skb, p->ifindex, 0) ? TC_ACT_SHOT : TC_ACT_OK;
     return bpf_redirect(p->ifindex, 0);
@@ -189,13 +202,34 @@ static __always_inline void clear_other(struct config *c, __u32 key) {
     if (s) bpf_loop(ELEMS / BLOCK, zero_block, &s, 0);
 }
 
-struct copying { struct __sk_buff *skb; struct job_info *j; __u32 node; struct hdr h; };
+// The nworkers field a switch sends on (innet.switch.routed.kept_field): a mark naming the one rank a slot's values
+// are for (reduce-scatter's shard owner, reduce's root: nworkers + 1 + rank) as it came, else the job's size.
+static __always_inline __be16 kept(struct job_info *j, __be16 field) {
+    __u32 f = bpf_ntohs(field);
+    return f > j->nworkers && f - j->nworkers - 1 < j->nworkers ? field : bpf_htons(j->nworkers);
+}
 
-// A result's copy to the job's child ``i``.
+// The child port towards the rank a result's values are for (innet.switch.routed.dest_of): -1 when they are for
+// every rank (or it has none), -2 when the rank is not below this switch.
+static __always_inline int towards_of(struct job_info *j, struct hdr *h) {
+    __u32 f = bpf_ntohs(h->nworkers);
+    if (!h->count || f <= j->nworkers || f - j->nworkers - 1 >= j->nworkers) return -1;
+    struct member_key k = { bpf_ntohs(h->job), f - j->nworkers - 1 };
+    __u32 *port = bpf_map_lookup_elem(&towards, &k);
+    return port ? (int)*port : -2;
+}
+
+struct copying { struct __sk_buff *skb; struct job_info *j; __u32 node; int towards; };
+
+// A copy of the result in the frame to the job's child ``i``: to every child (``towards`` -1); else its values
+// to the child towards their rank, or (the frame cut to its header) its header alone to every other child.
 static long copy_to_child(__u32 i, void *arg) {
     struct copying *m = arg;
-    if (i >= MAX_PORTS) return 1;
-    emit(m->skb, &m->h, m->node, m->j->children[i], m->j->band, 1);
+    struct hdr h;
+    if (i >= MAX_PORTS || bpf_skb_load_bytes(m->skb, 0, &h, sizeof(h))) return 1;
+    __u32 port = m->j->children[i];
+    if (m->towards == -1 || (h.count ? (int)port == m->towards : (int)port != m->towards))
+        emit(m->skb, &h, m->node, port, m->j->band, 1);
     return 0;
 }
 
@@ -207,10 +241,17 @@ static __always_inline int send_slot(struct __sk_buff *skb, struct hdr *h, struc
     h->rank = bpf_htons(rank);
     h->flags = flags | (h->flags & F_VER) | (s->overflow ? F_OVERFLOW : 0);
     h->exp = s->exp;
-    h->nworkers = bpf_htons(j->nworkers);
+    h->nworkers = kept(j, h->nworkers);
     if (!(flags & F_RESULT)) return emit(skb, h, c->node, j->parent, j->band, 0);
-    struct copying m = { .skb = skb, .j = j, .node = c->node, .h = *h };
-    bpf_loop(j->nchildren < MAX_PORTS ? j->nchildren : MAX_PORTS, copy_to_child, &m, 0);
+    __u32 children = j->nchildren < MAX_PORTS ? j->nchildren : MAX_PORTS;
+    struct copying m = { .skb = skb, .j = j, .node = c->node, .towards = towards_of(j, h) };
+    if (bpf_skb_store_bytes(skb, 0, h, sizeof(*h), 0)) return TC_ACT_SHOT;
+    bpf_loop(children, copy_to_child, &m, 0);
+    if (m.towards != -1) {  // innet.switch.routed.result_down: the other children hear the slot is complete
+        h->count = 0;
+        if (bpf_skb_change_tail(skb, PAY_OFF, 0) || bpf_skb_store_bytes(skb, 0, h, sizeof(*h), 0)) return TC_ACT_SHOT;
+        bpf_loop(children, copy_to_child, &m, 0);
+    }
     return TC_ACT_SHOT;
 }
 
@@ -244,10 +285,16 @@ static __always_inline int contribution(struct __sk_buff *skb, struct hdr *h, __
     if (what == 1) {  // a repeat of a finished slot: the result, back to the one who asked
         count(C_ANSWERED);
         if (n != s->count) return TC_ACT_SHOT;
-        if (n && write_values(skb, s, n)) return TC_ACT_SHOT;
+        h->nworkers = kept(j, h->nworkers);
+        int to = towards_of(j, h);
+        if (to == -1 || to == (int)port) {  // innet.switch.routed.answer: the values if their rank is behind the port
+            if (n && write_values(skb, s, n)) return TC_ACT_SHOT;
+        } else {
+            if (bpf_skb_change_tail(skb, PAY_OFF, 0)) return TC_ACT_SHOT;
+            h->count = 0;
+        }
         h->flags = F_RESULT | (h->flags & F_VER) | (s->overflow ? F_OVERFLOW : 0);
         h->exp = s->exp;
-        h->nworkers = bpf_htons(j->nworkers);
         return emit(skb, h, c->node, port, j->band, 0);
     }
     if (what == 2) {  // a repeat of a slot waiting for its parent: the partial up again
@@ -287,6 +334,33 @@ static __always_inline int result(struct __sk_buff *skb, struct hdr *h, __u32 po
     return send_slot(skb, h, s, j, c, F_RESULT, ALL_RANKS);
 }
 
+// A routed frame out of the port its destination routes to, its headers innet.wire.packet.frame_prefix's from its
+// source to its destination in its own band (Context.route). What the Python switch drops or counts apart — its
+// source off its route (spoofed_source), no route, the switch's own address, a group, point-to-point messages and
+// the ensemble's input — and any frame longer than its header says go on to the Python switch.
+static __always_inline int route(struct __sk_buff *skb, struct hdr *h, __u32 port, struct config *c) {
+    int src = node_of(h->saddr), dst = node_of(h->daddr);
+    __u32 job = bpf_ntohs(h->job);
+    if (src < 0 || src >= MAX_NODES || dst < 0 || dst >= MAX_NODES || dst == (int)c->node || job == P2P_JOB
+        || job == INPUT_JOB || skb->len != PAY_OFF + 4 * (__u32)bpf_ntohs(h->count))
+        return TC_ACT_OK;
+    __u32 from = src, to = dst;
+    __u32 *back = bpf_map_lookup_elem(&routes, &from), *out = bpf_map_lookup_elem(&routes, &to);
+    if (!back || *back != port + 1 || !out || !*out) return TC_ACT_OK;
+    __u32 o = *out - 1;
+    struct port_info *p = bpf_map_lookup_elem(&ports, &o);
+    if (!p) return TC_ACT_OK;
+    __u32 band = h->tos >> 2;
+    if (band > BANDS - 1) band = BANDS - 1;
+    note(port, 0, skb->len);
+    prefix(h, from, to, band);
+    if (bpf_skb_store_bytes(skb, 0, h, sizeof(*h), 0)) return TC_ACT_SHOT;
+    skb->priority = priority_of(band);
+    note(o, 1, skb->len);
+    count(C_ROUTED);
+    return bpf_redirect(p->ifindex, 0);
+}
+
 SEC("tc")
 int innet_switch(struct __sk_buff *skb) {
     struct hdr h;
@@ -296,18 +370,19 @@ int innet_switch(struct __sk_buff *skb) {
         return TC_ACT_OK;
     __u32 n = bpf_ntohs(h.count);
     if (bpf_ntohs(h.udp_len) != 8 + 16 + 4 * n || skb->len < PAY_OFF + 4 * n) return TC_ACT_OK;
-    if (h.flags & (F_ROUTE | F_ABORT | F_SPARSE) || n > ELEMS) return TC_ACT_OK;
     struct config *c = bpf_map_lookup_elem(&cfg, &zero);
     __u32 *port = bpf_map_lookup_elem(&port_of, &ifindex);
     if (!c || !port) return TC_ACT_OK;
     __u32 p = *port;
+    if (h.flags & F_ROUTE) return route(skb, &h, p, c);
+    if (h.flags & (F_ABORT | F_SPARSE) || n > ELEMS) return TC_ACT_OK;
     struct port_info *info = bpf_map_lookup_elem(&ports, &p);
     if (!info || node_of(h.saddr) != (int)info->neighbor) return TC_ACT_OK;  // the Python switch: spoofed_source
     __u32 job = bpf_ntohs(h.job);
     struct job_info *j = bpf_map_lookup_elem(&jobs, &job);
     if (!j) return TC_ACT_OK;  // not an aggregating job here: the Python switch relays it
     __u32 slot = bpf_ntohs(h.slot);
-    if (slot >= j->slots || bpf_ntohs(h.nworkers) != j->nworkers) return TC_ACT_OK;
+    if (slot >= j->slots || kept(j, h.nworkers) != h.nworkers) return TC_ACT_OK;  // a replicating collective's: Python
     __u32 key = (h.flags & F_VER ? c->slots : 0) + j->slot_base + slot;
     struct slot *s = bpf_map_lookup_elem(&pool, &key);
     if (!s) return TC_ACT_OK;

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 import networkx as nx
 
 from innet.backends.mininet.network import log
-from innet.ebpf.build import object_path, unsupported_program
+from innet.ebpf.build import COLLECTIVES, object_path, unsupported_program, unsupported_routing
 from innet.graph import is_switch
 from innet.node.config import Faults
 from innet.planning.spec import RunSpec
@@ -29,10 +29,9 @@ def unsupported_run(run: RunSpec, program: type[SwitchProgram], faults: Sequence
                     switch_links: int = 0) -> str:
     """Why this run's switches cannot run the eBPF switch, in a few words ("" when they can). A dilated run's
     hops are held by the hosts at their ends (innet.backends.mininet.nodes.port_faults), so ``switch_links``
-    (links between two switches: nobody would hold them) keep it on the Python switch."""
-    if run.mode != "innet":
-        return f"--mode {run.mode} aggregates nothing in the switches"
-    if run.collective != "allreduce":
+    (links between two switches: nobody would hold them) keep it on the Python switch. With ``--mode pbox`` or
+    ``ring`` the switches only route, whatever the collective and the program (unless it routes itself)."""
+    if run.mode == "innet" and run.collective not in COLLECTIVES:
         return f"--collective {run.collective} is not translated"
     if run.cluster or run.crash:
         return "--cluster and --crash are not translated"
@@ -42,7 +41,7 @@ def unsupported_run(run: RunSpec, program: type[SwitchProgram], faults: Sequence
     if any(f.spec.loss or f.spec.dup or f.spec.reorder or (f.spec.delay and not f.rate)
            for ports in faults for f in ports.values()):  # a dilated hop's delay is held by the host at its end
         return "the links' faults are injected by the Python switch's ports"
-    return unsupported_program(program)
+    return unsupported_program(program) if run.mode == "innet" else unsupported_routing(program)
 
 
 def ebpf_object(run: RunSpec, program: type[SwitchProgram], graph: nx.Graph, switches: Sequence[str],
@@ -54,10 +53,11 @@ def ebpf_object(run: RunSpec, program: type[SwitchProgram], graph: nx.Graph, swi
     if reason:
         log(f"--data-plane ebpf: the Python switch runs this run ({reason})")
         return ""
-    path = object_path(program.elements, 2 * program.slots, cache_dir())
+    path = object_path(program.elements, max(2 * program.slots, 2), cache_dir())  # a map holds one entry at least
     held = (f"; dilated {dilation:g}x, each hop held by the host at its end (--dilation auto takes the eBPF "
             "switch's calibration)") if dilation > 1 else ""
-    log(f"--data-plane ebpf: every switch runs {program.name} as a tc program ({path}){held}")
+    what = program.name if run.mode == "innet" else f"its routes (--mode {run.mode} aggregates in no switch)"
+    log(f"--data-plane ebpf: every switch runs {what} as a tc program ({path}){held}")
     return path
 
 

@@ -1,0 +1,104 @@
+"""``--data-plane ebpf`` beyond the in-network all-reduce on Mininet (root, clang): with ``--mode pbox`` and ``ring``
+the switches forward every routed frame in the kernel (switch.c's route table), and reduce-scatter and reduce
+aggregate there; each run is the Python switch's: exact, the same digest, the same bytes on every link (the
+planner's), the same frames byte for byte; nothing of it left behind."""
+
+import dataclasses
+
+import pytest
+
+from innet.backends.mininet.emulation import run_mininet
+from innet.planning.spec import RunSpec
+from innet.wire.packet import parse_frame
+from tests.test_ebpf_mininet import frames_by_interface, our_programs, pytestmark, run  # noqa: F401 - the markers
+from tests.test_emulation import assert_nothing_left
+from topologies import build
+
+
+def routed(record):
+    """Per switch, the frames its tc program forwarded."""
+    return {sw: c.get("ebpf:routed", 0) for sw, c in record["switch_counters"].items()}
+
+
+def same_run(ebpf, python):
+    assert ebpf["correct"] and python["correct"], (ebpf["errors"], python["errors"])
+    assert set(ebpf["switch_data_plane"].values()) == {"ebpf"}
+    assert set(python["switch_data_plane"].values()) == {"python"}
+    assert ebpf["result_digest"] == python["result_digest"]
+    assert ebpf["link_bytes"] == python["link_bytes"] == ebpf["predicted_link_bytes"]
+
+
+def as_local(graph, spec, **options):
+    """The run on the eBPF switch, and the local backend's: the Python switch's runtime, whose digest and link bytes
+    the Python switch on Mininet has too (tests/test_emulation.py): one Mininet run where a test has no room for two."""
+    from innet.backends.local.run import run_local
+
+    ebpf = run_mininet(graph, dataclasses.replace(spec, data_plane="ebpf"), **options)
+    return ebpf, run_local(graph, dataclasses.replace(spec, dilation="off")).to_json()
+
+
+@pytest.mark.parametrize("mode", ["pbox", "ring"])
+def test_a_star_forwards_in_the_kernel_the_python_switchs_frames(mode, tmp_path, said):
+    graph = build("star", workers=4)
+    ebpf = run(graph, tmp_path / "ebpf", mode=mode, elements=5000, data_plane="ebpf")
+    python = run(graph, tmp_path / "python", mode=mode, elements=5000)
+    same_run(ebpf, python)
+    seen = frames_by_interface(tmp_path / "ebpf")
+    assert seen == frames_by_interface(tmp_path / "python")
+    # every innet frame the switch's ports saw, it saw twice (in, then out), and its tc program forwarded each
+    ours = sum(n for frames in seen.values() for frame, n in frames.items() if parse_frame(frame) is not None)
+    assert ours > 0 and routed(ebpf)["s1"] * 2 == ours, (routed(ebpf), ours)
+    lines = [e.message for e in said if "as a tc program" in e.message]
+    assert len(lines) == 1 and f"every switch runs its routes (--mode {mode} aggregates in no switch)" in lines[0]
+    assert our_programs() == []
+    assert_nothing_left()
+
+
+@pytest.mark.parametrize("mode", ["pbox", "ring"])
+def test_a_leaf_spine_forwards_in_the_kernel_in_both_tiers(mode):
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2)
+    ebpf, local = as_local(graph, RunSpec(dilation="off", min_rto=0.2, initial_rto=1.0, mode=mode, elements=60000))
+    same_run(ebpf, local | {"switch_data_plane": {"s1": "python"}})
+    assert ebpf["link_bytes"]["s1--t1"] > 0 and all(n > 0 for n in routed(ebpf).values()), routed(ebpf)
+    assert our_programs() == []
+    assert_nothing_left()
+
+
+@pytest.mark.parametrize("mode", ["pbox", "ring"])
+def test_a_dilated_star_forwards_in_the_kernel_each_hop_held_by_its_host(mode):
+    """The calibration's star at 10 Mbit/s real: the switch forwards at once, the hosts hold each hop; exact, the
+    Python switch's bytes, and as long as the local backend's run within the calibration's tolerance."""
+    from innet.backends.mininet.calibration import calibration_case
+
+    graph, spec, factor = calibration_case(10.0)
+    ebpf, local = as_local(graph, dataclasses.replace(spec, mode=mode), dilation=factor)
+    same_run(ebpf, local | {"switch_data_plane": {"s1": "python"}})
+    assert 0.97 * local["completion_s"] < ebpf["completion_s"] < 1.1 * local["completion_s"], ebpf["completion_s"] / local["completion_s"]
+    assert our_programs() == []
+    assert_nothing_left()
+
+
+def test_reduce_scatter_sends_each_result_to_its_rank_as_the_python_switch_does(tmp_path):
+    """A leaf-spine, ToR placement: each chunk's result goes down towards its owner with values and to every other
+    child as a header alone, from the spine and again from the ToRs, partials carrying the mark up; the frames on
+    every switch port are the Python switch's byte for byte."""
+    graph, collective = build("leaf-spine", racks=2, hosts_per_rack=2), "reduce_scatter"
+    ebpf = run(graph, tmp_path / "ebpf", collective=collective, elements=20000, placement="tor", data_plane="ebpf")
+    python = run(graph, tmp_path / "python", collective=collective, elements=20000, placement="tor")
+    same_run(ebpf, python)
+    seen = frames_by_interface(tmp_path / "ebpf")
+    assert seen == frames_by_interface(tmp_path / "python")
+    headers = sum(n for frames in seen.values() for frame, n in frames.items() if len(frame) == 58)
+    assert headers > 0  # the acknowledgements: results without values
+    assert our_programs() == []
+    assert_nothing_left()
+
+
+@pytest.mark.parametrize("collective", ["reduce", "barrier"])
+def test_reduce_and_the_barrier_aggregate_in_the_kernel_as_the_python_switch_does(collective):
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2)
+    ebpf, local = as_local(graph, RunSpec(dilation="off", min_rto=0.2, initial_rto=1.0, collective=collective,
+                                          elements=20000, placement="tor", root=2))
+    same_run(ebpf, local | {"switch_data_plane": {"s1": "python"}})
+    assert our_programs() == []
+    assert_nothing_left()
