@@ -182,8 +182,8 @@ def section(rows: list[dict[str, object]], seeds: int, wall_s: float, load: str,
             "on Mininet (`--dilation auto`: the wall clock "
             f"divided by the dilation) and on the local fabric (virtual time), the median of each; the model is the median "
             "of the Mininet runs' `--predict` (per-hop latency included) or, beside background traffic, of their "
-            "`background_model_s` (the fluid model of `innet/planning/fluid.py`: strict-priority link queues, FIFO "
-            "within a band; dynamic trees' chunk by chunk as their switches send them, `innet/planning/trees.py`). "
+            "`background_model_s` (the fluid model of `innet/planning/timing/fluid.py`: strict-priority link queues, FIFO "
+            "within a band; dynamic trees' chunk by chunk as their switches send them, `innet/planning/timing/trees.py`). "
             "Errors are against Mininet: "
             f"local / Mininet - 1 and model / Mininet - 1; the bound is {BOUND:g}% at every point, "
             f"{MEDIAN_BOUND:g}% for the median.", "", verdict(rows) + ".", "", *table(rows), ""]

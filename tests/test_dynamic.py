@@ -302,8 +302,8 @@ def test_static_tree_model_beside_background_within_5_percent(topology, options)
 def test_static_tree_model_prices_the_bands():
     """The fluid model's strict-priority links: the same job and background, the job in band 0 then band 1 (as
     ``--job-priority 1`` sends it): barely slowed ahead, 8x slower behind the background's 90% of the core link."""
-    from innet.planning.fluid import tree_fluid_s
     from innet.planning.planner import plan_job
+    from innet.planning.timing.fluid import tree_fluid_s
 
     graph = build("leaf-spine", racks=2, hosts_per_rack=2, spines=2, oversubscription=2, bw=10)
     plan = plan_job(graph, ["h1", "h2", "h3", "h4"], "tor")
@@ -328,6 +328,6 @@ def test_dynamic_trees_model_within_5_percent(topology, options):
     on the fat-tree beside permutation, -13% and +11% on the leaf-spine: the busiest link's share of the job, no
     tree). Each chunk's way as the switches choose it (the rotation, or off a loaded uplink), the frames of each
     through the links' queues as the static tree's are, partials that wait their window out where siblings went
-    another way (innet.planning.trees)."""
+    another way (innet.planning.timing.trees)."""
     run = innet.run(topology, placement="dynamic", **options).runs[0]
     assert run.correct and run["background_model_s"] == pytest.approx(run.completion_s, rel=0.05)

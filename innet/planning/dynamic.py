@@ -25,9 +25,9 @@ import networkx as nx
 
 from innet.errors import UserError
 from innet.graph import indexed, is_switch, natural_key, next_hop, ports, role
-from innet.planning.fluid import tree_fluid_s
 from innet.planning.planner import JobPlan, _closest_switch
-from innet.planning.trees import Choices, trees_fluid_s
+from innet.planning.timing.fluid import tree_fluid_s
+from innet.planning.timing.trees import Choices, trees_fluid_s
 from innet.switch.program import JobPort
 
 MAX_RANKS = 256  # ranks a partial's bitmap holds (switch_programs/dynamic_tree.py: 8 words)
@@ -179,13 +179,13 @@ def background_model_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str
     """The timing model's completion time of ``plan``'s all-reduce beside background ``flows`` (source,
     destination, bits per second), ``chunks`` frames of ``frame_bytes`` each way per worker and a window of
     ``plan.slots`` frames, the job's frames in priority ``band``, the background's in ``background_band``: the fluid
-    through the links' strict-priority queues, a static tree's (innet.planning.fluid.tree_fluid_s) or dynamic trees'
-    chunk by chunk as their switches, deciding by ``choices``, send them (innet.planning.trees.trees_fluid_s)."""
+    through the links' strict-priority queues, a static tree's (innet.planning.timing.fluid.tree_fluid_s) or dynamic trees'
+    chunk by chunk as their switches, deciding by ``choices``, send them (innet.planning.timing.trees.trees_fluid_s)."""
     if plan.method != "dynamic":
         return tree_fluid_s(graph, plan, flows, chunks, frame_bytes, band, background_band, lead_s, background_frame,
                             exponent_bytes, first_s)
     if choices is None:
-        raise ValueError("dynamic trees' model needs the program's choices (innet.planning.trees.Choices.of)")
+        raise ValueError("dynamic trees' model needs the program's choices (innet.planning.timing.trees.Choices.of)")
     waits = {s: replace(jp, window=jp.window or partial_window(graph, plan, frame_bytes))
              for s, jp in plan.switch_ports.items()}
     return trees_fluid_s(graph, replace(plan, switch_ports=waits), flows, chunks, frame_bytes, choices, band,

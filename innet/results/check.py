@@ -187,7 +187,7 @@ def background_model(graph: nx.Graph, run: RunSpec, rp: Planned) -> dict[str, fl
     from innet.hosts.background import BACKGROUND_BAND, FRAME_BYTES, background_flows, first_frames, lead_s
     from innet.planning.dynamic import background_model_s
     from innet.planning.prediction import frame_bytes as wire_bytes
-    from innet.planning.trees import Choices
+    from innet.planning.timing.trees import Choices
 
     if run.mode != "innet" or run.collective != "allreduce" or run.workload or run.train or run.consistency or run.topk \
             or run.background.elastic or any(p.method == "pbox" for p in rp.plans):

@@ -1,7 +1,7 @@
 """Dynamic trees (``--placement dynamic``) beside open-loop background traffic, as fluid through the links' queues.
 
 The links, their strict-priority FIFOs, store and forward and the background's seeded frames are the static tree's
-(innet.planning.fluid), each frame landing at its own instant (``_Frames``: who came first to a shared link goes
+(innet.planning.timing.fluid), each frame landing at its own instant (``_Frames``: who came first to a shared link goes
 first, and a small frame's hop costs no whole step); what differs is which way each chunk goes, decided as the
 ``dynamic_tree`` program decides it, frame by frame. Every frame the job sends is its own class in the queues: a
 worker's contribution, a switch's partial (its ranks), a chunk's result. A switch that climbs towards the root picks
@@ -25,8 +25,8 @@ from typing import cast
 import networkx as nx
 
 from innet.graph import natural_key, ports
-from innet.planning.fluid import _Fluid, _Frames, run_fluid
 from innet.planning.planner import JobPlan
+from innet.planning.timing.fluid import _Fluid, _Frames, run_fluid
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ def trees_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str
                   background_frame: int = 0, exponent_bytes: int = 0,
                   first_s: Sequence[float] | None = None) -> float:
     """Seconds ``plan``'s dynamic trees take to all-reduce ``chunks`` frames of ``frame_bytes`` per worker, deciding
-    by ``choices``; every other argument as ``innet.planning.fluid.tree_fluid_s`` takes it."""
+    by ``choices``; every other argument as ``innet.planning.timing.fluid.tree_fluid_s`` takes it."""
     fluid = _Trees(graph, plan, flows, chunks, frame_bytes, band, background_band, background_frame, exponent_bytes,
                    choices)
     return run_fluid(fluid, [rate for _, _, rate in flows], background_frame, lead_s, first_s)
