@@ -327,11 +327,12 @@ def dilation_choice(graph: nx.Graph, spec: RunSpec, rp: RunPlan | None = None) -
     from innet.planning.timing.dilation import auto_factor
     from innet.schemes.modes import auto_choice, plan_run
 
-    cal = calibration(data_plane=calibrated_plane(graph, spec))
+    rp = rp or plan_run(graph, spec, program_of(spec))
+    cal = calibration(data_plane=calibrated_plane(graph, spec, rp.plans))
     wrong = shapeable(spec, auto_factor(host_link_rate(graph), cal.faithful_mbps))
     if wrong:
         raise UserError(wrong)
-    return auto_choice(graph, spec, rp or plan_run(graph, spec, program_of(spec)), cal.faithful_mbps, cal.hop_s)
+    return auto_choice(graph, spec, rp, cal.faithful_mbps, cal.hop_s)
 
 
 def _cluster(spec: RunSpec) -> Any:

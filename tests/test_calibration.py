@@ -120,7 +120,10 @@ def test_a_run_takes_the_calibration_of_the_switches_it_will_run():
     assert calibrated_plane(star, RunSpec(data_plane="ebpf")) == "ebpf"
     assert calibrated_plane(star, RunSpec(data_plane="ebpf", mode="pbox")) == "python"  # the Python switch runs it
     assert calibrated_plane(star, RunSpec(data_plane="ebpf", faults=FaultSpec(loss=0.01))) == "python"
-    assert calibrated_plane(leaf_spine, RunSpec(data_plane="ebpf")) == "python"  # links between switches
+    # links between switches: the hosts at the paths' ends hold them where every switch hears its children alike
+    assert calibrated_plane(leaf_spine, RunSpec(data_plane="ebpf")) == "ebpf"
+    leaf_spine.edges["s1", "t2"]["latency"] *= 2
+    assert calibrated_plane(leaf_spine, RunSpec(data_plane="ebpf")) == "python"
 
 
 def test_the_data_plane_version_follows_its_code(tmp_path, monkeypatch):

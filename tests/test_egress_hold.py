@@ -71,3 +71,19 @@ def egress_feed_per_frame(port, endpoint, egress):
             self.receive = inner.receive
 
     feed(port, Plain(endpoint), egress, 2.0)
+
+
+def test_a_frame_is_held_for_the_hops_between_switches_it_crossed_unheld_too():
+    """Behind two hops between eBPF switches (2 x 1 ms latency, 2 x 20 Mbit/s): a frame is held for its own link's
+    hop and theirs, each with its bytes' serialization, as the Python switch's ports would have held it hop by hop."""
+    frame = b"f" * 2500  # 2 ms at 10 Mbit/s, 1 ms at 20
+    port, endpoint = Port([frame]), Echo()
+    path = (2 * 0.001, 2 / (RATE * 2))
+    egress = Egress({0: port}, {0: PortFaults(FaultSpec(delay=DELAY), 0, RATE, hold_in=True, hold_path=path)})
+    feed(port, endpoint, egress, 1.0)
+    due = 1.0 + DELAY + 0.002 + 0.002 + 2 * 0.001
+    assert abs(egress.next_due() - due) < 1e-12
+    expire(endpoint, egress, due - 1e-6)
+    assert endpoint.seen == []
+    expire(endpoint, egress, due)
+    assert [f for f, _ in endpoint.seen] == [frame] and abs(endpoint.seen[0][1] - due) < 1e-12

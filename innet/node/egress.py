@@ -84,11 +84,13 @@ class Egress:
 
     def receive(self, port: int, frames: Sequence[bytes], now: float) -> None:
         """Hold each frame received on ``port`` until its hop is over: the link's latency and the frame's own
-        serialization after the shaper in front let it through (a store-and-forward hop's end)."""
+        serialization after the shaper in front let it through (a store-and-forward hop's end), and the hops
+        between switches it crossed unheld before (``PortFaults.hold_path``)."""
         link = self.hold_in[port]
+        fixed, per_byte = link.spec.delay + link.hold_path[0], 1 / link.rate + link.hold_path[1]
         for frame in frames:
             self.seq += 1
-            heapq.heappush(self.inbound, (now + link.spec.delay + len(frame) / link.rate, self.seq, frame))
+            heapq.heappush(self.inbound, (now + fixed + len(frame) * per_byte, self.seq, frame))
 
     def arrived(self, now: float) -> list[tuple[float, bytes]]:
         """The frames received whose hop is over by ``now``, each with the instant it was over, in that order."""
