@@ -15,6 +15,7 @@ import pytest
 from scapy.utils import RawPcapReader
 
 from innet.backends.mininet.emulation import run_mininet
+from innet.backends.mininet.shaper import burst_bytes
 from innet.graph import indexed, is_switch, ports
 from innet.planning.spec import RunSpec
 from innet.planning.timing.dilation import dilate_graph
@@ -220,27 +221,44 @@ def port_frames(folder, graph):
     return came, out, length
 
 
+def htb(queued, rate, burst, length):
+    """When a link's htb lets each frame through (``queued``: chunk -> the instant it was queued), in hysteresis
+    mode (innet.backends.mininet.shaper): a class sends while its tokens are above minus its burst, and once below
+    waits until they are back to zero; its tokens fill at ``rate`` bytes a second up to ``burst`` bytes."""
+    out, tokens, last, wait = {}, burst, None, False
+    for chunk in sorted(queued, key=queued.get):
+        at = queued[chunk] if last is None else max(queued[chunk], last)
+        tokens = tokens if last is None else min(burst, tokens + (at - last) * rate)
+        floor = 0.0 if wait else -burst
+        if tokens < floor:
+            at, tokens = at + (floor - tokens) / rate, floor
+        tokens -= length[chunk]
+        last, wait, out[chunk] = at, tokens < -burst, at
+    return out
+
+
 def python_switch_deliveries(graph, came, length):
     """When the Python switch's run would deliver each (host, chunk)'s result, from the instants its contributions
-    came into their ToRs: each ToR's partial when its rack's last came, then every hop (ToR up, spine down, ToR to
-    host) a queue that serializes each frame at the link's rate and then holds it for the link's latency, as its
-    ports' egress hold and htb do; the spine's result when the last ToR's partial arrived. ``graph``: the wire's."""
-    def fifo(ready, a, b):
-        link, at, free = graph.edges[a, b], {}, 0.0
+    came into their ToRs: each ToR's partial when its rack's last came, the spine's result when the last ToR's
+    partial arrived, and on every hop (ToR up, spine down, ToR to host) what the Python switch's port does: hold
+    each frame for the link's latency and its serialization, not before the frame before it, then its htb.
+    ``graph``: the wire's."""
+    def hop(ready, a, b):
+        link, due, last = graph.edges[a, b], {}, 0.0
+        rate = link["bw"] * 1e6 / 8
         for chunk in sorted(ready, key=ready.get):
-            free = max(ready[chunk], free) + length[chunk] * 8 / (link["bw"] * 1e6)
-            at[chunk] = free + link["latency"]
-        return at
+            due[chunk] = last = max(ready[chunk] + link["latency"] + length[chunk] / rate, last)
+        return htb(due, rate, burst_bytes(link["bw"], max(length.values())), length)
 
     racks = {t: sorted(h for h in graph[t] if not is_switch(graph, h)) for t in graph if str(t).startswith("t")}
     chunks = {c for _, c in came}
-    up = {t: fifo({c: max(came[h, c] for h in hosts) for c in chunks}, t, "s1") for t, hosts in racks.items()}
+    up = {t: hop({c: max(came[h, c] for h in hosts) for c in chunks}, t, "s1") for t, hosts in racks.items()}
     root = {c: max(up[t][c] for t in racks) for c in chunks}
     deliveries = {}
     for t, hosts in racks.items():
-        down = fifo(root, "s1", t)
+        down = hop(root, "s1", t)
         for h in hosts:
-            deliveries.update({(h, c): at for c, at in fifo(down, t, h).items()})
+            deliveries.update({(h, c): at for c, at in hop(down, t, h).items()})
     return deliveries
 
 
