@@ -116,7 +116,7 @@ def test_a_run_takes_the_calibration_of_the_switches_it_will_run():
     from topologies import build
 
     star, leaf_spine = build("star", workers=4), build("leaf-spine", racks=2, hosts_per_rack=2)
-    assert calibrated_plane(star, RunSpec()) == "python"
+    assert calibrated_plane(star, RunSpec(data_plane="python")) == "python"
     assert calibrated_plane(star, RunSpec(data_plane="ebpf")) == "ebpf"
     assert calibrated_plane(star, RunSpec(data_plane="ebpf", mode="pbox")) == "python"  # the Python switch runs it
     assert calibrated_plane(star, RunSpec(data_plane="ebpf", faults=FaultSpec(loss=0.01))) == "python"
@@ -143,3 +143,11 @@ def test_an_unwritable_cache_is_one_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("INNET_CACHE_DIR", str(tmp_path / "file" / "sub"))
     with pytest.raises(UserError, match="cannot write the dilation calibration .* set INNET_CACHE_DIR"):
         faithful_rate(lambda rate: 1.0, version="v1", hop_at=lambda rate: 0.0)
+
+
+def test_is_cached_says_whether_a_run_would_measure_first(cache):
+    from innet.backends.mininet.calibration import is_cached
+
+    assert not is_cached() and not is_cached("ebpf")
+    faithful_rate(lambda rate: 1.0, rates=(10.0,), hop_at=lambda rate: 0.001)
+    assert is_cached() and not is_cached("ebpf")
