@@ -140,8 +140,9 @@ def ebpf_object(run: RunSpec, program: type[SwitchProgram], graph: nx.Graph, swi
     held = ""
     if dilated := dilation > 1:
         across = " and the hops between switches on its path" if any(h != (0.0, 0.0) for h in holds.values()) else ""
+        once = ", once cached, else the Python switch's" if run.data_plane == "auto" else ""
         held = (f"; dilated {dilation:g}x, each hop held by the host at its end{across} (--dilation auto takes the "
-                f"{'eBPF' if _calibration_of(run) == 'ebpf' else 'Python'} switch's calibration)")
+                f"eBPF switch's calibration{once})")
     log(f"--data-plane {run.data_plane}: every switch runs {program.name} as a tc program ({path}){held}")
     return path, holds if dilated else {}
 
@@ -161,23 +162,14 @@ def _unbuildable(run: RunSpec, program: type[SwitchProgram]) -> str:
     return ""
 
 
-def _calibration_of(run: RunSpec) -> str:
-    """The calibration a dilated run on the eBPF switch takes: its own; with ``auto`` only where it is cached, else
-    the Python switch's (slower: the eBPF switch is faithful there too), so that the default run does not stop to
-    calibrate (scripts/calibrate_dilation.py --data-plane ebpf measures it)."""
-    from innet.backends.mininet.calibration import is_cached
-
-    return "ebpf" if run.data_plane == "ebpf" or is_cached("ebpf") else "python"
-
-
 def switch_links(graph: nx.Graph) -> int:
     return sum(1 for a, b in graph.edges if is_switch(graph, a) and is_switch(graph, b))
 
 
 def calibrated_plane(graph: nx.Graph, run: RunSpec, plans: Sequence[JobPlan] | None = None) -> str:
     """The data plane whose calibration (innet.backends.mininet.calibration) a dilated run of ``run`` on ``graph``
-    takes: "ebpf" where its switches will run the eBPF switch (with ``auto``, where that calibration is cached), else
-    "python". ``plans``: the run's (else planned)."""
+    takes: "ebpf" where its switches will run the eBPF switch, else "python" (innet.api.dilation_choice: with
+    ``auto``, the eBPF switch's once cached). ``plans``: the run's (else planned)."""
     from innet.backends.mininet.nodes import port_faults
     from innet.planning.spec import program_of
 
@@ -190,6 +182,4 @@ def calibrated_plane(graph: nx.Graph, run: RunSpec, plans: Sequence[JobPlan] | N
     program = program_of(run)
     faults = [port_faults(graph, run, sw, latency=True) for sw in graph if is_switch(graph, sw)]
     unheld = path_holds(graph, run, plans)[1] if plans is not None else ""
-    if unsupported_run(run, program, faults, 2.0, unheld) or _unbuildable(run, program):
-        return "python"
-    return _calibration_of(run)
+    return "python" if unsupported_run(run, program, faults, 2.0, unheld) or _unbuildable(run, program) else "ebpf"
