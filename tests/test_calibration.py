@@ -116,12 +116,15 @@ def test_a_run_takes_the_calibration_of_the_switches_it_will_run():
     from topologies import build
 
     star, leaf_spine = build("star", workers=4), build("leaf-spine", racks=2, hosts_per_rack=2)
-    assert calibrated_plane(star, RunSpec()) == "python"
+    assert calibrated_plane(star, RunSpec(data_plane="python")) == "python"
     assert calibrated_plane(star, RunSpec(data_plane="ebpf")) == "ebpf"
     assert calibrated_plane(star, RunSpec(data_plane="ebpf", mode="pbox")) == "ebpf"  # its switch forwards in the kernel
     assert calibrated_plane(star, RunSpec(data_plane="ebpf", collective="all_gather")) == "python"  # the Python switch
     assert calibrated_plane(star, RunSpec(data_plane="ebpf", faults=FaultSpec(loss=0.01))) == "python"
-    assert calibrated_plane(leaf_spine, RunSpec(data_plane="ebpf")) == "python"  # links between switches
+    # links between switches: the hosts at the paths' ends hold them where every switch hears its children alike
+    assert calibrated_plane(leaf_spine, RunSpec(data_plane="ebpf")) == "ebpf"
+    leaf_spine.edges["s1", "t2"]["latency"] *= 2
+    assert calibrated_plane(leaf_spine, RunSpec(data_plane="ebpf")) == "python"
 
 
 def test_the_data_plane_version_follows_its_code(tmp_path, monkeypatch):
@@ -141,3 +144,11 @@ def test_an_unwritable_cache_is_one_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("INNET_CACHE_DIR", str(tmp_path / "file" / "sub"))
     with pytest.raises(UserError, match="cannot write the dilation calibration .* set INNET_CACHE_DIR"):
         faithful_rate(lambda rate: 1.0, version="v1", hop_at=lambda rate: 0.0)
+
+
+def test_is_cached_says_whether_a_run_would_measure_first(cache):
+    from innet.backends.mininet.calibration import is_cached
+
+    assert not is_cached() and not is_cached("ebpf")
+    faithful_rate(lambda rate: 1.0, rates=(10.0,), hop_at=lambda rate: 0.001)
+    assert is_cached() and not is_cached("ebpf")

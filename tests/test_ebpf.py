@@ -6,12 +6,15 @@ import shutil
 
 import pytest
 
-from innet.backends.mininet.dataplane import unsupported_run
+from innet.backends.mininet import dataplane
+from innet.backends.mininet.dataplane import calibrated_plane, path_holds, unsupported_run
 from innet.ebpf.build import object_path, unsupported_program
 from innet.node.config import PortFaults
-from innet.planning.spec import RunSpec
+from innet.planning.spec import RunSpec, program_of
+from innet.schemes.modes import plan_run
 from innet.switch.loader import load_program
 from innet.wire.faults import FaultSpec
+from topologies import build
 
 
 def test_only_the_built_in_sum_reduction_translates(tmp_path):
@@ -52,12 +55,69 @@ def test_runs_it_cannot_serve_say_why():
     # dilated, each hop is held by the host at its end: one switch between hosts runs it, links between switches do not
     held = [{0: PortFaults(FaultSpec(delay=0.02), 0, 1.25e6), 1: PortFaults(FaultSpec(delay=0.02), 0, 1.25e6)}]
     assert unsupported_run(RunSpec(), program, held, 150.0) == ""
-    assert "dilated 150x between switches" in unsupported_run(RunSpec(), program, held, 150.0, switch_links=2)
+    assert unsupported_run(RunSpec(), program, held, 150.0, unheld="why") == "why"
+    assert unsupported_run(RunSpec(), program, held, 1.0, unheld="why") == ""  # undilated, nothing is held
     lossy = [{0: PortFaults(FaultSpec(loss=0.01))}]
     assert "faults" in unsupported_run(RunSpec(), program, lossy, 1.0)
     assert "faults" in unsupported_run(RunSpec(), program, [{0: PortFaults(FaultSpec(delay=0.001))}], 1.0)
     assert "faults" in unsupported_run(RunSpec(), program, [{0: PortFaults(FaultSpec(reorder=0.1), 0, 1.25e6)}], 150.0)
     assert "not the built-in sum" in unsupported_run(RunSpec(), load_program("max_allreduce"), clean, 1.0)
+
+
+def holds_of(graph, run=None):
+    run = run or RunSpec()
+    return path_holds(graph, run, plan_run(graph, run, program_of(run)).plans)
+
+
+def test_the_hops_between_switches_are_held_by_the_hosts_where_every_switch_hears_its_children_alike():
+    """A leaf-spine's result crossed two hops between switches unheld (up to the spine, down again): each worker
+    holds it for both, 2 x (latency + bytes at 2000 Mbit/s); a fat-tree's, four (edge-aggregation-core and back)."""
+    holds, why = holds_of(build("leaf-spine", racks=2, hosts_per_rack=2))
+    assert why == "" and set(holds) == {"h1", "h2", "h3", "h4"}
+    assert all(h == pytest.approx((2 * 2e-6, 2 * 8 / 2000e6), rel=1e-12) for h in holds.values())
+    holds, why = holds_of(build("fat-tree", k=4))
+    assert why == "" and len(holds) == 15  # its 16th host is the PBox
+    assert all(h == pytest.approx((4 * 2e-6, 4 * 8 / 1000e6), rel=1e-12) for h in holds.values())
+    with_delay = RunSpec(faults=FaultSpec(delay=0.001))  # --delay on every link: every hop alike still
+    assert holds_of(build("leaf-spine", racks=2, hosts_per_rack=2), with_delay)[1] == ""
+    # one rack's uplink slower: the spine would hear t2's partials later than t1's, after the Python switch's time
+    uneven = build("leaf-spine", racks=2, hosts_per_rack=2)
+    uneven.edges["s1", "t2"]["bw"] = 1000.0
+    holds, why = holds_of(uneven)
+    assert holds == {} and "unequal hops between switches" in why
+    delayed = RunSpec(link_faults=(("s1--t2", FaultSpec(delay=0.001)),))
+    assert "unequal hops" in holds_of(build("leaf-spine", racks=2, hosts_per_rack=2), delayed)[1]
+    assert holds_of(build("star", workers=4)) == ({f"h{i}": (0.0, 0.0) for i in range(1, 5)}, "")
+
+
+def test_auto_takes_the_ebpf_switch_only_where_this_machine_can_load_it(monkeypatch):
+    star = build("star", workers=4)
+    monkeypatch.setattr(dataplane.shutil, "which", lambda name: "/usr/bin/clang")
+    monkeypatch.setattr(dataplane.os, "geteuid", lambda: 0)
+    assert calibrated_plane(star, RunSpec(data_plane="auto")) == "ebpf"
+    assert calibrated_plane(star, RunSpec(data_plane="auto", mode="ring")) == "ebpf"  # its switches route in the kernel
+    assert calibrated_plane(star, RunSpec(data_plane="auto", collective="all_gather")) == "python"
+    monkeypatch.setattr(dataplane.os, "geteuid", lambda: 1000)
+    assert calibrated_plane(star, RunSpec(data_plane="auto")) == "python"
+    assert calibrated_plane(star, RunSpec(data_plane="ebpf")) == "ebpf"  # asked for: the run says what it lacks
+
+
+def test_auto_takes_the_ebpf_switchs_calibration_once_cached_else_the_python_switchs(monkeypatch):
+    """So that the default run does not stop to calibrate: the Python switch's carries less, and the eBPF switch is
+    faithful there too; --data-plane ebpf measures its own where it is missing."""
+    from innet.api import dilation_choice
+    from innet.backends.mininet import calibration
+
+    asked = []
+    cal = calibration.Calibration(calibration.machine_key("v"), 5.0, 1e5, 1.02, {}, "now", 0.0025)
+    monkeypatch.setattr(calibration, "calibration", lambda data_plane="python": asked.append(data_plane) or cal)
+    monkeypatch.setattr(dataplane.os, "geteuid", lambda: 0)
+    star = build("star", workers=4)
+    for cached in (False, True):
+        monkeypatch.setattr(calibration, "is_cached", lambda data_plane="python", cached=cached: cached)
+        for plane in ("auto", "ebpf", "python"):
+            dilation_choice(star, RunSpec(data_plane=plane, backend="mininet"))
+    assert asked == ["python", "ebpf", "python", "ebpf", "ebpf", "python"]
 
 
 @pytest.mark.skipif(shutil.which("clang") is None, reason="clang (make deps) builds the eBPF switch")

@@ -15,7 +15,10 @@ import pytest
 from scapy.utils import RawPcapReader
 
 from innet.backends.mininet.emulation import run_mininet
+from innet.backends.mininet.shaper import burst_bytes
+from innet.graph import indexed, is_switch, ports
 from innet.planning.spec import RunSpec
+from innet.planning.timing.dilation import dilate_graph
 from innet.wire.packet import RESULT, parse_frame
 from tests.test_emulation import _start, _wait_for_state, assert_nothing_left
 from topologies import build
@@ -190,5 +193,119 @@ def test_resends_on_timeout_are_answered_exactly_once():
     if record["retransmissions"]:  # a machine fast enough to beat 0.2 ms would resend nothing
         counters = record["switch_counters"]
         assert sum(n for c in counters.values() for k, n in c.items() if k in ANSWERS) > 0, counters
+    assert our_programs() == []
+    assert_nothing_left()
+
+
+def port_frames(folder, graph):
+    """From the switch ports' pcaps (kernel timestamps), per (host, data chunk): when its first contribution came
+    into the host's ToR, and when its first result went out to the host (the htb's instant), and each result's
+    length."""
+    index = indexed(graph).index
+    came, out, length = {}, {}, {}
+    for path in sorted(folder.glob("*.pcap")):
+        switch, port = path.stem.split("-eth")
+        peer = ports(graph, switch)[int(port)]
+        if is_switch(graph, peer):
+            continue
+        with RawPcapReader(str(path)) as reader:
+            for data, meta in reader:
+                pkt, t = parse_frame(bytes(data)), meta.sec + meta.usec / 1e6
+                if pkt is None or not len(pkt.values):
+                    continue
+                if pkt.src == index[peer] and not pkt.flags & RESULT:
+                    came.setdefault((peer, pkt.chunk), t)
+                elif pkt.src == index[switch] and pkt.flags & RESULT:
+                    out.setdefault((peer, pkt.chunk), t)
+                    length[pkt.chunk] = len(data)
+    return came, out, length
+
+
+def htb(queued, rate, burst, length):
+    """When a link's htb lets each frame through (``queued``: chunk -> the instant it was queued), in hysteresis
+    mode (innet.backends.mininet.shaper): a class sends while its tokens are above minus its burst, and once below
+    waits until they are back to zero; its tokens fill at ``rate`` bytes a second up to ``burst`` bytes."""
+    out, tokens, last, wait = {}, burst, None, False
+    for chunk in sorted(queued, key=queued.get):
+        at = queued[chunk] if last is None else max(queued[chunk], last)
+        tokens = tokens if last is None else min(burst, tokens + (at - last) * rate)
+        floor = 0.0 if wait else -burst
+        if tokens < floor:
+            at, tokens = at + (floor - tokens) / rate, floor
+        tokens -= length[chunk]
+        last, wait, out[chunk] = at, tokens < -burst, at
+    return out
+
+
+def python_switch_deliveries(graph, came, length):
+    """When the Python switch's run would deliver each (host, chunk)'s result, from the instants its contributions
+    came into their ToRs: each ToR's partial when its rack's last came, the spine's result when the last ToR's
+    partial arrived, and on every hop (ToR up, spine down, ToR to host) what the Python switch's port does: hold
+    each frame for the link's latency and its serialization, not before the frame before it, then its htb.
+    ``graph``: the wire's."""
+    def hop(ready, a, b):
+        link, due, last = graph.edges[a, b], {}, 0.0
+        rate = link["bw"] * 1e6 / 8
+        for chunk in sorted(ready, key=ready.get):
+            due[chunk] = last = max(ready[chunk] + link["latency"] + length[chunk] / rate, last)
+        return htb(due, rate, burst_bytes(link["bw"], max(length.values())), length)
+
+    racks = {t: sorted(h for h in graph[t] if not is_switch(graph, h)) for t in graph if str(t).startswith("t")}
+    chunks = {c for _, c in came}
+    up = {t: hop({c: max(came[h, c] for h in hosts) for c in chunks}, t, "s1") for t, hosts in racks.items()}
+    root = {c: max(up[t][c] for t in racks) for c in chunks}
+    deliveries = {}
+    for t, hosts in racks.items():
+        down = hop(root, "s1", t)
+        for h in hosts:
+            deliveries.update({(h, c): at for c, at in hop(down, t, h).items()})
+    return deliveries
+
+
+def dilated_leaf_spine(tmp_path, data_plane, factor=100.0):
+    """A leaf-spine (2 racks of 2) at ``factor`` (host links 10 Mbit/s, ToR-spine 20), tor placement, 2 slots so
+    that a worker sends chunk c + 2 only once chunk c's result reached it, 32 chunks: its record, its wire graph
+    and the folder of its pcaps (None: no pcaps)."""
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2)
+    spec = RunSpec(placement="tor", pool_slots=2, seed=1, data_plane=data_plane, elements=32 * 2048)
+    folder = tmp_path / data_plane if tmp_path else None
+    return run_mininet(graph, spec, pcap_dir=folder and str(folder), dilation=factor), dilate_graph(graph, factor), folder
+
+
+def test_a_dilated_leaf_spine_runs_the_ebpf_switch_exact_as_the_python_switch(said):
+    ebpf, _, _ = dilated_leaf_spine(None, "ebpf")
+    python, _, _ = dilated_leaf_spine(None, "python")
+    assert ebpf["correct"] and python["correct"], (ebpf["errors"], python["errors"])
+    assert ebpf["switch_data_plane"] == {"s1": "ebpf", "t1": "ebpf", "t2": "ebpf"}
+    assert python["switch_data_plane"] == {"s1": "python", "t1": "python", "t2": "python"}
+    assert ebpf["result_digest"] == python["result_digest"] and ebpf["link_bytes"] == python["link_bytes"]
+    assert [e.message.endswith("each hop held by the host at its end and the hops between switches on its path "
+                               "(--dilation auto takes the eBPF switch's calibration)")
+            for e in said if "as a tc program" in e.message] == [True]
+    assert our_programs() == []
+    assert_nothing_left()
+
+
+def test_a_dilated_leaf_spine_on_the_ebpf_switch_delivers_each_result_when_the_python_switch_would(tmp_path):
+    """Both ToR-spine hops are held by the worker at the path's end (nobody stands at a hop between two switches):
+    each result reaches its worker when the Python switch's ports would have delivered it, replayed from the
+    instants the contributions came in (measured 0.06-0.19 ms after it; a frame is 6.6 ms at the host link), and
+    the worker sends the chunk that takes its slot next only after that (without the hold it sent it
+    2 x (0.2 ms + 3.3 ms) early)."""
+    ebpf, wire, folder = dilated_leaf_spine(tmp_path, "ebpf")
+    assert ebpf["correct"] and ebpf["switch_data_plane"] == {"s1": "ebpf", "t1": "ebpf", "t2": "ebpf"}
+    came, out, length = port_frames(folder, wire)
+    host, spine = wire.edges["h1", "t1"], wire.edges["t1", "s1"]
+    frame_s = 8250 * 8 / (host["bw"] * 1e6)  # 6.6 ms
+
+    def hold(chunk):  # what the worker holds a result for: its own hop, and the two between switches
+        bits = length[chunk] * 8
+        return host["latency"] + bits / (host["bw"] * 1e6) + 2 * (spine["latency"] + bits / (spine["bw"] * 1e6))
+
+    model = python_switch_deliveries(wire, came, length)
+    late = [out[k] + hold(k[1]) - model[k] for k in model]
+    assert len(late) == 4 * 32 and -0.02 * frame_s < min(late) and max(late) < 0.1 * frame_s, (min(late), max(late))
+    gaps = [came[h, c + 2] - out[h, c] for h, c in out if (h, c + 2) in came]
+    assert min(gaps) > 2 * (host["latency"] + frame_s) + 0.9 * 2 * (spine["latency"] + frame_s / 2), min(gaps)
     assert our_programs() == []
     assert_nothing_left()

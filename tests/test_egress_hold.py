@@ -136,3 +136,19 @@ def test_a_host_wakes_at_its_deadline_not_at_the_next_whole_millisecond():
         quiet.close()
         other.close()
     assert statistics.median(endpoint.late) < 0.0004, endpoint.late
+
+
+def test_a_frame_is_held_for_the_hops_between_switches_it_crossed_unheld_too():
+    """Behind two hops between eBPF switches (2 x 1 ms latency, 2 x 20 Mbit/s): a frame is held for its own link's
+    hop and theirs, each with its bytes' serialization, as the Python switch's ports would have held it hop by hop."""
+    frame = b"f" * 2500  # 2 ms at 10 Mbit/s, 1 ms at 20
+    port, endpoint = Port([frame]), Echo()
+    path = (2 * 0.001, 2 / (RATE * 2))
+    egress = Egress({0: port}, {0: PortFaults(FaultSpec(delay=DELAY), 0, RATE, hold_in=True, hold_path=path)})
+    feed(port, endpoint, egress, 1.0)
+    due = 1.0 + DELAY + 0.002 + 0.002 + 2 * 0.001
+    assert abs(egress.next_due() - due) < 1e-12
+    expire(endpoint, egress, due - 1e-6)
+    assert endpoint.seen == []
+    expire(endpoint, egress, due)
+    assert [f for f, _ in endpoint.seen] == [frame] and abs(endpoint.seen[0][1] - due) < 1e-12

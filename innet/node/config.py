@@ -26,12 +26,14 @@ class PortFaults:
     (innet.wire.faults.fault_seed). ``rate``: the link's bytes per second where the port holds each frame for
     its serialization too (a dilated run, innet.backends.mininet.nodes.port_faults); 0: it does not. ``hold_in``:
     a host's port holds each frame it receives for the same, the hop's end the eBPF switch in front of it does not
-    hold (innet.node.egress)."""
+    hold (innet.node.egress); ``hold_path``: and for the hops between switches its frames crossed unheld (seconds,
+    seconds per byte: innet.backends.mininet.dataplane.path_holds)."""
 
     spec: FaultSpec = field(default_factory=FaultSpec)
     seed: int = 0
     rate: float = 0.0
     hold_in: bool = False
+    hold_path: tuple[float, float] = (0.0, 0.0)
 
 
 Faults = dict[int, PortFaults]  # port number -> its faults

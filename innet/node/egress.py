@@ -85,14 +85,17 @@ class Egress:
 
     def receive(self, port: int, frames: Sequence[tuple[float, bytes]]) -> None:
         """Hold each frame received on ``port`` until its hop is over: the link's latency and the frame's own
-        serialization after the shaper in front let it through (a store-and-forward hop's end), and not before
-        the frame ahead of it is through as well (a link sends one frame at a time): htb's burst lets frames
-        through together, 2 ms of the rate at once above 36 Mbit/s, which held from their arrival alone reached
-        the host as early (the calibration's eBPF star at 80 Mbit/s in 0.98 of its links' time)."""
+        serialization after the shaper in front let it through (a store-and-forward hop's end), and the hops
+        between switches it crossed unheld before (``PortFaults.hold_path``), and not before the frame ahead of it
+        is through as well (a link sends one frame at a time): htb's burst lets frames through together, 2 ms of the
+        rate at once above 36 Mbit/s, which held from their arrival alone reached the host as early (the
+        calibration's eBPF star at 80 Mbit/s in 0.98 of its links' time)."""
         link = self.hold_in[port]
+        fixed, per_byte = link.spec.delay + link.hold_path[0], link.hold_path[1]
         for came, frame in frames:
             serialization = len(frame) / link.rate
-            due = self.ended[port] = max(came + link.spec.delay + serialization, self.ended[port] + serialization)
+            due = max(came + fixed + len(frame) * per_byte + serialization, self.ended[port] + serialization)
+            self.ended[port] = due
             self.seq += 1
             heapq.heappush(self.inbound, (due, self.seq, frame))
 

@@ -211,10 +211,11 @@ class RunSpec:
                                         "(the default): F = the host link's rate over the rate this machine carries "
                                         "faithfully (calibrated once, cached); off: F = 1. The local backend runs in "
                                         "virtual time and takes auto or off only")
-    data_plane: str = option("python", group="backend", choices=("python", "ebpf"), backends=("mininet",),
-                             help="mininet: the switches' data plane: python (the default), or ebpf: the built-in sum "
-                                  "all-reduce as a tc program on every switch port (README: eBPF switch); what it cannot "
-                                  "run stays on the Python switch, with a line saying so")
+    data_plane: str = option("python", group="backend", choices=("python", "ebpf", "auto"), backends=("mininet",),
+                             help="mininet: the switches' data plane: python (the default), ebpf: the built-in sum "
+                                  "all-reduce as a tc program on every switch port (README: eBPF switch), or auto: ebpf "
+                                  "where this machine can build and load it (root, clang or a cached build), else "
+                                  "python; what it cannot run stays on the Python switch, with a line saying so")
     node_group: int | None = option(None, group="backend", metavar="auto|off|G", parse=parse_node_group,
                                     backends=("mininet",),
                                     help="mininet: switches (and workers) served per Python process, each node still in "

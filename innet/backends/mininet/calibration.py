@@ -119,6 +119,12 @@ def cache_file(data_plane: str = "python") -> str:
     return os.path.join(cache_dir(), "calibration.json" if data_plane == "python" else f"calibration-{data_plane}.json")
 
 
+def is_cached(data_plane: str = "python") -> bool:
+    """Whether this machine's calibration for ``data_plane`` is cached (``calibration`` would not measure it)."""
+    key = machine_key(data_plane=data_plane)
+    return any(c.key == key for c in _read(cache_file(data_plane)))
+
+
 def search(ratio_at: Callable[[float], float], rates: tuple[float, ...] | None = None) -> tuple[float, dict[str, float]]:
     """The highest of ``rates`` (in order) whose ``ratio_at`` is within TOLERANCE before the first that is
     not, either way (a run faster than its links was not held to their rates: the eBPF switch's star at 80 Mbit/s

@@ -14,7 +14,7 @@ import math
 import os
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
@@ -43,6 +43,7 @@ from innet.graph import host_link_rate, is_switch, link_totals, natural_key
 from innet.io.sched import asked, granted
 from innet.node.config import SwitchStats
 from innet.node.usage import Samples, drops_between
+from innet.planning.planner import JobPlan
 from innet.planning.spec import RunSpec, program_of
 from innet.planning.timing.dilation import dilate_graph, dilate_spec, dilate_times
 from innet.results.check import run_record, timeline_of, with_directions
@@ -135,7 +136,7 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     with built(wire_graph, link_mtu(answer), Emulation, cluster) as emu:
         emu.dilate(dilation, graph, run, dilation_bound)
         emu.node_group = node_group
-        emu.start_switches(wire_run, program, configs, pcap_dir)
+        emu.start_switches(wire_run, program, configs, pcap_dir, rp.plans)
         return emu.execute(wire_run, rp, pbox_cores, dilate_times(crash or {}, dilation), intruders or [], cli)
 
 
@@ -186,6 +187,7 @@ class Emulation(Network):
         self.requested: tuple[nx.Graph, RunSpec] | None = None
         self.node_group: int | None = None  # nodes per process (innet.planning.grouping); None: its choice
         self.ebpf = False  # the switches run the eBPF switch (start_switches): hosts end the hops from them
+        self.holds: dict[str, tuple[float, float]] = {}  # and what each holds for the hops between switches
 
     def dilate(self, factor: float, graph: nx.Graph, run: RunSpec, bound: str = "") -> None:
         """This network is ``graph`` dilated by ``factor`` (chosen by ``bound``, with auto), running ``run``
@@ -194,15 +196,16 @@ class Emulation(Network):
         self.dilation, self.dilation_bound, self.requested = factor, bound, (graph, run)
 
     def port_faults(self, run: RunSpec) -> FaultsOf:
-        return lambda node: port_faults(self.graph, run, node, latency=self.dilation > 1, ebpf=self.ebpf)
+        return lambda node: port_faults(self.graph, run, node, latency=self.dilation > 1, ebpf=self.ebpf, holds=self.holds)
 
     def start_switches(self, run: RunSpec, program: type[SwitchProgram], configs: dict[str, SwitchConfig],
-                       pcap_dir: str | None) -> None:
+                       pcap_dir: str | None, plans: Sequence[JobPlan] | None = None) -> None:
+        """``plans``: the run's jobs' (their trees say what the hosts hold for the hops between eBPF switches)."""
         switches = [n for n in sorted(self.graph, key=natural_key) if is_switch(self.graph, n)]
         if pcap_dir:
             start_pcaps(self, pcap_dir, switches)
         faults = self.port_faults(run)  # each node's, read when asked: after this, as the eBPF choice leaves them
-        ebpf = ebpf_object(run, program, self.graph, switches, faults, self.dilation)
+        ebpf, self.holds = ebpf_object(run, program, self.graph, switches, faults, self.dilation, plans)
         self.ebpf = bool(ebpf)
         self.switch_controls, self.switch_procs = start_switches(self, run, program, configs, faults,
                                                                  self.node_group, ebpf)
