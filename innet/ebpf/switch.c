@@ -143,8 +143,9 @@ static __always_inline int write_values(struct __sk_buff *skb, struct slot *s, _
 // The frame's ``n`` values (read from ``in``: its copy) folded into the slot, the caller holding its lock (no other
 // CPU reads or writes them meanwhile): stored when ``first`` (the round's first contribution: no zeroing between
 // rounds), else added, two values a 64-bit word (an odd count's last word completed with a zero, which never wraps).
-// 1 if any addition wrapped (int32), as the Python switch's fold flags it, in arrival order.
-static __always_inline int fold(struct inbox *in, struct slot *s, __u32 n, int first) {
+// 1 if any addition wrapped (int32), as the Python switch's fold flags it, in arrival order. Not inlined: its loop
+// gets the registers to itself (inlined, it spilled to the stack every word); a static call is allowed under a lock.
+static __attribute__((noinline)) int fold(struct inbox *in, struct slot *s, __u32 n, int first) {
     __u64 *from = (__u64 *)in->vals, *to = (__u64 *)s->vals;
     __u32 words = (n + 1) / 2;
     if (first) {
