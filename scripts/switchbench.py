@@ -49,9 +49,26 @@ def _rx_tx(node: Any) -> dict[str, tuple[int, int]]:
     return out
 
 
-def measure(kind: str, workers: int, elements: int, target: str, seconds: float = 1.0, search: int = 0) -> dict[str, Any]:
+SENDER_CPU, SWITCH_CPU = 0, 1
+
+
+def steer(node: Any, cpu: int) -> None:
+    """Every frame arriving at ``node``'s interfaces received on ``cpu`` (RPS): veth delivers synchronously, in
+    the sender's softirq, unless its receive queue names other CPUs. Written in a private mount namespace with
+    sysfs mounted in the node's network namespace (the machine's /sys shows the machine's interfaces)."""
+    mask = format(1 << cpu, "x")
+    out = node.cmd(f"unshare -m sh -c 'mount -t sysfs sysfs /sys && for q in /sys/class/net/*/queues/rx-*/rps_cpus; "
+                   f"do echo {mask} > $q; done && cat /sys/class/net/*/queues/rx-*/rps_cpus'")
+    if not out.split() or any(int(m, 16) != 1 << cpu for m in out.replace(",", "").split()):
+        raise RuntimeError(f"cannot steer {node.name}'s receive queues to CPU {cpu}: {out.strip()[:200]}")
+
+
+def measure(kind: str, workers: int, elements: int, target: str, seconds: float = 1.0, search: int = 0,
+            steered: bool = True) -> dict[str, Any]:
     """Packets/s through the middle node (``target``: bridge, innet, or ebpf: the innet switch with
-    ``--data-plane ebpf``'s tc program on its ports), the sender on CPU 0 and the innet switch on CPU 1.
+    ``--data-plane ebpf``'s tc program on its ports), the sender on CPU 0 and the switch on CPU 1: with
+    ``steered`` (RPS), all of it, the kernel's receive path on its ports included (the bridge's forwarding, the
+    eBPF program, the Python switch's ring); without, that path runs in the sender's softirq on CPU 0.
 
     One unpaced run gives the sender's rate, what the node took in (``in_pps``)
     and what it completed (``done_pps``: frames forwarded to the sink, or
@@ -69,6 +86,8 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
     senders = [f"h{i + 1}" for i in range(workers)]
     with network(graph, JUMBO_MTU) as emu, timed_programs(target == "ebpf"):  # room for 1024 elements a frame
         s1 = emu.net.get("s1")
+        if steered:
+            steer(s1, SWITCH_CPU)
         control = None
         if target == "bridge":
             s1.cmd("ip link add br0 type bridge && ip link set br0 up")
@@ -81,14 +100,16 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
         dst = idx["s1"] if kind == "sum" else idx[f"h{hosts}"]
         done_intf = "s1-eth0" if kind == "sum" else f"s1-eth{hosts - 1}"
 
+        programs = _programs(s1) if target == "ebpf" else set()
+
         def cpu_s() -> float:
             if target == "ebpf":  # the tc program's own run time (frames it ran on: the in-count below)
-                return program_run_s()
+                return program_run_s(programs)
             return control.stats().cpu_s if control is not None else 0.0
 
         def run(rate: float, first_chunk: int) -> dict[str, float]:
             before, cpu_before = _rx_tx(s1), cpu_s()
-            blast = emu.spawn(None, ["taskset", "-c", "0", sys.executable, "-m", "scripts.blast", where, "--kind", kind,
+            blast = emu.spawn(None, ["taskset", "-c", str(SENDER_CPU), sys.executable, "-m", "scripts.blast", where, "--kind", kind,
                                      "--dst", str(dst), "--src", ",".join(str(idx[h]) for h in senders),
                                      "--elements", str(elements), "--seconds", str(seconds), "--rate", str(rate),
                                      "--first-chunk", str(first_chunk)], stdout=subprocess.PIPE)
@@ -109,7 +130,14 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
             result["counters"] = stats.counters
             result["socket_drops"] = sum(stats.socket_drops.values())
             result["admission"] = dataclasses.asdict(stats.admission)
+        if not search:
+            return result
         lo, hi = 0.0, result["sender_pps"]
+        result["sender_bound"] = first["done"] >= 0.99 * first["sent"]
+        if result["sender_bound"]:  # it kept up with the sender flat out: the most this sender can show
+            result["lossless_pps"] = result["overload2_pps"] = result["sender_pps"]
+            result["cpu_pps"] = first["in"] / first["cpu"] if first["cpu"] > 0 else 0.0
+            return result
         for step in range(search):
             rate = (lo + hi) / 2
             r = run(rate, (step + 1) << 24)
@@ -118,10 +146,9 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
                 result["cpu_pps"] = r["in"] / r["cpu"] if r["cpu"] > 0 else 0.0
             else:
                 hi = rate
-        if search:
-            result["lossless_pps"] = lo
-            r = run(2 * lo, (search + 1) << 24)  # twice the lossless rate, open loop
-            result["overload2_pps"] = r["done"] / r["elapsed"]
+        result["lossless_pps"] = lo
+        r = run(2 * lo, (search + 1) << 24)  # twice the lossless rate, open loop
+        result["overload2_pps"] = r["done"] / r["elapsed"]
         return result
 
 
@@ -139,10 +166,16 @@ def timed_programs(on: bool) -> Iterator[None]:
             os.close(fd)
 
 
-def program_run_s() -> float:
-    """Seconds the eBPF switch's programs have run (the kernel's run_time_ns, while ``timed_programs``)."""
+def _programs(node: Any) -> set[int]:
+    """The ids of the BPF programs on ``node``'s tc ingress hooks (its eBPF switch's; another run's are not)."""
+    out = json.loads(node.cmd("bpftool -j net show") or "[]")
+    return {f["id"] for ns in out for f in ns.get("tc", []) if f.get("kind") == "clsact/ingress"}
+
+
+def program_run_s(ids: set[int]) -> float:
+    """Seconds the programs ``ids`` have run (the kernel's run_time_ns, while ``timed_programs``)."""
     out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
-    return sum(p.get("run_time_ns", 0) for p in json.loads(out) if p.get("name") == "innet_switch") / 1e9
+    return sum(p.get("run_time_ns", 0) for p in json.loads(out) if p.get("id") in ids) / 1e9
 
 
 def _start_switch(emu: Any, graph: Any, kind: str, senders: list[str], elements: int, ebpf: bool = False) -> Control:
@@ -157,7 +190,7 @@ def _start_switch(emu: Any, graph: Any, kind: str, senders: list[str], elements:
                             {p: PortFaults() for p in config.ports}, os.path.join(emu.run_dir, "s1.sock"),
                             ebpf=object_path(elements, 256, cache_dir()) if ebpf else "")
     path = emu.write("s1.json", conf)
-    emu.spawn("s1", ["taskset", "-c", "1", sys.executable, "-m", "innet.node", "switch", path])
+    emu.spawn("s1", ["taskset", "-c", str(SWITCH_CPU), sys.executable, "-m", "innet.node", "switch", path])
     control = Control(conf.control)
     emu.controls.append(control)
     control.install(config)
