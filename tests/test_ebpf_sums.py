@@ -94,3 +94,16 @@ def test_a_wrap_undone_by_a_later_addition_is_still_flagged_and_repeats_are_not_
         for rank in range(WORKERS):
             verdict, partial = switch(np.full(256, rank, np.int32), rank, chunk)
     assert verdict == REDIRECT and np.array_equal(partial.values, np.full(256, 6)) and not partial.has(OVERFLOW)
+
+
+def test_a_short_or_odd_count_folds_exactly_its_values(switch):
+    """Fewer values than the program's packet holds, an odd count (its last 64-bit word half a value): exact."""
+    rng = np.random.default_rng(7)
+    for chunk, n in ((1, 256), (2, 3), (1 + SLOTS, 255), (2 + SLOTS, 1), (1 + 2 * SLOTS, 17)):
+        big = n % 2 == 0  # a full frame near the limit, then odd counts that cannot wrap: a word's other half
+        contrib = rng.integers(2**30 if big else -9, 2**31 if big else 9, (WORKERS, n), dtype=np.int64)  # adds 0
+        verdicts = [switch(contrib[rank].astype(np.int32), rank, chunk) for rank in range(WORKERS)]
+        total, wrapped = folded(contrib)
+        partial = verdicts[-1][1]
+        assert verdicts[-1][0] == REDIRECT and len(partial.values) == n
+        assert np.array_equal(partial.values, total) and partial.has(OVERFLOW) == wrapped
