@@ -55,7 +55,6 @@ def frames_for(kind: str, srcs: list[int], dst: int, slots: int, elements: int, 
 
 
 CLONE_NEWNET = 0x40000000
-SOL_PACKET, PACKET_QDISC_BYPASS = 263, 20
 
 
 def open_port(where: str) -> RawPort:
@@ -84,14 +83,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="chunks prepared (a multiple of 2 x slots), replayed with new chunk numbers")
     p.add_argument("--seconds", type=float, default=2.0)
     p.add_argument("--rate", type=float, default=0.0, help="frames/s over all interfaces (0: as fast as possible)")
-    p.add_argument("--qdisc-bypass", action="store_true", help="PACKET_QDISC_BYPASS on the sending sockets")
     p.add_argument("--first-chunk", type=int, default=0, help="added to every chunk number (a later run's data is new)")
     args = p.parse_args(argv)
     names = args.ifaces.split(",")
     ports = [open_port(n) for n in names]
-    if args.qdisc_bypass:
-        for port in ports:  # straight to the driver: no qdisc, no taps (veth has no queue to skip anyway)
-            port.sock.setsockopt(SOL_PACKET, PACKET_QDISC_BYPASS, 1)
     srcs = [int(x) for x in args.src.split(",")]
     per_port = frames_for(args.kind, srcs, args.dst, args.slots, args.elements, args.rounds)
     senders = [MultiSender(frames) for frames in per_port]
