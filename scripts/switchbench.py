@@ -55,12 +55,14 @@ SENDER_CPU, SWITCH_CPU = 0, 1
 def steer(node: Any, cpu: int) -> None:
     """Every frame arriving at ``node``'s interfaces received on ``cpu`` (RPS): veth delivers synchronously, in
     the sender's softirq, unless its receive queue names other CPUs. Written in a private mount namespace with
-    sysfs mounted in the node's network namespace (the machine's /sys shows the machine's interfaces)."""
-    mask = format(1 << cpu, "x")
-    out = node.cmd(f"unshare -m sh -c 'mount -t sysfs sysfs /sys && for q in /sys/class/net/*/queues/rx-*/rps_cpus; "
-                   f"do echo {mask} > $q; done && cat /sys/class/net/*/queues/rx-*/rps_cpus'")
-    if not out.split() or any(int(m, 16) != 1 << cpu for m in out.replace(",", "").split()):
-        raise RuntimeError(f"cannot steer {node.name}'s receive queues to CPU {cpu}: {out.strip()[:200]}")
+    sysfs mounted in the node's network namespace where its /sys shows the machine's interfaces."""
+    mask, intf = format(1 << cpu, "x"), node.intfNames()[-1]
+    out = node.cmd(f"unshare -m sh -c '[ -e /sys/class/net/{intf} ] || mount -t sysfs sysfs /sys; "
+                   f"for q in /sys/class/net/*/queues/rx-*/rps_cpus; do echo {mask} > $q; done; "
+                   f"cat /sys/class/net/{intf}/queues/rx-*/rps_cpus'")
+    masks = out.replace(",", "").split()
+    if not masks or any(not all(c in "0123456789abcdef" for c in m) or int(m, 16) != 1 << cpu for m in masks):
+        raise RuntimeError(f"cannot steer {node.name}'s receive queues to CPU {cpu}: {out.strip()[:300]}")
 
 
 def measure(kind: str, workers: int, elements: int, target: str, seconds: float = 1.0, search: int = 0,
@@ -108,23 +110,24 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
             return control.stats().cpu_s if control is not None else 0.0
 
         def run(rate: float, first_chunk: int) -> dict[str, float]:
-            before, cpu_before = _rx_tx(s1), cpu_s()
+            before, cpu_before, core_before = _rx_tx(s1), cpu_s(), core_times(SWITCH_CPU)
             blast = emu.spawn(None, ["taskset", "-c", str(SENDER_CPU), sys.executable, "-m", "scripts.blast", where, "--kind", kind,
                                      "--dst", str(dst), "--src", ",".join(str(idx[h]) for h in senders),
                                      "--elements", str(elements), "--seconds", str(seconds), "--rate", str(rate),
                                      "--first-chunk", str(first_chunk)], stdout=subprocess.PIPE)
             out, _ = blast.communicate(timeout=seconds + 60)
+            core = core_times(SWITCH_CPU)
             time.sleep(0.3)  # let the switch drain what is queued
             after = _rx_tx(s1)
             sent, elapsed = int(out.split()[1]), float(out.split()[2])
             rx = sum(after[i][0] - before[i][0] for i in after if i in before and i != "lo")
             done = after[done_intf][1] - before[done_intf][1]
             return {"sent": sent, "elapsed": elapsed, "in": rx, "done": done * (workers if kind == "sum" else 1),
-                    "cpu": cpu_s() - cpu_before}
+                    "cpu": cpu_s() - cpu_before, "core_busy": (core[0] - core_before[0]) / max(core[1] - core_before[1], 1)}
 
         first = run(0.0, 0)
         result: dict[str, Any] = {"sender_pps": first["sent"] / first["elapsed"], "in_pps": first["in"] / first["elapsed"],
-                                  "done_pps": first["done"] / first["elapsed"]}
+                                  "done_pps": first["done"] / first["elapsed"], "core_busy": first["core_busy"]}
         if control is not None:
             stats = control.stats()
             result["counters"] = stats.counters
@@ -150,6 +153,14 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
         r = run(2 * lo, (search + 1) << 24)  # twice the lossless rate, open loop
         result["overload2_pps"] = r["done"] / r["elapsed"]
         return result
+
+
+def core_times(cpu: int) -> tuple[int, int]:
+    """CPU ``cpu``'s busy and total time so far, in clock ticks (/proc/stat: everything but idle and iowait;
+    on a shared machine, other processes' work on that core too)."""
+    with open("/proc/stat", encoding="ascii") as f:
+        ticks = next([int(x) for x in line.split()[1:]] for line in f if line.startswith(f"cpu{cpu} "))
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
 
 
 @contextlib.contextmanager
