@@ -27,8 +27,9 @@ included): its rate were it never idle, against BMv2's documented
 plain-forwarding rate (~80-100k packets/s; 90k taken, not measured here).
 
 --ebpf adds, for the sum rows, the same switch with --data-plane ebpf's tc program on its ports: its lossless
-rate, what it completed flat out, what the sender pushed flat out in the same run (when that is all the
-program completed, the sender bounds it, not the switch), the frames it takes in per second of the program's
+rate, what it completed flat out, what the sender pushed flat out in the same run and the share of CPU 1
+busy meanwhile (/proc/stat; other processes' work included: when the program completed all the sender sent
+with that core short of busy, the sender bounds it, not the switch), the frames it takes in per second of the program's
 own run time (the kernel's BPF run-time statistics, on while it runs; the receive path before it and the
 delivery of what it sends not included), and its lossless rate over the Python switch's and over the bridge's
 forwarding, both from the same set of runs.
@@ -50,9 +51,9 @@ BMV2_PPS = 90e3  # the software P4 switch's documented plain-forwarding rate (80
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--seconds", type=float, default=1.0)
+    p.add_argument("--seconds", type=float, help="each run's sending time (default 1, --quick 0.5)")
     p.add_argument("--search", type=int, default=5, help="bisection steps for the lossless rate")
-    p.add_argument("--quick", action="store_true", help="only forward and sum x4 at 256 elements")
+    p.add_argument("--quick", action="store_true", help="only forward and sum x4 at 256 elements, runs of 0.5 s")
     p.add_argument("--ebpf", action="store_true", help="also the eBPF switch (--data-plane ebpf) on the sum rows")
     p.add_argument("--unsteered", action="store_true",
                    help="the old method: the switch's receive path in the sender's softirq (CPU 0), not on CPU 1")
@@ -60,6 +61,8 @@ def main():
     cases = [("forward", 1, e) for e in (64, 256, 1024)] + [("sum", w, e) for w in (2, 4, 8) for e in (64, 256, 1024)]
     if args.quick:
         cases = [("forward", 1, 256), ("sum", 4, 256)]
+    if args.seconds is None:
+        args.seconds = 0.5 if args.quick else 1.0
     rows = []
     for kind, workers, elements in cases:
         targets = ["bridge", "innet", *(["ebpf"] if args.ebpf and kind == "sum" else [])]
@@ -80,14 +83,15 @@ def main():
                      cpu_pps, round(cpu_pps / BMV2_PPS, 1)])
         if args.ebpf:
             rows[-1] += [statistics.median(r[k] for r in ebpf) if ebpf else 0.0
-                         for k in ("lossless_pps", "done_pps", "sender_pps", "cpu_pps")]
-            ebpf_pps = rows[-1][-4]
+                         for k in ("lossless_pps", "done_pps", "sender_pps", "core_busy", "cpu_pps")]
+            ebpf_pps = rows[-1][-5]
             rows[-1] += [round(ebpf_pps / lossless, 2) if lossless and ebpf else 0.0,
                          round(ebpf_pps / bridge_pps, 2) if ebpf else 0.0]
     report("switch vs Linux bridge", ["program", "elements/pkt", "sender pps", "bridge pps", "innet pps",
                                       "innet elements/s", "innet/bridge", "innet pps overloaded", "at 2x / lossless",
                                       "pps per cpu-s", "per cpu-s / BMv2",
-                                      *(["ebpf pps", "ebpf pps flat out", "ebpf sender pps", "ebpf pps per cpu-s", "ebpf/innet",
+                                      *(["ebpf pps", "ebpf pps flat out", "ebpf sender pps", "ebpf core busy", "ebpf pps per cpu-s",
+                                        "ebpf/innet",
                                         "ebpf/bridge"] if args.ebpf else [])],
            rows, {"steered": not args.unsteered})
 
