@@ -81,13 +81,14 @@ def test_bench_switch_quick_gives_both_programs_and_the_ebpf_switch_against_the_
     assert entry["steered"] is True  # the switch's receive path on the switch's core
     if ebpf:  # the sum row's eBPF switch: its rate, and its ratios to the Python switch and the bridge from it
         head = entry["header"]
-        assert head[-6:] == ["ebpf pps", "ebpf pps flat out", "ebpf sender pps", "ebpf pps per cpu-s", "ebpf/innet",
-                             "ebpf/bridge"]
+        assert head[-7:] == ["ebpf pps", "ebpf pps flat out", "ebpf sender pps", "ebpf core busy",
+                             "ebpf pps per cpu-s", "ebpf/innet", "ebpf/bridge"]
         cell = dict(zip(head, entry["rows"][1], strict=True))
         assert cell["ebpf pps"] > 0 and cell["ebpf pps per cpu-s"] > 0 and cell["ebpf sender pps"] > 0
+        assert 0 < cell["ebpf core busy"] <= 1
         assert cell["ebpf/innet"] == round(cell["ebpf pps"] / cell["innet pps"], 2)
         assert cell["ebpf/bridge"] == round(cell["ebpf pps"] / cell["bridge pps"], 2)
-        assert entry["rows"][0][-6:] == [0.0] * 6  # forwarding: no eBPF program for it
+        assert entry["rows"][0][-7:] == [0.0] * 7  # forwarding: no eBPF program for it
 
 
 @pytest.mark.mininet
