@@ -3,11 +3,18 @@
 
 Rows: forward program, and sum_allreduce with 2, 4 and 8 workers, at 64, 256
 and 1024 elements per packet. The sender (one process, sendmmsg, all workers'
-interfaces in lockstep) runs on CPU 0, the innet switch on CPU 1; the bridge's
-forwarding runs in the sender's softirq on CPU 0 (veth delivers synchronously).
+interfaces in lockstep) runs on CPU 0; the switch gets CPU 1, all of it: the
+innet switch's process, and (RPS on the switch's ports) the kernel's receive
+path of every frame it takes in, so the bridge's forwarding and the eBPF
+program run there too, and the delivery of what the switch sends. So each
+column measures one core's worth of switch against the same input, and the
+sender's core does only the sending. (--unsteered: the old method, veth's
+synchronous delivery left in the sender's softirq on CPU 0, where the bridge
+and the eBPF program then share the sender's core and the Python switch's
+receive path rides on it free.)
 
 Columns: the sender's own rate into the innet switch; what the bridge forwarded
-(sender-limited: the kernel ceiling for one sender core); innet's lossless rate
+flat out (the same frames: for sum, the workers' contributions, flooded); innet's lossless rate
 (RFC 2544 throughput with a 1% allowance: the highest paced rate at which it
 completed >= 99% of what was sent: frames forwarded, or contributions folded
 into finished aggregations), in packets and gradient elements per second, and
@@ -20,10 +27,12 @@ included): its rate were it never idle, against BMv2's documented
 plain-forwarding rate (~80-100k packets/s; 90k taken, not measured here).
 
 --ebpf adds, for the sum rows, the same switch with --data-plane ebpf's tc program on its ports: its lossless
-rate, what it completed flat out, and the frames it takes in per second of the program's own run time (the
-kernel's BPF run-time statistics, on while it runs; the veth delivery of what it sends not included). Its
-work runs in the kernel's softirq on the sender's CPU (veth delivers synchronously), as the bridge's does,
-so both measure the sender's core with the node's work on it.
+rate, what it completed flat out, what the sender pushed flat out in the same run and the share of CPU 1
+busy meanwhile (/proc/stat; other processes' work included: when the program completed all the sender sent
+with that core short of busy, the sender bounds it, not the switch), the frames it takes in per second of the program's
+own run time (the kernel's BPF run-time statistics, on while it runs; the receive path before it and the
+delivery of what it sends not included), and its lossless rate over the Python switch's and over the bridge's
+forwarding, both from the same set of runs.
 """
 
 import argparse
@@ -42,18 +51,27 @@ BMV2_PPS = 90e3  # the software P4 switch's documented plain-forwarding rate (80
 def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--runs", type=int, default=3)
-    p.add_argument("--seconds", type=float, default=1.0)
+    p.add_argument("--seconds", type=float, help="each run's sending time (default 1, --quick 0.5)")
     p.add_argument("--search", type=int, default=5, help="bisection steps for the lossless rate")
-    p.add_argument("--quick", action="store_true", help="only forward and sum x4 at 256 elements")
+    p.add_argument("--quick", action="store_true", help="only forward and sum x4 at 256 elements, runs of 0.5 s")
     p.add_argument("--ebpf", action="store_true", help="also the eBPF switch (--data-plane ebpf) on the sum rows")
+    p.add_argument("--unsteered", action="store_true",
+                   help="the old method: the switch's receive path in the sender's softirq (CPU 0), not on CPU 1")
     args = p.parse_args()
     cases = [("forward", 1, e) for e in (64, 256, 1024)] + [("sum", w, e) for w in (2, 4, 8) for e in (64, 256, 1024)]
     if args.quick:
         cases = [("forward", 1, 256), ("sum", 4, 256)]
+    if args.seconds is None:
+        args.seconds = 0.5 if args.quick else 1.0
     rows = []
     for kind, workers, elements in cases:
-        bridge = [measure(kind, workers, elements, "bridge", args.seconds) for _ in range(args.runs)]
-        innet = [measure(kind, workers, elements, "innet", args.seconds, args.search) for _ in range(args.runs)]
+        targets = ["bridge", "innet", *(["ebpf"] if args.ebpf and kind == "sum" else [])]
+        runs: dict[str, list[dict]] = {target: [] for target in targets}
+        for _ in range(args.runs):  # interleaved: a busy machine's load weighs on all three alike
+            for target in targets:
+                runs[target].append(measure(kind, workers, elements, target, args.seconds,
+                                            args.search if target != "bridge" else 0, not args.unsteered))
+        bridge, innet, ebpf = runs["bridge"], runs["innet"], runs.get("ebpf", [])
         bridge_pps = statistics.median(r["in_pps"] for r in bridge)
         lossless = statistics.median(r["lossless_pps"] for r in innet)
         cpu_pps = statistics.median(r.get("cpu_pps", 0.0) for r in innet)
@@ -64,15 +82,18 @@ def main():
                                              for r in innet), 3),
                      cpu_pps, round(cpu_pps / BMV2_PPS, 1)])
         if args.ebpf:
-            ebpf = [measure(kind, workers, elements, "ebpf", args.seconds, args.search) for _ in range(args.runs)
-                    ] if kind == "sum" else []
             rows[-1] += [statistics.median(r[k] for r in ebpf) if ebpf else 0.0
-                         for k in ("lossless_pps", "done_pps", "cpu_pps")]
+                         for k in ("lossless_pps", "done_pps", "sender_pps", "core_busy", "cpu_pps")]
+            ebpf_pps = rows[-1][-5]
+            rows[-1] += [round(ebpf_pps / lossless, 2) if lossless and ebpf else 0.0,
+                         round(ebpf_pps / bridge_pps, 2) if ebpf else 0.0]
     report("switch vs Linux bridge", ["program", "elements/pkt", "sender pps", "bridge pps", "innet pps",
                                       "innet elements/s", "innet/bridge", "innet pps overloaded", "at 2x / lossless",
                                       "pps per cpu-s", "per cpu-s / BMv2",
-                                      *(["ebpf pps", "ebpf pps flat out", "ebpf pps per cpu-s"] if args.ebpf else [])],
-           rows)
+                                      *(["ebpf pps", "ebpf pps flat out", "ebpf sender pps", "ebpf core busy", "ebpf pps per cpu-s",
+                                        "ebpf/innet",
+                                        "ebpf/bridge"] if args.ebpf else [])],
+           rows, {"steered": not args.unsteered})
 
 if __name__ == "__main__":
     main()

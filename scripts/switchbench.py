@@ -49,9 +49,28 @@ def _rx_tx(node: Any) -> dict[str, tuple[int, int]]:
     return out
 
 
-def measure(kind: str, workers: int, elements: int, target: str, seconds: float = 1.0, search: int = 0) -> dict[str, Any]:
+SENDER_CPU, SWITCH_CPU = 0, 1
+
+
+def steer(node: Any, cpu: int) -> None:
+    """Every frame arriving at ``node``'s interfaces received on ``cpu`` (RPS): veth delivers synchronously, in
+    the sender's softirq, unless its receive queue names other CPUs. Written in a private mount namespace with
+    sysfs mounted in the node's network namespace where its /sys shows the machine's interfaces."""
+    mask, intf = format(1 << cpu, "x"), node.intfNames()[-1]
+    out = node.cmd(f"unshare -m sh -c '[ -e /sys/class/net/{intf} ] || mount -t sysfs sysfs /sys; "
+                   f"for q in /sys/class/net/*/queues/rx-*/rps_cpus; do echo {mask} > $q; done; "
+                   f"cat /sys/class/net/{intf}/queues/rx-*/rps_cpus'")
+    masks = out.replace(",", "").split()
+    if not masks or any(not all(c in "0123456789abcdef" for c in m) or int(m, 16) != 1 << cpu for m in masks):
+        raise RuntimeError(f"cannot steer {node.name}'s receive queues to CPU {cpu}: {out.strip()[:300]}")
+
+
+def measure(kind: str, workers: int, elements: int, target: str, seconds: float = 1.0, search: int = 0,
+            steered: bool = True) -> dict[str, Any]:
     """Packets/s through the middle node (``target``: bridge, innet, or ebpf: the innet switch with
-    ``--data-plane ebpf``'s tc program on its ports), the sender on CPU 0 and the innet switch on CPU 1.
+    ``--data-plane ebpf``'s tc program on its ports), the sender on CPU 0 and the switch on CPU 1: with
+    ``steered`` (RPS), all of it, the kernel's receive path on its ports included (the bridge's forwarding, the
+    eBPF program, the Python switch's ring); without, that path runs in the sender's softirq on CPU 0.
 
     One unpaced run gives the sender's rate, what the node took in (``in_pps``)
     and what it completed (``done_pps``: frames forwarded to the sink, or
@@ -69,6 +88,8 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
     senders = [f"h{i + 1}" for i in range(workers)]
     with network(graph, JUMBO_MTU) as emu, timed_programs(target == "ebpf"):  # room for 1024 elements a frame
         s1 = emu.net.get("s1")
+        if steered:
+            steer(s1, SWITCH_CPU)
         control = None
         if target == "bridge":
             s1.cmd("ip link add br0 type bridge && ip link set br0 up")
@@ -81,35 +102,45 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
         dst = idx["s1"] if kind == "sum" else idx[f"h{hosts}"]
         done_intf = "s1-eth0" if kind == "sum" else f"s1-eth{hosts - 1}"
 
+        programs = _programs(s1) if target == "ebpf" else set()
+
         def cpu_s() -> float:
             if target == "ebpf":  # the tc program's own run time (frames it ran on: the in-count below)
-                return program_run_s()
+                return program_run_s(programs)
             return control.stats().cpu_s if control is not None else 0.0
 
         def run(rate: float, first_chunk: int) -> dict[str, float]:
-            before, cpu_before = _rx_tx(s1), cpu_s()
-            blast = emu.spawn(None, ["taskset", "-c", "0", sys.executable, "-m", "scripts.blast", where, "--kind", kind,
+            before, cpu_before, core_before = _rx_tx(s1), cpu_s(), core_times(SWITCH_CPU)
+            blast = emu.spawn(None, ["taskset", "-c", str(SENDER_CPU), sys.executable, "-m", "scripts.blast", where, "--kind", kind,
                                      "--dst", str(dst), "--src", ",".join(str(idx[h]) for h in senders),
                                      "--elements", str(elements), "--seconds", str(seconds), "--rate", str(rate),
                                      "--first-chunk", str(first_chunk)], stdout=subprocess.PIPE)
             out, _ = blast.communicate(timeout=seconds + 60)
+            core = core_times(SWITCH_CPU)
             time.sleep(0.3)  # let the switch drain what is queued
             after = _rx_tx(s1)
             sent, elapsed = int(out.split()[1]), float(out.split()[2])
             rx = sum(after[i][0] - before[i][0] for i in after if i in before and i != "lo")
             done = after[done_intf][1] - before[done_intf][1]
             return {"sent": sent, "elapsed": elapsed, "in": rx, "done": done * (workers if kind == "sum" else 1),
-                    "cpu": cpu_s() - cpu_before}
+                    "cpu": cpu_s() - cpu_before, "core_busy": (core[0] - core_before[0]) / max(core[1] - core_before[1], 1)}
 
         first = run(0.0, 0)
         result: dict[str, Any] = {"sender_pps": first["sent"] / first["elapsed"], "in_pps": first["in"] / first["elapsed"],
-                                  "done_pps": first["done"] / first["elapsed"]}
+                                  "done_pps": first["done"] / first["elapsed"], "core_busy": first["core_busy"]}
         if control is not None:
             stats = control.stats()
             result["counters"] = stats.counters
             result["socket_drops"] = sum(stats.socket_drops.values())
             result["admission"] = dataclasses.asdict(stats.admission)
+        if not search:
+            return result
         lo, hi = 0.0, result["sender_pps"]
+        result["sender_bound"] = first["done"] >= 0.99 * first["sent"]
+        if result["sender_bound"]:  # it kept up with the sender flat out: the most this sender can show
+            result["lossless_pps"] = result["overload2_pps"] = result["sender_pps"]
+            result["cpu_pps"] = first["in"] / first["cpu"] if first["cpu"] > 0 else 0.0
+            return result
         for step in range(search):
             rate = (lo + hi) / 2
             r = run(rate, (step + 1) << 24)
@@ -118,11 +149,18 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
                 result["cpu_pps"] = r["in"] / r["cpu"] if r["cpu"] > 0 else 0.0
             else:
                 hi = rate
-        if search:
-            result["lossless_pps"] = lo
-            r = run(2 * lo, (search + 1) << 24)  # twice the lossless rate, open loop
-            result["overload2_pps"] = r["done"] / r["elapsed"]
+        result["lossless_pps"] = lo
+        r = run(2 * lo, (search + 1) << 24)  # twice the lossless rate, open loop
+        result["overload2_pps"] = r["done"] / r["elapsed"]
         return result
+
+
+def core_times(cpu: int) -> tuple[int, int]:
+    """CPU ``cpu``'s busy and total time so far, in clock ticks (/proc/stat: everything but idle and iowait;
+    on a shared machine, other processes' work on that core too)."""
+    with open("/proc/stat", encoding="ascii") as f:
+        ticks = next([int(x) for x in line.split()[1:]] for line in f if line.startswith(f"cpu{cpu} "))
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
 
 
 @contextlib.contextmanager
@@ -139,10 +177,16 @@ def timed_programs(on: bool) -> Iterator[None]:
             os.close(fd)
 
 
-def program_run_s() -> float:
-    """Seconds the eBPF switch's programs have run (the kernel's run_time_ns, while ``timed_programs``)."""
+def _programs(node: Any) -> set[int]:
+    """The ids of the BPF programs on ``node``'s tc ingress hooks (its eBPF switch's; another run's are not)."""
+    out = json.loads(node.cmd("bpftool -j net show") or "[]")
+    return {f["id"] for ns in out for f in ns.get("tc", []) if f.get("kind") == "clsact/ingress"}
+
+
+def program_run_s(ids: set[int]) -> float:
+    """Seconds the programs ``ids`` have run (the kernel's run_time_ns, while ``timed_programs``)."""
     out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
-    return sum(p.get("run_time_ns", 0) for p in json.loads(out) if p.get("name") == "innet_switch") / 1e9
+    return sum(p.get("run_time_ns", 0) for p in json.loads(out) if p.get("id") in ids) / 1e9
 
 
 def _start_switch(emu: Any, graph: Any, kind: str, senders: list[str], elements: int, ebpf: bool = False) -> Control:
@@ -157,7 +201,7 @@ def _start_switch(emu: Any, graph: Any, kind: str, senders: list[str], elements:
                             {p: PortFaults() for p in config.ports}, os.path.join(emu.run_dir, "s1.sock"),
                             ebpf=object_path(elements, 256, cache_dir()) if ebpf else "")
     path = emu.write("s1.json", conf)
-    emu.spawn("s1", ["taskset", "-c", "1", sys.executable, "-m", "innet.node", "switch", path])
+    emu.spawn("s1", ["taskset", "-c", str(SWITCH_CPU), sys.executable, "-m", "innet.node", "switch", path])
     control = Control(conf.control)
     emu.controls.append(control)
     control.install(config)

@@ -65,14 +65,30 @@ def test_bench_fabric_quick_measures_every_case(tmp_path):
 
 
 @pytest.mark.mininet
-def test_bench_switch_quick_gives_both_programs_against_the_bridge(tmp_path):
-    rows = _bench(tmp_path, "bench_switch.py", "--quick", "--runs", "1", "--seconds", "0.3", "--search", "2")
+def test_bench_switch_quick_gives_both_programs_and_the_ebpf_switch_against_the_bridge(tmp_path):
+    import json
+    import shutil
+
+    ebpf = ["--ebpf"] if shutil.which("clang") and shutil.which("bpftool") else []
+    rows = _bench(tmp_path, "bench_switch.py", "--quick", "--runs", "1", "--seconds", "0.3", "--search", "2", *ebpf)
     assert rows[0][:2] == ["program", "elements/pkt"]
     body = [row if row[0] == "forward" else [" ".join(row[:2]), *row[2:]] for row in rows[1:]]  # "sum x4": one cell
     assert [row[0] for row in body] == ["forward", "sum x4"]
     assert all(float(row[3]) > 0 and float(row[4]) > 0 for row in body)  # bridge pps, innet pps
     assert " ".join(rows[0]).count("at 2x / lossless") == 1  # what it completed offered twice its lossless rate:
     assert all(0 < float(row[8]) <= 2.5 for row in body), body  # never much more than it was offered
+    [entry] = [json.loads(line) for line in (tmp_path / "results" / "bench.jsonl").read_text().splitlines()]
+    assert entry["steered"] is True  # the switch's receive path on the switch's core
+    if ebpf:  # the sum row's eBPF switch: its rate, and its ratios to the Python switch and the bridge from it
+        head = entry["header"]
+        assert head[-7:] == ["ebpf pps", "ebpf pps flat out", "ebpf sender pps", "ebpf core busy",
+                             "ebpf pps per cpu-s", "ebpf/innet", "ebpf/bridge"]
+        cell = dict(zip(head, entry["rows"][1], strict=True))
+        assert cell["ebpf pps"] > 0 and cell["ebpf pps per cpu-s"] > 0 and cell["ebpf sender pps"] > 0
+        assert 0 < cell["ebpf core busy"] <= 1
+        assert cell["ebpf/innet"] == round(cell["ebpf pps"] / cell["innet pps"], 2)
+        assert cell["ebpf/bridge"] == round(cell["ebpf pps"] / cell["bridge pps"], 2)
+        assert entry["rows"][0][-7:] == [0.0] * 7  # forwarding: no eBPF program for it
 
 
 @pytest.mark.mininet

@@ -15,6 +15,7 @@
 #ifndef KEYS
 #define KEYS 256
 #endif
+#define WORDS ((ELEMS + 1) / 2)  // a slot's values as 64-bit words
 #define MAX_PORTS 64
 #define MAX_NODES 0x8000  // innet.wire.packet's GROUP_BASE: node indices below, multicast groups from there
 #define INPUT_JOB 0xFFFF
@@ -22,7 +23,6 @@
 #define BANDS 3
 #define AGG_PORT 48879
 #define PAY_OFF 58
-#define BLOCK 64
 #define F_RESULT 1
 #define F_RETX 2
 #define F_ROUTE 4
@@ -50,10 +50,11 @@ struct slot {
     __u32 state;
     __s64 chunk;
     __u64 seen;
-    __u32 have, done, count, overflow;
+    __u32 have, count, overflow;
     __s32 exp, pad;
-    __s32 vals[ELEMS];
+    __s32 vals[2 * WORDS] __attribute__((aligned(8)));
 };
+struct inbox { __s32 vals[2 * WORDS] __attribute__((aligned(8))); };  // a contribution's values, copied to fold
 struct port_stats { __u64 rx_packets, rx_bytes, tx_packets, tx_bytes; };
 
 struct hdr {
@@ -81,6 +82,7 @@ struct { __uint(type, BPF_MAP_TYPE_HASH); __uint(max_entries, 8192); __type(key,
 struct { __uint(type, BPF_MAP_TYPE_HASH); __uint(max_entries, 8192); __type(key, struct member_key); __type(value, __u32); } towards SEC(".maps");  // JobPort.rank_ports
 struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, KEYS); __type(key, __u32); __type(value, struct slot); } pool SEC(".maps");
 struct { __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); __uint(max_entries, MAX_PORTS); __type(key, __u32); __type(value, struct port_stats); } stats SEC(".maps");
+struct { __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); __uint(max_entries, 1); __type(key, __u32); __type(value, struct inbox); } inboxes SEC(".maps");
 struct { __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); __uint(max_entries, C_COUNTERS); __type(key, __u32); __type(value, __u64); } counters SEC(".maps");
 
 static __always_inline void count(__u32 what) {
@@ -151,55 +153,31 @@ static __always_inline int write_values(struct __sk_buff *skb, struct slot *s, _
     return bpf_skb_store_bytes(skb, PAY_OFF, s->vals, len, 0);
 }
 
-struct adding { struct __sk_buff *skb; struct slot *s; __u32 n; int wrapped; };
-
-// Block ``i`` (BLOCK values) of the frame added into the slot, atomically: another CPU may add its own at once.
-static long add_block(__u32 i, void *arg) {
-    struct adding *a = arg;
-    __s32 buf[BLOCK];
-    __u32 off = i * BLOCK;
-    if (off >= a->n || off >= ELEMS) return 1;
-    __u32 k = a->n - off;
-    if (k > BLOCK) k = BLOCK;
-    asm volatile("" : "+r"(k));
-    if (k < 1 || k > BLOCK) return 1;
-    if (bpf_skb_load_bytes(a->skb, PAY_OFF + off * 4, buf, k * 4)) { a->wrapped = -1; return 1; }
-    struct slot *s = a->s;
-    for (__u32 j = 0; j < BLOCK; j++) {
-        __u32 at = off + j;
-        if (j >= k || at >= ELEMS) break;
-        __s32 v = buf[j];
-        __s32 old = __sync_fetch_and_add(&s->vals[at], v);
-        __s32 sum = (__s32)((__u32)old + (__u32)v);
-        if (((old ^ sum) & (v ^ sum)) < 0) a->wrapped = 1;
+// The frame's ``n`` values (read from ``in``: its copy) folded into the slot, the caller holding its lock (no other
+// CPU reads or writes them meanwhile): stored when ``first`` (the round's first contribution: no zeroing between
+// rounds), else added, two values a 64-bit word (an odd count's last word completed with a zero, which never wraps).
+// 1 if any addition wrapped (int32), as the Python switch's fold flags it, in arrival order. Not inlined: its loop
+// gets the registers to itself (inlined, it spilled to the stack every word); a static call is allowed under a lock.
+static __attribute__((noinline)) int fold(struct inbox *in, struct slot *s, __u32 n, int first) {
+    __u64 *from = (__u64 *)in->vals, *to = (__u64 *)s->vals;
+    __u32 words = (n + 1) / 2;
+    if (first) {
+        for (__u32 i = 0; i < WORDS; i++) {
+            if (i >= words) break;
+            to[i] = from[i];
+        }
+        return 0;
     }
-    return 0;
-}
-
-// The frame's ``n`` values added into the slot: 1 if any addition wrapped, -1 if the frame could not be read.
-static __always_inline int add_values(struct __sk_buff *skb, struct slot *s, __u32 n) {
-    struct adding a = { skb, s, n, 0 };
-    bpf_loop((n + BLOCK - 1) / BLOCK, add_block, &a, 0);
-    return a.wrapped;
-}
-
-static long zero_block(__u32 i, void *arg) {
-    struct slot *s = *(struct slot **)arg;
-    __u32 off = i * BLOCK;
-    if (off >= ELEMS) return 1;
-    for (__u32 j = 0; j < BLOCK; j++) {
-        if (off + j >= ELEMS) break;
-        s->vals[off + j] = 0;
+    __s32 wrapped = 0;
+    for (__u32 i = 0; i < WORDS; i++) {
+        if (i >= words) break;
+        __u64 x = from[i], y = to[i];
+        __s32 xl = (__s32)x, xh = (__s32)(x >> 32), yl = (__s32)y, yh = (__s32)(y >> 32);
+        __s32 lo = (__s32)((__u32)xl + (__u32)yl), hi = (__s32)((__u32)xh + (__u32)yh);
+        wrapped |= ((xl ^ lo) & (yl ^ lo)) | ((xh ^ hi) & (yh ^ hi));
+        to[i] = (__u64)(__u32)lo | (__u64)(__u32)hi << 32;
     }
-    return 0;
-}
-
-// Zeroed when the other version's round completes: by then every contributor has this slot's result, and its
-// next round, which starts from zero, cannot have begun (a worker sends it only after the other version's result).
-static __always_inline void clear_other(struct config *c, __u32 key) {
-    __u32 other = key >= c->slots ? key - c->slots : key + c->slots;
-    struct slot *s = bpf_map_lookup_elem(&pool, &other);
-    if (s) bpf_loop(ELEMS / BLOCK, zero_block, &s, 0);
+    return wrapped < 0;
 }
 
 // The nworkers field a switch sends on (innet.switch.routed.kept_field): a mark naming the one rank a slot's values
@@ -256,20 +234,27 @@ static __always_inline int send_slot(struct __sk_buff *skb, struct hdr *h, struc
 }
 
 static __always_inline int contribution(struct __sk_buff *skb, struct hdr *h, __u32 port, struct job_info *j,
-                                        struct slot *s, struct config *c, __u32 key) {
+                                        struct slot *s, struct config *c) {
     struct member_key mk = { bpf_ntohs(h->job), bpf_ntohs(h->rank) };
     struct member *m = bpf_map_lookup_elem(&members, &mk);
     if (!m || m->port != port || m->index >= 64) return -1;  // the Python switch drops it: not_member
     __u64 bit = 1ULL << m->index;
     __s64 chunk = bpf_ntohl(h->chunk);
     __u32 n = bpf_ntohs(h->count);
-    int what = 0;  // 0: added, 1: answer, 2: resend up, else a counter + 10
+    __u32 zero = 0, len = 4 * n;
+    struct inbox *in = bpf_map_lookup_elem(&inboxes, &zero);  // this CPU's: the fold reads it under the lock
+    if (!in || n > ELEMS) return TC_ACT_SHOT;
+    asm volatile("" : "+r"(len));  // the verifier must see the bounds tested on len itself
+    if (len >= 4 && len <= ELEMS * 4 && bpf_skb_load_bytes(skb, PAY_OFF, in->vals, len)) return TC_ACT_SHOT;
+    if (n < 2 * WORDS) in->vals[n] = 0;  // an odd count's last word
+    int what = 0;  // 0: added, 1: answer, 2: resend up, 3: added and complete, else a counter + 10
     bpf_spin_lock(&s->lock);
     if (chunk < s->chunk) {
         what = 10 + C_STALE;
     } else if (chunk > s->chunk) {
-        s->chunk = chunk; s->state = COLLECTING; s->have = 1; s->seen = bit; s->done = 0;
+        s->chunk = chunk; s->state = COLLECTING; s->have = 1; s->seen = bit;
         s->exp = h->exp; s->overflow = 0; s->count = n;
+        fold(in, s, n, 1);
     } else if (s->seen & bit) {
         what = s->state == DONE ? 1 : s->state == WAITING ? 2 : 10 + C_DUPLICATE;
     } else if (n != s->count) {
@@ -278,6 +263,11 @@ static __always_inline int contribution(struct __sk_buff *skb, struct hdr *h, __
         if (h->exp > s->exp) s->exp = h->exp;
         s->seen |= bit;
         s->have += 1;
+        if (fold(in, s, n, 0)) s->overflow = 1;
+    }
+    if (what == 0 && s->have == j->need) {  // the contribution that completes the slot sends it on
+        s->state = j->is_root ? DONE : WAITING;
+        what = 3;
     }
     bpf_spin_unlock(&s->lock);
     note(port, 0, skb->len);
@@ -302,14 +292,7 @@ static __always_inline int contribution(struct __sk_buff *skb, struct hdr *h, __
         if (n != s->count) return TC_ACT_SHOT;
         return send_slot(skb, h, s, j, c, F_RETX, j->rank);
     }
-    if (n) {
-        int wrapped = add_values(skb, s, n);
-        if (wrapped < 0) return TC_ACT_SHOT;
-        if (wrapped) s->overflow = 1;
-    }
-    if (__sync_fetch_and_add(&s->done, 1) + 1 != j->need) return TC_ACT_SHOT;
-    clear_other(c, key);
-    s->state = j->is_root ? DONE : WAITING;
+    if (what != 3) return TC_ACT_SHOT;
     return j->is_root ? send_slot(skb, h, s, j, c, F_RESULT, ALL_RANKS) : send_slot(skb, h, s, j, c, 0, j->rank);
 }
 
@@ -387,7 +370,7 @@ int innet_switch(struct __sk_buff *skb) {
     struct slot *s = bpf_map_lookup_elem(&pool, &key);
     if (!s) return TC_ACT_OK;
     if (!(h.flags & F_RESULT)) {
-        int verdict = contribution(skb, &h, p, j, s, c, key);
+        int verdict = contribution(skb, &h, p, j, s, c);
         return verdict < 0 ? TC_ACT_OK : verdict;
     }
     if (j->is_root || p != j->parent) return TC_ACT_OK;  // the Python switch drops it: result_from_child
