@@ -53,9 +53,8 @@ def points(quick: bool = False) -> list[str]:
     grid += [f"{LEAF} --mode {m} --jobs 2" for m in ("innet", "ring")]
     grid += [f"{TWO_SPINES} --mode innet --background permutation:{load}{p}" for load in (0.25, 0.5, 0.75)
              for p in ("", " --placement dynamic")]
-    grid += [f"{TWO_SPINES} --mode innet --background {b}{p}" for b in ("all-to-all:0.5", "incast:0.5",
-                                                                        "hotspot:s1--t1:0.5")
-             for p in ("", " --placement dynamic")]
+    grid += [f"{TWO_SPINES} --mode innet --background {b}:{load}{p}" for b in ("all-to-all", "incast", "hotspot:s1--t1")
+             for load in (0.25, 0.5, 0.75) for p in ("", " --placement dynamic")]
     grid += [f"{FAT} --mode innet", f"{FAT} --mode innet --background permutation:0.5",
              f"{FAT} --mode innet --background permutation:0.5 --placement dynamic"]
     return grid

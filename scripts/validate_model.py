@@ -251,7 +251,7 @@ def mininet_section(args: argparse.Namespace) -> list[str]:
         return grid.section(rows, args.repeats, sum(float(str(r.get("wall_s", 0))) for r in rows), args.load)
     kept = {str(r["flags"]): r for r in grid.read_rows(args.mininet_csv)} if args.only else {}
     points = grid.points(args.quick)
-    again = [flags for flags in points if args.only in flags or flags not in kept]
+    again = [flags for flags in points if flags not in kept or (args.only != "new" and args.only in flags)]
     with mininet_lock() as lock:
         if not (args.no_lock or locked(lock, args.lock_wait)):
             return [grid.HEADING, "", f"No Mininet points: the lock stayed taken for {args.lock_wait:g} s.", ""]
@@ -261,8 +261,9 @@ def mininet_section(args: argparse.Namespace) -> list[str]:
     print("\n".join(grid.table(rows)))
     print(f"mininet grid: {grid.verdict(rows)} ({time.time() - started:.0f} s, load average {load})")
     return grid.section(rows, args.repeats, time.time() - started, f"load average {load}",
-                        f"the {len(again)} of {len(rows)} points whose flags hold `{args.only}` measured again; the "
-                        "others are an earlier whole grid's" if args.only else "")
+                        (f"the {len(again)} of {len(rows)} points " + ("new to the grid measured" if args.only == "new"
+                         else f"whose flags hold `{args.only}` measured again") + "; the others are an earlier whole "
+                         "grid's") if args.only else "")
 
 
 def locked(lock: object, wait: float) -> bool:
@@ -308,7 +309,7 @@ def main() -> None:
                    help="with --mininet-only: render the section from this grid CSV instead of running it")
     p.add_argument("--only", default="", metavar="TEXT",
                    help="with --mininet-only: measure again only the points whose flags hold TEXT (e.g. 'dynamic'), "
-                        "the others kept from --mininet-csv (a whole grid's)")
+                        "the others kept from --mininet-csv (a whole grid's); 'new': only the points that CSV lacks")
     p.add_argument("--load", default="not noted", help="with --from-csv: the machine's load during that run, to quote")
     p.add_argument("--doc", default=None, help="also write the tables and the papers' claims to this markdown file")
     args = p.parse_args()
