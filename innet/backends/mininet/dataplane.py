@@ -38,6 +38,7 @@ def cache_dir() -> str:
     return "/var/cache/innet" if os.geteuid() == 0 else os.path.join(os.path.expanduser("~"), ".cache", "innet")
 
 
+DILATED = 2.0  # a dilation over 1: what calibrated_plane asks about (its calibration is only for dilated runs)
 Hold = tuple[float, float]  # seconds, and seconds per byte of the frame held
 
 
@@ -56,7 +57,7 @@ def unsupported_run(run: RunSpec, program: type[SwitchProgram], faults: Sequence
     if any(f.spec.loss or f.spec.dup or f.spec.reorder or (f.spec.delay and not f.rate)
            for ports in faults for f in ports.values()):  # a dilated hop's delay is held by the host at its end
         return "the links' faults are injected by the Python switch's ports"
-    return unsupported_program(program) if run.mode == "innet" else unsupported_routing(program)
+    return (unsupported_program(program) if run.mode == "innet" else unsupported_routing(program)) or _unbuildable(run, program)
 
 
 def _hop(graph: nx.Graph, run: RunSpec, sender: str, receiver: str) -> Hold:
@@ -133,7 +134,7 @@ def ebpf_object(run: RunSpec, program: type[SwitchProgram], graph: nx.Graph, swi
         return "", {}
     holds, unheld = path_holds(graph, run, plans) if plans is not None else (
         {}, "links between switches on a run whose plan is not known here" if switch_links(graph) else "")
-    reason = unsupported_run(run, program, [faults(sw) for sw in switches], dilation, unheld) or _unbuildable(run, program)
+    reason = unsupported_run(run, program, [faults(sw) for sw in switches], dilation, unheld)
     if reason:
         log(f"--data-plane {run.data_plane}: the Python switch runs this run ({reason})")
         return "", {}
@@ -189,4 +190,4 @@ def calibrated_plane(graph: nx.Graph, run: RunSpec, plans: Sequence[JobPlan] | N
     program = program_of(run)
     faults = [port_faults(graph, run, sw, latency=True) for sw in graph if is_switch(graph, sw)]
     unheld = path_holds(graph, run, plans)[1] if plans is not None else ""
-    return "python" if unsupported_run(run, program, faults, 2.0, unheld) or _unbuildable(run, program) else "ebpf"
+    return "python" if unsupported_run(run, program, faults, DILATED, unheld) else "ebpf"
