@@ -25,6 +25,7 @@ def _train(rank: int, world: int, rendezvous: str, args: argparse.Namespace, out
     import torch
     import torch.distributed as dist
 
+    from innet.integrations.ranks.rank import leave
     from innet.integrations.torch.ddp import FabricState, train_ddp
     from innet.planning.spec import RunSpec
     from topologies import build
@@ -39,6 +40,7 @@ def _train(rank: int, world: int, rendezvous: str, args: argparse.Namespace, out
         out.put(results)  # type: ignore[attr-defined]
     dist.barrier()  # no rank tears gloo down while another still talks to it (that aborted a rank, rarely)
     dist.destroy_process_group()
+    leave(0)  # the interpreter's teardown aborted a rank now and then, after everything above had finished
 
 
 def _task(args: argparse.Namespace, world: int) -> Any:
