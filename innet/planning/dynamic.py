@@ -176,18 +176,19 @@ def background_model_s(graph: nx.Graph, plan: JobPlan | Sequence[JobPlan], flows
                        chunks: int, frame_bytes: int, band: int | Sequence[int] = 0, background_band: int = 0,
                        lead_s: float = 0.0, background_frame: int = 0, exponent_bytes: int = 0,
                        first_s: Sequence[float] | None = None, choices: Choices | None = None,
-                       last_bytes: int = 0) -> float:
+                       last_bytes: int = 0, calls: int = 1) -> float:
     """The timing model's completion time of ``plan``'s all-reduce beside background ``flows`` (source,
     destination, bits per second), ``chunks`` frames of ``frame_bytes`` each way per worker (the last one
     ``last_bytes``, 0: as the others) and a window of ``plan.slots`` frames, the job's frames in priority ``band``,
     the background's in ``background_band``: the fluid through the links' strict-priority queues, a static tree's
     (innet.planning.timing.fluid.tree_fluid_s) or dynamic trees' chunk by chunk as their switches, deciding by
     ``choices``, send them (innet.planning.timing.trees.trees_fluid_s). Several jobs (a plan and a band each) go
-    through the same queues together, each its own classes: the slowest one's completion."""
+    through the same queues together, each its own classes: the slowest one's completion; ``calls`` of it one after
+    another, the median call's (as a job's ``completion_s``)."""
     plans, bands = jobs_of(plan, band)
     if {p.method == "dynamic" for p in plans} == {False}:
         return tree_fluid_s(graph, plans, flows, chunks, frame_bytes, bands, background_band, lead_s, background_frame,
-                            exponent_bytes, first_s, last_bytes)
+                            exponent_bytes, first_s, last_bytes, calls)
     if any(p.method != "dynamic" for p in plans):
         raise ValueError("the model runs static trees or dynamic trees together, not both")
     if choices is None:
@@ -195,4 +196,4 @@ def background_model_s(graph: nx.Graph, plan: JobPlan | Sequence[JobPlan], flows
     plans = [replace(p, switch_ports={s: replace(jp, window=jp.window or partial_window(graph, p, frame_bytes))
                                       for s, jp in p.switch_ports.items()}) for p in plans]
     return trees_fluid_s(graph, plans, flows, chunks, frame_bytes, choices, bands, background_band, lead_s,
-                         background_frame, exponent_bytes, first_s, last_bytes)
+                         background_frame, exponent_bytes, first_s, last_bytes, calls)

@@ -199,11 +199,11 @@ def background_model(graph: nx.Graph, run: RunSpec, rp: Planned) -> dict[str, fl
     frame, choices = program.frame_bytes(rp.per_packet), Choices.of(program)
     if choices is None and any(p.method == "dynamic" for p in rp.plans):
         return {}
-    sizes = run.call_sizes()
-    chunks, short = sum(-(-n // rp.per_packet) for n in sizes), sizes[-1] % rp.per_packet
+    chunks, short = -(-run.elements // rp.per_packet), run.elements % rp.per_packet  # a call's: all alike here
     figure = background_model_s(graph, rp.plans, flows, chunks, frame, [run.band(p.job) for p in rp.plans],
                                 BACKGROUND_BAND, lead_s(got), FRAME_BYTES, wire_bytes(0),
-                                first_frames(graph, got, run.seed), choices, program.frame_bytes(short) if short else 0)
+                                first_frames(graph, got, run.seed), choices, program.frame_bytes(short) if short else 0,
+                                len(run.call_sizes()))
     return {"background_model_s": round(figure, 6)}
 
 

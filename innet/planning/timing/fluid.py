@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import statistics
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -134,17 +135,18 @@ def _sources(paths: list[list[tuple[str, str]]], rates: list[float], frame: int,
 def tree_fluid_s(graph: nx.Graph, plan: JobPlan | Sequence[JobPlan], flows: Sequence[tuple[str, str, float]],
                  chunks: int, frame_bytes: int, band: int | Sequence[int] = 0, background_band: int = 0,
                  lead_s: float = 0.0, background_frame: int = 0, exponent_bytes: int = 0,
-                 first_s: Sequence[float] | None = None, last_bytes: int = 0) -> float:
+                 first_s: Sequence[float] | None = None, last_bytes: int = 0, calls: int = 1) -> float:
     """Seconds ``plan``'s static tree takes to all-reduce ``chunks`` frames of ``frame_bytes`` per worker (the last
     one ``last_bytes``, 0: as the others) with a window of ``plan.slots`` frames, after a round of one
     ``exponent_bytes`` frame (0: none), its frames in priority ``band``, beside open-loop background ``flows``
     (source, destination, bits per second) in ``background_band``, frames of ``background_frame`` bytes (0: a fluid
     stream) started ``lead_s`` before the job, each flow's first ``first_s`` after that (None: spread over its gap;
     see the module doc); inf where the background leaves it too little to finish. Several jobs (``plan`` and
-    ``band`` one each) run together, each its own class in the queues: the slowest one's."""
+    ``band`` one each) run together, each its own class in the queues: the slowest one's. ``calls`` of it one after
+    another (a worker starts the next once it has every result of one): the median call's (the slowest job's)."""
     plans, bands = jobs_of(plan, band)
     return run_fluid(_Fluid(graph, plans, flows, chunks, frame_bytes, bands, background_band, background_frame,
-                            exponent_bytes, last_bytes), [rate for _, _, rate in flows], background_frame, lead_s,
+                            exponent_bytes, last_bytes, calls), [rate for _, _, rate in flows], background_frame, lead_s,
                      first_s)
 
 
@@ -166,7 +168,7 @@ def run_fluid(fluid: _Fluid, rates: list[float], background_frame: int, lead_s: 
     heapq.heapify(soon)
     for step in range(-round(lead_s / fluid.dt), MAX_STEPS):
         if fluid.done == len(fluid.returns):
-            return step * fluid.dt
+            return fluid.figure(step)
         if soon and soon[0][0] < step + 1:
             now = []
             while soon and soon[0][0] < step + 1:
@@ -191,11 +193,14 @@ class _Fluid:
 
     def __init__(self, graph: nx.Graph, plans: Sequence[JobPlan], flows: Sequence[tuple[str, str, float]],
                  chunks: int, frame_bytes: int, bands: Sequence[int], background_band: int, background_frame: int,
-                 exponent_bytes: int, last_bytes: int = 0) -> None:
+                 exponent_bytes: int, last_bytes: int = 0, calls: int = 1) -> None:
         self.head, self.frame_bytes, self.bands = float(exponent_bytes), frame_bytes, list(bands)
         self.background_band, self.background_frame = background_band, background_frame
         self.short = frame_bytes - last_bytes if last_bytes else 0  # what the last chunk's frames lack
-        self.data = self.head + chunks * frame_bytes - self.short
+        self.call = self.head + chunks * frame_bytes - self.short  # a call's stream, each way
+        self.calls, self.data = calls, calls * self.call
+        # per job, per call: its first worker's start and its last worker's end (seconds)
+        self.spans = [[[0.0 if k == 0 else math.inf, -math.inf] for k in range(calls)] for _ in plans]
         self.windows = [float(plan.slots * frame_bytes) for plan in plans]
         assert all(plan.root is not None for plan in plans)
         job_links = list(dict.fromkeys(hop for plan in plans for hop in self.job_links(graph, plan)))
@@ -213,6 +218,7 @@ class _Fluid:
         self.waiting: dict[tuple[str, str], _Link] = {}
         self.landing: dict[int, set[int]] = {}  # step -> the links (by order) with something arriving at its end
         self.idle = 0.0  # steps what is put in now came before the step's start (negative: due within the step)
+        self.landed_at = 0.0  # seconds: when what is being taken landed
         self.start(graph, plans)
 
     def job_links(self, graph: nx.Graph, plan: JobPlan) -> list[tuple[str, str]]:
@@ -247,6 +253,20 @@ class _Fluid:
         self.changed = dict.fromkeys(ups)  # the jobs' links whose inputs moved since they last sent
         self.done = 0
 
+    def ended(self, j: int, call: int, at: float) -> None:
+        """A worker of job ``j`` has every result of ``call`` at ``at`` (seconds), and starts the next."""
+        span = self.spans[j][call]
+        span[1] = max(span[1], at)
+        if call + 1 < self.calls:
+            self.spans[j][call + 1][0] = min(self.spans[j][call + 1][0], at)
+
+    def figure(self, step: int) -> float:
+        """The figure once every worker has every result at ``step``: its time (one call), else the slowest job's
+        median call (as a job's ``completion_s``)."""
+        if self.calls == 1:
+            return step * self.dt
+        return max(statistics.median(end - start for start, end in spans) for spans in self.spans)
+
     def due(self) -> bool:
         """Whether the job has something to send (or decide) at the step's start."""
         return bool(self.changed)
@@ -261,9 +281,11 @@ class _Fluid:
         for key in self.changed:
             j, hop = key
             came = self.inputs[key]
-            if key in self.workers_up:
+            if key in self.workers_up:  # within its call: the exponent's round first, then its window
                 back = self.got[came[0]]
-                can = min(self.data, back + self.windows[j]) if back >= self.head - 1e-6 else self.head
+                base = min(self.calls - 1, math.floor(back / self.call + 1e-9)) * self.call
+                back -= base
+                can = base + (min(self.call, back + self.windows[j]) if back >= self.head - 1e-6 else self.head)
             else:
                 can = min(self.got[way] for way in came)
             more = can - self.sent[key]
@@ -281,6 +303,7 @@ class _Fluid:
                 del self.waiting[hop]
             if len(link.flight) > left:  # something left it this step
                 self.landing.setdefault(step + link.delay, set()).add(self.order[hop])
+        self.landed_at = (step + 1) * self.dt  # what lands in this step lands at its end
         for hop, due, cls, amount in self.landed(step):
             self.idle = step - due
             if cls < 0:
@@ -309,9 +332,13 @@ class _Fluid:
         """``amount`` of job ``JOB - cls``'s bytes (one stream a job here) came over ``hop``."""
         key = (JOB - cls, hop)
         self.arrived[key] += amount
-        whole = _whole(self.arrived[key], self.head, self.frame_bytes, self.data)
+        whole = _whole(self.arrived[key], self.head, self.frame_bytes, self.call, self.calls)
         if whole != self.got[key]:
-            self.done += key in self.returns and self.got[key] < self.data - 1e-6 <= whole
+            if key in self.returns:
+                self.done += self.got[key] < self.data - 1e-6 <= whole
+                for k in range(self.calls):  # the calls it finished (the worker starts the next at once)
+                    if self.got[key] < (k + 1) * self.call - 1e-6 <= whole:
+                        self.ended(key[0], k, self.landed_at)
             self.got[key] = whole
             self.changed.update(dict.fromkeys(self.needs.get(key, ())))
 
@@ -328,11 +355,13 @@ class _Fluid:
             self.put(nxt, self.background_band, cls, self.background_frame)
 
 
-def _whole(arrived: float, head: float, frame_bytes: int, data: float) -> float:
-    """Of ``arrived`` bytes of a job's stream of ``data`` (the exponent's ``head``, then frames, the last one
-    perhaps shorter), those of whole frames."""
+def _whole(arrived: float, head: float, frame_bytes: int, call: float, calls: int) -> float:
+    """Of ``arrived`` bytes of a job's stream of ``calls`` of ``call`` bytes each (the exponent's ``head``, then
+    frames, the last one perhaps shorter), those of whole frames."""
+    base = min(calls - 1, math.floor(arrived / call + 1e-9)) * call
+    arrived -= base
     if arrived < head - 1e-6:
-        return 0.0
-    if arrived >= data - 1e-6:
-        return data
-    return head + frame_bytes * math.floor((arrived - head) / frame_bytes + 1e-6)
+        return base
+    if arrived >= call - 1e-6:
+        return base + call
+    return base + head + frame_bytes * math.floor((arrived - head) / frame_bytes + 1e-6)

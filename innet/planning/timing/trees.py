@@ -54,13 +54,13 @@ class Choices:
 def trees_fluid_s(graph: nx.Graph, plan: JobPlan | Sequence[JobPlan], flows: Sequence[tuple[str, str, float]],
                   chunks: int, frame_bytes: int, choices: Choices, band: int | Sequence[int] = 0,
                   background_band: int = 0, lead_s: float = 0.0, background_frame: int = 0, exponent_bytes: int = 0,
-                  first_s: Sequence[float] | None = None, last_bytes: int = 0) -> float:
+                  first_s: Sequence[float] | None = None, last_bytes: int = 0, calls: int = 1) -> float:
     """Seconds ``plan``'s dynamic trees take to all-reduce ``chunks`` frames of ``frame_bytes`` per worker, deciding
     by ``choices``; every other argument (several jobs together too) as ``innet.planning.timing.fluid.tree_fluid_s``
     takes it."""
     plans, bands = jobs_of(plan, band)
     fluid = _Trees(graph, plans, flows, chunks, frame_bytes, bands, background_band, background_frame, exponent_bytes,
-                   last_bytes, choices)
+                   last_bytes, calls, choices)
     return run_fluid(fluid, [rate for _, _, rate in flows], background_frame, lead_s, first_s)
 
 
@@ -87,10 +87,10 @@ class _Trees(_Fluid):
 
     def __init__(self, graph: nx.Graph, plans: Sequence[JobPlan], flows: Sequence[tuple[str, str, float]],
                  chunks: int, frame_bytes: int, bands: Sequence[int], background_band: int, background_frame: int,
-                 exponent_bytes: int, last_bytes: int, choices: Choices) -> None:
-        self.choices, self.chunks = choices, chunks
+                 exponent_bytes: int, last_bytes: int, calls: int, choices: Choices) -> None:
+        self.choices, self.chunks = choices, chunks  # a call's data chunks: chunk k * (chunks + 1) is call k's exponent
         super().__init__(graph, plans, flows, chunks, frame_bytes, bands, background_band, background_frame,
-                         exponent_bytes, last_bytes)
+                         exponent_bytes, last_bytes, calls)
 
     def job_links(self, graph: nx.Graph, plan: JobPlan) -> list[tuple[str, str]]:
         """Every link direction between the job's workers and switches: a chunk may take any of them."""
@@ -196,7 +196,8 @@ class _Trees(_Fluid):
 
     # -- the jobs' frames -------------------------------------------------------
     def _size(self, j: int, chunk: int, partial: bool) -> float:
-        return ((self.head if chunk == 0 else self.data_frame - (self.short if chunk == self.chunks else 0))
+        k = chunk % (self.chunks + 1)  # within its call
+        return ((self.head if k == 0 else self.data_frame - (self.short if k == self.chunks else 0))
                 + (self.bitmaps[j] if partial else 0.0))
 
     def _emit(self, hop: tuple[str, str], j: int, result: bool, chunk: int, ranks: int) -> None:
@@ -211,9 +212,8 @@ class _Trees(_Fluid):
         self.put(hop, self.bands[j], cls, self.frames[-1 - cls][4])
 
     def _send(self, worker: str, chunk: int) -> None:
-        if chunk <= self.chunks:
-            j, rank = self.rank[worker]
-            self._emit((worker, self.plans[j].first_hop[worker]), j, False, chunk, 1 << rank)
+        j, rank = self.rank[worker]
+        self._emit((worker, self.plans[j].first_hop[worker]), j, False, chunk, 1 << rank)
 
     def _arrive(self, hop: tuple[str, str], cls: int, amount: float) -> None:
         """A frame of a job came whole over ``hop`` (its links pass frames whole: ``_Frames``)."""
@@ -232,11 +232,20 @@ class _Trees(_Fluid):
             self._contribution(j, node, chunk, ranks)
 
     def _result_at_worker(self, worker: str, chunk: int) -> None:
+        """A result at ``worker``: its window moves on within the call; a call's every result starts the next."""
+        n, j = self.chunks + 1, self.rank[worker][0]
         self.back[worker] += 1
-        self.done += self.back[worker] == self.chunks + 1
-        slots = self.plans[self.rank[worker][0]].slots
-        for nxt in range(1, 1 + slots) if chunk == 0 else (chunk + slots,):
-            self._send(worker, nxt)
+        if self.back[worker] % n == 0:
+            call = self.back[worker] // n - 1
+            self.ended(j, call, self._instant())
+            self.done += call + 1 == self.calls
+            if call + 1 < self.calls:
+                self._send(worker, (call + 1) * n)
+            return
+        slots, end = self.plans[j].slots, (chunk // n + 1) * n  # the call's chunks are below ``end``
+        for nxt in range(chunk + 1, chunk + 1 + slots) if chunk % n == 0 else (chunk + slots,):
+            if nxt < end:
+                self._send(worker, nxt)
 
     def _contribution(self, j: int, s: str, chunk: int, ranks: int) -> None:
         js = (j, s)
