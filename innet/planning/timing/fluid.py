@@ -13,7 +13,10 @@ its first frame at the phase its host's sender gives it (``first_s``, innet.host
 job whose whole tensor fits its window is queued ahead of the background its own hosts send, in the same band,
 and is slowed by what is already in the network (its exponent's round most: one frame behind the background's at
 every hop) and by the backlog its hosts release when its tensor has left; a job with a short window competes with
-the background for each link; a job in a less urgent band gets only what the background leaves.
+the background for each link; a job in a less urgent band gets only what the background leaves. Several jobs go
+through the same queues at once, each its own class in its own band (another job's tensor queued in its hosts holds
+back the background they send, as it does its own); with several calls a worker starts the next, its exponent's round
+again, once it has every result of one, and the figure is the median call's (as a job's ``completion_s``).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ sends the chunk's partial on once every rank of its cone is in it, or ``window``
 that chose another uplink never come: the partial goes on incomplete, later arrivals follow alone). The root sends
 the result down to its children and up one chosen uplink; a switch a result reaches from below floods it down and on
 up, one from above floods it down. A worker sends its exponent's frame, then its chunks as results free their slots
-(chunk ``c`` frees ``c + slots``).
+(chunk ``c`` frees ``c + slots``), and its next call's exponent once it has every result of one. Several jobs'
+switches decide each for its own job (its windows, its latecomers), counting the background alike.
 """
 
 from __future__ import annotations
