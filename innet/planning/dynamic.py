@@ -26,7 +26,7 @@ import networkx as nx
 from innet.errors import UserError
 from innet.graph import indexed, is_switch, natural_key, next_hop, ports, role
 from innet.planning.planner import JobPlan, _closest_switch
-from innet.planning.timing.fluid import tree_fluid_s
+from innet.planning.timing.fluid import jobs_of, tree_fluid_s
 from innet.planning.timing.trees import Choices, trees_fluid_s
 from innet.switch.program import JobPort
 
@@ -172,21 +172,28 @@ def _leads_to_workers(graph: nx.Graph, node: str, above: str, level: dict[str, i
     return any(_leads_to_workers(graph, n, node, level, workers) for n in graph[node] if level[n] < level[node])
 
 
-def background_model_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]], chunks: int,
-                       frame_bytes: int, band: int = 0, background_band: int = 0, lead_s: float = 0.0,
-                       background_frame: int = 0, exponent_bytes: int = 0,
-                       first_s: Sequence[float] | None = None, choices: Choices | None = None) -> float:
+def background_model_s(graph: nx.Graph, plan: JobPlan | Sequence[JobPlan], flows: Sequence[tuple[str, str, float]],
+                       chunks: int, frame_bytes: int, band: int | Sequence[int] = 0, background_band: int = 0,
+                       lead_s: float = 0.0, background_frame: int = 0, exponent_bytes: int = 0,
+                       first_s: Sequence[float] | None = None, choices: Choices | None = None,
+                       last_bytes: int = 0, calls: int = 1) -> float:
     """The timing model's completion time of ``plan``'s all-reduce beside background ``flows`` (source,
-    destination, bits per second), ``chunks`` frames of ``frame_bytes`` each way per worker and a window of
-    ``plan.slots`` frames, the job's frames in priority ``band``, the background's in ``background_band``: the fluid
-    through the links' strict-priority queues, a static tree's (innet.planning.timing.fluid.tree_fluid_s) or dynamic trees'
-    chunk by chunk as their switches, deciding by ``choices``, send them (innet.planning.timing.trees.trees_fluid_s)."""
-    if plan.method != "dynamic":
-        return tree_fluid_s(graph, plan, flows, chunks, frame_bytes, band, background_band, lead_s, background_frame,
-                            exponent_bytes, first_s)
+    destination, bits per second), ``chunks`` frames of ``frame_bytes`` each way per worker (the last one
+    ``last_bytes``, 0: as the others) and a window of ``plan.slots`` frames, the job's frames in priority ``band``,
+    the background's in ``background_band``: the fluid through the links' strict-priority queues, a static tree's
+    (innet.planning.timing.fluid.tree_fluid_s) or dynamic trees' chunk by chunk as their switches, deciding by
+    ``choices``, send them (innet.planning.timing.trees.trees_fluid_s). Several jobs (a plan and a band each) go
+    through the same queues together, each its own classes: the slowest one's completion; ``calls`` of it one after
+    another, the median call's (as a job's ``completion_s``)."""
+    plans, bands = jobs_of(plan, band)
+    if {p.method == "dynamic" for p in plans} == {False}:
+        return tree_fluid_s(graph, plans, flows, chunks, frame_bytes, bands, background_band, lead_s, background_frame,
+                            exponent_bytes, first_s, last_bytes, calls)
+    if any(p.method != "dynamic" for p in plans):
+        raise ValueError("the model runs static trees or dynamic trees together, not both")
     if choices is None:
         raise ValueError("dynamic trees' model needs the program's choices (innet.planning.timing.trees.Choices.of)")
-    waits = {s: replace(jp, window=jp.window or partial_window(graph, plan, frame_bytes))
-             for s, jp in plan.switch_ports.items()}
-    return trees_fluid_s(graph, replace(plan, switch_ports=waits), flows, chunks, frame_bytes, choices, band,
-                         background_band, lead_s, background_frame, exponent_bytes, first_s)
+    plans = [replace(p, switch_ports={s: replace(jp, window=jp.window or partial_window(graph, p, frame_bytes))
+                                      for s, jp in p.switch_ports.items()}) for p in plans]
+    return trees_fluid_s(graph, plans, flows, chunks, frame_bytes, choices, bands, background_band, lead_s,
+                         background_frame, exponent_bytes, first_s, last_bytes, calls)

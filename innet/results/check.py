@@ -182,8 +182,9 @@ class Planned(Protocol):
 
 def background_model(graph: nx.Graph, run: RunSpec, rp: Planned) -> dict[str, float]:
     """``background_model_s``: the timing model's completion beside the run's background traffic (none: at link
-    rate or the window's pace) for a plain switch all-reduce, the slowest job's (innet.planning.dynamic). None beside
-    an elastic background: the model's background is open-loop, in the job's FIFO."""
+    rate or the window's pace) for a plain switch all-reduce, every job's frames through the same queues, the
+    slowest job's (innet.planning.dynamic). None beside an elastic background: the model's background is open-loop,
+    in the job's FIFO."""
     from innet.hosts.background import BACKGROUND_BAND, FRAME_BYTES, background_flows, first_frames, lead_s
     from innet.planning.dynamic import background_model_s
     from innet.planning.prediction import frame_bytes as wire_bytes
@@ -198,12 +199,12 @@ def background_model(graph: nx.Graph, run: RunSpec, rp: Planned) -> dict[str, fl
     frame, choices = program.frame_bytes(rp.per_packet), Choices.of(program)
     if choices is None and any(p.method == "dynamic" for p in rp.plans):
         return {}
-    chunks = sum(-(-n // rp.per_packet) for n in run.call_sizes())
-    return {"background_model_s": round(max(background_model_s(graph, p, flows, chunks, frame, run.band(p.job),
-                                                                   BACKGROUND_BAND, lead_s(got), FRAME_BYTES,
-                                                                   wire_bytes(0), first_frames(graph, got, run.seed),
-                                                                   choices)
-                                            for p in rp.plans), 6)}
+    chunks, short = -(-run.elements // rp.per_packet), run.elements % rp.per_packet  # a call's: all alike here
+    figure = background_model_s(graph, rp.plans, flows, chunks, frame, [run.band(p.job) for p in rp.plans],
+                                BACKGROUND_BAND, lead_s(got), FRAME_BYTES, wire_bytes(0),
+                                first_frames(graph, got, run.seed), choices, program.frame_bytes(short) if short else 0,
+                                len(run.call_sizes()))
+    return {"background_model_s": round(figure, 6)}
 
 
 def run_record(graph: nx.Graph, run: RunSpec, rp: Planned, backend: str, outcomes: Sequence[WorkerOutcome],

@@ -13,13 +13,17 @@ its first frame at the phase its host's sender gives it (``first_s``, innet.host
 job whose whole tensor fits its window is queued ahead of the background its own hosts send, in the same band,
 and is slowed by what is already in the network (its exponent's round most: one frame behind the background's at
 every hop) and by the backlog its hosts release when its tensor has left; a job with a short window competes with
-the background for each link; a job in a less urgent band gets only what the background leaves.
+the background for each link; a job in a less urgent band gets only what the background leaves. Several jobs go
+through the same queues at once, each its own class in its own band (another job's tensor queued in its hosts holds
+back the background they send, as it does its own); with several calls a worker starts the next, its exponent's round
+again, once it has every result of one, and the figure is the median call's (as a job's ``completion_s``).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import statistics
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +33,7 @@ import networkx as nx
 from innet.planning.planner import JobPlan
 from innet.planning.prediction import path_links
 
-JOB = -1  # the job's class in a queue; background flows are 0, 1, ...
+JOB = -1  # the first job's class in a queue (job j's: JOB - j); background flows are 0, 1, ...
 STEPS_PER_FRAME = 16  # steps a job's frame takes to serialise on its fastest link: the exponent's frame takes one a hop
 MAX_STEPS = 200_000  # a run that takes longer is one the background starves (inf)
 
@@ -131,18 +135,31 @@ def _sources(paths: list[list[tuple[str, str]]], rates: list[float], frame: int,
                   for _, i, _, gap in each]
 
 
-def tree_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]], chunks: int,
-                 frame_bytes: int, band: int = 0, background_band: int = 0, lead_s: float = 0.0,
-                 background_frame: int = 0, exponent_bytes: int = 0,
-                 first_s: Sequence[float] | None = None) -> float:
-    """Seconds ``plan``'s static tree takes to all-reduce ``chunks`` frames of ``frame_bytes`` per worker with a
-    window of ``plan.slots`` frames, after a round of one ``exponent_bytes`` frame (0: none), its frames in priority
-    ``band``, beside open-loop background ``flows`` (source, destination, bits per second) in ``background_band``,
-    frames of ``background_frame`` bytes (0: a fluid stream) started ``lead_s`` before the job, each flow's first
-    ``first_s`` after that (None: spread over its gap; see the module doc); inf where the background leaves it too
-    little to finish."""
-    return run_fluid(_Fluid(graph, plan, flows, chunks, frame_bytes, band, background_band, background_frame,
-                            exponent_bytes), [rate for _, _, rate in flows], background_frame, lead_s, first_s)
+def tree_fluid_s(graph: nx.Graph, plan: JobPlan | Sequence[JobPlan], flows: Sequence[tuple[str, str, float]],
+                 chunks: int, frame_bytes: int, band: int | Sequence[int] = 0, background_band: int = 0,
+                 lead_s: float = 0.0, background_frame: int = 0, exponent_bytes: int = 0,
+                 first_s: Sequence[float] | None = None, last_bytes: int = 0, calls: int = 1) -> float:
+    """Seconds ``plan``'s static tree takes to all-reduce ``chunks`` frames of ``frame_bytes`` per worker (the last
+    one ``last_bytes``, 0: as the others) with a window of ``plan.slots`` frames, after a round of one
+    ``exponent_bytes`` frame (0: none), its frames in priority ``band``, beside open-loop background ``flows``
+    (source, destination, bits per second) in ``background_band``, frames of ``background_frame`` bytes (0: a fluid
+    stream) started ``lead_s`` before the job, each flow's first ``first_s`` after that (None: spread over its gap;
+    see the module doc); inf where the background leaves it too little to finish. Several jobs (``plan`` and
+    ``band`` one each) run together, each its own class in the queues: the slowest one's. ``calls`` of it one after
+    another (a worker starts the next once it has every result of one): the median call's (the slowest job's)."""
+    plans, bands = jobs_of(plan, band)
+    return run_fluid(_Fluid(graph, plans, flows, chunks, frame_bytes, bands, background_band, background_frame,
+                            exponent_bytes, last_bytes, calls), [rate for _, _, rate in flows], background_frame, lead_s,
+                     first_s)
+
+
+def jobs_of(plan: JobPlan | Sequence[JobPlan], band: int | Sequence[int]) -> tuple[list[JobPlan], list[int]]:
+    """The jobs a fluid runs and each one's band (one plan: one job)."""
+    plans = [plan] if isinstance(plan, JobPlan) else list(plan)
+    bands = [band] * len(plans) if isinstance(band, int) else list(band)
+    if len(bands) != len(plans):
+        raise ValueError(f"{len(plans)} jobs want as many bands, got {len(bands)}")
+    return plans, bands
 
 
 def run_fluid(fluid: _Fluid, rates: list[float], background_frame: int, lead_s: float,
@@ -154,7 +171,7 @@ def run_fluid(fluid: _Fluid, rates: list[float], background_frame: int, lead_s: 
     heapq.heapify(soon)
     for step in range(-round(lead_s / fluid.dt), MAX_STEPS):
         if fluid.done == len(fluid.returns):
-            return step * fluid.dt
+            return fluid.figure(step)
         if soon and soon[0][0] < step + 1:
             now = []
             while soon and soon[0][0] < step + 1:
@@ -177,19 +194,25 @@ class _Fluid:
     steps = STEPS_PER_FRAME
     link_kind: type[_Link] = _Link
 
-    def __init__(self, graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]], chunks: int,
-                 frame_bytes: int, band: int, background_band: int, background_frame: int, exponent_bytes: int) -> None:
-        self.head, self.frame_bytes, self.band = float(exponent_bytes), frame_bytes, band
+    def __init__(self, graph: nx.Graph, plans: Sequence[JobPlan], flows: Sequence[tuple[str, str, float]],
+                 chunks: int, frame_bytes: int, bands: Sequence[int], background_band: int, background_frame: int,
+                 exponent_bytes: int, last_bytes: int = 0, calls: int = 1) -> None:
+        self.head, self.frame_bytes, self.bands = float(exponent_bytes), frame_bytes, list(bands)
         self.background_band, self.background_frame = background_band, background_frame
-        self.data, self.window = self.head + chunks * frame_bytes, float(plan.slots * frame_bytes)
-        assert plan.root is not None
-        job_links = self.job_links(graph, plan)
+        self.short = frame_bytes - last_bytes if last_bytes else 0  # what the last chunk's frames lack
+        self.call = self.head + chunks * frame_bytes - self.short  # a call's stream, each way
+        self.calls, self.data = calls, calls * self.call
+        # per job, per call: its first worker's start and its last worker's end (seconds)
+        self.spans = [[[0.0 if k == 0 else math.inf, -math.inf] for k in range(calls)] for _ in plans]
+        self.windows = [float(plan.slots * frame_bytes) for plan in plans]
+        assert all(plan.root is not None for plan in plans)
+        job_links = list(dict.fromkeys(hop for plan in plans for hop in self.job_links(graph, plan)))
         self.paths = [path_links(graph, src, dst) for src, dst, _ in flows]
         used = dict.fromkeys([*job_links, *(hop for path in self.paths for hop in path)])  # in order: not the hash seed's
         bps = {hop: graph.edges[hop]["bw"] * 1e6 for hop in used}
         alone = self.data * 8 / min(bps[hop] for hop in job_links)
         self.dt = max(min(8 * frame_bytes / bps[hop] for hop in job_links) / self.steps, alone / 20_000)
-        self.links = _links(graph, bps, self.dt, max(band, background_band) + 1, self.link_kind)
+        self.links = _links(graph, bps, self.dt, max(*self.bands, background_band) + 1, self.link_kind)
         self.onward = [{hop: path[k + 1] if k + 1 < len(path) else None for k, hop in enumerate(path)}
                        for path in self.paths]
         self.partial = [dict.fromkeys(path, 0.0) for path in self.paths]
@@ -198,33 +221,54 @@ class _Fluid:
         self.waiting: dict[tuple[str, str], _Link] = {}
         self.landing: dict[int, set[int]] = {}  # step -> the links (by order) with something arriving at its end
         self.idle = 0.0  # steps what is put in now came before the step's start (negative: due within the step)
-        self.start(graph, plan, job_links)
+        self.landed_at = 0.0  # seconds: when what is being taken landed
+        self.start(graph, plans)
 
     def job_links(self, graph: nx.Graph, plan: JobPlan) -> list[tuple[str, str]]:
         """The link directions the job's frames may take: its tree's, up and down."""
         up = list(plan.parents.items())
         return [*up, *((p, c) for c, p in up)]
 
-    def start(self, graph: nx.Graph, plan: JobPlan, job_links: list[tuple[str, str]]) -> None:
-        """The job's progress before it starts: nothing sent, each worker's link about to."""
-        up = list(plan.parents.items())
-        children = {p: [c for c, q in up if q == p] for p in set(plan.parents.values())}
-        # what each of the job's links sends: the lowest of the whole frames come over ``inputs`` (a worker: its window
+    def start(self, graph: nx.Graph, plans: Sequence[JobPlan]) -> None:
+        """The jobs' progress before they start: nothing sent, each worker's link about to. Job ``j``'s state is
+        keyed by (j, link direction), its frames are class ``-1 - j`` in the queues."""
+        # what each of a job's links sends: the lowest of the whole frames come over ``inputs`` (a worker: its window
         # past the results come back, once the exponent's round is back); it changes only when one of them does
-        self.inputs = {(a, b): [(plan.first_hop[a], a)] if a in plan.workers and plan.parents.get(a) == b
-                       else [(c, a) for c in children[a]] if plan.parents.get(a) == b or a == plan.root
-                       else [(plan.parents[a], a)] for a, b in job_links}
-        self.needs: dict[tuple[str, str], list[tuple[str, str]]] = {}
-        for hop, came in self.inputs.items():
-            for way in came:
-                self.needs.setdefault(way, []).append(hop)
-        self.workers_up = {(w, plan.parents[w]) for w in plan.workers}
-        self.returns = {(plan.first_hop[w], w) for w in plan.workers}
-        self.arrived = dict.fromkeys(job_links, 0.0)
-        self.got = dict.fromkeys(job_links, 0.0)
-        self.sent = dict.fromkeys(job_links, 0.0)
-        self.changed = dict.fromkeys(self.workers_up)  # the job's links whose inputs moved since they last sent
+        self.inputs: dict[tuple[int, tuple[str, str]], list[tuple[int, tuple[str, str]]]] = {}
+        for j, plan in enumerate(plans):
+            up = list(plan.parents.items())
+            children = {p: [c for c, q in up if q == p] for p in set(plan.parents.values())}
+            for a, b in self.job_links(graph, plan):
+                came = ([(plan.first_hop[a], a)] if a in plan.workers and plan.parents.get(a) == b
+                        else [(c, a) for c in children[a]] if plan.parents.get(a) == b or a == plan.root
+                        else [(plan.parents[a], a)])
+                self.inputs[j, (a, b)] = [(j, way) for way in came]
+        self.needs: dict[tuple[int, tuple[str, str]], list[tuple[int, tuple[str, str]]]] = {}
+        for key, ways in self.inputs.items():
+            for way in ways:
+                self.needs.setdefault(way, []).append(key)
+        ups = [(j, (w, plan.parents[w])) for j, plan in enumerate(plans) for w in plan.workers]
+        self.workers_up = set(ups)
+        self.returns = {(j, (plan.first_hop[w], w)) for j, plan in enumerate(plans) for w in plan.workers}
+        self.arrived = dict.fromkeys(self.inputs, 0.0)
+        self.got = dict.fromkeys(self.inputs, 0.0)
+        self.sent = dict.fromkeys(self.inputs, 0.0)
+        self.changed = dict.fromkeys(ups)  # the jobs' links whose inputs moved since they last sent
         self.done = 0
+
+    def ended(self, j: int, call: int, at: float) -> None:
+        """A worker of job ``j`` has every result of ``call`` at ``at`` (seconds), and starts the next."""
+        span = self.spans[j][call]
+        span[1] = max(span[1], at)
+        if call + 1 < self.calls:
+            self.spans[j][call + 1][0] = min(self.spans[j][call + 1][0], at)
+
+    def figure(self, step: int) -> float:
+        """The figure once every worker has every result at ``step``: its time (one call), else the slowest job's
+        median call (as a job's ``completion_s``)."""
+        if self.calls == 1:
+            return step * self.dt
+        return max(statistics.median(end - start for start, end in spans) for spans in self.spans)
 
     def due(self) -> bool:
         """Whether the job has something to send (or decide) at the step's start."""
@@ -237,17 +281,20 @@ class _Fluid:
 
     def send_job(self) -> None:
         """Each of the job's links whose inputs moved queues what they now let it send."""
-        for hop in self.changed:
-            came = self.inputs[hop]
-            if hop in self.workers_up:
+        for key in self.changed:
+            j, hop = key
+            came = self.inputs[key]
+            if key in self.workers_up:  # within its call: the exponent's round first, then its window
                 back = self.got[came[0]]
-                can = min(self.data, back + self.window) if back >= self.head - 1e-6 else self.head
+                base = min(self.calls - 1, math.floor(back / self.call + 1e-9)) * self.call
+                back -= base
+                can = base + (min(self.call, back + self.windows[j]) if back >= self.head - 1e-6 else self.head)
             else:
                 can = min(self.got[way] for way in came)
-            more = can - self.sent[hop]
+            more = can - self.sent[key]
             if more > 1e-9:
-                self.put(hop, self.band, JOB, more)
-                self.sent[hop] += more
+                self.put(hop, self.bands[j], JOB - j, more)
+                self.sent[key] += more
         self.changed = {}
 
     def serve(self, step: int) -> None:
@@ -259,6 +306,7 @@ class _Fluid:
                 del self.waiting[hop]
             if len(link.flight) > left:  # something left it this step
                 self.landing.setdefault(step + link.delay, set()).add(self.order[hop])
+        self.landed_at = (step + 1) * self.dt  # what lands in this step lands at its end
         for hop, due, cls, amount in self.landed(step):
             self.idle = step - due
             if cls < 0:
@@ -284,13 +332,18 @@ class _Fluid:
         return out
 
     def _arrive(self, hop: tuple[str, str], cls: int, amount: float) -> None:
-        """``amount`` of the job's bytes (of class ``cls``: one stream here) came over ``hop``."""
-        self.arrived[hop] += amount
-        whole = _whole(self.arrived[hop], self.head, self.frame_bytes)
-        if whole != self.got[hop]:
-            self.done += hop in self.returns and self.got[hop] < self.data - 1e-6 <= whole
-            self.got[hop] = whole
-            self.changed.update(dict.fromkeys(self.needs.get(hop, ())))
+        """``amount`` of job ``JOB - cls``'s bytes (one stream a job here) came over ``hop``."""
+        key = (JOB - cls, hop)
+        self.arrived[key] += amount
+        whole = _whole(self.arrived[key], self.head, self.frame_bytes, self.call, self.calls)
+        if whole != self.got[key]:
+            if key in self.returns:
+                self.done += self.got[key] < self.data - 1e-6 <= whole
+                for k in range(self.calls):  # the calls it finished (the worker starts the next at once)
+                    if self.got[key] < (k + 1) * self.call - 1e-6 <= whole:
+                        self.ended(key[0], k, self.landed_at)
+            self.got[key] = whole
+            self.changed.update(dict.fromkeys(self.needs.get(key, ())))
 
     def _forward(self, hop: tuple[str, str], cls: int, amount: float) -> None:
         nxt = self.onward[cls][hop]
@@ -305,8 +358,13 @@ class _Fluid:
             self.put(nxt, self.background_band, cls, self.background_frame)
 
 
-def _whole(arrived: float, head: float, frame_bytes: int) -> float:
-    """Of ``arrived`` bytes of the job's stream (the exponent's ``head``, then frames), those of whole frames."""
+def _whole(arrived: float, head: float, frame_bytes: int, call: float, calls: int) -> float:
+    """Of ``arrived`` bytes of a job's stream of ``calls`` of ``call`` bytes each (the exponent's ``head``, then
+    frames, the last one perhaps shorter), those of whole frames."""
+    base = min(calls - 1, math.floor(arrived / call + 1e-9)) * call
+    arrived -= base
     if arrived < head - 1e-6:
-        return 0.0
-    return head + frame_bytes * math.floor((arrived - head) / frame_bytes + 1e-6)
+        return base
+    if arrived >= call - 1e-6:
+        return base + call
+    return base + head + frame_bytes * math.floor((arrived - head) / frame_bytes + 1e-6)

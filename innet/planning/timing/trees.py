@@ -11,7 +11,8 @@ sends the chunk's partial on once every rank of its cone is in it, or ``window``
 that chose another uplink never come: the partial goes on incomplete, later arrivals follow alone). The root sends
 the result down to its children and up one chosen uplink; a switch a result reaches from below floods it down and on
 up, one from above floods it down. A worker sends its exponent's frame, then its chunks as results free their slots
-(chunk ``c`` frees ``c + slots``).
+(chunk ``c`` frees ``c + slots``), and its next call's exponent once it has every result of one. Several jobs'
+switches decide each for its own job (its windows, its latecomers), counting the background alike.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import networkx as nx
 
 from innet.graph import natural_key, ports
 from innet.planning.planner import JobPlan
-from innet.planning.timing.fluid import _Fluid, _Frames, run_fluid
+from innet.planning.timing.fluid import _Fluid, _Frames, jobs_of, run_fluid
 
 
 @dataclass(frozen=True)
@@ -51,14 +52,16 @@ class Choices:
         return cls(*got) if len(got) == len(fields(cls)) else None
 
 
-def trees_fluid_s(graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]], chunks: int,
-                  frame_bytes: int, choices: Choices, band: int = 0, background_band: int = 0, lead_s: float = 0.0,
-                  background_frame: int = 0, exponent_bytes: int = 0,
-                  first_s: Sequence[float] | None = None) -> float:
+def trees_fluid_s(graph: nx.Graph, plan: JobPlan | Sequence[JobPlan], flows: Sequence[tuple[str, str, float]],
+                  chunks: int, frame_bytes: int, choices: Choices, band: int | Sequence[int] = 0,
+                  background_band: int = 0, lead_s: float = 0.0, background_frame: int = 0, exponent_bytes: int = 0,
+                  first_s: Sequence[float] | None = None, last_bytes: int = 0, calls: int = 1) -> float:
     """Seconds ``plan``'s dynamic trees take to all-reduce ``chunks`` frames of ``frame_bytes`` per worker, deciding
-    by ``choices``; every other argument as ``innet.planning.timing.fluid.tree_fluid_s`` takes it."""
-    fluid = _Trees(graph, plan, flows, chunks, frame_bytes, band, background_band, background_frame, exponent_bytes,
-                   choices)
+    by ``choices``; every other argument (several jobs together too) as ``innet.planning.timing.fluid.tree_fluid_s``
+    takes it."""
+    plans, bands = jobs_of(plan, band)
+    fluid = _Trees(graph, plans, flows, chunks, frame_bytes, bands, background_band, background_frame, exponent_bytes,
+                   last_bytes, calls, choices)
     return run_fluid(fluid, [rate for _, _, rate in flows], background_frame, lead_s, first_s)
 
 
@@ -83,12 +86,12 @@ class _Trees(_Fluid):
     # the fabric, at 32 0.0%, 31%, 0.0%, at 64 0.0% each (and every dynamic point of the grid)
     link_kind = _Frames  # each frame lands at its instant
 
-    def __init__(self, graph: nx.Graph, plan: JobPlan, flows: Sequence[tuple[str, str, float]], chunks: int,
-                 frame_bytes: int, band: int, background_band: int, background_frame: int, exponent_bytes: int,
-                 choices: Choices) -> None:
-        self.choices, self.chunks = choices, chunks
-        super().__init__(graph, plan, flows, chunks, frame_bytes, band, background_band, background_frame,
-                         exponent_bytes)
+    def __init__(self, graph: nx.Graph, plans: Sequence[JobPlan], flows: Sequence[tuple[str, str, float]],
+                 chunks: int, frame_bytes: int, bands: Sequence[int], background_band: int, background_frame: int,
+                 exponent_bytes: int, last_bytes: int, calls: int, choices: Choices) -> None:
+        self.choices, self.chunks = choices, chunks  # a call's data chunks: chunk k * (chunks + 1) is call k's exponent
+        super().__init__(graph, plans, flows, chunks, frame_bytes, bands, background_band, background_frame,
+                         exponent_bytes, last_bytes, calls)
 
     def job_links(self, graph: nx.Graph, plan: JobPlan) -> list[tuple[str, str]]:
         """Every link direction between the job's workers and switches: a chunk may take any of them."""
@@ -97,30 +100,33 @@ class _Trees(_Fluid):
                       key=lambda e: (natural_key(e[0]), natural_key(e[1])))
         return [*((a, b) for a, b in ends), *((b, a) for a, b in ends)]
 
-    def start(self, graph: nx.Graph, plan: JobPlan, job_links: list[tuple[str, str]]) -> None:
-        self.plan, self.now = plan, 0.0
-        name = {s: ports(graph, s) for s in plan.switch_ports}
-        self.ups = {s: [name[s][p] for p in jp.uplinks] for s, jp in plan.switch_ports.items()}
-        self.down = {s: [name[s][p] for p in jp.children] for s, jp in plan.switch_ports.items()}
-        self.parent = {s: name[s][jp.parent] for s, jp in plan.switch_ports.items() if jp.parent is not None}
-        self.climbs = {s for s, jp in plan.switch_ports.items() if jp.parent is not None and jp.parent in jp.uplinks}
-        self.stride = {s: jp.stride for s, jp in plan.switch_ports.items()}
-        self.cone = {s: sum(1 << r for r in jp.contributors) for s, jp in plan.switch_ports.items()}
-        windows = {s: jp.window for s, jp in plan.switch_ports.items()}  # the job's (innet.planning.dynamic.partial_window)
-        self.wait = {s: max(self.choices.window, w) for s, w in windows.items()}
-        self.late = dict.fromkeys(plan.switch_ports, 0.0)  # what each switch learnt its latecomers need (``_learn``)
-        self.tau = max([self.choices.tau, *(2 * w for w in windows.values())])
-        self.rank = {w: i for i, w in enumerate(plan.workers)}
-        self.frames: list[tuple[bool, int, int, float]] = []  # per class -1 - k: (a result?, its chunk, its ranks,
-        # its bytes: a partial's ranks make it longer than a worker's frame or a result)
+    def start(self, graph: nx.Graph, plans: Sequence[JobPlan]) -> None:
+        """Each job's switches (keyed by (job, switch)) and workers; job ``j``'s frames are its own classes."""
+        self.plans, self.now = list(plans), 0.0
+        each = [(j, s, jp) for j, plan in enumerate(plans) for s, jp in plan.switch_ports.items()]
+        name = {s: ports(graph, s) for _, s, _ in each}
+        self.ups = {(j, s): [name[s][p] for p in jp.uplinks] for j, s, jp in each}
+        self.down = {(j, s): [name[s][p] for p in jp.children] for j, s, jp in each}
+        self.parent = {(j, s): name[s][jp.parent] for j, s, jp in each if jp.parent is not None}
+        self.climbs = {(j, s) for j, s, jp in each if jp.parent is not None and jp.parent in jp.uplinks}
+        self.stride = {(j, s): jp.stride for j, s, jp in each}
+        self.cone = {(j, s): sum(1 << r for r in jp.contributors) for j, s, jp in each}
+        windows = {(j, s): jp.window for j, s, jp in each}  # the job's (innet.planning.dynamic.partial_window)
+        self.wait = {js: max(self.choices.window, w) for js, w in windows.items()}
+        self.late = dict.fromkeys(windows, 0.0)  # what each switch learnt a job's latecomers need (``_learn``)
+        self.tau = max([self.choices.tau, *(2 * w for w in windows.values())])  # the longest job's, as the program
+        self.rank = {w: (j, i) for j, plan in enumerate(plans) for i, w in enumerate(plan.workers)}
+        self.frames: list[tuple[int, bool, int, int, float]] = []  # per class -1 - k: (its job, a result?, its chunk,
+        # its ranks, its bytes: a partial's ranks make it longer than a worker's frame or a result)
         self.data_frame = self.frame_bytes - 4 * self.choices.extra_values  # a worker's: no ranks after its values
-        self.bitmap = 4 * -(-len(plan.workers) // 32)  # a partial's ranks: a bit each, in 32-bit words
-        self.results: dict[int, int] = {}  # chunk -> its result's class
-        self.at: dict[tuple[str, int], _Chunk] = {}  # (switch, chunk) -> its state
+        self.bitmaps = [4 * -(-len(plan.workers) // 32) for plan in plans]  # a partial's ranks: a bit each, in words
+        self.results: dict[tuple[int, int], int] = {}  # (job, chunk) -> its result's class
+        self.at: dict[tuple[int, str, int], _Chunk] = {}  # (job, switch, chunk) -> its state
         self.load: dict[tuple[str, str], tuple[float, float]] = {}  # link -> background bytes sent, decayed; when
-        self.timers: list[tuple[float, str, int]] = []
-        self.back = dict.fromkeys(plan.workers, 0)  # results each worker has
-        self.returns = {(plan.first_hop[w], w) for w in plan.workers}  # the links results come back over
+        self.timers: list[tuple[float, int, str, int]] = []  # (when, job, switch, chunk)
+        self.back = dict.fromkeys(self.rank, 0)  # results each worker has
+        self.returns = {(j, (plan.first_hop[w], w)) for j, plan in enumerate(plans) for w in plan.workers}  # the
+        # links results come back over
         self.done = 0
         self.started = False
         self.sources: list[tuple[float, tuple[str, str], int, float]] = []  # the background's puts due this step
@@ -131,7 +137,7 @@ class _Trees(_Fluid):
     def send_job(self) -> None:
         """At the job's start, each worker's exponent (the job's other frames go on as what they answer lands)."""
         self.started, self.idle = True, 0.0
-        for w in self.plan.workers:
+        for w in self.rank:
             self._send(w, 0)
 
     def source(self, hop: tuple[str, str], cls: int, amount: float, step: int, at: float) -> None:
@@ -164,16 +170,16 @@ class _Trees(_Fluid):
 
     def _timeout(self, end: int) -> None:
         """The earliest partial whose wait is over goes on, if it has not."""
-        at, s, chunk = heapq.heappop(self.timers)
-        since = self.at[s, chunk].since
+        at, j, s, chunk = heapq.heappop(self.timers)
+        since = self.at[j, s, chunk].since
         if since is None:
             return
-        due = self._due(s, since)
+        due = self._due(j, s, since)
         if due > at + 1e-12:  # the switch widened its wait since (``_learn``): it looks again then
-            heapq.heappush(self.timers, (due, s, chunk))
+            heapq.heappush(self.timers, (due, j, s, chunk))
             return
         self.idle = end - at / self.dt
-        self._flush(s, chunk)
+        self._flush(j, s, chunk)
 
     def serve(self, step: int) -> None:
         self.now = (step + 1) * self.dt  # what lands in this step lands at its end
@@ -189,99 +195,113 @@ class _Trees(_Fluid):
         link.take(band, cls, amount, self._instant() / self.dt)
         self.waiting[hop] = link
 
-    # -- the job's frames --------------------------------------------------------
-    def _size(self, chunk: int, partial: bool) -> float:
-        return (self.head if chunk == 0 else self.data_frame) + (self.bitmap if partial else 0.0)
+    # -- the jobs' frames -------------------------------------------------------
+    def _size(self, j: int, chunk: int, partial: bool) -> float:
+        k = chunk % (self.chunks + 1)  # within its call
+        return ((self.head if k == 0 else self.data_frame - (self.short if k == self.chunks else 0))
+                + (self.bitmaps[j] if partial else 0.0))
 
-    def _emit(self, hop: tuple[str, str], result: bool, chunk: int, ranks: int) -> None:
+    def _emit(self, hop: tuple[str, str], j: int, result: bool, chunk: int, ranks: int) -> None:
         if result:
-            if chunk not in self.results:
-                self.frames.append((True, chunk, 0, self._size(chunk, False)))
-                self.results[chunk] = -len(self.frames)
-            cls = self.results[chunk]
+            if (j, chunk) not in self.results:
+                self.frames.append((j, True, chunk, 0, self._size(j, chunk, False)))
+                self.results[j, chunk] = -len(self.frames)
+            cls = self.results[j, chunk]
         else:
-            self.frames.append((False, chunk, ranks, self._size(chunk, hop[0] not in self.back)))
+            self.frames.append((j, False, chunk, ranks, self._size(j, chunk, hop[0] not in self.back)))
             cls = -len(self.frames)
-        self.put(hop, self.band, cls, self.frames[-1 - cls][3])
+        self.put(hop, self.bands[j], cls, self.frames[-1 - cls][4])
 
     def _send(self, worker: str, chunk: int) -> None:
-        if chunk <= self.chunks:
-            self._emit((worker, self.plan.first_hop[worker]), False, chunk, 1 << self.rank[worker])
+        j, rank = self.rank[worker]
+        self._emit((worker, self.plans[j].first_hop[worker]), j, False, chunk, 1 << rank)
 
     def _arrive(self, hop: tuple[str, str], cls: int, amount: float) -> None:
-        """A frame of the job came whole over ``hop`` (its links pass frames whole: ``_Frames``)."""
-        result, chunk, ranks, _ = self.frames[-1 - cls]
+        """A frame of a job came whole over ``hop`` (its links pass frames whole: ``_Frames``)."""
+        j, result, chunk, ranks, _ = self.frames[-1 - cls]
         came, node = hop
         if node in self.back:
             self._result_at_worker(node, chunk)
         elif result:
-            above = came in self.ups[node]
-            for n in self.down[node]:
+            above = came in self.ups[j, node]
+            for n in self.down[j, node]:
                 if n != came:
-                    self._emit((node, n), True, chunk, 0)
-            if not above and self.ups[node]:
-                self._emit((node, self._choose(node, chunk)), True, chunk, 0)
+                    self._emit((node, n), j, True, chunk, 0)
+            if not above and self.ups[j, node]:
+                self._emit((node, self._choose(j, node, chunk)), j, True, chunk, 0)
         else:
-            self._contribution(node, chunk, ranks)
+            self._contribution(j, node, chunk, ranks)
 
     def _result_at_worker(self, worker: str, chunk: int) -> None:
+        """A result at ``worker``: its window moves on within the call; a call's every result starts the next."""
+        n, j = self.chunks + 1, self.rank[worker][0]
         self.back[worker] += 1
-        self.done += self.back[worker] == self.chunks + 1
-        for nxt in range(1, 1 + self.plan.slots) if chunk == 0 else (chunk + self.plan.slots,):
-            self._send(worker, nxt)
+        if self.back[worker] % n == 0:
+            call = self.back[worker] // n - 1
+            self.ended(j, call, self._instant())
+            self.done += call + 1 == self.calls
+            if call + 1 < self.calls:
+                self._send(worker, (call + 1) * n)
+            return
+        slots, end = self.plans[j].slots, (chunk // n + 1) * n  # the call's chunks are below ``end``
+        for nxt in range(chunk + 1, chunk + 1 + slots) if chunk % n == 0 else (chunk + slots,):
+            if nxt < end:
+                self._send(worker, nxt)
 
-    def _contribution(self, s: str, chunk: int, ranks: int) -> None:
-        if s == self.plan.root:
-            root = self.at.setdefault((s, chunk), _Chunk(0, 0, None, ""))
-            if root.have == self.cone[s] or root.have & ranks:  # a repeat, or an overlap: dropped
+    def _contribution(self, j: int, s: str, chunk: int, ranks: int) -> None:
+        js = (j, s)
+        if s == self.plans[j].root:
+            root = self.at.setdefault((j, s, chunk), _Chunk(0, 0, None, ""))
+            if root.have == self.cone[js] or root.have & ranks:  # a repeat, or an overlap: dropped
                 return
             root.have |= ranks
-            if root.have == self.cone[s]:
-                for n in self.down[s]:
-                    self._emit((s, n), True, chunk, 0)
-                if self.ups[s]:
-                    self._emit((s, self._choose(s, chunk)), True, chunk, 0)
+            if root.have == self.cone[js]:
+                for n in self.down[js]:
+                    self._emit((s, n), j, True, chunk, 0)
+                if self.ups[js]:
+                    self._emit((s, self._choose(j, s, chunk)), j, True, chunk, 0)
             return
-        state = self.at.get((s, chunk))
+        state = self.at.get((j, s, chunk))
         if state is None:
-            way = self._choose(s, chunk) if s in self.climbs else self.parent[s]
+            way = self._choose(j, s, chunk) if js in self.climbs else self.parent[js]
             now = self._instant()
-            state = self.at[s, chunk] = _Chunk(0, 0, now, way, now)
-            heapq.heappush(self.timers, (self._due(s, now), s, chunk))
+            state = self.at[j, s, chunk] = _Chunk(0, 0, now, way, now)
+            heapq.heappush(self.timers, (self._due(j, s, now), j, s, chunk))
         elif state.since is None:  # its partial went on: a latecomer follows alone
-            self._learn(s, state)
+            self._learn(j, s, state)
             state.sent |= ranks
-            self._emit((s, state.way), False, chunk, ranks)
+            self._emit((s, state.way), j, False, chunk, ranks)
             return
         state.have |= ranks
-        if state.have | state.sent == self.cone[s]:
-            self._flush(s, chunk)
+        if state.have | state.sent == self.cone[js]:
+            self._flush(j, s, chunk)
 
-    def _due(self, s: str, since: float) -> float:
-        """The timer's tick at which a partial of ``s`` waiting since ``since`` goes on."""
+    def _due(self, j: int, s: str, since: float) -> float:
+        """The timer's tick at which job ``j``'s partial at ``s`` waiting since ``since`` goes on."""
         tick = self.choices.tick
-        return math.ceil((since + max(self.wait[s], self.late[s])) / tick - 1e-9) * tick
+        return math.ceil((since + max(self.wait[j, s], self.late[j, s])) / tick - 1e-9) * tick
 
-    def _learn(self, s: str, state: _Chunk) -> None:
-        """A latecomer to ``state``'s chunk: ``s`` waits that long from now on (a tenth and a tick more), up to
-        ``late_cap`` windows (the program's ``_learn``)."""
+    def _learn(self, j: int, s: str, state: _Chunk) -> None:
+        """A latecomer to ``state``'s chunk: ``s`` waits that long for job ``j`` from now on (a tenth and a tick
+        more), up to ``late_cap`` windows (the program's ``_learn``)."""
         lag = self._instant() - state.first
-        if lag > max(self.wait[s], self.late[s]):
-            self.late[s] = min(1.1 * lag + self.choices.tick, self.choices.late_cap * self.wait[s])
+        if lag > max(self.wait[j, s], self.late[j, s]):
+            self.late[j, s] = min(1.1 * lag + self.choices.tick, self.choices.late_cap * self.wait[j, s])
 
-    def _flush(self, s: str, chunk: int) -> None:
-        state = self.at[s, chunk]
+    def _flush(self, j: int, s: str, chunk: int) -> None:
+        state = self.at[j, s, chunk]
         state.since = None
         if state.have:
-            self._emit((s, state.way), False, chunk, state.have)
+            self._emit((s, state.way), j, False, chunk, state.have)
             state.sent |= state.have
             state.have = 0
 
-    def _choose(self, s: str, chunk: int) -> str:
-        """``s``'s uplink for ``chunk``: the rotation's, unless its background is clearly more than the least's."""
-        ups = self.ups[s]
+    def _choose(self, j: int, s: str, chunk: int) -> str:
+        """``s``'s uplink for job ``j``'s ``chunk``: the rotation's, unless its background is clearly more than the
+        least's."""
+        ups = self.ups[j, s]
         loads = [self._load((s, u)) for u in ups]
-        turn = (chunk // self.stride[s]) % len(ups)
+        turn = (chunk // self.stride[j, s]) % len(ups)
         least = loads.index(min(loads))
         return ups[least] if loads[turn] > self.choices.margin * loads[least] + self.choices.slack else ups[turn]
 
