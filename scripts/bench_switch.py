@@ -42,6 +42,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from innet.backends.mininet.dataplane import cache_dir  # noqa: E402
+from scripts.blast import native_sender  # noqa: E402
 from scripts.report import report  # noqa: E402
 from scripts.switchbench import measure  # noqa: E402
 
@@ -57,7 +59,10 @@ def main():
     p.add_argument("--ebpf", action="store_true", help="also the eBPF switch (--data-plane ebpf) on the sum rows")
     p.add_argument("--unsteered", action="store_true",
                    help="the old method: the switch's receive path in the sender's softirq (CPU 0), not on CPU 1")
+    p.add_argument("--python-sender", action="store_true",
+                   help="the sender's loop in Python (the method before 2026-11-28's evening), not blast.c")
     args = p.parse_args()
+    native = "" if args.python_sender else native_sender(cache_dir())
     cases = [("forward", 1, e) for e in (64, 256, 1024)] + [("sum", w, e) for w in (2, 4, 8) for e in (64, 256, 1024)]
     if args.quick:
         cases = [("forward", 1, 256), ("sum", 4, 256)]
@@ -70,7 +75,7 @@ def main():
         for _ in range(args.runs):  # interleaved: a busy machine's load weighs on all three alike
             for target in targets:
                 runs[target].append(measure(kind, workers, elements, target, args.seconds,
-                                            args.search if target != "bridge" else 0, not args.unsteered))
+                                            args.search if target != "bridge" else 0, not args.unsteered, native))
         bridge, innet, ebpf = runs["bridge"], runs["innet"], runs.get("ebpf", [])
         bridge_pps = statistics.median(r["in_pps"] for r in bridge)
         lossless = statistics.median(r["lossless_pps"] for r in innet)
@@ -93,7 +98,7 @@ def main():
                                       *(["ebpf pps", "ebpf pps flat out", "ebpf sender pps", "ebpf core busy", "ebpf pps per cpu-s",
                                         "ebpf/innet",
                                         "ebpf/bridge"] if args.ebpf else [])],
-           rows, {"steered": not args.unsteered})
+           rows, {"steered": not args.unsteered, "sender": "python" if args.python_sender else "c"})
 
 if __name__ == "__main__":
     main()

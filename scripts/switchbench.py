@@ -66,11 +66,13 @@ def steer(node: Any, cpu: int) -> None:
 
 
 def measure(kind: str, workers: int, elements: int, target: str, seconds: float = 1.0, search: int = 0,
-            steered: bool = True) -> dict[str, Any]:
+            steered: bool = True, native: str = "") -> dict[str, Any]:
     """Packets/s through the middle node (``target``: bridge, innet, or ebpf: the innet switch with
     ``--data-plane ebpf``'s tc program on its ports), the sender on CPU 0 and the switch on CPU 1: with
     ``steered`` (RPS), all of it, the kernel's receive path on its ports included (the bridge's forwarding, the
     eBPF program, the Python switch's ring); without, that path runs in the sender's softirq on CPU 0.
+    ``native``: the sender's loop in C (scripts.blast's ``--native``: blast.c built by ``native_sender``), else
+    in Python.
 
     One unpaced run gives the sender's rate, what the node took in (``in_pps``)
     and what it completed (``done_pps``: frames forwarded to the sink, or
@@ -114,7 +116,8 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
             blast = emu.spawn(None, ["taskset", "-c", str(SENDER_CPU), sys.executable, "-m", "scripts.blast", where, "--kind", kind,
                                      "--dst", str(dst), "--src", ",".join(str(idx[h]) for h in senders),
                                      "--elements", str(elements), "--seconds", str(seconds), "--rate", str(rate),
-                                     "--first-chunk", str(first_chunk)], stdout=subprocess.PIPE)
+                                     "--first-chunk", str(first_chunk), *(["--native", native] if native else [])],
+                               stdout=subprocess.PIPE)
             out, _ = blast.communicate(timeout=seconds + 60)
             core = core_times(SWITCH_CPU)
             time.sleep(0.3)  # let the switch drain what is queued

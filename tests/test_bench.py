@@ -1,5 +1,7 @@
 """The benchmark sender's frames: what the switch will see."""
 
+import contextlib
+
 import pytest
 
 from innet.wire.packet import RESULT, ROUTE, VER, parse_frame
@@ -30,6 +32,41 @@ def test_replayed_frames_get_new_chunks_with_the_same_slot_and_version():
 def test_forward_frames_are_routed():
     [frames] = frames_for("forward", [1], dst=2, slots=4, elements=16, rounds=3)
     assert all(parse_frame(f).has(ROUTE) and parse_frame(f).dst == 2 for f in frames)
+
+
+def test_the_native_sender_sends_the_python_senders_frames_in_its_order_with_new_chunks_each_pass(tmp_path):
+    """blast.c (built here with the machine's cc) on datagram socket pairs: each port gets its rank's frames in
+    slot order, round-robin in batches, and a second pass over the prepared frames carries the next chunks."""
+    import shutil
+    import socket
+
+    from innet.wire.packet import parse_frame
+    from scripts.blast import native_blast, native_sender
+
+    if not any(shutil.which(cc) for cc in ("cc", "gcc", "clang")):
+        pytest.skip("no C compiler")
+    lib = native_sender(str(tmp_path))
+    assert native_sender(str(tmp_path)) == lib  # built once, by its source's digest
+    per_port = frames_for("sum", [3, 4], dst=9, slots=4, elements=8, rounds=8)
+    pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in per_port]
+    try:
+        # 400 frames/s over both ports for 0.05 s, batches of 3: ~20 frames, more than a pass of 8 a port
+        sent, elapsed = native_blast(lib, [a.fileno() for a, _ in pairs], [MultiSender(f) for f in per_port], 8,
+                                     0.05, 400.0, 3)
+        assert 0.05 <= elapsed < 1 and sent >= 20
+        for rank, (_, b) in enumerate(pairs):
+            b.setblocking(False)
+            got = []
+            with contextlib.suppress(BlockingIOError):
+                while True:
+                    got.append(parse_frame(b.recv(4096)))
+            assert len(got) * 2 == sent  # the same batches on both ports
+            assert [(p.rank, p.src, p.slot, p.chunk) for p in got] == [(rank, 3 + rank, c % 4, c + 1) for c in range(len(got))]
+            assert [p.values.tolist() for p in got] == [list(range(8))] * len(got)
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()
 
 
 def test_bench_blocks_prints_both_paths_for_every_read_size():
