@@ -85,7 +85,8 @@ def main():
                      round(lossless / bridge_pps, 3), statistics.median(r["done_pps"] for r in innet),
                      round(statistics.median(r["overload2_pps"] / r["lossless_pps"] if r["lossless_pps"] else 0.0
                                              for r in innet), 3),
-                     cpu_pps, round(cpu_pps / BMV2_PPS, 1)])
+                     cpu_pps, round(cpu_pps / BMV2_PPS, 1),
+                     *(round(statistics.median(r["core_busy"] for r in runs[t]), 3) for t in ("bridge", "innet"))])
         if args.ebpf:
             rows[-1] += [statistics.median(r[k] for r in ebpf) if ebpf else 0.0
                          for k in ("lossless_pps", "done_pps", "sender_pps", "core_busy", "cpu_pps")]
@@ -94,7 +95,7 @@ def main():
                          round(ebpf_pps / bridge_pps, 2) if ebpf else 0.0]
     report("switch vs Linux bridge", ["program", "elements/pkt", "sender pps", "bridge pps", "innet pps",
                                       "innet elements/s", "innet/bridge", "innet pps overloaded", "at 2x / lossless",
-                                      "pps per cpu-s", "per cpu-s / BMv2",
+                                      "pps per cpu-s", "per cpu-s / BMv2", "bridge core busy", "innet core busy",
                                       *(["ebpf pps", "ebpf pps flat out", "ebpf sender pps", "ebpf core busy", "ebpf pps per cpu-s",
                                         "ebpf/innet",
                                         "ebpf/bridge"] if args.ebpf else [])],

@@ -102,16 +102,21 @@ def native_blast(lib: str, fds: list[int], senders: list[MultiSender], advance: 
     return sent, elapsed.value
 
 
-def open_port(where: str) -> RawPort:
-    """``IFACE`` here, or ``PID:IFACE`` inside the network namespace of process PID (a Mininet host)."""
+SEND_ONLY = 0  # a packet socket of protocol 0 hears nothing
+
+
+def open_port(where: str, protocol: int = SEND_ONLY) -> RawPort:
+    """``IFACE`` here, or ``PID:IFACE`` inside the network namespace of process PID (a Mininet host), to send
+    from: by default its socket hears nothing (one of ETH_P_ALL would get a queued copy of every frame the
+    host receives, made by whichever core delivers it: in bench_switch, the switch's)."""
     if ":" not in where:
-        return RawPort(where)
+        return RawPort(where, protocol=protocol)
     pid, iface = where.split(":", 1)
     with open("/proc/self/ns/net", "rb") as home, open(f"/proc/{pid}/ns/net", "rb") as there:
         if _libc.setns(there.fileno(), CLONE_NEWNET) != 0:
             raise OSError(ctypes.get_errno(), f"cannot enter the namespace of process {pid}")
         try:
-            return RawPort(iface)  # the socket stays in that namespace
+            return RawPort(iface, protocol=protocol)  # the socket stays in that namespace
         finally:
             _libc.setns(home.fileno(), CLONE_NEWNET)
 

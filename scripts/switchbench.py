@@ -125,12 +125,16 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
             sent, elapsed = int(out.split()[1]), float(out.split()[2])
             rx = sum(after[i][0] - before[i][0] for i in after if i in before and i != "lo")
             done = after[done_intf][1] - before[done_intf][1]
-            return {"sent": sent, "elapsed": elapsed, "in": rx, "done": done * (workers if kind == "sum" else 1),
-                    "cpu": cpu_s() - cpu_before, "core_busy": (core[0] - core_before[0]) / max(core[1] - core_before[1], 1)}
+            r = {"rate": rate, "sent": sent, "elapsed": elapsed, "in": rx, "done": done * (workers if kind == "sum" else 1),
+                 "cpu": cpu_s() - cpu_before, "core_busy": (core[0] - core_before[0]) / max(core[1] - core_before[1], 1)}
+            runs.append(r)
+            return r
+
+        runs: list[dict[str, float]] = []  # every run's figures, in the order run
 
         first = run(0.0, 0)
         result: dict[str, Any] = {"sender_pps": first["sent"] / first["elapsed"], "in_pps": first["in"] / first["elapsed"],
-                                  "done_pps": first["done"] / first["elapsed"], "core_busy": first["core_busy"]}
+                                  "done_pps": first["done"] / first["elapsed"], "core_busy": first["core_busy"], "runs": runs}
         if control is not None:
             stats = control.stats()
             result["counters"] = stats.counters
