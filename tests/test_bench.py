@@ -113,11 +113,14 @@ def test_bench_switch_quick_gives_both_programs_and_the_ebpf_switch_against_the_
     assert [row[0] for row in body] == ["forward", "sum x4"]
     assert all(float(row[3]) > 0 and float(row[4]) > 0 for row in body)  # bridge pps, innet pps
     assert " ".join(rows[0]).count("at 2x / lossless") == 1  # what it completed offered twice its lossless rate:
-    # never much more than it was offered; it may complete nothing: with its ports' receive path on its own core
-    # the Python switch offered twice its lossless rate sometimes completed no contribution (the CI's 0.3 s runs)
-    assert all(0 <= float(row[8]) <= 2.5 for row in body), body
+    # never much more than it was offered, and at least half of its lossless rate: it degrades gracefully (with a
+    # pool of 128 slots, a read's worth, the open-loop sender's ports drifted a pool apart and it completed nothing)
+    assert all(0.5 <= float(row[8]) <= 2.5 for row in body), body
     [entry] = [json.loads(line) for line in (tmp_path / "results" / "bench.jsonl").read_text().splitlines()]
-    assert entry["steered"] is True  # the switch's receive path on the switch's core
+    assert entry["steered"] is True and entry["sender"] == "c"  # the switch's receive path on its core; blast.c sends
+    for row in entry["rows"]:  # the share of the switch's core busy while the sender ran flat out
+        cell = dict(zip(entry["header"], row, strict=True))
+        assert 0 < cell["bridge core busy"] <= 1 and 0 < cell["innet core busy"] <= 1, cell
     if ebpf:  # the sum row's eBPF switch: its rate, and its ratios to the Python switch and the bridge from it
         head = entry["header"]
         assert head[-7:] == ["ebpf pps", "ebpf pps flat out", "ebpf sender pps", "ebpf core busy",
