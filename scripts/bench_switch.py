@@ -2,8 +2,11 @@
 """One innet switch against the Linux bridge, same sender, same frames, same run (medians of --runs).
 
 Rows: forward program, and sum_allreduce with 2, 4 and 8 workers, at 64, 256
-and 1024 elements per packet. The sender (one process, sendmmsg, all workers'
-interfaces in lockstep) runs on CPU 0; the switch gets CPU 1, all of it: the
+and 1024 elements per packet, a pool of 512 slots (switchbench.SLOTS: the open-loop
+sender keeps more than a pool in every port's queue, and a pool of a read's worth let
+one port's read overtake another port's contributions). The sender (one process,
+sendmmsg, all workers' interfaces in lockstep; its loop in C, scripts/blast.c built
+at run time, unless --python-sender; its sockets hear nothing) runs on CPU 0; the switch gets CPU 1, all of it: the
 innet switch's process, and (RPS on the switch's ports) the kernel's receive
 path of every frame it takes in, so the bridge's forwarding and the eBPF
 program run there too, and the delivery of what the switch sends. So each
@@ -24,7 +27,10 @@ overload keeps >= 0.9: the switch turns whole chunks away early rather than losi
 and, at the lossless rate, the packets the switch took in per second of its own
 CPU time (its system calls and the kernel's veth delivery of what it sends
 included): its rate were it never idle, against BMv2's documented
-plain-forwarding rate (~80-100k packets/s; 90k taken, not measured here).
+plain-forwarding rate (~80-100k packets/s; 90k taken, not measured here); and the share
+of CPU 1 busy while the sender ran flat out at the bridge and at the Python switch
+(/proc/stat, other processes' work included: a node that completed all the sender sent
+with CPU 1 short of busy was bounded by the sender).
 
 --ebpf adds, for the sum rows, the same switch with --data-plane ebpf's tc program on its ports: its lossless
 rate, what it completed flat out, what the sender pushed flat out in the same run and the share of CPU 1
