@@ -30,7 +30,8 @@ included): its rate were it never idle, against BMv2's documented
 plain-forwarding rate (~80-100k packets/s; 90k taken, not measured here); and the share
 of CPU 1 busy while the sender ran flat out at the bridge and at the Python switch
 (/proc/stat, other processes' work included: a node that completed all the sender sent
-with CPU 1 short of busy was bounded by the sender).
+with CPU 1 short of busy was bounded by the sender); and the frames the sender sent flat out per second of
+its own CPU time (all targets' runs: its rate were it never descheduled, beside the switches' per cpu-s).
 
 --ebpf adds, for the sum rows, the same switch with --data-plane ebpf's tc program on its ports: its lossless
 rate, what it completed flat out, what the sender pushed flat out in the same run and the share of CPU 1
@@ -92,7 +93,8 @@ def main():
                      round(statistics.median(r["overload2_pps"] / r["lossless_pps"] if r["lossless_pps"] else 0.0
                                              for r in innet), 3),
                      cpu_pps, round(cpu_pps / BMV2_PPS, 1),
-                     *(round(statistics.median(r["core_busy"] for r in runs[t]), 3) for t in ("bridge", "innet"))])
+                     *(round(statistics.median(r["core_busy"] for r in runs[t]), 3) for t in ("bridge", "innet")),
+                     statistics.median(r["sender_cpu_pps"] for t in targets for r in runs[t])])
         if args.ebpf:
             rows[-1] += [statistics.median(r[k] for r in ebpf) if ebpf else 0.0
                          for k in ("lossless_pps", "done_pps", "sender_pps", "core_busy", "cpu_pps")]
@@ -102,6 +104,7 @@ def main():
     report("switch vs Linux bridge", ["program", "elements/pkt", "sender pps", "bridge pps", "innet pps",
                                       "innet elements/s", "innet/bridge", "innet pps overloaded", "at 2x / lossless",
                                       "pps per cpu-s", "per cpu-s / BMv2", "bridge core busy", "innet core busy",
+                                      "sender pps per cpu-s",
                                       *(["ebpf pps", "ebpf pps flat out", "ebpf sender pps", "ebpf core busy", "ebpf pps per cpu-s",
                                         "ebpf/innet",
                                         "ebpf/bridge"] if args.ebpf else [])],

@@ -3,7 +3,8 @@
 ``python -m scripts.blast IFACE[,IFACE...] --seconds S --kind forward|sum ...`` runs inside
 a Mininet host: it builds the frames once, then hands the kernel batches of up
 to 64 with one sendmmsg each, round-robin over its interfaces (paced to
-``--rate`` when given), and prints how many it sent. One process drives all of a benchmark's "workers", in lockstep.
+``--rate`` when given), and prints how many it sent, in how many seconds, and its own CPU seconds meanwhile.
+One process drives all of a benchmark's "workers", in lockstep.
 With ``--native LIB`` (``native_sender()`` builds it from blast.c with the machine's cc) the same loop runs in C,
 so the sender is the kernel's send path alone, not the interpreter's work between system calls.
 """
@@ -144,10 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     for sender in senders:
         sender.advance_chunks(args.first_chunk)
     batch = 64 if not args.rate else max(1, min(64, int(args.rate / len(ports) / 2000)))  # ~0.5 ms rounds
+    cpu = time.process_time()
     if args.native:
         sent, elapsed = native_blast(args.native, [port.fileno() for port in ports], senders,
                                      args.rounds if args.kind == "sum" else 0, args.seconds, args.rate, batch)
-        print(f"sent {sent} {elapsed:.4f}", flush=True)
+        print(f"sent {sent} {elapsed:.4f} {time.process_time() - cpu:.4f}", flush=True)
         return 0
     sent, end = 0, time.monotonic() + args.seconds
     start = time.monotonic()
@@ -164,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         if position == 0 and args.kind == "sum":  # a new pass: new chunks, same slots and versions
             for sender in senders:
                 sender.advance_chunks(args.rounds)
-    print(f"sent {sent} {time.monotonic() - start:.4f}", flush=True)
+    print(f"sent {sent} {time.monotonic() - start:.4f} {time.process_time() - cpu:.4f}", flush=True)
     return 0
 
 

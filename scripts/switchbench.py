@@ -130,10 +130,11 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
             core = core_times(SWITCH_CPU)
             time.sleep(0.3)  # let the switch drain what is queued
             after = _rx_tx(s1)
-            sent, elapsed = int(out.split()[1]), float(out.split()[2])
+            sent, elapsed, sender_cpu = int(out.split()[1]), float(out.split()[2]), float(out.split()[3])
             rx = sum(after[i][0] - before[i][0] for i in after if i in before and i != "lo")
             done = after[done_intf][1] - before[done_intf][1]
-            r = {"rate": rate, "sent": sent, "elapsed": elapsed, "in": rx, "done": done * (workers if kind == "sum" else 1),
+            r = {"rate": rate, "sent": sent, "elapsed": elapsed, "sender_cpu": sender_cpu, "in": rx,
+                 "done": done * (workers if kind == "sum" else 1),
                  "cpu": cpu_s() - cpu_before, "core_busy": (core[0] - core_before[0]) / max(core[1] - core_before[1], 1)}
             if control is not None and target == "innet":  # why a run fell short: its counters so far
                 stats = control.stats()
@@ -146,7 +147,8 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
 
         first = run(0.0, 0)
         result: dict[str, Any] = {"sender_pps": first["sent"] / first["elapsed"], "in_pps": first["in"] / first["elapsed"],
-                                  "done_pps": first["done"] / first["elapsed"], "core_busy": first["core_busy"], "runs": runs}
+                                  "done_pps": first["done"] / first["elapsed"], "core_busy": first["core_busy"], "runs": runs,
+                                  "sender_cpu_pps": first["sent"] / first["sender_cpu"] if first["sender_cpu"] > 0 else 0.0}
         if control is not None:
             stats = control.stats()
             result["counters"] = stats.counters

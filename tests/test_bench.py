@@ -121,6 +121,7 @@ def test_bench_switch_quick_gives_both_programs_and_the_ebpf_switch_against_the_
     for row in entry["rows"]:  # the share of the switch's core busy while the sender ran flat out
         cell = dict(zip(entry["header"], row, strict=True))
         assert 0 < cell["bridge core busy"] <= 1 and 0 < cell["innet core busy"] <= 1, cell
+        assert cell["sender pps per cpu-s"] >= cell["sender pps"] * 0.9, cell  # it never had more than its core
     if ebpf:  # the sum row's eBPF switch: its rate, and its ratios to the Python switch and the bridge from it
         head = entry["header"]
         assert head[-7:] == ["ebpf pps", "ebpf pps flat out", "ebpf sender pps", "ebpf core busy",
