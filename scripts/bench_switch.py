@@ -39,7 +39,9 @@ busy meanwhile (/proc/stat; other processes' work included: when the program com
 with that core short of busy, the sender bounds it, not the switch), the frames it takes in per second of the program's
 own run time (the kernel's BPF run-time statistics, on while it runs; the receive path before it and the
 delivery of what it sends not included), and its lossless rate over the Python switch's and over the bridge's
-forwarding, both from the same set of runs.
+forwarding, both from the same set of runs. "per core-s" columns: each node's flat-out figure (the bridge's intake,
+the switches' completions) over the share of CPU 1 busy meanwhile, and the eBPF switch's ratios in that measure:
+one core's worth of each, even where one sending core could not fill it (quiet machine only).
 """
 
 import argparse
@@ -55,6 +57,13 @@ from scripts.report import report  # noqa: E402
 from scripts.switchbench import measure  # noqa: E402
 
 BMV2_PPS = 90e3  # the software P4 switch's documented plain-forwarding rate (80-100k packets/s): not measured here
+
+
+def per_core(runs: list[dict], key: str) -> float:
+    """The median of ``key`` (flat out) per second of CPU 1 busy meanwhile: what the node would carry with that
+    core all its own and busy (its figure when the sender, not the core, bounded it). On a quiet machine only:
+    other processes' work on CPU 1 counts as the node's."""
+    return statistics.median(r[key] / r["core_busy"] if r["core_busy"] > 0 else 0.0 for r in runs) if runs else 0.0
 
 
 def main():
@@ -94,20 +103,23 @@ def main():
                                              for r in innet), 3),
                      cpu_pps, round(cpu_pps / BMV2_PPS, 1),
                      *(round(statistics.median(r["core_busy"] for r in runs[t]), 3) for t in ("bridge", "innet")),
-                     statistics.median(r["sender_cpu_pps"] for t in targets for r in runs[t])])
+                     statistics.median(r["sender_cpu_pps"] for t in targets for r in runs[t]),
+                     per_core(bridge, "in_pps"), per_core(innet, "done_pps")])
         if args.ebpf:
             rows[-1] += [statistics.median(r[k] for r in ebpf) if ebpf else 0.0
                          for k in ("lossless_pps", "done_pps", "sender_pps", "core_busy", "cpu_pps")]
             ebpf_pps = rows[-1][-5]
             rows[-1] += [round(ebpf_pps / lossless, 2) if lossless and ebpf else 0.0,
                          round(ebpf_pps / bridge_pps, 2) if ebpf else 0.0]
+            core = [per_core(bridge, "in_pps"), per_core(innet, "done_pps"), per_core(ebpf, "done_pps")]
+            rows[-1] += [core[2], round(core[2] / core[1], 2) if core[1] else 0.0, round(core[2] / core[0], 2) if core[0] else 0.0]
     report("switch vs Linux bridge", ["program", "elements/pkt", "sender pps", "bridge pps", "innet pps",
                                       "innet elements/s", "innet/bridge", "innet pps overloaded", "at 2x / lossless",
                                       "pps per cpu-s", "per cpu-s / BMv2", "bridge core busy", "innet core busy",
-                                      "sender pps per cpu-s",
+                                      "sender pps per cpu-s", "bridge pps per core-s", "innet pps per core-s",
                                       *(["ebpf pps", "ebpf pps flat out", "ebpf sender pps", "ebpf core busy", "ebpf pps per cpu-s",
-                                        "ebpf/innet",
-                                        "ebpf/bridge"] if args.ebpf else [])],
+                                        "ebpf/innet", "ebpf/bridge", "ebpf pps per core-s", "ebpf/innet per core-s",
+                                        "ebpf/bridge per core-s"] if args.ebpf else [])],
            rows, {"steered": not args.unsteered, "sender": "python" if args.python_sender else "c"})
 
 if __name__ == "__main__":

@@ -124,14 +124,18 @@ def test_bench_switch_quick_gives_both_programs_and_the_ebpf_switch_against_the_
         assert cell["sender pps per cpu-s"] >= cell["sender pps"] * 0.9, cell  # it never had more than its core
     if ebpf:  # the sum row's eBPF switch: its rate, and its ratios to the Python switch and the bridge from it
         head = entry["header"]
-        assert head[-7:] == ["ebpf pps", "ebpf pps flat out", "ebpf sender pps", "ebpf core busy",
-                             "ebpf pps per cpu-s", "ebpf/innet", "ebpf/bridge"]
+        assert head[-10:] == ["ebpf pps", "ebpf pps flat out", "ebpf sender pps", "ebpf core busy",
+                              "ebpf pps per cpu-s", "ebpf/innet", "ebpf/bridge", "ebpf pps per core-s",
+                              "ebpf/innet per core-s", "ebpf/bridge per core-s"]
         cell = dict(zip(head, entry["rows"][1], strict=True))
+        assert cell["ebpf pps per core-s"] == pytest.approx(cell["ebpf pps flat out"] / cell["ebpf core busy"], rel=0.5)
+        assert cell["ebpf/innet per core-s"] == round(cell["ebpf pps per core-s"] / cell["innet pps per core-s"], 2)
+        assert cell["ebpf/bridge per core-s"] == round(cell["ebpf pps per core-s"] / cell["bridge pps per core-s"], 2)
         assert cell["ebpf pps"] > 0 and cell["ebpf pps per cpu-s"] > 0 and cell["ebpf sender pps"] > 0
         assert 0 < cell["ebpf core busy"] <= 1
         assert cell["ebpf/innet"] == round(cell["ebpf pps"] / cell["innet pps"], 2)
         assert cell["ebpf/bridge"] == round(cell["ebpf pps"] / cell["bridge pps"], 2)
-        assert entry["rows"][0][-7:] == [0.0] * 7  # forwarding: no eBPF program for it
+        assert entry["rows"][0][-10:] == [0.0] * 10  # forwarding: no eBPF program for it
 
 
 @pytest.mark.mininet
