@@ -2,8 +2,11 @@
 """One innet switch against the Linux bridge, same sender, same frames, same run (medians of --runs).
 
 Rows: forward program, and sum_allreduce with 2, 4 and 8 workers, at 64, 256
-and 1024 elements per packet. The sender (one process, sendmmsg, all workers'
-interfaces in lockstep) runs on CPU 0; the switch gets CPU 1, all of it: the
+and 1024 elements per packet, a pool of 512 slots (switchbench.SLOTS: the open-loop
+sender keeps more than a pool in every port's queue, and a pool of a read's worth let
+one port's read overtake another port's contributions). The sender (one process,
+sendmmsg, all workers' interfaces in lockstep; its loop in C, scripts/blast.c built
+at run time, unless --python-sender; its sockets hear nothing) runs on CPU 0; the switch gets CPU 1, all of it: the
 innet switch's process, and (RPS on the switch's ports) the kernel's receive
 path of every frame it takes in, so the bridge's forwarding and the eBPF
 program run there too, and the delivery of what the switch sends. So each
@@ -24,7 +27,11 @@ overload keeps >= 0.9: the switch turns whole chunks away early rather than losi
 and, at the lossless rate, the packets the switch took in per second of its own
 CPU time (its system calls and the kernel's veth delivery of what it sends
 included): its rate were it never idle, against BMv2's documented
-plain-forwarding rate (~80-100k packets/s; 90k taken, not measured here).
+plain-forwarding rate (~80-100k packets/s; 90k taken, not measured here); and the share
+of CPU 1 busy while the sender ran flat out at the bridge and at the Python switch
+(/proc/stat, other processes' work included: a node that completed all the sender sent
+with CPU 1 short of busy was bounded by the sender); and the frames the sender sent flat out per second of
+its own CPU time (all targets' runs: its rate were it never descheduled, beside the switches' per cpu-s).
 
 --ebpf adds, for the sum rows, the same switch with --data-plane ebpf's tc program on its ports: its lossless
 rate, what it completed flat out, what the sender pushed flat out in the same run and the share of CPU 1
@@ -32,7 +39,9 @@ busy meanwhile (/proc/stat; other processes' work included: when the program com
 with that core short of busy, the sender bounds it, not the switch), the frames it takes in per second of the program's
 own run time (the kernel's BPF run-time statistics, on while it runs; the receive path before it and the
 delivery of what it sends not included), and its lossless rate over the Python switch's and over the bridge's
-forwarding, both from the same set of runs.
+forwarding, both from the same set of runs. "per core-s" columns: each node's flat-out figure (the bridge's intake,
+the switches' completions) over the share of CPU 1 busy meanwhile, and the eBPF switch's ratios in that measure:
+one core's worth of each, even where one sending core could not fill it (quiet machine only).
 """
 
 import argparse
@@ -42,10 +51,19 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from innet.backends.mininet.dataplane import cache_dir  # noqa: E402
+from scripts.blast import native_sender  # noqa: E402
 from scripts.report import report  # noqa: E402
 from scripts.switchbench import measure  # noqa: E402
 
 BMV2_PPS = 90e3  # the software P4 switch's documented plain-forwarding rate (80-100k packets/s): not measured here
+
+
+def per_core(runs: list[dict], key: str) -> float:
+    """The median of ``key`` (flat out) per second of CPU 1 busy meanwhile: what the node would carry with that
+    core all its own and busy (its figure when the sender, not the core, bounded it). On a quiet machine only:
+    other processes' work on CPU 1 counts as the node's."""
+    return statistics.median(r[key] / r["core_busy"] if r["core_busy"] > 0 else 0.0 for r in runs) if runs else 0.0
 
 
 def main():
@@ -57,7 +75,10 @@ def main():
     p.add_argument("--ebpf", action="store_true", help="also the eBPF switch (--data-plane ebpf) on the sum rows")
     p.add_argument("--unsteered", action="store_true",
                    help="the old method: the switch's receive path in the sender's softirq (CPU 0), not on CPU 1")
+    p.add_argument("--python-sender", action="store_true",
+                   help="the sender's loop in Python (the method before 2026-11-28's evening), not blast.c")
     args = p.parse_args()
+    native = "" if args.python_sender else native_sender(cache_dir())
     cases = [("forward", 1, e) for e in (64, 256, 1024)] + [("sum", w, e) for w in (2, 4, 8) for e in (64, 256, 1024)]
     if args.quick:
         cases = [("forward", 1, 256), ("sum", 4, 256)]
@@ -70,7 +91,7 @@ def main():
         for _ in range(args.runs):  # interleaved: a busy machine's load weighs on all three alike
             for target in targets:
                 runs[target].append(measure(kind, workers, elements, target, args.seconds,
-                                            args.search if target != "bridge" else 0, not args.unsteered))
+                                            args.search if target != "bridge" else 0, not args.unsteered, native))
         bridge, innet, ebpf = runs["bridge"], runs["innet"], runs.get("ebpf", [])
         bridge_pps = statistics.median(r["in_pps"] for r in bridge)
         lossless = statistics.median(r["lossless_pps"] for r in innet)
@@ -80,20 +101,26 @@ def main():
                      round(lossless / bridge_pps, 3), statistics.median(r["done_pps"] for r in innet),
                      round(statistics.median(r["overload2_pps"] / r["lossless_pps"] if r["lossless_pps"] else 0.0
                                              for r in innet), 3),
-                     cpu_pps, round(cpu_pps / BMV2_PPS, 1)])
+                     cpu_pps, round(cpu_pps / BMV2_PPS, 1),
+                     *(round(statistics.median(r["core_busy"] for r in runs[t]), 3) for t in ("bridge", "innet")),
+                     statistics.median(r["sender_cpu_pps"] for t in targets for r in runs[t]),
+                     per_core(bridge, "in_pps"), per_core(innet, "done_pps")])
         if args.ebpf:
             rows[-1] += [statistics.median(r[k] for r in ebpf) if ebpf else 0.0
                          for k in ("lossless_pps", "done_pps", "sender_pps", "core_busy", "cpu_pps")]
             ebpf_pps = rows[-1][-5]
             rows[-1] += [round(ebpf_pps / lossless, 2) if lossless and ebpf else 0.0,
                          round(ebpf_pps / bridge_pps, 2) if ebpf else 0.0]
+            core = [per_core(bridge, "in_pps"), per_core(innet, "done_pps"), per_core(ebpf, "done_pps")]
+            rows[-1] += [core[2], round(core[2] / core[1], 2) if core[1] else 0.0, round(core[2] / core[0], 2) if core[0] else 0.0]
     report("switch vs Linux bridge", ["program", "elements/pkt", "sender pps", "bridge pps", "innet pps",
                                       "innet elements/s", "innet/bridge", "innet pps overloaded", "at 2x / lossless",
-                                      "pps per cpu-s", "per cpu-s / BMv2",
+                                      "pps per cpu-s", "per cpu-s / BMv2", "bridge core busy", "innet core busy",
+                                      "sender pps per cpu-s", "bridge pps per core-s", "innet pps per core-s",
                                       *(["ebpf pps", "ebpf pps flat out", "ebpf sender pps", "ebpf core busy", "ebpf pps per cpu-s",
-                                        "ebpf/innet",
-                                        "ebpf/bridge"] if args.ebpf else [])],
-           rows, {"steered": not args.unsteered})
+                                        "ebpf/innet", "ebpf/bridge", "ebpf pps per core-s", "ebpf/innet per core-s",
+                                        "ebpf/bridge per core-s"] if args.ebpf else [])],
+           rows, {"steered": not args.unsteered, "sender": "python" if args.python_sender else "c"})
 
 if __name__ == "__main__":
     main()

@@ -3,13 +3,21 @@
 ``python -m scripts.blast IFACE[,IFACE...] --seconds S --kind forward|sum ...`` runs inside
 a Mininet host: it builds the frames once, then hands the kernel batches of up
 to 64 with one sendmmsg each, round-robin over its interfaces (paced to
-``--rate`` when given), and prints how many it sent. One process drives all of a benchmark's "workers", in lockstep.
+``--rate`` when given), and prints how many it sent, in how many seconds, and its own CPU seconds meanwhile.
+One process drives all of a benchmark's "workers", in lockstep.
+With ``--native LIB`` (``native_sender()`` builds it from blast.c with the machine's cc) the same loop runs in C,
+so the sender is the kernel's send path alone, not the interpreter's work between system calls.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
 import time
 
 import numpy as np
@@ -55,18 +63,61 @@ def frames_for(kind: str, srcs: list[int], dst: int, slots: int, elements: int, 
 
 
 CLONE_NEWNET = 0x40000000
+NATIVE_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "blast.c")
 
 
-def open_port(where: str) -> RawPort:
-    """``IFACE`` here, or ``PID:IFACE`` inside the network namespace of process PID (a Mininet host)."""
+def native_sender(cache: str) -> str:
+    """blast.c built as a shared library under ``cache`` (by the digest of its source; built now when missing,
+    with the machine's cc): the path to give ``--native``."""
+    with open(NATIVE_SOURCE, "rb") as fh:
+        source = fh.read()
+    path = os.path.join(cache, "blast", f"blast-{hashlib.sha256(source).hexdigest()[:16]}.so")
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+        if cc is None:
+            raise RuntimeError("no C compiler (cc, gcc or clang) to build the benchmark's sender")
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=os.path.dirname(path))
+        os.close(fd)
+        subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", tmp, NATIVE_SOURCE], check=True)
+        os.replace(tmp, path)
+    return path
+
+
+def native_blast(lib: str, fds: list[int], senders: list[MultiSender], advance: int, seconds: float, rate: float,
+                 batch: int) -> tuple[int, float]:
+    """blast.c's loop over ``senders``' frames (one per port, equal counts and lengths): frames sent, seconds."""
+    c = ctypes.CDLL(lib)
+    c.blast.restype = ctypes.c_long
+    c.blast.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.c_int, ctypes.c_void_p, ctypes.c_long, ctypes.c_long,
+                        ctypes.c_long, ctypes.c_long, ctypes.c_uint32, ctypes.c_double, ctypes.c_double, ctypes.c_int,
+                        ctypes.POINTER(ctypes.c_double)]
+    length = int(senders[0].frames.lengths[0])
+    frames = np.ascontiguousarray(np.stack([s.frames.frames[:, :length] for s in senders]))
+    chunk_at = HEADER_OFFSET + HEADER_DTYPE.fields["chunk"][1]  # type: ignore[index]
+    elapsed = ctypes.c_double()
+    sent = c.blast((ctypes.c_int * len(fds))(*fds), len(fds), frames.ctypes.data, frames.shape[1], length, length,
+                   chunk_at, advance, seconds, rate, batch, ctypes.byref(elapsed))
+    if sent < 0:
+        raise MemoryError("blast.c could not allocate its headers")
+    return sent, elapsed.value
+
+
+SEND_ONLY = 0  # a packet socket of protocol 0 hears nothing
+
+
+def open_port(where: str, protocol: int = SEND_ONLY) -> RawPort:
+    """``IFACE`` here, or ``PID:IFACE`` inside the network namespace of process PID (a Mininet host), to send
+    from: by default its socket hears nothing (one of ETH_P_ALL would get a queued copy of every frame the
+    host receives, made by whichever core delivers it: in bench_switch, the switch's)."""
     if ":" not in where:
-        return RawPort(where)
+        return RawPort(where, protocol=protocol)
     pid, iface = where.split(":", 1)
     with open("/proc/self/ns/net", "rb") as home, open(f"/proc/{pid}/ns/net", "rb") as there:
         if _libc.setns(there.fileno(), CLONE_NEWNET) != 0:
             raise OSError(ctypes.get_errno(), f"cannot enter the namespace of process {pid}")
         try:
-            return RawPort(iface)  # the socket stays in that namespace
+            return RawPort(iface, protocol=protocol)  # the socket stays in that namespace
         finally:
             _libc.setns(home.fileno(), CLONE_NEWNET)
 
@@ -84,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=2.0)
     p.add_argument("--rate", type=float, default=0.0, help="frames/s over all interfaces (0: as fast as possible)")
     p.add_argument("--first-chunk", type=int, default=0, help="added to every chunk number (a later run's data is new)")
+    p.add_argument("--native", help="blast.c built as a shared library (native_sender): its loop sends")
     args = p.parse_args(argv)
     names = args.ifaces.split(",")
     ports = [open_port(n) for n in names]
@@ -93,6 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     for sender in senders:
         sender.advance_chunks(args.first_chunk)
     batch = 64 if not args.rate else max(1, min(64, int(args.rate / len(ports) / 2000)))  # ~0.5 ms rounds
+    cpu = time.process_time()
+    if args.native:
+        sent, elapsed = native_blast(args.native, [port.fileno() for port in ports], senders,
+                                     args.rounds if args.kind == "sum" else 0, args.seconds, args.rate, batch)
+        print(f"sent {sent} {elapsed:.4f} {time.process_time() - cpu:.4f}", flush=True)
+        return 0
     sent, end = 0, time.monotonic() + args.seconds
     start = time.monotonic()
     position = 0
@@ -108,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         if position == 0 and args.kind == "sum":  # a new pass: new chunks, same slots and versions
             for sender in senders:
                 sender.advance_chunks(args.rounds)
-    print(f"sent {sent} {time.monotonic() - start:.4f}", flush=True)
+    print(f"sent {sent} {time.monotonic() - start:.4f} {time.process_time() - cpu:.4f}", flush=True)
     return 0
 
 

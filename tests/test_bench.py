@@ -1,5 +1,7 @@
 """The benchmark sender's frames: what the switch will see."""
 
+import contextlib
+
 import pytest
 
 from innet.wire.packet import RESULT, ROUTE, VER, parse_frame
@@ -30,6 +32,41 @@ def test_replayed_frames_get_new_chunks_with_the_same_slot_and_version():
 def test_forward_frames_are_routed():
     [frames] = frames_for("forward", [1], dst=2, slots=4, elements=16, rounds=3)
     assert all(parse_frame(f).has(ROUTE) and parse_frame(f).dst == 2 for f in frames)
+
+
+def test_the_native_sender_sends_the_python_senders_frames_in_its_order_with_new_chunks_each_pass(tmp_path):
+    """blast.c (built here with the machine's cc) on datagram socket pairs: each port gets its rank's frames in
+    slot order, round-robin in batches, and a second pass over the prepared frames carries the next chunks."""
+    import shutil
+    import socket
+
+    from innet.wire.packet import parse_frame
+    from scripts.blast import native_blast, native_sender
+
+    if not any(shutil.which(cc) for cc in ("cc", "gcc", "clang")):
+        pytest.skip("no C compiler")
+    lib = native_sender(str(tmp_path))
+    assert native_sender(str(tmp_path)) == lib  # built once, by its source's digest
+    per_port = frames_for("sum", [3, 4], dst=9, slots=4, elements=8, rounds=8)
+    pairs = [socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM) for _ in per_port]
+    try:
+        # 400 frames/s over both ports for 0.05 s, batches of 3: ~20 frames, more than a pass of 8 a port
+        sent, elapsed = native_blast(lib, [a.fileno() for a, _ in pairs], [MultiSender(f) for f in per_port], 8,
+                                     0.05, 400.0, 3)
+        assert 0.05 <= elapsed < 1 and sent >= 20
+        for rank, (_, b) in enumerate(pairs):
+            b.setblocking(False)
+            got = []
+            with contextlib.suppress(BlockingIOError):
+                while True:
+                    got.append(parse_frame(b.recv(4096)))
+            assert len(got) * 2 == sent  # the same batches on both ports
+            assert [(p.rank, p.src, p.slot, p.chunk) for p in got] == [(rank, 3 + rank, c % 4, c + 1) for c in range(len(got))]
+            assert [p.values.tolist() for p in got] == [list(range(8))] * len(got)
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()
 
 
 def test_bench_blocks_prints_both_paths_for_every_read_size():
@@ -76,21 +113,29 @@ def test_bench_switch_quick_gives_both_programs_and_the_ebpf_switch_against_the_
     assert [row[0] for row in body] == ["forward", "sum x4"]
     assert all(float(row[3]) > 0 and float(row[4]) > 0 for row in body)  # bridge pps, innet pps
     assert " ".join(rows[0]).count("at 2x / lossless") == 1  # what it completed offered twice its lossless rate:
-    # never much more than it was offered; it may complete nothing: with its ports' receive path on its own core
-    # the Python switch offered twice its lossless rate sometimes completed no contribution (the CI's 0.3 s runs)
-    assert all(0 <= float(row[8]) <= 2.5 for row in body), body
+    # never much more than it was offered, and at least half of its lossless rate: it degrades gracefully (with a
+    # pool of 128 slots, a read's worth, the open-loop sender's ports drifted a pool apart and it completed nothing)
+    assert all(0.5 <= float(row[8]) <= 2.5 for row in body), body
     [entry] = [json.loads(line) for line in (tmp_path / "results" / "bench.jsonl").read_text().splitlines()]
-    assert entry["steered"] is True  # the switch's receive path on the switch's core
+    assert entry["steered"] is True and entry["sender"] == "c"  # the switch's receive path on its core; blast.c sends
+    for row in entry["rows"]:  # the share of the switch's core busy while the sender ran flat out
+        cell = dict(zip(entry["header"], row, strict=True))
+        assert 0 < cell["bridge core busy"] <= 1 and 0 < cell["innet core busy"] <= 1, cell
+        assert cell["sender pps per cpu-s"] >= cell["sender pps"] * 0.9, cell  # it never had more than its core
     if ebpf:  # the sum row's eBPF switch: its rate, and its ratios to the Python switch and the bridge from it
         head = entry["header"]
-        assert head[-7:] == ["ebpf pps", "ebpf pps flat out", "ebpf sender pps", "ebpf core busy",
-                             "ebpf pps per cpu-s", "ebpf/innet", "ebpf/bridge"]
+        assert head[-10:] == ["ebpf pps", "ebpf pps flat out", "ebpf sender pps", "ebpf core busy",
+                              "ebpf pps per cpu-s", "ebpf/innet", "ebpf/bridge", "ebpf pps per core-s",
+                              "ebpf/innet per core-s", "ebpf/bridge per core-s"]
         cell = dict(zip(head, entry["rows"][1], strict=True))
+        assert cell["ebpf pps per core-s"] == pytest.approx(cell["ebpf pps flat out"] / cell["ebpf core busy"], rel=0.5)
+        assert cell["ebpf/innet per core-s"] == round(cell["ebpf pps per core-s"] / cell["innet pps per core-s"], 2)
+        assert cell["ebpf/bridge per core-s"] == round(cell["ebpf pps per core-s"] / cell["bridge pps per core-s"], 2)
         assert cell["ebpf pps"] > 0 and cell["ebpf pps per cpu-s"] > 0 and cell["ebpf sender pps"] > 0
         assert 0 < cell["ebpf core busy"] <= 1
         assert cell["ebpf/innet"] == round(cell["ebpf pps"] / cell["innet pps"], 2)
         assert cell["ebpf/bridge"] == round(cell["ebpf pps"] / cell["bridge pps"], 2)
-        assert entry["rows"][0][-7:] == [0.0] * 7  # forwarding: no eBPF program for it
+        assert entry["rows"][0][-10:] == [0.0] * 10  # forwarding: no eBPF program for it
 
 
 @pytest.mark.mininet

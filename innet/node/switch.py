@@ -39,7 +39,7 @@ class SwitchNode:
         self.ports = {p: RawPort(name, protocol=protocol) for p, name in conf.ports.items()}
         self.netns = conf.netns
         self.egress = Egress(self.ports, conf.faults)
-        self.admission = Admission(list(self.ports.values()))
+        self.admission = Admission(list(self.ports.values()), link_drops=protocol == ETH_P_ALL)
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(conf.control)
         self.listener.listen(1)
@@ -153,6 +153,7 @@ class SwitchNode:
 
     def close(self) -> None:
         self._close_plane()
+        self.admission.close()
         for sock in (self.control, self.listener, *(port.sock for port in self.ports.values())):
             if sock is not None:
                 sock.close()
