@@ -176,3 +176,20 @@ def test_replicated_slots_carry_the_source_ranks_values_as_the_python_switch_sen
         assert both.plane.counters().get("drop:bad_count", 0) == bad
     finally:
         both.close()
+
+
+def test_a_repeat_without_retx_is_the_networks_copy_and_dropped_as_the_python_switch_drops_it(netns, tmp_path):
+    """A counted contribution come again unflagged (a link's duplicate, not the worker's resend): neither switch answers
+    it nor sends the partial up again; both count it a duplicate. Flagged RETX, both answer."""
+    for is_root in (True, False):
+        both = Both(str(tmp_path), 4, is_root)
+        try:
+            values = np.arange(5, dtype=np.int32)
+            for rank in range(4):
+                both.send(rank, frame(rank, 1, 4, values if rank == 1 else None))
+            assert both.send(2, frame(2, 1, 4)) == [] and both.send(1, frame(1, 1, 4, values)) == []
+            assert both.plane.counters()["drop:duplicate"] == both.runtime.ctx.counters["drop:duplicate"] == 2
+            [(port, again)] = both.send(2, frame(2, 1, 4, flags=RETX))
+            assert port == (2 if is_root else 4) and np.array_equal(parse_frame(again).values, values)
+        finally:
+            both.close()

@@ -295,6 +295,9 @@ static __always_inline int contribution(struct __sk_buff *skb, struct hdr *h, __
     }
     bpf_spin_unlock(&s->lock);
     note(port, 0, skb->len);
+    if (what == 1 || what == 2) {
+        if (!(h->flags & F_RETX)) what = 10 + C_DUPLICATE;  // the network's copy of a counted one: nobody asked
+    }
     if (what >= 10) { count(what - 10); return TC_ACT_SHOT; }
     if (what == 1) {  // a repeat of a finished slot: the result, back to the one who asked
         count(C_ANSWERED);
