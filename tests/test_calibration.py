@@ -119,7 +119,8 @@ def test_a_run_takes_the_calibration_of_the_switches_it_will_run():
     assert calibrated_plane(star, RunSpec(data_plane="python")) == "python"
     assert calibrated_plane(star, RunSpec(data_plane="ebpf")) == "ebpf"
     assert calibrated_plane(star, RunSpec(data_plane="ebpf", mode="pbox")) == "ebpf"  # its switch forwards in the kernel
-    assert calibrated_plane(star, RunSpec(data_plane="ebpf", collective="all_gather")) == "python"  # the Python switch
+    assert calibrated_plane(star, RunSpec(data_plane="ebpf", collective="all_gather")) == "ebpf"  # all six collectives
+    assert calibrated_plane(star, RunSpec(data_plane="ebpf", program="max_allreduce")) == "python"  # the Python switch
     assert calibrated_plane(star, RunSpec(data_plane="ebpf", faults=FaultSpec(loss=0.01))) == "python"
     # links between switches: the hosts at the paths' ends hold them where every switch hears its children alike
     assert calibrated_plane(leaf_spine, RunSpec(data_plane="ebpf")) == "ebpf"

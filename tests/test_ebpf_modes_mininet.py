@@ -1,7 +1,8 @@
 """``--data-plane ebpf`` beyond the in-network all-reduce on Mininet (root, clang): with ``--mode pbox`` and ``ring``
-the switches forward every routed frame in the kernel (switch.c's route table), and reduce-scatter and reduce
-aggregate there; each run is the Python switch's: exact, the same digest, the same bytes on every link (the
-planner's), the same frames byte for byte; nothing of it left behind."""
+the switches forward every routed frame in the kernel (switch.c's route table), and the other collectives
+(reduce-scatter, reduce, the barrier, all-gather, broadcast) aggregate there; each run is the Python switch's:
+exact, the same digest, the same bytes on every link (the planner's), the same frames byte for byte; nothing of it
+left behind."""
 
 import dataclasses
 
@@ -83,24 +84,28 @@ def test_a_dilated_star_forwards_in_the_kernel_each_hop_held_by_its_host(mode):
     assert_nothing_left()
 
 
-def test_reduce_scatter_sends_each_result_to_its_rank_as_the_python_switch_does(tmp_path):
-    """A leaf-spine, ToR placement: each chunk's result goes down towards its owner with values and to every other
-    child as a header alone, from the spine and again from the ToRs, partials carrying the mark up; the frames on
-    every switch port are the Python switch's byte for byte."""
-    graph, collective = build("leaf-spine", racks=2, hosts_per_rack=2), "reduce_scatter"
+@pytest.mark.parametrize("collective", ["reduce_scatter", "all_gather"])
+def test_routed_and_replicated_slots_send_the_python_switchs_frames(collective, tmp_path):
+    """A leaf-spine, ToR placement. Reduce-scatter: each chunk's result goes down towards its owner with values and
+    to every other child as a header alone, from the spine and again from the ToRs, partials carrying the mark up.
+    All-gather: each chunk's values come from its owner, every other rank sends a header; the owner's ToR sends them
+    up, the other ToR a header, and every rank gets them. The frames on every switch port are the Python switch's
+    byte for byte."""
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2)
     ebpf = run(graph, tmp_path / "ebpf", collective=collective, elements=20000, placement="tor", data_plane="ebpf")
     python = run(graph, tmp_path / "python", collective=collective, elements=20000, placement="tor")
     same_run(ebpf, python)
     seen = frames_by_interface(tmp_path / "ebpf")
     assert seen == frames_by_interface(tmp_path / "python")
     headers = sum(n for frames in seen.values() for frame, n in frames.items() if len(frame) == 58)
-    assert headers > 0  # the acknowledgements: results without values
+    assert headers > 0  # reduce-scatter's acknowledgements (results without values), all-gather's contributions
     assert our_programs() == []
     assert_nothing_left()
 
 
-@pytest.mark.parametrize("collective", ["reduce", "barrier"])
-def test_reduce_and_the_barrier_aggregate_in_the_kernel_as_the_python_switch_does(collective):
+@pytest.mark.parametrize("collective", ["reduce", "barrier", "all_gather", "broadcast"])
+def test_reduce_the_barrier_and_the_replicas_aggregate_in_the_kernel_as_the_python_switch_does(collective):
+    """ToR placement, root rank 2 (t2's rack): a broadcast's partials from t1 and half an all-gather's are headers."""
     graph = build("leaf-spine", racks=2, hosts_per_rack=2)
     ebpf, local = as_local(graph, RunSpec(dilation="off", min_rto=0.2, initial_rto=1.0, collective=collective,
                                           elements=20000, placement="tor", root=2))

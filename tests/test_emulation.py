@@ -3,6 +3,7 @@
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -190,10 +191,15 @@ def test_a_shared_input_stream_is_multicast_exactly_and_saves_the_predicted_byte
     assert_nothing_left()
 
 
-def test_fat_tree_k4_brings_up_aggregates_and_tears_down():
+@pytest.mark.parametrize("data_plane", ["python", "ebpf"])
+def test_fat_tree_k4_brings_up_aggregates_and_tears_down(data_plane):
+    if data_plane == "ebpf" and shutil.which("clang") is None:
+        pytest.skip("the eBPF switch needs clang and libbpf-dev (make deps)")
     graph = build("fat-tree", k=4)
-    result = run_mininet(graph, RunSpec(elements=20000, min_rto=0.05, timeout=30))
+    result = run_mininet(graph, RunSpec(elements=20000, min_rto=0.05, timeout=30, data_plane=data_plane))
     assert result["correct"] and result["workers"] == 15 and len(result["switch_cpu_share"]) == 20
+    assert set(result["switch_data_plane"].values()) == {data_plane}
+    assert result["result_digest"] == run_local(graph, RunSpec(elements=20000))["result_digest"]
     assert_nothing_left()
 
 

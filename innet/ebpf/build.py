@@ -1,13 +1,12 @@
 """What ``--data-plane ebpf`` can run, and its program built once per run: clang, cached by digest.
 
 The tc program (switch.c) is Reduction's protocol for the built-in SUM operator on innet's fixed-point
-int32 wire, dense, for the collectives that combine every rank's values (``COLLECTIVES``), and the
-runtime's default forwarding of routed frames (ring, PBox) by the route table: with ``--mode pbox`` or
-``ring`` it forwards them for any program that leaves them to that default. Anything else — another
-operator or a program of one's own aggregating in the switches, sparse or dynamic trees, all-gather,
-broadcast in the switches, a run whose ports inject faults or pace dilated links (the Python
-switch's egress does that), node groups, clusters — runs on the Python switch: ``unsupported`` says why in
-a few words, for the one line the run logs.
+int32 wire, dense, for every collective (``COLLECTIVES``), and the runtime's default forwarding of routed
+frames (ring, PBox) by the route table: with ``--mode pbox`` or ``ring`` it forwards them for any program
+that leaves them to that default. Anything else — another operator or a program of one's own aggregating
+in the switches, sparse or dynamic trees, a run whose ports inject faults (the Python switch's ports do
+that), node groups, clusters — runs on the Python switch: ``unsupported`` says why in a few words, for the
+one line the run logs.
 """
 
 from __future__ import annotations
@@ -29,10 +28,10 @@ SOURCE = "switch.c"
 MAX_PORTS = 64  # switch.c's MAX_PORTS: port numbers and children per job
 MAX_NODES = GROUP_BASE  # switch.c's MAX_NODES: the route table's destinations (groups start there)
 FAN_IN = 64  # one 64-bit bitmap word per slot
-# the collectives switch.c aggregates: every rank's values combined (none: a barrier's headers), the result to every
-# rank or (its values; the others a header: innet.switch.routed) to one; all-gather and broadcast replicate one
-# rank's values, and stay on Python
-COLLECTIVES = ("allreduce", "reduce_scatter", "reduce", "barrier")
+# the collectives switch.c aggregates, all six: every rank's values combined (none: a barrier's headers), the result to
+# every rank or (its values; the others a header: innet.switch.routed) to one; or one rank's values replicated
+# (all-gather, broadcast: the others send headers alone) to every rank
+COLLECTIVES = ("allreduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "barrier")
 CLANG = ("clang", "-O2", "-g", "-target", "bpf", "-mcpu=v3", "-I/usr/include/x86_64-linux-gnu")
 
 

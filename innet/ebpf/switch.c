@@ -180,11 +180,27 @@ static __attribute__((noinline)) int fold(struct inbox *in, struct slot *s, __u3
     return wrapped < 0;
 }
 
+// A replicating collective's contribution (all-gather, broadcast: innet.switch.routed.replica_mark): one rank sends
+// a chunk's values, every other rank its header alone, and the slot's values are the ones that came.
+static __always_inline int replicates(struct job_info *j, __be16 field) {
+    return bpf_ntohs(field) == 2 * j->nworkers + 1;
+}
+
 // The nworkers field a switch sends on (innet.switch.routed.kept_field): a mark naming the one rank a slot's values
-// are for (reduce-scatter's shard owner, reduce's root: nworkers + 1 + rank) as it came, else the job's size.
+// are for (reduce-scatter's shard owner, reduce's root: nworkers + 1 + rank) or a replicating collective's mark as it
+// came, else the job's size.
 static __always_inline __be16 kept(struct job_info *j, __be16 field) {
     __u32 f = bpf_ntohs(field);
-    return f > j->nworkers && f - j->nworkers - 1 < j->nworkers ? field : bpf_htons(j->nworkers);
+    return (f > j->nworkers && f - j->nworkers - 1 < j->nworkers) || replicates(j, field) ? field
+                                                                                             : bpf_htons(j->nworkers);
+}
+
+// The frame cut or grown to carry ``n`` values (the slot's, which a header or a replica's header may lack), its
+// header's count saying so; 0 when it does.
+static __always_inline int fit(struct __sk_buff *skb, struct hdr *h, __u32 n) {
+    if (n > ELEMS) return -1;
+    h->count = bpf_htons(n);
+    return skb->len == PAY_OFF + 4 * n ? 0 : (int)bpf_skb_change_tail(skb, PAY_OFF + 4 * n, 0);
 }
 
 // The child port towards the rank a result's values are for (innet.switch.routed.dest_of): -1 when they are for
@@ -214,8 +230,8 @@ static long copy_to_child(__u32 i, void *arg) {
 // A complete slot: its result multicast down (the root), or its partial up to the parent.
 static __always_inline int send_slot(struct __sk_buff *skb, struct hdr *h, struct slot *s, struct job_info *j,
                                      struct config *c, __u32 flags, __u16 rank) {
-    __u32 n = bpf_ntohs(h->count);
-    if (n && write_values(skb, s, n)) return TC_ACT_SHOT;
+    __u32 n = s->count;  // a replicating slot's values may have come in another frame than this one
+    if (fit(skb, h, n) || (n && write_values(skb, s, n))) return TC_ACT_SHOT;
     h->rank = bpf_htons(rank);
     h->flags = flags | (h->flags & F_VER) | (s->overflow ? F_OVERFLOW : 0);
     h->exp = s->exp;
@@ -248,6 +264,7 @@ static __always_inline int contribution(struct __sk_buff *skb, struct hdr *h, __
     if (len >= 4 && len <= ELEMS * 4 && bpf_skb_load_bytes(skb, PAY_OFF, in->vals, len)) return TC_ACT_SHOT;
     if (n < 2 * WORDS) in->vals[n] = 0;  // an odd count's last word
     int what = 0;  // 0: added, 1: answer, 2: resend up, 3: added and complete, else a counter + 10
+    int replica = replicates(j, h->nworkers);
     bpf_spin_lock(&s->lock);
     if (chunk < s->chunk) {
         what = 10 + C_STALE;
@@ -257,13 +274,20 @@ static __always_inline int contribution(struct __sk_buff *skb, struct hdr *h, __
         fold(in, s, n, 1);
     } else if (s->seen & bit) {
         what = s->state == DONE ? 1 : s->state == WAITING ? 2 : 10 + C_DUPLICATE;
-    } else if (n != s->count) {
+    } else if (n != s->count && (!replica || (n && s->count))) {
         what = 10 + C_BAD_COUNT;
-    } else {
+    } else {  // a replica's values after its headers are the round's; a header after them adds nothing
         if (h->exp > s->exp) s->exp = h->exp;
         s->seen |= bit;
         s->have += 1;
-        if (fold(in, s, n, 0)) s->overflow = 1;
+        if (n != s->count) {
+            if (n) {
+                s->count = n;
+                fold(in, s, n, 1);
+            }
+        } else if (fold(in, s, n, 0)) {
+            s->overflow = 1;
+        }
     }
     if (what == 0 && s->have == j->need) {  // the contribution that completes the slot sends it on
         s->state = j->is_root ? DONE : WAITING;
@@ -271,17 +295,20 @@ static __always_inline int contribution(struct __sk_buff *skb, struct hdr *h, __
     }
     bpf_spin_unlock(&s->lock);
     note(port, 0, skb->len);
+    if (what == 1 || what == 2) {
+        if (!(h->flags & F_RETX)) what = 10 + C_DUPLICATE;  // the network's copy of a counted one: nobody asked
+    }
     if (what >= 10) { count(what - 10); return TC_ACT_SHOT; }
     if (what == 1) {  // a repeat of a finished slot: the result, back to the one who asked
         count(C_ANSWERED);
-        if (n != s->count) return TC_ACT_SHOT;
+        n = s->count;  // the slot's values, whatever the repeat carried (a replica's header: none)
+        if (fit(skb, h, n)) return TC_ACT_SHOT;
         h->nworkers = kept(j, h->nworkers);
         int to = towards_of(j, h);
         if (to == -1 || to == (int)port) {  // innet.switch.routed.answer: the values if their rank is behind the port
             if (n && write_values(skb, s, n)) return TC_ACT_SHOT;
-        } else {
-            if (bpf_skb_change_tail(skb, PAY_OFF, 0)) return TC_ACT_SHOT;
-            h->count = 0;
+        } else if (fit(skb, h, 0)) {
+            return TC_ACT_SHOT;
         }
         h->flags = F_RESULT | (h->flags & F_VER) | (s->overflow ? F_OVERFLOW : 0);
         h->exp = s->exp;
@@ -289,7 +316,6 @@ static __always_inline int contribution(struct __sk_buff *skb, struct hdr *h, __
     }
     if (what == 2) {  // a repeat of a slot waiting for its parent: the partial up again
         count(C_RESENT);
-        if (n != s->count) return TC_ACT_SHOT;
         return send_slot(skb, h, s, j, c, F_RETX, j->rank);
     }
     if (what != 3) return TC_ACT_SHOT;
@@ -365,7 +391,7 @@ int innet_switch(struct __sk_buff *skb) {
     struct job_info *j = bpf_map_lookup_elem(&jobs, &job);
     if (!j) return TC_ACT_OK;  // not an aggregating job here: the Python switch relays it
     __u32 slot = bpf_ntohs(h.slot);
-    if (slot >= j->slots || kept(j, h.nworkers) != h.nworkers) return TC_ACT_OK;  // a replicating collective's: Python
+    if (slot >= j->slots || kept(j, h.nworkers) != h.nworkers) return TC_ACT_OK;  // not this job's mark
     __u32 key = (h.flags & F_VER ? c->slots : 0) + j->slot_base + slot;
     struct slot *s = bpf_map_lookup_elem(&pool, &key);
     if (!s) return TC_ACT_OK;
