@@ -17,7 +17,7 @@ many hops for its time (a barrier, a small call, a long ring) is dilated until t
 
 Each data plane (``--data-plane``) is calibrated apart: the Python switch's in ``cache_dir()/calibration.json``,
 the eBPF switch's (the star's switch in the kernel, each hop held by the host at its end) in
-``calibration-ebpf.json``; the hop is the Python switch's for both (a barrier is not translated). Each is keyed
+``calibration-ebpf.json``; the hop is measured on the Python switch for both, at each plane's faithful rate. Each is keyed
 by the CPU model, the core count and the data plane's version (a digest of the code every frame passes through,
 so a change there recalibrates by itself). A file keeps the last ``KEPT`` keys' calibrations: checkouts of other
 versions on one machine (a branch, a release) each keep theirs instead of measuring again every time the other ran.
