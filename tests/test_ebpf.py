@@ -202,3 +202,23 @@ def test_the_loaders_structs_are_the_programs_field_for_field(tmp_path):
     head = [m["bits_offset"] // 8 for m in btf["slot"]["members"][:3]]
     assert head == [getattr(loader.SlotHead, f).offset for f, _ in loader.SlotHead._fields_]
     assert btf["port_stats"]["size"] == 4 * 8 and len(btf["port_stats"]["members"]) == 4
+
+
+def test_a_dilated_run_the_hosts_cannot_hold_exactly_runs_the_python_switch_with_one_line(said):
+    """One rack's uplink slower: its partials would reach the spine later than the other's, which no host's hold
+    can give back; the run stays on the Python switch and says why, once."""
+    from innet.backends.mininet.dataplane import ebpf_object
+    from innet.backends.mininet.nodes import port_faults
+
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2)
+    graph.edges["s1", "t2"]["bw"] = 1000.0
+    for edge in graph.edges:
+        graph.edges[edge].setdefault("latency", 2e-6)
+    run = RunSpec(data_plane="ebpf")
+    plans = plan_run(graph, run, program_of(run)).plans
+    switches = ["s1", "t1", "t2"]
+    assert ebpf_object(run, program_of(run), graph, switches, lambda n: port_faults(graph, run, n, True, True), 100.0,
+                       plans) == ("", {})
+    assert [e.message for e in said] == ["--data-plane ebpf: the Python switch runs this run (job 1's switches hear "
+                                         "their children after unequal hops between switches, which the hosts cannot "
+                                         "hold for them)"]
