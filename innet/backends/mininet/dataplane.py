@@ -76,7 +76,7 @@ def ebpf_object(run: RunSpec, program: type[SwitchProgram], graph: nx.Graph, swi
     if dilated := dilation > 1:
         across = " and the hops between switches on its path" if any(h != HostHold() for h in holds.values()) else ""
         if any(h.out != (0.0, 0.0) for h in holds.values()):
-            across += " (some by their senders, so that flows meet as on the Python switch)"
+            across += ", some by their senders so that flows meet as on the Python switch"
         once = ", once cached, else the Python switch's" if run.data_plane == "auto" else ""
         held = (f"; dilated {dilation:g}x, each hop held by the host at its end{across} (--dilation auto takes the "
                 f"eBPF switch's calibration{once})")
