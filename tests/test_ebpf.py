@@ -7,8 +7,11 @@ import shutil
 import pytest
 
 from innet.backends.mininet import dataplane
-from innet.backends.mininet.dataplane import calibrated_plane, path_holds, unsupported_run
+from innet.backends.mininet import holds as routes
+from innet.backends.mininet.dataplane import calibrated_plane, unsupported_run
+from innet.backends.mininet.holds import HostHold, path_holds
 from innet.ebpf.build import object_path, unsupported_program
+from innet.graph import indexed
 from innet.node.config import PortFaults
 from innet.planning.spec import RunSpec, program_of
 from innet.schemes.modes import plan_run
@@ -72,10 +75,12 @@ def test_the_hops_between_switches_are_held_by_the_hosts_where_every_switch_hear
     holds it for both, 2 x (latency + bytes at 2000 Mbit/s); a fat-tree's, four (edge-aggregation-core and back)."""
     holds, why = holds_of(build("leaf-spine", racks=2, hosts_per_rack=2))
     assert why == "" and set(holds) == {"h1", "h2", "h3", "h4"}
-    assert all(h == pytest.approx((2 * 2e-6, 2 * 8 / 2000e6), rel=1e-12) for h in holds.values())
+    assert all(h == HostHold((pytest.approx(2 * 2e-6, rel=1e-12), pytest.approx(2 * 8 / 2000e6, rel=1e-12)))
+               for h in holds.values())
     holds, why = holds_of(build("fat-tree", k=4))
     assert why == "" and len(holds) == 15  # its 16th host is the PBox
-    assert all(h == pytest.approx((4 * 2e-6, 4 * 8 / 1000e6), rel=1e-12) for h in holds.values())
+    assert all(h == HostHold((pytest.approx(4 * 2e-6, rel=1e-12), pytest.approx(4 * 8 / 1000e6, rel=1e-12)))
+               for h in holds.values())
     with_delay = RunSpec(faults=FaultSpec(delay=0.001))  # --delay on every link: every hop alike still
     assert holds_of(build("leaf-spine", racks=2, hosts_per_rack=2), with_delay)[1] == ""
     # one rack's uplink slower: the spine would hear t2's partials later than t1's, after the Python switch's time
@@ -85,7 +90,50 @@ def test_the_hops_between_switches_are_held_by_the_hosts_where_every_switch_hear
     assert holds == {} and "unequal hops between switches" in why
     delayed = RunSpec(link_faults=(("s1--t2", FaultSpec(delay=0.001)),))
     assert "unequal hops" in holds_of(build("leaf-spine", racks=2, hosts_per_rack=2), delayed)[1]
-    assert holds_of(build("star", workers=4)) == ({f"h{i}": (0.0, 0.0) for i in range(1, 5)}, "")
+    assert holds_of(build("star", workers=4)) == ({f"h{i}": HostHold() for i in range(1, 5)}, "")
+
+
+def hop(latency, mbps, n=1):
+    return pytest.approx((n * latency, n * 8 / (mbps * 1e6)), rel=1e-9, abs=1e-15)
+
+
+def test_frames_from_host_to_host_are_held_by_their_destination_for_their_routes_hops():
+    """--mode pbox and ring: each frame crossed its route's hops between switches unheld. A leaf-spine's PBox on the
+    spine hears every worker after one (its ToR's uplink) and they hear it after one (the spine's downlink); a ring
+    rank hears its predecessor across the spine after two and its successor's ACKs (node index 1: h2) from its
+    own rack after none, or the other way round."""
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2)
+    holds, why = holds_of(graph, RunSpec(mode="pbox"))
+    assert why == "" and set(holds) == {"h1", "h2", "h3", "h4", "p1"}
+    assert all(h.into == hop(2e-6, 2000) and h.out == (0.0, 0.0) and h.by_source == {} for h in holds.values())
+    holds, why = holds_of(graph, RunSpec(mode="ring"))
+    index = indexed(graph).index
+    assert why == "" and set(holds) == {"h1", "h2", "h3", "h4"}
+    assert holds["h1"].into == hop(2e-6, 2000, 2) and holds["h1"].by_source == {index["h2"]: (0.0, 0.0)}
+    assert holds["h2"].into == (0.0, 0.0) and holds["h2"].by_source == {index["h3"]: hop(2e-6, 2000, 2)}
+    # a fat-tree's PBox shares an edge switch (t8) with h15: a worker of another pod crossed four hops between
+    # switches before the queue into the PBox, one of its pod (t7's) two, h15 none; each holds its frames for those
+    # hops before it sends them, so that they meet there as on the Python switch, and the PBox's answers for the
+    # hops back
+    fat = build("fat-tree", k=4)
+    holds, why = holds_of(fat, RunSpec(mode="pbox"))
+    assert why == ""
+    assert holds["h1"].out == hop(2e-6, 1000, 4) and holds["h1"].into == hop(2e-6, 1000, 4)
+    assert holds["h13"].out == hop(2e-6, 1000, 2) and holds["h13"].into == hop(2e-6, 1000, 2)
+    assert holds["h15"] == HostHold() and holds["p1"] == HostHold()
+
+
+def test_flows_that_no_hold_makes_meet_as_on_the_python_switch_say_why():
+    """Two flows sharing two queues, one hop apart before the first and two before the second: no hold at their
+    senders makes both queues the Python switch's."""
+    flows = [("h1", "h9", True), ("h2", "h9", True)]
+    early = [{("a", "b"): (0.0, 0.0), ("b", "c"): (1.0, 0.0)}, {("a", "b"): (1.0, 0.0), ("b", "c"): (3.0, 0.0)}]
+    pre, why = routes._pre_holds(flows, early, {("a", "b"): [0, 1], ("b", "c"): [0, 1]})
+    assert pre == {} and why == ("h1->h9 and h2->h9 share b->c's queue after hops between switches that no hold at "
+                                 "their senders evens out")
+    pre, why = routes._pre_holds(flows, early[:1] + [{("a", "b"): (1.0, 0.0), ("b", "c"): (2.0, 0.0)}],
+                                    {("a", "b"): [0, 1], ("b", "c"): [0, 1]})
+    assert why == "" and pre == {0: (0.0, 0.0), 1: (1.0, 0.0)}
 
 
 def test_auto_takes_the_ebpf_switch_only_where_this_machine_can_load_it(monkeypatch):
@@ -153,3 +201,23 @@ def test_the_loaders_structs_are_the_programs_field_for_field(tmp_path):
     head = [m["bits_offset"] // 8 for m in btf["slot"]["members"][:3]]
     assert head == [getattr(loader.SlotHead, f).offset for f, _ in loader.SlotHead._fields_]
     assert btf["port_stats"]["size"] == 4 * 8 and len(btf["port_stats"]["members"]) == 4
+
+
+def test_a_dilated_run_the_hosts_cannot_hold_exactly_runs_the_python_switch_with_one_line(said):
+    """One rack's uplink slower: its partials would reach the spine later than the other's, which no host's hold
+    can give back; the run stays on the Python switch and says why, once."""
+    from innet.backends.mininet.dataplane import ebpf_object
+    from innet.backends.mininet.nodes import port_faults
+
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2)
+    graph.edges["s1", "t2"]["bw"] = 1000.0
+    for edge in graph.edges:
+        graph.edges[edge].setdefault("latency", 2e-6)
+    run = RunSpec(data_plane="ebpf")
+    plans = plan_run(graph, run, program_of(run)).plans
+    switches = ["s1", "t1", "t2"]
+    assert ebpf_object(run, program_of(run), graph, switches, lambda n: port_faults(graph, run, n, True, True), 100.0,
+                       plans) == ("", {})
+    assert [e.message for e in said] == ["--data-plane ebpf: the Python switch runs this run (job 1's switches hear "
+                                         "their children after unequal hops between switches, which the hosts cannot "
+                                         "hold for them)"]

@@ -112,3 +112,22 @@ def test_reduce_the_barrier_and_the_replicas_aggregate_in_the_kernel_as_the_pyth
     same_run(ebpf, local | {"switch_data_plane": {"s1": "python"}})
     assert our_programs() == []
     assert_nothing_left()
+
+
+@pytest.mark.parametrize("mode", ["pbox", "ring"])
+def test_a_dilated_leaf_spine_routes_in_the_kernel_each_route_held_by_its_end(mode, said):
+    """A leaf-spine at 10 Mbit/s host links (20 up), dilated 100x: frames from host to host cross hops between eBPF
+    switches nobody stands at the end of, and the host at the route's end holds them (the PBox on the spine: one
+    hop each way; a ring rank: its predecessor's two across the spine, its successor's ACKs from its rack none).
+    Exact, the Python switch's bytes on every link, and as long as the local backend's run within 5%."""
+    graph = build("leaf-spine", racks=2, hosts_per_rack=2)
+    spec = RunSpec(mode=mode, seed=1, elements=16 * 2048, min_rto=0.2, initial_rto=1.0)
+    ebpf, local = as_local(graph, spec, dilation=100.0)
+    same_run(ebpf, local | {"switch_data_plane": {"s1": "python"}})
+    assert all(n > 0 for n in routed(ebpf).values()), routed(ebpf)
+    assert 0.98 * local["completion_s"] < ebpf["completion_s"] < 1.05 * local["completion_s"], ebpf["completion_s"] / local["completion_s"]
+    assert [e.message.endswith("each hop held by the host at its end and the hops between switches on its path "
+                               "(--dilation auto takes the eBPF switch's calibration)")
+            for e in said if "as a tc program" in e.message] == [True]
+    assert our_programs() == []
+    assert_nothing_left()

@@ -152,3 +152,31 @@ def test_a_frame_is_held_for_the_hops_between_switches_it_crossed_unheld_too():
     assert endpoint.seen == []
     expire(endpoint, egress, due)
     assert [f for f, _ in endpoint.seen] == [frame] and abs(endpoint.seen[0][1] - due) < 1e-12
+
+
+def test_frames_from_a_source_that_crossed_other_hops_are_held_for_theirs_in_a_chain_of_their_own():
+    """A ring rank hears its predecessor's values across the spine (two hops held) and its successor's ACKs from its
+    own rack (none, ``hold_from``): an ACK that came just after a value frame is held for its own hop only, not
+    behind the value frame, which is held for its two more."""
+    from innet.wire.packet import frame_prefix
+
+    values = frame_prefix(4, 0, 2500 - 42) + b"v" * (2500 - 42)  # from node 4, 2 ms at 10 Mbit/s
+    ack = frame_prefix(2, 0, 100 - 42) + b"a" * (100 - 42)  # from node 2
+    port, endpoint = Port([values, ack]), Echo()
+    path = (0.005, 0.0)
+    faults = PortFaults(FaultSpec(delay=DELAY), 0, RATE, hold_in=True, hold_path=path, hold_from={2: (0.0, 0.0)})
+    egress = Egress({0: port}, {0: faults})
+    feed(port, endpoint, egress, 1.0)
+    ack_due, values_due = 1.0 + DELAY + 100 / RATE, 1.0 + DELAY + 0.005 + 2500 / RATE
+    expire(endpoint, egress, values_due)
+    assert [(f[-1:], round(t, 9)) for f, t in endpoint.seen] == [(b"a", round(ack_due, 9)), (b"v", round(values_due, 9))]
+
+
+def test_a_host_holds_what_it_sends_for_the_hops_its_flow_must_meet_others_after():
+    """``hold_out``: each frame sent waits that long (and its bytes' share) beyond its own hop's latency and
+    serialization, not before the frame before it (the shaper under the port then paces them)."""
+    port = Port([])
+    egress = Egress({0: port}, {0: PortFaults(FaultSpec(delay=DELAY), 0, RATE, hold_out=(0.003, 1 / RATE))})
+    egress.send(0, b"x" * 1250, 1.0)  # 1 ms at 10 Mbit/s
+    egress.send(0, b"y" * 625, 1.0)
+    assert [round(d, 9) for d, *_ in egress.held] == [round(1.0 + DELAY + 0.003 + 0.001 + 0.001, 9)] * 2

@@ -15,6 +15,14 @@ from innet.hosts.endpoint import Endpoint
 from innet.io.rawport import RawPort
 from innet.node.config import Faults
 from innet.wire.faults import FaultInjector
+from innet.wire.packet import ETH_LEN, ip_to_node
+
+Hold = tuple[float, float]  # seconds, and seconds per byte of the frame held (PortFaults.hold_path)
+
+
+def source(frame: bytes) -> int:
+    """The node index a frame's IPv4 source names (-1: none of innet's)."""
+    return ip_to_node(int.from_bytes(frame[ETH_LEN + 12:ETH_LEN + 16], "big"))  # IPv4's source address
 
 
 class Egress:
@@ -25,6 +33,7 @@ class Egress:
         self.ports = ports
         self.injectors = {p: FaultInjector(faults[p].spec, faults[p].seed) for p in ports}
         self.rates = {p: faults[p].rate for p in ports}
+        self.hold_out = {p: faults[p].hold_out for p in ports}
         self.last = dict.fromkeys(ports, 0.0)  # each port's latest due time of a frame's delay and serialization
         self.wire = dict.fromkeys(ports, 0.0)  # a pacing port's: when the link will have sent its frames so far
         self.held: list[tuple[float, int, int, bytes]] = []
@@ -33,7 +42,7 @@ class Egress:
         # hold them (PortFaults.hold_in: an eBPF switch forwards at once, its port's htb paces; this ends the hop)
         self.hold_in = {p: faults[p] for p in ports if faults[p].hold_in and faults[p].rate}
         self.inbound: list[tuple[float, int, bytes]] = []
-        self.ended = dict.fromkeys(self.hold_in, 0.0)  # each such port's hop end of its latest frame received
+        self.ended: dict[tuple[int, Hold], float] = {}  # per port and hold: the hop end of its latest frame received
 
     def send(self, port: int, frame: bytes, now: float) -> None:
         """``frame`` out of ``port`` after its faults' delay and, where the port has a ``rate``, its serialization:
@@ -59,7 +68,8 @@ class Egress:
                 self.wire[port] = max(now, self.wire[port]) + len(copy) / rate
                 self._hold(self.wire[port] + delay, port, copy)
             return
-        due = self.last[port] = max(now + fixed + len(frame) / rate, self.last[port])
+        out = self.hold_out[port]  # the hops between switches it is held for beside (PortFaults.hold_out)
+        due = self.last[port] = max(now + fixed + out[0] + len(frame) * out[1] + len(frame) / rate, self.last[port])
         for delay, copy in copies:
             self._hold(due + delay - fixed, port, copy)
 
@@ -89,13 +99,16 @@ class Egress:
         between switches it crossed unheld before (``PortFaults.hold_path``), and not before the frame ahead of it
         is through as well (a link sends one frame at a time): htb's burst lets frames through together, 2 ms of the
         rate at once above 36 Mbit/s, which held from their arrival alone reached the host as early (the
-        calibration's eBPF star at 80 Mbit/s in 0.98 of its links' time)."""
+        calibration's eBPF star at 80 Mbit/s in 0.98 of its links' time). A frame from a source in
+        ``PortFaults.hold_from`` (a ring's acknowledgements, from the other side) is held for its own route's hops,
+        behind the frames held alike: a frame held longer is not yet through when it comes."""
         link = self.hold_in[port]
-        fixed, per_byte = link.spec.delay + link.hold_path[0], link.hold_path[1]
         for came, frame in frames:
+            hold = link.hold_from.get(source(frame), link.hold_path) if link.hold_from else link.hold_path
             serialization = len(frame) / link.rate
-            due = max(came + fixed + len(frame) * per_byte + serialization, self.ended[port] + serialization)
-            self.ended[port] = due
+            due = max(came + link.spec.delay + hold[0] + len(frame) * hold[1] + serialization,
+                      self.ended.get((port, hold), 0.0) + serialization)
+            self.ended[port, hold] = due
             self.seq += 1
             heapq.heappush(self.inbound, (due, self.seq, frame))
 

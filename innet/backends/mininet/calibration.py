@@ -60,8 +60,9 @@ DATA_PLANE = ("innet/wire/packet.py", "innet/switch/runtime.py", "innet/switch/e
               "innet/node/switch.py", "innet/node/worker.py", "innet/io/rawport.py", "innet/io/mmsg.py",
               "innet/node/egress.py", "innet/io/sched.py", "innet/backends/mininet/shaper.py",
               os.path.relpath(os.path.join(PROGRAMS, "sum_allreduce.py"), ROOT))  # innet/switch_programs/ installed
+# and DATA_PLANE: its hosts, and the switch's Python side
 EBPF_PLANE = ("innet/ebpf/switch.c", "innet/ebpf/build.py", "innet/ebpf/loader.py", "innet/backends/mininet/dataplane.py",
-              "innet/backends/mininet/nodes.py")  # and DATA_PLANE: its hosts, and the switch's Python side
+              "innet/backends/mininet/holds.py", "innet/backends/mininet/nodes.py")
 
 
 def data_plane_version(data_plane: str = "python") -> str:

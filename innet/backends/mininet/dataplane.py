@@ -5,20 +5,20 @@ A dilated run's hops are held where they end (innet.backends.mininet.nodes.port_
 once and its ports' htb paces each link, so the host at a hop's end holds each frame for the hop's latency and
 serialization. Nobody stands at the end of a hop between two switches: the host at the end of the frame's path
 holds those hops too (``path_holds``). That is exact where every frame into a queue crossed the same unheld hops
-(then every queue's input is the Python switch's, shifted by one constant): where every switch of every job's tree
-hears all its children after equal hops (leaf-spine, fat-tree with uniform links); elsewhere the run stays on the
-Python switch with a line saying so."""
+(then every queue's input is the Python switch's, shifted by one constant): in-network, where every switch of every
+job's tree hears all its children after equal hops (leaf-spine, fat-tree with uniform links); from host to host
+(pbox, ring), where a sender's hold before it sends evens out the hops flows crossed before the queues they share;
+elsewhere the run stays on the Python switch with a line saying so."""
 
 from __future__ import annotations
 
-import math
 import os
 import shutil
 from collections.abc import Callable, Sequence
-from itertools import pairwise
 
 import networkx as nx
 
+from innet.backends.mininet.holds import Holds, HostHold, path_holds, switch_links
 from innet.backends.mininet.network import log
 from innet.ebpf.build import COLLECTIVES, object_path, unsupported_program, unsupported_routing
 from innet.errors import UserError
@@ -39,9 +39,6 @@ def cache_dir() -> str:
 
 
 DILATED = 2.0  # a dilation over 1: what calibrated_plane asks about (its calibration is only for dilated runs)
-Hold = tuple[float, float]  # seconds, and seconds per byte of the frame held
-
-
 def unsupported_run(run: RunSpec, program: type[SwitchProgram], faults: Sequence[Faults], dilation: float,
                     unheld: str = "") -> str:
     """Why this run's switches cannot run the eBPF switch, in a few words ("" when they can). ``unheld``: why the
@@ -60,73 +57,9 @@ def unsupported_run(run: RunSpec, program: type[SwitchProgram], faults: Sequence
     return (unsupported_program(program) if run.mode == "innet" else unsupported_routing(program)) or _unbuildable(run, program)
 
 
-def _hop(graph: nx.Graph, run: RunSpec, sender: str, receiver: str) -> Hold:
-    """What the Python switch's port would hold a frame for on this hop: its latency (and --delay), and its
-    serialization per byte."""
-    return run.faults_on(sender, receiver).delay + graph.edges[sender, receiver]["latency"], 8 / (graph.edges[sender, receiver]["bw"] * 1e6)
-
-
-def _plus(a: Hold, b: Hold) -> Hold:
-    return a[0] + b[0], a[1] + b[1]
-
-
-def _same(holds: Sequence[Hold]) -> bool:
-    return all(math.isclose(h[0], holds[0][0], rel_tol=1e-9, abs_tol=1e-12)
-               and math.isclose(h[1], holds[0][1], rel_tol=1e-9, abs_tol=1e-15) for h in holds)
-
-
-def _up(graph: nx.Graph, run: RunSpec, plan: JobPlan, node: str) -> Hold | None:
-    """The hops between switches crossed unheld behind what ``node`` sends up its job's tree (None: its children's
-    differ, or theirs)."""
-    if not is_switch(graph, node):
-        return 0.0, 0.0
-    kids = []
-    for child in plan.children(node):
-        got = _up(graph, run, plan, child)
-        if got is None:
-            return None
-        kids.append(_plus(got, _hop(graph, run, child, node)) if is_switch(graph, child) else got)
-    if kids and not _same(kids):
-        return None
-    return kids[0] if kids else (0.0, 0.0)
-
-
-def path_holds(graph: nx.Graph, run: RunSpec, plans: Sequence[JobPlan]) -> tuple[dict[str, Hold], str]:
-    """On a dilated run on eBPF switches, what each worker host holds a frame it receives for beyond its own
-    link's hop: the hops between switches its job's frames crossed unheld, up to the tree's root and down again
-    (seconds, seconds per byte). "" or why that is not exact: a switch that hears its children after unequal hops
-    (its queue up, and the result's instant, would differ from the Python switch's), jobs whose trees' hops
-    differ (sharing a queue), a job through a PBox."""
-    holds: dict[str, Hold] = {}
-    roots: list[Hold] = []
-    for plan in plans:
-        if plan.root is None:
-            if any(is_switch(graph, a) and is_switch(graph, b) for a, b in graph.edges):
-                return {}, (f"job {plan.job}'s frames go host to host (--mode {run.mode}) over links between "
-                            "switches, which nobody would hold")
-            continue
-        root = _up(graph, run, plan, plan.root)
-        if root is None:
-            return {}, (f"job {plan.job}'s switches hear their children after unequal hops between switches, which "
-                        "the hosts cannot hold for them")
-        if root != (0.0, 0.0):
-            roots.append(root)
-        for w in plan.workers:
-            way = plan.way_up(plan.first_hop[w])
-            hold = root
-            for child, parent in pairwise(way):
-                hold = _plus(hold, _hop(graph, run, parent, child))
-            if w in holds and not _same([holds[w], hold]):
-                return {}, f"{w} is in jobs whose trees cross different hops between switches"
-            holds[w] = hold
-    if roots and not _same(roots):
-        return {}, "the jobs' trees cross different hops between switches (their frames would share queues)"
-    return holds, ""
-
-
 def ebpf_object(run: RunSpec, program: type[SwitchProgram], graph: nx.Graph, switches: Sequence[str],
                 faults: Callable[[str], Faults], dilation: float,
-                plans: Sequence[JobPlan] | None = None) -> tuple[str, dict[str, Hold]]:
+                plans: Sequence[JobPlan] | None = None) -> tuple[str, Holds]:
     """The built eBPF switch every switch of the run loads, or "" (the Python switch; the line said why), and on a
     dilated run what each worker host holds for the hops between switches (``path_holds``). ``plans``: the run's
     (None: not known, so a dilated run with links between switches stays on the Python switch)."""
@@ -141,7 +74,9 @@ def ebpf_object(run: RunSpec, program: type[SwitchProgram], graph: nx.Graph, swi
     path = object_path(program.elements, _keys(program), cache_dir())
     held = ""
     if dilated := dilation > 1:
-        across = " and the hops between switches on its path" if any(h != (0.0, 0.0) for h in holds.values()) else ""
+        across = " and the hops between switches on its path" if any(h != HostHold() for h in holds.values()) else ""
+        if any(h.out != (0.0, 0.0) for h in holds.values()):
+            across += ", some by their senders so that flows meet as on the Python switch"
         once = ", once cached, else the Python switch's" if run.data_plane == "auto" else ""
         held = (f"; dilated {dilation:g}x, each hop held by the host at its end{across} (--dilation auto takes the "
                 f"eBPF switch's calibration{once})")
@@ -168,10 +103,6 @@ def _unbuildable(run: RunSpec, program: type[SwitchProgram]) -> str:
         except UserError:
             return "clang is not installed and no build is cached (make deps installs it)"
     return ""
-
-
-def switch_links(graph: nx.Graph) -> int:
-    return sum(1 for a, b in graph.edges if is_switch(graph, a) and is_switch(graph, b))
 
 
 def calibrated_plane(graph: nx.Graph, run: RunSpec, plans: Sequence[JobPlan] | None = None) -> str:

@@ -26,6 +26,7 @@ from innet.backends.mininet.cleanup import RunState
 from innet.backends.mininet.collect import Procs, Watch, calls_window, input_record, outcome, switch_drops
 from innet.backends.mininet.control import Control
 from innet.backends.mininet.dataplane import ebpf_object
+from innet.backends.mininet.holds import Holds
 from innet.backends.mininet.network import Counters, Network, built, direction_bytes_between, log
 from innet.backends.mininet.nodes import (
     FaultsOf,
@@ -187,7 +188,7 @@ class Emulation(Network):
         self.requested: tuple[nx.Graph, RunSpec] | None = None
         self.node_group: int | None = None  # nodes per process (innet.planning.grouping); None: its choice
         self.ebpf = False  # the switches run the eBPF switch (start_switches): hosts end the hops from them
-        self.holds: dict[str, tuple[float, float]] = {}  # and what each holds for the hops between switches
+        self.holds: Holds = {}  # and what each holds for the hops between switches
 
     def dilate(self, factor: float, graph: nx.Graph, run: RunSpec, bound: str = "") -> None:
         """This network is ``graph`` dilated by ``factor`` (chosen by ``bound``, with auto), running ``run``

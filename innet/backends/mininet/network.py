@@ -176,7 +176,7 @@ class Network:
         for u, v, data in sorted(graph.edges(data=True), key=lambda e: link_name(e[0], e[1])):
             params: dict[str, float] = {}
             if data["bw"] <= TCLINK_MAX_MBPS:
-                params = {"bw": data["bw"]}
+                params = {"bw": data["bw"]} if self.cluster is not None else {}  # here: shaped below, node by node
                 shaped += [(u, f"{u}-eth{port_to(graph, u, v)}", data["bw"]), (v, f"{v}-eth{port_to(graph, v, u)}", data["bw"])]
             else:
                 unshaped += 1
@@ -185,32 +185,58 @@ class Network:
         if unshaped:
             log(f"{unshaped} link(s) above {TCLINK_MAX_MBPS:g} Mbit/s are left unshaped (TCLink cannot shape them)")
         net.build()
+        self.bursts = bool(shaped) and self.cluster is None and hold(self.state)
+        ip: dict[str, list[str]] = {n.name: [] for n in net.hosts}  # each node's `ip -batch` and `tc -batch` lines
+        tc: dict[str, list[str]] = {n.name: [] for n in net.hosts}
+        offload: dict[str, list[str]] = {n.name: [] for n in net.hosts}
         for node in net.hosts:
-            node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1")
             for intf in node.intfNames():
                 if intf != "lo":
-                    node.cmd(f"ethtool -K {intf} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1")
+                    offload[node.name].append(f"ethtool -K {intf} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1")
                     if self.mtu != ETH_MTU:  # frames longer than Ethernet's (--packet-elements): jumbo links
-                        node.cmd(f"ip link set {intf} mtu {self.mtu}")
-        self.bursts = bool(shaped) and self.cluster is None and hold(self.state)
-        self._queues(shaped)
+                        ip[node.name].append(f"link set {intf} mtu {self.mtu}")
+        for name, intf, bw in shaped:
+            ip[name] += self._queue_length(intf)
+            tc[name] += self._shaper(intf, bw)
+        for node in net.hosts:  # one shell round trip and one ip and tc process a node: k=8's 768 interfaces'
+            # commands one by one (Mininet's TCLink's and these) took its bring-up 1.5-2 minutes
+            lines = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1", *offload[node.name]]
+            lines += [f"printf '%s\\n' {' '.join(repr(c) for c in cmds)} | {tool} -batch -"
+                      for tool, cmds in (("ip", ip[node.name]), ("tc", tc[node.name])) if cmds]
+            error = node.cmd("{ " + " ; ".join(lines) + " ; } 2>&1 | grep -v '^Warning'")
+            if error.strip():
+                raise UserError(f"cannot set up {node.name}'s interfaces: {error.strip()}")
         loss = float(graph.graph.get("kernel_loss", 0.0))  # another program's traffic (gloo's TCP): the kernel drops
         if loss:
             self._kernel_loss(shaped, loss)
 
-    def _queues(self, shaped: list[tuple[str, str, float]]) -> None:
-        """Strict-priority queues under the shaper (innet.rawport.SOCKET_PRIORITY), each holding the frames the run
-        can have in flight (pfifo_fast's limit: the interface's txqueuelen), and the shaper's bursts."""
+    def _queue_length(self, intf: str) -> list[str]:
+        """``ip`` lines giving ``intf`` a queue that holds the frames the run can have in flight (pfifo_fast's limit:
+        the interface's txqueuelen)."""
         queue = max(QUEUE_FRAMES, int(self.graph.graph.get("queue_frames", 0)))
-        for name, intf, bw in shaped:
-            node = self.net.get(name)
-            if queue > QUEUE_FRAMES:
-                node.cmd(f"ip link set {intf} txqueuelen {queue}")
-            error = node.cmd(f"tc qdisc add dev {intf} parent 5:1 handle 10: pfifo_fast")
-            if self.bursts and not error.strip():  # the shaper's bursts (innet.backends.mininet.shaper)
-                error = node.cmd(burst_command(intf, bw, self.mtu + ETH_HEADER))
-            if error.strip():
-                raise UserError(f"cannot set up the shaper of {intf}: {error.strip()}")
+        return [f"link set {intf} txqueuelen {queue}"] if queue > QUEUE_FRAMES else []
+
+    def _shaper(self, intf: str, bw: float) -> list[str]:
+        """``tc`` lines shaping ``intf`` at ``bw`` Mbit/s: TCLink's htb class (root 5:, class 5:1, burst 15 KB; a
+        cluster's links have it from VxlanLink already), strict-priority queues under it
+        (innet.rawport.SOCKET_PRIORITY), and the shaper's bursts."""
+        out = [] if self.cluster is not None else [f"qdisc add dev {intf} root handle 5:0 htb default 1",
+                                                   f"class add dev {intf} parent 5:0 classid 5:1 htb rate {bw:f}Mbit burst 15k"]
+        out.append(f"qdisc add dev {intf} parent 5:1 handle 10: pfifo_fast")
+        if self.bursts:  # the shaper's bursts (innet.backends.mininet.shaper)
+            out.append(burst_command(intf, bw, self.mtu + ETH_HEADER).removeprefix("tc "))
+        return out
+
+    def _delete_links(self) -> None:
+        """Every link's veth pair deleted, one ``ip -batch`` a node (Mininet's ``stop`` deleted them one command each:
+        22 s of k=8's teardown)."""
+        ends: dict[Any, list[str]] = {}
+        for link in self.net.links:
+            ends.setdefault(link.intf1.node, []).append(f"link del {link.intf1.name}")
+        for node, lines in ends.items():
+            if node.shell and not node.waiting:  # a shell an interrupt left mid-command: Mininet's stop, or the record
+                node.cmd(f"printf '%s\\n' {' '.join(repr(c) for c in lines)} | ip -batch - >/dev/null 2>&1")
+        self.net.links = []
 
     def _kernel_loss(self, shaped: list[tuple[str, str, float]], loss: float) -> None:
         """Drop ``loss`` of every shaped interface's frames in the kernel, for traffic innet's ports do not send (gloo's
@@ -309,6 +335,7 @@ class Network:
             ctl.close()
         if self.net is not None:
             try:
+                self._delete_links()
                 self.net.stop()
             except Exception as exc:  # noqa: BLE001 - an interrupt inside a node's cmd() leaves Mininet unable to stop
                 log(f"Mininet could not stop the network ({type(exc).__name__}); removing what the run recorded instead")

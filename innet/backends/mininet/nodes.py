@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import networkx as nx
 
 from innet.backends.mininet.control import Control
+from innet.backends.mininet.holds import HostHold
 from innet.backends.mininet.network import Network, log
 from innet.errors import UserError
 from innet.events import Progress
@@ -50,14 +51,14 @@ FaultsOf = Callable[[str], Faults]  # node -> its ports' faults
 
 
 def port_faults(graph: nx.Graph, run: RunSpec, node: str, latency: bool = False, ebpf: bool = False,
-                holds: Mapping[str, tuple[float, float]] | None = None) -> Faults:
+                holds: Mapping[str, HostHold] | None = None) -> Faults:
     """Each port's faults for the link behind it, and their seed. With ``latency`` the link's latency is added
     to the port's delay, and the port holds each frame for its serialization at the link's rate too (a dilated
     run: there both are long enough to matter, ``tc netem`` is not available to add them on the link, and htb
     lets a frame that finds tokens through at once: a latency-bound run would skip every hop's serialization).
     With ``ebpf`` too (eBPF switches, which forward at once) a switch's ports hold nothing and a host's port holds
     what it receives instead (``hold_in``): the hop from a switch to a host ends at the host, and ``holds`` says
-    what a host holds for the hops between switches before it (innet.backends.mininet.dataplane.path_holds)."""
+    what a host holds for the hops between switches before it (innet.backends.mininet.holds.path_holds)."""
     held_here = latency and not (ebpf and is_switch(graph, node))
 
     def spec(peer: str) -> PortFaults:
@@ -66,8 +67,9 @@ def port_faults(graph: nx.Graph, run: RunSpec, node: str, latency: bool = False,
             link = graph.edges[node, peer]
             faults, rate = dataclasses.replace(faults, delay=faults.delay + link["latency"]), link["bw"] * 1e6 / 8
         hold_in = held_here and ebpf
-        return PortFaults(faults, fault_seed(run.seed, node, peer), rate, hold_in=hold_in,
-                          hold_path=(holds or {}).get(node, (0.0, 0.0)) if hold_in else (0.0, 0.0))
+        mine = (holds or {}).get(node, HostHold()) if hold_in else HostHold()
+        return PortFaults(faults, fault_seed(run.seed, node, peer), rate, hold_in=hold_in, hold_path=mine.into,
+                          hold_from=mine.by_source, hold_out=mine.out)
 
     return {p: spec(peer) for p, peer in ports(graph, node).items()}
 
