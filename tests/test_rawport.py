@@ -209,11 +209,15 @@ def test_a_frame_read_late_carries_the_instant_the_kernel_received_it(veth):
             times.append(time.monotonic())
             sender.send(frame)
             time.sleep(0.004)
+        time.sleep(0.3)  # read late: a stamp taken at the read would be 0.3 s after its frame was sent
         read_at = time.monotonic()
         got = receiver.recv_stamped() + receiver.recv_stamped()
         assert [frame for _, frame in got] == sent
-        for (came, _), at in zip(got, times, strict=True):  # veth delivers in the sender's send call
-            assert at <= came <= at + 0.002 < read_at, (came - at, read_at - at)
+        # veth delivers in the sender's send call, or in a softirq soon after: within 2 ms on an idle machine, up to
+        # 43 ms seen with both cores busy; never near the read
+        for (came, _), at in zip(got, times, strict=True):
+            assert at <= came < read_at - 0.15, (came - at, read_at - at)
+        assert [came for came, _ in got] == sorted(came for came, _ in got)
     finally:
         sender.close()
         receiver.close()
