@@ -34,6 +34,8 @@ class Egress:
         self.hold_in = {p: faults[p] for p in ports if faults[p].hold_in and faults[p].rate}
         self.inbound: list[tuple[float, int, bytes]] = []
         self.ended = dict.fromkeys(self.hold_in, 0.0)  # each such port's hop end of its latest frame received
+        for p in self.hold_in:  # its holds start at the kernel's receive stamps: asked now, before a frame can come
+            ports[p].stamp_receive()
 
     def send(self, port: int, frame: bytes, now: float) -> None:
         """``frame`` out of ``port`` after its faults' delay and, where the port has a ``rate``, its serialization:
