@@ -166,3 +166,39 @@ def test_a_frame_is_held_for_the_hops_between_switches_it_crossed_unheld_too():
     assert endpoint.seen == []
     expire(endpoint, egress, due)
     assert [f for f, _ in endpoint.seen] == [frame] and abs(endpoint.seen[0][1] - due) < 1e-12
+
+
+def test_a_blocks_first_frame_leaves_alone_at_its_hops_end_and_the_rest_half_a_frame_later_in_one_send():
+    """A worker's window at its answer (32 frames in the calibration): every frame's hop ends at the same instant,
+    the shaper paces them after. The first goes out then, alone; the rest half a frame's serialization later, in one
+    sendmmsg, while the first is still on the wire. Sent one by one at that instant, they held the core while the
+    other workers' first frames waited (their hops ended with it). Nothing sent later overtakes them."""
+    import numpy as np
+
+    class Blocks(Port):
+        def __init__(self):
+            super().__init__([])
+            self.calls = []
+
+        def send(self, frame):
+            self.calls.append([frame])
+
+        def send_block(self, block):
+            self.calls.append([row.tobytes() for row in block])
+
+    block = np.arange(4 * 1250, dtype=np.uint8).reshape(4, 1250)  # 1 ms a frame at 10 Mbit/s
+    port = Blocks()
+    egress = Egress({0: port}, {0: PortFaults(FaultSpec(delay=DELAY), 0, RATE)})
+    egress.send_all(0, [block], 1.0)
+    egress.send(0, b"late" * 10, 1.0)  # a frame after the block: behind it on the link
+    block[:] = 0  # the caller's buffer, reused: what was given is sent
+    end = 1.0 + DELAY + 0.001  # the block's hop end (``send``'s for each of its frames)
+    egress.flush(end - 1e-6)
+    assert port.calls == []
+    egress.flush(end)
+    assert port.calls == [[np.arange(1250, dtype=np.uint8).tobytes()]]
+    assert egress.next_due() == end + 0.0005
+    egress.flush(end + 0.0005)
+    rows = np.arange(4 * 1250, dtype=np.uint8).reshape(4, 1250)
+    assert port.calls[1:] == [[row.tobytes() for row in rows[1:]], [b"late" * 10]]
+
