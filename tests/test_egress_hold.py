@@ -202,3 +202,20 @@ def test_a_blocks_first_frame_leaves_alone_at_its_hops_end_and_the_rest_half_a_f
     rows = np.arange(4 * 1250, dtype=np.uint8).reshape(4, 1250)
     assert port.calls[1:] == [[row.tobytes() for row in rows[1:]], [b"late" * 10]]
 
+
+def test_a_workers_first_status_line_is_written_a_status_period_after_its_first_wake_up(tmp_path):
+    """Written at the first wake-up, right after each worker sent its exponent frame, the status file held the cores
+    from the other workers whose exponent frames were due at the same instant (two of four 0.5-0.7 ms late)."""
+    from innet.node.client import STATUS_EVERY, AllreduceClient
+
+    class Waiting:
+        def waiting(self):
+            return "in-network: rank 0 waiting for chunk 3"
+
+    client = AllreduceClient.__new__(AllreduceClient)  # its port is not needed to report
+    client.proc, client.status, client.status_at = Waiting(), str(tmp_path / "h1.npz.status"), 0.0
+    client.report(100.0)
+    client.report(100.0 + STATUS_EVERY - 0.001)
+    assert not (tmp_path / "h1.npz.status").exists()
+    client.report(100.0 + STATUS_EVERY)
+    assert (tmp_path / "h1.npz.status").read_text() == "in-network: rank 0 waiting for chunk 3"
