@@ -12,7 +12,20 @@ from innet.hosts.worker.process import WorkerProcess
 from innet.results.check import check
 from innet.switch.runtime import flatten
 from innet.wire import fixedpoint
-from innet.wire.packet import FLAGS_OFFSET, RESULT, RETX, VER, make_packet, pack_frames, parse_block, parse_frame, scapy_frame
+from innet.wire.packet import (
+    FLAGS_OFFSET,
+    HEADER_DTYPE,
+    HEADER_OFFSET,
+    PAYLOAD_OFFSET,
+    RESULT,
+    RETX,
+    VER,
+    make_packet,
+    pack_frames,
+    parse_block,
+    parse_frame,
+    scapy_frame,
+)
 
 SWITCH = 9
 
@@ -47,6 +60,30 @@ def test_chunk_frames_are_byte_identical_to_scapy():
         assert new[FLAGS_OFFSET] == old[FLAGS_OFFSET] | RETX
         assert new[:FLAGS_OFFSET] + new[FLAGS_OFFSET + 1:] == old[:FLAGS_OFFSET] + old[FLAGS_OFFSET + 1:]
     assert call.retransmissions == 3
+
+
+def test_the_data_frames_headers_are_written_while_the_exponent_is_agreed():
+    """A worker's data frames need the agreed exponent only for their values and one header byte: their buffer,
+    prefixes and headers are written when the call starts, its exponent frame out, so its answer quantizes straight
+    into them. Every frame is the one scapy builds, the short last one's too."""
+    tensor = np.linspace(-3, 5, 16 * 5 + 7, dtype=np.float32)
+    call = AllreduceCall(spec(1, 4, slots=4, elements=16), tensor, first_chunk=3)
+    call.start(0.0)
+    heads = call.frames.rows[:, :PAYLOAD_OFFSET].copy()
+    assert heads.shape == (5, PAYLOAD_OFFSET)
+    agreed = call.local_exp + 2
+    answer = make_packet(None, job=1, rank=1, nworkers=4, slot=3, chunk=3, flags=RESULT, exp=agreed).to_frame(SWITCH, 1)
+    sent = frames_of(call.receive(answer, 0.001))
+    assert [parse_frame(f).chunk for f in sent] == [4, 5, 6, 7]  # the window: 4 slots
+    exp_at = HEADER_OFFSET + HEADER_DTYPE.fields["exp"][1]
+    after = call.frames.rows[:, :PAYLOAD_OFFSET]
+    assert (np.delete(after, exp_at, axis=1) == np.delete(heads, exp_at, axis=1)).all()  # only the exponent's byte
+    assert (after[:, exp_at] == agreed).all() and (heads[:, exp_at] == 0).all()
+    q = fixedpoint.quantize(tensor, fixedpoint.scale_for(agreed, 4))
+    for chunk in range(4, 10):
+        values = q[16 * (chunk - 4):16 * (chunk - 3)].tolist()
+        assert call.frames.one(chunk) == scapy_frame(1, SWITCH, job=1, rank=1, nworkers=4, slot=chunk % 4, chunk=chunk,
+                                                     exp=agreed, flags="VER" if (chunk // 4) & 1 else 0, values=values)
 
 
 def test_results_in_shuffled_blocks_are_exact_and_slots_never_overlap():

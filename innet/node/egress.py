@@ -36,13 +36,15 @@ class Egress:
         self.hold_out = {p: faults[p].hold_out for p in ports}
         self.last = dict.fromkeys(ports, 0.0)  # each port's latest due time of a frame's delay and serialization
         self.wire = dict.fromkeys(ports, 0.0)  # a pacing port's: when the link will have sent its frames so far
-        self.held: list[tuple[float, int, int, bytes]] = []
+        self.held: list[tuple[float, int, int, bytes | np.ndarray]] = []  # a frame, or a block's rows (``send_block``)
         self.seq = 0
         # frames received, each held for its hop's latency and serialization where the switch in front did not
         # hold them (PortFaults.hold_in: an eBPF switch forwards at once, its port's htb paces; this ends the hop)
         self.hold_in = {p: faults[p] for p in ports if faults[p].hold_in and faults[p].rate}
         self.inbound: list[tuple[float, int, bytes]] = []
         self.ended: dict[tuple[int, Hold], float] = {}  # per port and hold: the hop end of its latest frame received
+        for p in self.hold_in:  # its holds start at the kernel's receive stamps: asked now, before a frame can come
+            ports[p].stamp_receive()
 
     def send(self, port: int, frame: bytes, now: float) -> None:
         """``frame`` out of ``port`` after its faults' delay and, where the port has a ``rate``, its serialization:
@@ -73,13 +75,27 @@ class Egress:
         for delay, copy in copies:
             self._hold(due + delay - fixed, port, copy)
 
-    def _hold(self, due: float, port: int, frame: bytes) -> None:
+    def _hold(self, due: float, port: int, frame: bytes | np.ndarray) -> None:
         self.seq += 1
         heapq.heappush(self.held, (due, self.seq, port, frame))
 
     def send_block(self, port: int, block: np.ndarray, now: float) -> None:
-        """Send a block of equal-length frames: one sendmmsg per batch where the link has no faults."""
-        if self.injectors[port].spec.active or self.rates[port]:
+        """Send a block of equal-length frames: one sendmmsg per batch where the link has no faults. Where the port
+        holds frames for their serialization (a dilated run) on a link that neither loses, duplicates nor reorders,
+        every row's hop ends at the same instant (``send``'s, the shaper then paces them): the first row goes out
+        alone then and the rest, one sendmmsg, half a frame's serialization later, while the first is still on the
+        wire, so the shaper has them before their turn. Sent row by row at that instant (0.18-0.26 ms for a window of
+        32 frames under load), a worker held a core from the other workers whose hops ended with it (four on two
+        cores, all answered at once by the exponent's multicast): the calibration's eBPF star at 80 Mbit/s took
+        1.022 of its links' time (medians of 3, twice, load 12), 1.015 with the rest sent apart."""
+        spec, rate = self.injectors[port].spec, self.rates[port]
+        if rate and len(block) > 1 and not (spec.loss or spec.dup or spec.reorder):
+            size, out = block.shape[1], self.hold_out[port]
+            due = max(now + spec.delay + out[0] + size * out[1] + size / rate, self.last[port])
+            self._hold(due, port, block[0].tobytes())
+            self.last[port] = due + size / rate / 2  # nothing overtakes the rest: the link sends in order
+            self._hold(self.last[port], port, np.array(block[1:]))  # a copy: the caller's buffer may be reused
+        elif spec.active or rate:
             for row in block:
                 self.send(port, row.tobytes(), now)
         else:
@@ -121,9 +137,13 @@ class Egress:
         return out
 
     def flush(self, now: float) -> None:
+        """Send what is due by ``now``, in order: frames, and the rest of a block at once (``send_block``)."""
         while self.held and self.held[0][0] <= now:
             _, _, port, frame = heapq.heappop(self.held)
-            self.ports[port].send(frame)
+            if isinstance(frame, bytes):
+                self.ports[port].send(frame)
+            else:
+                self.ports[port].send_block(frame)
 
     def next_due(self) -> float | None:
         due = [q[0][0] for q in (self.held, self.inbound) if q]

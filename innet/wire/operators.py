@@ -100,11 +100,14 @@ class Operator:
             return 0
         return fixedpoint.scale_for(q, nworkers if self.rule == "sum" else 1)
 
-    def quantize(self, tensor: np.ndarray, scale: int) -> np.ndarray:
-        """A worker's values on the wire (int32)."""
+    def quantize(self, tensor: np.ndarray, scale: int, out: np.ndarray | None = None) -> np.ndarray:
+        """A worker's values on the wire (int32), written into ``out`` if given."""
         if self.rule == "bits":
-            return np.asarray(tensor).astype(np.int32)
-        return fixedpoint.quantize(tensor, scale)
+            if out is None:
+                return np.asarray(tensor).astype(np.int32)
+            np.copyto(out, tensor, casting="unsafe")
+            return out
+        return fixedpoint.quantize(tensor, scale, out)
 
     def dequantize(self, values: np.ndarray, scale: int) -> np.ndarray:
         """The wire's int32 result as the caller's values: float32, or int32 for a bit operator."""

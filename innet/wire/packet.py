@@ -340,6 +340,16 @@ def build_frames(src: int | np.ndarray, dst: int | np.ndarray, hdr: np.ndarray, 
     n, count = values.shape
     if out is None:
         out = np.empty((n, PAYLOAD_OFFSET + 4 * count), np.uint8)
+    frame_heads(src, dst, hdr, count, band, out)
+    out[:, PAYLOAD_OFFSET:] = np.ascontiguousarray(values, VALUE_DTYPE).view(np.uint8).reshape(n, 4 * count)
+    return out
+
+
+def frame_heads(src: int | np.ndarray, dst: int | np.ndarray, hdr: np.ndarray, count: int, band: int,
+                out: np.ndarray) -> None:
+    """``build_frames``' headers alone (Ethernet, IPv4, UDP and innet's) into ``out``'s rows, for frames of ``count``
+    values: a worker writes them before it knows its values (innet.hosts.worker.framing)."""
+    n = len(hdr)
     one: tuple[int, int] | None = None  # the one (src, dst) pair of every frame
     if isinstance(src, (int, np.integer)) and isinstance(dst, (int, np.integer)):
         one = int(src), int(dst)
@@ -356,8 +366,6 @@ def build_frames(src: int | np.ndarray, dst: int | np.ndarray, hdr: np.ndarray, 
     if n and one is not None:
         out[:, :HEADER_OFFSET] = np.frombuffer(frame_prefix(*one, HEADER_LEN + 4 * count, band), np.uint8)
     out[:, HEADER_OFFSET:PAYLOAD_OFFSET] = np.ascontiguousarray(hdr, HEADER_DTYPE).view(np.uint8).reshape(n, HEADER_LEN)
-    out[:, PAYLOAD_OFFSET:] = np.ascontiguousarray(values, VALUE_DTYPE).view(np.uint8).reshape(n, 4 * count)
-    return out
 
 
 def to_scapy(frame: bytes) -> Ether:

@@ -107,8 +107,11 @@ class AllreduceCall:
         self.frames.build(exp)
 
     def start(self, now: float) -> Frames:
+        """The exponent chunk's frame; the data frames' headers are written while its round trip is in flight."""
         self.started_at = self.window.last_progress = now
-        return self._send(np.array([self.first]), now)
+        out = self._send(np.array([self.first]), now)
+        self.frames.prepare()
+        return out
 
     def release(self) -> None:
         """``ChunkFrames.release``: only the result is read once the network has stopped."""
