@@ -7,10 +7,10 @@ import shutil
 import pytest
 
 from innet.backends.mininet import dataplane
-from innet.backends.mininet import holds as routes
 from innet.backends.mininet.dataplane import calibrated_plane, unsupported_run
-from innet.backends.mininet.holds import HostHold, path_holds
+from innet.ebpf import holds as routes
 from innet.ebpf.build import object_path, unsupported_program
+from innet.ebpf.holds import HostHold, path_holds
 from innet.graph import indexed
 from innet.node.config import PortFaults
 from innet.planning.spec import RunSpec, program_of

@@ -27,7 +27,7 @@ class PortFaults:
     its serialization too (a dilated run, innet.backends.mininet.nodes.port_faults); 0: it does not. ``hold_in``:
     a host's port holds each frame it receives for the same, the hop's end the eBPF switch in front of it does not
     hold (innet.node.egress); ``hold_path``: and for the hops between switches its frames crossed unheld (seconds,
-    seconds per byte: innet.backends.mininet.holds.path_holds); ``hold_from``: the sources (node indices) whose
+    seconds per byte: innet.ebpf.holds.path_holds); ``hold_from``: the sources (node indices) whose
     frames crossed other hops (a ring's acknowledgements from the other side), and theirs; ``hold_out``: a host's
     port holds each frame it sends this much longer too (so that it meets the frames of flows that crossed fewer
     hops between switches unheld as on the Python switch)."""

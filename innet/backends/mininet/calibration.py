@@ -62,7 +62,7 @@ DATA_PLANE = ("innet/wire/packet.py", "innet/switch/runtime.py", "innet/switch/e
               os.path.relpath(os.path.join(PROGRAMS, "sum_allreduce.py"), ROOT))  # innet/switch_programs/ installed
 # and DATA_PLANE: its hosts, and the switch's Python side
 EBPF_PLANE = ("innet/ebpf/switch.c", "innet/ebpf/build.py", "innet/ebpf/loader.py", "innet/backends/mininet/dataplane.py",
-              "innet/backends/mininet/holds.py", "innet/backends/mininet/nodes.py")
+              "innet/ebpf/holds.py", "innet/backends/mininet/nodes.py")
 
 
 def data_plane_version(data_plane: str = "python") -> str:

@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 
 import networkx as nx
 
-from innet.backends.mininet.holds import Holds, HostHold, path_holds, switch_links
 from innet.backends.mininet.network import log
 from innet.ebpf.build import COLLECTIVES, object_path, unsupported_program, unsupported_routing
+from innet.ebpf.holds import Holds, HostHold, path_holds, switch_links
 from innet.errors import UserError
 from innet.graph import is_switch
 from innet.node.config import Faults

@@ -26,7 +26,6 @@ from innet.backends.mininet.cleanup import RunState
 from innet.backends.mininet.collect import Procs, Watch, calls_window, input_record, outcome, switch_drops
 from innet.backends.mininet.control import Control
 from innet.backends.mininet.dataplane import ebpf_object
-from innet.backends.mininet.holds import Holds
 from innet.backends.mininet.network import Counters, Network, built, direction_bytes_between, log
 from innet.backends.mininet.nodes import (
     FaultsOf,
@@ -40,6 +39,7 @@ from innet.backends.mininet.nodes import (
     worker_configs,
 )
 from innet.backends.mininet.shaper import BURST_S
+from innet.ebpf.holds import Holds
 from innet.graph import host_link_rate, is_switch, link_totals, natural_key
 from innet.io.sched import asked, granted
 from innet.node.config import SwitchStats

@@ -186,6 +186,15 @@ class Network:
             log(f"{unshaped} link(s) above {TCLINK_MAX_MBPS:g} Mbit/s are left unshaped (TCLink cannot shape them)")
         net.build()
         self.bursts = bool(shaped) and self.cluster is None and hold(self.state)
+        self._configure(shaped)
+        loss = float(graph.graph.get("kernel_loss", 0.0))  # another program's traffic (gloo's TCP): the kernel drops
+        if loss:
+            self._kernel_loss(shaped, loss)
+
+    def _configure(self, shaped: list[tuple[str, str, float]]) -> None:
+        """Each node's interfaces set up as the run needs them: no offloads, jumbo MTU where the frames need it, the
+        ``shaped`` interfaces' queues and shapers, IPv6 off; one shell round trip a node."""
+        net = self.net
         ip: dict[str, list[str]] = {n.name: [] for n in net.hosts}  # each node's `ip -batch` and `tc -batch` lines
         tc: dict[str, list[str]] = {n.name: [] for n in net.hosts}
         offload: dict[str, list[str]] = {n.name: [] for n in net.hosts}
@@ -206,9 +215,6 @@ class Network:
             error = node.cmd("{ " + " ; ".join(lines) + " ; } 2>&1 | grep -v '^Warning'")
             if error.strip():
                 raise UserError(f"cannot set up {node.name}'s interfaces: {error.strip()}")
-        loss = float(graph.graph.get("kernel_loss", 0.0))  # another program's traffic (gloo's TCP): the kernel drops
-        if loss:
-            self._kernel_loss(shaped, loss)
 
     def _queue_length(self, intf: str) -> list[str]:
         """``ip`` lines giving ``intf`` a queue that holds the frames the run can have in flight (pfifo_fast's limit:

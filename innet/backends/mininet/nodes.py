@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 import networkx as nx
 
 from innet.backends.mininet.control import Control
-from innet.backends.mininet.holds import HostHold
 from innet.backends.mininet.network import Network, log
+from innet.ebpf.holds import HostHold
 from innet.errors import UserError
 from innet.events import Progress
 from innet.graph import is_switch, natural_key, ports
@@ -58,7 +58,7 @@ def port_faults(graph: nx.Graph, run: RunSpec, node: str, latency: bool = False,
     lets a frame that finds tokens through at once: a latency-bound run would skip every hop's serialization).
     With ``ebpf`` too (eBPF switches, which forward at once) a switch's ports hold nothing and a host's port holds
     what it receives instead (``hold_in``): the hop from a switch to a host ends at the host, and ``holds`` says
-    what a host holds for the hops between switches before it (innet.backends.mininet.holds.path_holds)."""
+    what a host holds for the hops between switches before it (innet.ebpf.holds.path_holds)."""
     held_here = latency and not (ebpf and is_switch(graph, node))
 
     def spec(peer: str) -> PortFaults:
