@@ -43,10 +43,14 @@ def test_lossy_links_stay_bit_exact_on_mininet(mode, faults):
 
 
 def test_a_killed_worker_is_named_within_the_timeout():
+    """The survivors name the rank that sent nothing: the Python switch's stall abort, which the eBPF switch lacks, so
+    ``--data-plane auto`` keeps a run with a crash on the Python switch (given to run_mininet as to --crash)."""
     graph = build("leaf-spine", racks=2, hosts_per_rack=2)
     began = time.monotonic()
     # long enough (~0.4 s at line rate, more here) that the crash lands mid-run on a fast machine too
-    result = run_mininet(graph, RunSpec(elements=12_000_000, min_rto=0.02, timeout=4), crash={"h3": 0.3})
+    result = run_mininet(graph, RunSpec(elements=12_000_000, min_rto=0.02, timeout=4, data_plane="auto"),
+                         crash={"h3": 0.3})
+    assert set(result["switch_data_plane"].values()) == {"python"}
     assert not result["correct"]
     survivors = [e for e in result["errors"] if "wrote no result" not in e]
     assert survivors and all("rank(s) 2 sent nothing" in e for e in survivors), result["errors"]

@@ -118,6 +118,8 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     from mininet.log import setLogLevel
 
     setLogLevel("critical")
+    if crash and not run.crash:  # the crash given here is the run's, so the choice of data plane sees it (stall aborts)
+        run = replace(run, crash=tuple(crash.items()))
     wire_graph, wire_run = dilate_graph(graph, dilation), dilate_spec(run, dilation)
     rp = (realise(wire_graph, wire_run, program_of(wire_run), list(placed.plans), placed.outcomes) if placed
           else plan_run(wire_graph, wire_run, program_of(wire_run)))
