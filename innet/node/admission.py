@@ -94,8 +94,6 @@ class LinkDrops:
         self.fd = os.open("/proc/thread-self/net/dev", os.O_RDONLY)
 
     def total(self) -> int:
-        if not self.names:
-            return 0
         data, at = b"", 0
         while chunk := os.pread(self.fd, 1 << 16, at):
             data, at = data + chunk, at + len(chunk)
@@ -127,12 +125,9 @@ class AdmissionReport:
 class Admission:
     """One switch's admission limit over its ports (see the module's docstring)."""
 
-    def __init__(self, ports: list[RawPort], link_drops: bool = True) -> None:
-        """``link_drops``: count the ports' receive drops before any socket (LinkDrops) as losses too; only
-        where the sockets hear every protocol (ETH_P_ALL): with none hearing a frame, the kernel counts it
-        dropped (an eBPF switch's ports' ETH_P_IP sockets, and IPv6 or LLDP frames)."""
+    def __init__(self, ports: list[RawPort]) -> None:
         self.ports = ports
-        self.links = LinkDrops([port.name for port in ports] if link_drops else [])
+        self.links = LinkDrops([port.name for port in ports])
         self.slots = 0  # the largest pool a job aggregates here (set when a config is installed; 0: none)
         self.limit = SPAN
         self.reads = 0

@@ -39,7 +39,7 @@ class SwitchNode:
         self.ports = {p: RawPort(name, protocol=protocol) for p, name in conf.ports.items()}
         self.netns = conf.netns
         self.egress = Egress(self.ports, conf.faults)
-        self.admission = Admission(list(self.ports.values()), link_drops=protocol == ETH_P_ALL)
+        self.admission = Admission(list(self.ports.values()))
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(conf.control)
         self.listener.listen(1)
