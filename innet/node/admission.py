@@ -33,7 +33,6 @@ the mark ~1280).
 from __future__ import annotations
 
 import ctypes
-import os
 import socket
 import struct
 from dataclasses import dataclass
@@ -84,30 +83,6 @@ def admit_program(limit: int, slots: int = 1) -> list[tuple[int, int, int, int]]
     return program
 
 
-class LinkDrops:
-    """Frames the given interfaces dropped on receive before any socket saw them (/proc/net/dev's receive
-    "drop": the kernel's per-CPU backlog overflowing when a port's receive path is steered to a busy core, as
-    bench_switch steers it), read from a file opened in the calling thread's namespace: it stays bound to it."""
-
-    def __init__(self, names: list[str]) -> None:
-        self.names = {name.encode() for name in names}
-        self.fd = os.open("/proc/thread-self/net/dev", os.O_RDONLY)
-
-    def total(self) -> int:
-        data, at = b"", 0
-        while chunk := os.pread(self.fd, 1 << 16, at):
-            data, at = data + chunk, at + len(chunk)
-        drops = 0
-        for line in data.splitlines()[2:]:
-            name, _, fields = line.partition(b":")
-            if name.strip() in self.names:
-                drops += int(fields.split()[3])  # receive: bytes, packets, errs, drop
-        return drops
-
-    def close(self) -> None:
-        os.close(self.fd)
-
-
 def attach(port: RawPort, program: list[tuple[int, int, int, int]]) -> None:
     code = b"".join(struct.pack("HBBI", *insn) for insn in program)
     buf = ctypes.create_string_buffer(code)
@@ -127,12 +102,11 @@ class Admission:
 
     def __init__(self, ports: list[RawPort]) -> None:
         self.ports = ports
-        self.links = LinkDrops([port.name for port in ports])
         self.slots = 0  # the largest pool a job aggregates here (set when a config is installed; 0: none)
         self.limit = SPAN
         self.reads = 0
         self.due: float | None = None
-        self.drops = sum(p.drops() for p in ports) + self.links.total()
+        self.drops = sum(p.drops() for p in ports)
         self.limited_periods = 0  # periods spent below full admission
         self.lowest = SPAN  # the lowest limit it came to
         self.changes = 0
@@ -161,7 +135,7 @@ class Admission:
             return
         for port in self.ports:
             port.statistics()
-        drops = self._drops()
+        drops = sum(p.socket_drops for p in self.ports)
         backlog, room = max(p.backlog() for p in self.ports), socket_frames(self.frame_bytes)
         idle = self.reads == 0 and backlog == 0
         if idle:
@@ -178,13 +152,6 @@ class Admission:
             self.limited_periods += 1
         if limit != self.limit:
             self._set(limit)
-
-    def _drops(self) -> int:
-        """Frames lost on the way in so far: at the ports' sockets (their last ``statistics()``) and before them."""
-        return sum(p.socket_drops for p in self.ports) + self.links.total()
-
-    def close(self) -> None:
-        self.links.close()
 
     def _set(self, limit: int) -> None:
         for port in self.ports:

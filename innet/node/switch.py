@@ -153,7 +153,6 @@ class SwitchNode:
 
     def close(self) -> None:
         self._close_plane()
-        self.admission.close()
         for sock in (self.control, self.listener, *(port.sock for port in self.ports.values())):
             if sock is not None:
                 sock.close()
