@@ -17,7 +17,7 @@ from innet.switch.loader import load_program
 from innet.switch.runtime import PortStats, SwitchConfig, SwitchRuntime
 from innet.wire.packet import GROUP_BASE, P2P_JOB, RESULT, ROUTE, scapy_frame
 
-TC_ACT_OK, TC_ACT_REDIRECT = 0, 7
+TC_ACT_OK, TC_ACT_SHOT, TC_ACT_REDIRECT = 0, 2, 7
 SKB_PRIORITY = 32  # offset of ``priority`` in struct __sk_buff
 SKB_SIZE = 192  # sizeof(struct __sk_buff) on 6.x kernels
 
@@ -153,3 +153,17 @@ def test_a_repeat_of_a_reduce_scatter_slot_is_answered_as_the_python_switch_answ
         assert plane.counters()["ebpf:answered"] == 2
     finally:
         plane.close()
+
+
+@needs_root
+def test_a_frame_that_is_not_ipv4_is_counted_foreign_and_dropped_as_the_python_switch_does(plane):
+    """The switch's sockets on an eBPF port hear IPv4 only (after the program), so a frame of another kind left to
+    the kernel was counted nowhere: a fuzzer's 100k frames at a live eBPF switch lost ~15k from the counters."""
+    runtime = SwitchRuntime(CONFIG, load_program("sum_allreduce"))
+    ipv4 = routed(0, 3)
+    frames = {"ARP": ipv4[:12] + b"\x08\x06" + ipv4[14:], "IPv6": ipv4[:12] + b"\x86\xdd" + ipv4[14:],
+              "802.3 length": ipv4[:12] + b"\x00\x40" + ipv4[14:78], "header alone": ipv4[:12] + b"\x88\xb5"}
+    for k, (name, frame) in enumerate(frames.items(), 1):
+        verdict, _, _ = run_frame(plane, 0, frame)
+        assert runtime.receive(0, frame, 0.0) == [] and verdict == TC_ACT_SHOT, name
+        assert plane.counters().get("bad:foreign") == runtime.ctx.counters["bad:foreign"] == k, name

@@ -4,6 +4,7 @@ import glob
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -58,14 +59,18 @@ def test_a_killed_worker_is_named_within_the_timeout():
     assert_nothing_left()
 
 
-def test_100k_malformed_frames_and_a_spoofer_at_live_switches():
+@pytest.mark.parametrize("data_plane", ["python", "ebpf"])
+def test_100k_malformed_frames_and_a_spoofer_at_live_switches(data_plane):
+    if data_plane == "ebpf" and shutil.which("clang") is None:
+        pytest.skip("the eBPF switch needs clang and libbpf-dev (make deps)")
     graph = build("leaf-spine", racks=2, hosts_per_rack=3)
     idx = node_indices(graph)
     fuzz = [sys.executable, "-m", "scripts.fuzz", "--iface", "h6-eth0", "--src", str(idx["h6"]), "--dst", str(idx["t2"]),
             "--count", "100000", "--rate", "25000"]
-    spec = RunSpec(elements=400_000, iterations=3, workers=4, min_rto=0.02, timeout=30)
+    spec = RunSpec(elements=400_000, iterations=3, workers=4, min_rto=0.02, timeout=30, data_plane=data_plane)
     result = run_mininet(graph, spec, intruders=[("h6", fuzz)])
     assert result["correct"], result["errors"]
+    assert set(result["switch_data_plane"].values()) == {data_plane}
     assert result["result_digest"] == run_local(graph, RunSpec(elements=400_000, iterations=3, workers=4))["result_digest"]
     t2 = result["switch_counters"]["t2"]
     # every fuzzed frame is refused before a slot is touched; stale and duplicate drops need a real member's

@@ -18,7 +18,8 @@ from innet.switch.runtime import BANDS, PortStats, SwitchConfig
 
 U32, U64 = ctypes.c_uint32, ctypes.c_uint64
 BPF_TC_INGRESS = 1
-COUNTER_NAMES = ("drop:stale", "drop:duplicate", "drop:bad_count", "ebpf:answered", "ebpf:resent_up", "ebpf:routed")
+COUNTER_NAMES = ("drop:stale", "drop:duplicate", "drop:bad_count", "ebpf:answered", "ebpf:resent_up", "ebpf:routed",
+                 "bad:foreign")
 
 
 class Config(ctypes.Structure):

@@ -35,7 +35,7 @@
 #define WAITING 1
 #define DONE 2
 #define TAKING 3
-enum { C_STALE, C_DUPLICATE, C_BAD_COUNT, C_ANSWERED, C_RESENT, C_ROUTED, C_COUNTERS };
+enum { C_STALE, C_DUPLICATE, C_BAD_COUNT, C_ANSWERED, C_RESENT, C_ROUTED, C_FOREIGN, C_COUNTERS };
 
 struct config { __u32 node; __u32 slots; };  // this switch's node index; the pool's slots (a version's)
 struct port_info { __u32 ifindex; __u32 neighbor; };
@@ -374,8 +374,11 @@ SEC("tc")
 int innet_switch(struct __sk_buff *skb) {
     struct hdr h;
     __u32 zero = 0, ifindex = skb->ifindex;
+    __u16 type = 0;
+    // not IPv4: foreign, counted and dropped here as the Python switch does (its sockets here hear IPv4 only)
+    if (bpf_skb_load_bytes(skb, 12, &type, sizeof(type)) || type != bpf_htons(0x0800)) { count(C_FOREIGN); return TC_ACT_SHOT; }
     if (bpf_skb_load_bytes(skb, 0, &h, sizeof(h))) return TC_ACT_OK;
-    if (h.ethertype != bpf_htons(0x0800) || h.ver_ihl != 0x45 || h.proto != 17 || h.dport != bpf_htons(AGG_PORT))
+    if (h.ver_ihl != 0x45 || h.proto != 17 || h.dport != bpf_htons(AGG_PORT))
         return TC_ACT_OK;
     __u32 n = bpf_ntohs(h.count);
     if (bpf_ntohs(h.udp_len) != 8 + 16 + 4 * n || skb->len < PAY_OFF + 4 * n) return TC_ACT_OK;
