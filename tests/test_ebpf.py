@@ -58,6 +58,9 @@ def test_runs_it_cannot_serve_say_why():
     assert unsupported_run(RunSpec(), program, held, 150.0) == ""
     assert unsupported_run(RunSpec(), program, held, 150.0, unheld="why") == "why"
     assert unsupported_run(RunSpec(), program, held, 1.0, unheld="why") == ""  # undilated, nothing is held
+    # the timeline's slot track is recorded by the Python switch only (an eBPF run's was empty); a routing run has none
+    assert "--timeline" in unsupported_run(RunSpec(timeline="t.json"), program, clean, 1.0)
+    assert unsupported_run(RunSpec(mode="ring", timeline="t.json"), program, clean, 1.0) == ""
     lossy = [{0: PortFaults(FaultSpec(loss=0.01))}]
     assert "faults" in unsupported_run(RunSpec(), program, lossy, 1.0)
     assert "faults" in unsupported_run(RunSpec(), program, [{0: PortFaults(FaultSpec(delay=0.001))}], 1.0)

@@ -49,6 +49,8 @@ def unsupported_run(run: RunSpec, program: type[SwitchProgram], faults: Sequence
         return f"--collective {run.collective} is not translated"
     if run.cluster or run.crash:
         return "--cluster and --crash are not translated"
+    if run.timeline and run.mode == "innet":
+        return "--timeline's track of the slots held is the Python switch's"
     if dilation > 1 and unheld:
         return unheld
     if any(f.spec.loss or f.spec.dup or f.spec.reorder or (f.spec.delay and not f.rate)
