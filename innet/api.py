@@ -335,7 +335,9 @@ def dilation_choice(graph: nx.Graph, spec: RunSpec, rp: RunPlan | None = None) -
     wrong = shapeable(spec, auto_factor(host_link_rate(graph), cal.faithful_mbps))
     if wrong:
         raise UserError(wrong)
-    return auto_choice(graph, spec, rp, cal.faithful_mbps, cal.hop_s)
+    servers = plane == "ebpf" and spec.mode == "pbox"  # the PBox: a Python process on the eBPF plane too
+    python = calibration(data_plane="python").faithful_mbps if servers else 0.0
+    return auto_choice(graph, spec, rp, cal.faithful_mbps, cal.hop_s, plane, python)
 
 
 def _cluster(spec: RunSpec) -> Any:

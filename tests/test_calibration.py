@@ -34,7 +34,7 @@ def test_the_search_keeps_the_highest_rate_before_the_first_that_misses():
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("INNET_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(calibration_module, "RATES", (5.0, 10.0, 20.0))
-    monkeypatch.setattr(calibration_module, "measured_hop", lambda rate: 0.0025)  # Mininet's, measured in test_dilation_mininet
+    monkeypatch.setattr(calibration_module, "measured_hop", lambda rate, data_plane="python": 0.0025)  # Mininet's (test_dilation_mininet)
     return tmp_path / "calibration.json"
 
 

@@ -140,13 +140,13 @@ def test_a_dilated_run_says_before_its_build_what_its_calls_take_in_real_time(sa
         f"{model * 8000:.0f} s of real time"]
 
 
-def _choice(graph, hop_s, faithful=5.0, **kw):
+def _choice(graph, hop_s, faithful=5.0, plane="python", python=0.0, **kw):
     from innet.planning.spec import program_of
     from innet.schemes.modes import auto_choice, plan_run
 
     run = RunSpec(backend="mininet", **kw)
     rp = plan_run(graph, run, program_of(run))
-    return auto_choice(graph, run, rp, faithful, hop_s), rp, run
+    return auto_choice(graph, run, rp, faithful, hop_s, plane, python), rp, run
 
 
 def test_a_barrier_is_dilated_until_its_process_hops_weigh_little():
@@ -221,3 +221,82 @@ def test_the_record_says_which_bound_chose_the_factor(monkeypatch):
     fid = replace(fidelity(1034.5, {}, {}, {}), dilation_bound=bound)
     assert fid.to_json()["dilation_bound"] == "latency" and "dilation_bound" not in fidelity(2.0, {}, {}, {}).to_json()
     assert verdict_line("innet", fid.to_json()) == "fidelity: innet: faithful (dilation 1034.5, auto's latency bound)"
+
+
+def test_on_the_ebpf_switch_a_hop_is_counted_only_where_a_frame_wakes_a_host():
+    """#49: the eBPF switch forwards in the kernel; only the host (or PBox) at a path's end wakes. A star's barrier
+    has 2 hops on the Python switch, 1 on eBPF; fat-tree k=8's ring ~1 in 2.6 of its links' (each rank's path to its
+    successor, up to 6 links), so its latency bound falls from the wall cap (17180.8 with the 0.82 ms hop) to ~6500."""
+    from innet.planning.timing import predict
+    from innet.planning.timing.dilation import woken_graph
+
+    star = build("star", workers=4, bw=10)
+    (_, _), rp, run = _choice(star, 0.0025, elements=120000, collective="barrier")
+    alone = predict(star, run, list(rp.plans), rp.per_packet, 0.0)["completion_s"]
+    for graph, hops in ((star, 2.0), (woken_graph(star), 1.0)):
+        assert (predict(graph, run, list(rp.plans), rp.per_packet, 1e-3)["completion_s"] - alone) / 1e-3 == pytest.approx(hops)
+    python = _choice(star, 0.0025, elements=120000, collective="barrier")[0]
+    ebpf = _choice(star, 0.0025, plane="ebpf", elements=120000, collective="barrier")[0]
+    assert python[1] == ebpf[1] == LATENCY and ebpf[0] == pytest.approx(python[0] / 2)
+    k8 = build("fat-tree", k=8)
+    (factor, bound), rp, run = _choice(k8, 0.000823, faithful=40.0, mode="ring")
+    assert (factor, bound) == (pytest.approx(17180.754, rel=1e-6), LATENCY)  # at the cap: Python's figure, unchanged
+    (factor, bound), rp, run = _choice(k8, 0.000823, faithful=40.0, plane="ebpf", mode="ring")
+    base = predict(k8, run, list(rp.plans), rp.per_packet, 0.0)["completion_s"]
+    hops = (predict(woken_graph(k8), run, list(rp.plans), rp.per_packet, 0.000823)["completion_s"] - base) / 0.000823
+    every = (predict(k8, run, list(rp.plans), rp.per_packet, 0.000823)["completion_s"] - base) / 0.000823
+    assert 2.4 < every / hops < 2.8
+    assert bound == LATENCY and factor == pytest.approx(latency_factor(hops, hop_cost(0.000823, 127), base))  # 127 ranks beside the PBox
+    assert factor == pytest.approx(6520.4, rel=1e-4)
+
+
+def test_a_pboxs_links_stay_within_the_python_switchs_faithful_rate_on_the_ebpf_switch():
+    """#49: the PBox is a Python process on the eBPF data plane too. Fat-tree k=8's pbox took the eBPF calibration's
+    links-busy bound, 35.7 (40 Mbit/s): 1.087-1.36x its model; at the Python switch's factor 0.9995. Its PBox's link
+    (1000 Mbit/s) is kept within the Python switch's 5 Mbit/s: 200, the bandwidth bound. Python's figures are as
+    they were; innet and ring, with no PBox in them, take no such bound."""
+    k8 = build("fat-tree", k=8)
+    assert _choice(k8, 0.0, faithful=40.0, plane="ebpf", python=5.0, mode="pbox")[0] == (200.0, BANDWIDTH)
+    assert _choice(k8, 0.0, faithful=40.0, plane="ebpf", mode="pbox")[0] == (pytest.approx(35.728, rel=1e-4), BUSY)
+    assert _choice(k8, 0.0, faithful=5.0, plane="python", python=5.0, mode="pbox")[0] == (pytest.approx(285.83, rel=1e-4), BUSY)
+    assert _choice(k8, 0.0, faithful=40.0, plane="ebpf", python=5.0, mode="innet")[0] == (pytest.approx(1043.75), BUSY)
+
+
+def test_auto_asks_the_python_switchs_calibration_for_a_pbox_on_the_ebpf_switch(monkeypatch):
+    from innet.api import dilation_choice
+    from innet.backends.mininet import calibration
+
+    cals = {plane: calibration.Calibration(calibration.machine_key("v"), rate, 1e5, 1.02, {}, "now", 0.0)
+            for plane, rate in (("python", 5.0), ("ebpf", 40.0))}
+    asked = []
+    monkeypatch.setattr(calibration, "calibration", lambda data_plane="python": asked.append(data_plane) or cals[data_plane])
+    leaf = build("leaf-spine")
+    assert dilation_choice(leaf, RunSpec(backend="mininet", data_plane="ebpf", mode="pbox")) == (200.0, BANDWIDTH)
+    assert asked == ["ebpf", "python"]
+    assert dilation_choice(leaf, RunSpec(backend="mininet", data_plane="python", mode="pbox"))[0] == 200.0
+    assert dilation_choice(leaf, RunSpec(backend="mininet", data_plane="ebpf", mode="innet"))[1] == BUSY
+    assert asked == ["ebpf", "python", "python", "ebpf"]
+
+
+def test_the_ebpf_calibrations_hop_is_its_own_switchs_over_the_hosts_hops(monkeypatch):
+    """measured_hop on each plane: the same barrier's time over the local backend's, over 2 hops on the Python
+    switch (up to the switch and back), over 1 (the host woken) on the eBPF switch."""
+    from innet.backends.local import run as local_run
+    from innet.backends.mininet import calibration, emulation
+
+    ran = []
+
+    class Record(dict):
+        correct = True
+
+    def fake(graph, spec, **kw):
+        ran.append(spec.data_plane)
+        record = Record(switch_data_plane={"s1": spec.data_plane})
+        record.completion_s = local_run.run_local(graph, spec).completion_s + 0.003
+        return record
+
+    monkeypatch.setattr(emulation, "run_mininet", fake)
+    assert calibration.measured_hop(40.0, "python") == pytest.approx(0.0015)
+    assert calibration.measured_hop(40.0, "ebpf") == pytest.approx(0.003)
+    assert ran == ["python", "ebpf"]
+    assert calibration.data_plane_version("python") != calibration.data_plane_version("ebpf")

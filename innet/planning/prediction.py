@@ -83,18 +83,22 @@ def link_rate(graph: nx.Graph, u: str, v: str) -> float:
 
 
 def one_way(graph: nx.Graph, path: list[tuple[str, str]], size: float, hop: float,
-            delay: Callable[[str, str], float], links: dict[tuple[str, str], tuple[float, float, float]] | None = None,
+            delay: Callable[[str, str], float], links: dict[tuple[str, str], tuple[float, float, float, float]] | None = None,
             ) -> float:
     """One frame of ``size`` bytes along ``path``: each hop's serialization, propagation, ``hop`` seconds
-    of processing and ``delay(u, v)`` (``--delay``, a link's ``delay=`` fault). ``links``: where to keep
-    each link's (rate, latency, delay) between calls (the timing model walks a path per worker, 8191 at k=32)."""
+    of processing and ``delay(u, v)`` (``--delay``, a link's ``delay=`` fault). The hop is paid where the frame
+    arrives: at every node, or where ``graph.graph["woken"]`` is set only at the nodes it names (the processes a
+    frame wakes: on the eBPF switch its hosts and PBoxes, not its switches). ``links``: where to keep
+    each link's (rate, latency, delay, hop paid) between calls (the timing model walks a path per worker, 8191 at k=32)."""
     links = {} if links is None else links
+    woken = graph.graph.get("woken")
     total = 0.0
     for uv in path:
         cost = links.get(uv)
         if cost is None:
-            cost = links[uv] = (link_rate(graph, *uv), graph.edges[uv]["latency"], delay(*uv))
-        total += size / cost[0] + cost[1] + hop + cost[2]
+            cost = links[uv] = (link_rate(graph, *uv), graph.edges[uv]["latency"], delay(*uv),
+                                1.0 if woken is None or uv[1] in woken else 0.0)
+        total += size / cost[0] + cost[1] + hop * cost[3] + cost[2]
     return total
 
 

@@ -33,7 +33,17 @@ from innet.planning.planner import METHODS, JobPlan, JobRequest, Placement, plan
 from innet.planning.prediction import direction_bytes
 from innet.planning.spec import MODES, RunSpec
 from innet.planning.timing import planned_training, predict
-from innet.planning.timing.dilation import auto_bound, auto_bounds, carried_rate, hop_cost, host_link_rate, latency_factor
+from innet.planning.timing.dilation import (
+    BANDWIDTH,
+    auto_bound,
+    auto_bounds,
+    carried_rate,
+    hop_cost,
+    host_link_rate,
+    latency_factor,
+    process_links_rate,
+    woken_graph,
+)
 from innet.schemes.layouts import laid_out, server_of, sharded_reorder
 from innet.switch.program import SwitchProgram
 from innet.switch.runtime import SwitchConfig
@@ -90,11 +100,14 @@ def auto_dilation(graph: nx.Graph, run: RunSpec, rp: RunPlan, faithful_mbps: flo
 
 
 def auto_choice(graph: nx.Graph, run: RunSpec, rp: RunPlan, faithful_mbps: float,
-                hop_s: float = 0.0) -> tuple[float, str]:
+                hop_s: float = 0.0, plane: str = "python", python_mbps: float = 0.0) -> tuple[float, str]:
     """``--dilation auto``'s factor for ``run`` and the bound that chose it (innet.planning.timing.dilation.auto_bounds):
     from its host links' rate, from the traffic its plan ``rp`` puts on every link at once (all jobs together), and
     from the process hops on its critical path, each ``hop_s`` of wall time (the calibration's, more for more workers:
-    ``hop_cost``): the timing model's time with hops of ``hop_s`` less its time without, over ``hop_s``, counts them."""
+    ``hop_cost``): the timing model's time with hops of ``hop_s`` less its time without, over ``hop_s``, counts them.
+    ``plane``: the data plane calibrated (``faithful_mbps``, ``hop_s``); on "ebpf" a hop is counted only where a frame
+    wakes a process (a host, a PBox: ``woken_graph``), and the links into and out of a PBox, a Python process on
+    either plane, are kept within ``python_mbps`` (the Python switch's faithful rate; its bandwidth bound)."""
     loads: dict[tuple[str, str], float] = {}
     for plan in rp.plans:
         size, collective = max(run.calls(), key=lambda call: call[0])
@@ -104,10 +117,14 @@ def auto_choice(graph: nx.Graph, run: RunSpec, rp: RunPlan, faithful_mbps: float
     latency = 0.0
     if hop_s > 0:
         key = "iteration_s" if run.workload else "completion_s"
+        woken = woken_graph(graph) if plane == "ebpf" else graph
         base = predict(graph, run, list(rp.plans), rp.per_packet, 0.0)[key]
-        hops = (predict(graph, run, list(rp.plans), rp.per_packet, hop_s)[key] - base) / hop_s
+        hops = (predict(woken, run, list(rp.plans), rp.per_packet, hop_s)[key] - base) / hop_s
         latency = latency_factor(hops, hop_cost(hop_s, sum(len(p.workers) for p in rp.plans)), base, run.iterations)
     bounds = auto_bounds(host_link_rate(graph), faithful_mbps, carried_rate(graph, loads), latency)
+    servers = {s for p in rp.plans for s in (p.pbox, *p.servers) if s is not None} if run.mode == "pbox" else set()
+    if plane == "ebpf" and python_mbps > 0 and servers:
+        bounds[BANDWIDTH] = max(bounds[BANDWIDTH], process_links_rate(graph, loads, servers) / python_mbps)
     return max(1.0, *bounds.values()), auto_bound(bounds)
 
 

@@ -17,7 +17,7 @@ many hops for its time (a barrier, a small call, a long ring) is dilated until t
 
 Each data plane (``--data-plane``) is calibrated apart: the Python switch's in ``cache_dir()/calibration.json``,
 the eBPF switch's (the star's switch in the kernel, each hop held by the host at its end) in
-``calibration-ebpf.json``; the hop is measured on the Python switch for both, at each plane's faithful rate. Each is keyed
+``calibration-ebpf.json``; the hop is measured on each plane's own switch, at its faithful rate (``measured_hop``). Each is keyed
 by the CPU model, the core count and the data plane's version (a digest of the code every frame passes through,
 so a change there recalibrates by itself). A file keeps the last ``KEPT`` keys' calibrations: checkouts of other
 versions on one machine (a branch, a release) each keep theirs instead of measuring again every time the other ran.
@@ -52,6 +52,7 @@ CALIBRATION_TIMEOUT_S = 20.0  # real seconds without progress before a calibrati
 CALIBRATION_RUNS = 3  # Mininet runs per candidate rate, their median taken: one run beside other programs' load misses by chance
 HOP_CALLS = 9  # barrier calls the hop latency is the median of: one more Mininet run, 10-15 s here (of ~70 s)
 CALIBRATION_VERSION = 3  # bump when the procedure above changes
+EBPF_HOP = 2  # the eBPF calibration's hop: 1 measured through the Python switch, 2 its own (hosts' hops only)
 KEPT = 8  # calibrations calibration.json keeps, the newest: one per machine key (data plane version)
 DATA_PLANE = ("innet/wire/packet.py", "innet/switch/runtime.py", "innet/switch/engine.py", "innet/switch/reduction.py",
               "innet/switch/program.py", "innet/hosts/worker/call.py", "innet/hosts/worker/window.py",
@@ -69,7 +70,7 @@ def data_plane_version(data_plane: str = "python") -> str:
     """A digest of the data plane's code: the calibration is only as good as the code it measured."""
     digest = hashlib.sha256(f"{CALIBRATION_VERSION} {RATES} {TARGET_MBPS} {TOLERANCE} {CALIBRATION_RUNS}".encode())
     if data_plane != "python":
-        digest.update(data_plane.encode())
+        digest.update(f"{data_plane} {EBPF_HOP}".encode())
     for rel in DATA_PLANE + (EBPF_PLANE if data_plane == "ebpf" else ()):
         path = os.path.join(ROOT, rel)
         if os.path.exists(path):
@@ -166,7 +167,7 @@ def calibration(ratio_at: Callable[[float], float] | None = None, version: str |
     _log(f"calibrating time dilation for the {data_plane} data plane (once per machine and data plane; a few "
          "Mininet runs)")
     rate, measured = search(ratio_at or (lambda r: measured_ratio(r, data_plane)), rates)
-    hop = round(float((hop_at or measured_hop)(rate)), 6)
+    hop = round(float((hop_at or (lambda r: measured_hop(r, data_plane)))(rate)), 6)
     record = Calibration(key, rate, TARGET_MBPS, TOLERANCE, measured, time.strftime("%Y-%m-%dT%H:%M:%S%z"), hop)
     try:
         others = [to_json(c) for c in kept if c.key != key][-(KEPT - 1):]
@@ -226,16 +227,20 @@ def measured_ratio(rate: float, data_plane: str = "python") -> float:
     return statistics.median(r.completion_s / local if r.correct else float("inf") for r in runs)
 
 
-def measured_hop(rate: float) -> float:
-    """Wall seconds a frame pays per process hop on this machine: HOP_CALLS barriers on the calibration's star, its
-    links at ``rate`` real Mbit/s, undilated; Mininet's time per call (the median) less the local backend's, over
-    the hops the timing model counts on a barrier's path (its time with 1 ms hops less its time without, in ms).
-    A barrier that fails says nothing: then MININET_HOP, the model's figure for a busy machine."""
+def measured_hop(rate: float, data_plane: str = "python") -> float:
+    """Wall seconds a frame pays per process hop on this machine and ``data_plane``: HOP_CALLS barriers on the
+    calibration's star, its links at ``rate`` real Mbit/s, undilated; Mininet's time per call (the median) less the
+    local backend's, over the hops the timing model counts on a barrier's path (its time with 1 ms hops less its
+    time without, in ms): every node's on the Python switch, on the eBPF switch only the hosts' (its switch forwards
+    in the kernel: innet.planning.timing.dilation.woken_graph). A barrier that fails says nothing: then MININET_HOP,
+    the model's figure for a busy machine."""
+    from dataclasses import replace
+
     from innet.backends.local.run import run_local
     from innet.backends.mininet.emulation import run_mininet
     from innet.planning.spec import RunSpec, program_of
     from innet.planning.timing import MININET_HOP, predict
-    from innet.planning.timing.dilation import CALIBRATION_WORKERS, MININET_MIN_RTO
+    from innet.planning.timing.dilation import CALIBRATION_WORKERS, MININET_MIN_RTO, woken_graph
     from innet.schemes.modes import plan_run
     from innet.shipped import build
 
@@ -243,10 +248,13 @@ def measured_hop(rate: float) -> float:
     spec = RunSpec(mode="innet", collective="barrier", seed=1, iterations=HOP_CALLS, min_rto=MININET_MIN_RTO,
                    timeout=CALIBRATION_TIMEOUT_S)
     rp = plan_run(graph, spec, program_of(spec))
-    hops = (predict(graph, spec, list(rp.plans), rp.per_packet, 1e-3)["completion_s"]
+    counted = woken_graph(graph) if data_plane == "ebpf" else graph
+    hops = (predict(counted, spec, list(rp.plans), rp.per_packet, 1e-3)["completion_s"]
             - predict(graph, spec, list(rp.plans), rp.per_packet, 0.0)["completion_s"]) / 1e-3
     local = run_local(graph, spec).completion_s
-    record = run_mininet(graph, spec)
+    record = run_mininet(graph, replace(spec, data_plane=data_plane))
+    if set(record["switch_data_plane"].values()) != {data_plane}:
+        raise UserError(f"the calibration's barrier did not run on the {data_plane} switch (the lines above say why)")
     if not record.correct or hops <= 0:
         return MININET_HOP
     return max(0.0, (record.completion_s - local) / hops)

@@ -91,7 +91,7 @@ def call_time(graph: nx.Graph, mode: str, plan: JobPlan, elements: int, per_pack
     n = len(plan.workers)
     full = chunk_bytes(min(per_packet, elements), density)
 
-    links: dict[tuple[str, str], tuple[float, float, float]] = {}  # one_way's reading of each link, kept
+    links: dict[tuple[str, str], tuple[float, float, float, float]] = {}  # one_way's reading of each link, kept
 
     def trip(path: list[tuple[str, str]], size: float) -> float:  # one way, one frame
         return one_way(graph, path, size, hop, delay, links)

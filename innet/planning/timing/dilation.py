@@ -76,6 +76,24 @@ def latency_factor(hops: float, hop_s: float, predicted_s: float, calls: int = 1
     return min(hops * hop_s / (LATENCY_SHARE * predicted_s), LATENCY_WALL_S / (predicted_s * max(calls, 1)))
 
 
+def woken_graph(graph: nx.Graph) -> nx.Graph:
+    """``graph`` as the eBPF data plane runs it, for the timing model's process hops: a frame wakes a process only
+    where it arrives at a host or a PBox (``graph.graph["woken"]``, innet.planning.prediction.one_way); its switches
+    forward in the kernel (fat-tree k=8's ring: ~1 link in 2.6 of its ranks' paths ends at a host)."""
+    from innet.graph import is_switch
+
+    out = graph.copy()
+    out.graph["woken"] = frozenset(n for n in graph if not is_switch(graph, n))
+    return out
+
+
+def process_links_rate(graph: nx.Graph, loads: dict[tuple[str, str], float], processes: set[str]) -> float:
+    """Mbit/s of the fastest loaded link direction into or out of one of ``processes`` (PBox servers: Python
+    processes on every data plane), 0 where none: ``auto_choice`` keeps it within the Python switch's faithful rate."""
+    return max((float(graph.edges[u, v]["bw"]) for (u, v), b in loads.items() if b > 0 and {u, v} & processes),
+               default=0.0)
+
+
 def carried_rate(graph: nx.Graph, loads: dict[tuple[str, str], float]) -> float:
     """Mbit/s summed over the link directions of ``loads`` (bytes each) while the busiest of them is busy:
     the traffic a run asks the machine to move at once. A star of 4 at rate r carries 8 r."""

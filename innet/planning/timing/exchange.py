@@ -42,7 +42,7 @@ def exchange_time(graph: nx.Graph, messages: Sequence[tuple[str, str, int]], per
     stream = busiest_direction(graph, loads)[1]
     full = frame_bytes(per_packet)
     slowest = min(link_rate(graph, u, v) for u, v in loads)
-    links: dict[tuple[str, str], tuple[float, float, float]] = {}
+    links: dict[tuple[str, str], tuple[float, float, float, float]] = {}
     rtt = max(one_way(graph, path_links(graph, s, d), full, hop, delay, links)
               + one_way(graph, back(path_links(graph, s, d)), frame_bytes(ACK_WORDS), hop, delay, links)
               for s, d, _ in moving)
