@@ -19,6 +19,8 @@ from innet.node.admission import AdmissionReport
 from innet.switch.runtime import SwitchConfig, SwitchReport
 from innet.wire.faults import FaultSpec
 
+Hold = tuple[float, float]  # seconds, and seconds per byte of the frame held (PortFaults.hold_path)
+
 
 @dataclass(frozen=True)
 class PortFaults:
@@ -36,9 +38,9 @@ class PortFaults:
     seed: int = 0
     rate: float = 0.0
     hold_in: bool = False
-    hold_path: tuple[float, float] = (0.0, 0.0)
-    hold_from: dict[int, tuple[float, float]] = field(default_factory=dict)
-    hold_out: tuple[float, float] = (0.0, 0.0)
+    hold_path: Hold = (0.0, 0.0)
+    hold_from: dict[int, Hold] = field(default_factory=dict)
+    hold_out: Hold = (0.0, 0.0)
 
 
 Faults = dict[int, PortFaults]  # port number -> its faults

@@ -13,11 +13,9 @@ import numpy as np
 
 from innet.hosts.endpoint import Endpoint
 from innet.io.rawport import RawPort
-from innet.node.config import Faults
+from innet.node.config import Faults, Hold
 from innet.wire.faults import FaultInjector
 from innet.wire.packet import ETH_LEN, ip_to_node
-
-Hold = tuple[float, float]  # seconds, and seconds per byte of the frame held (PortFaults.hold_path)
 
 
 def source(frame: bytes) -> int:
@@ -70,10 +68,16 @@ class Egress:
                 self.wire[port] = max(now, self.wire[port]) + len(copy) / rate
                 self._hold(self.wire[port] + delay, port, copy)
             return
-        out = self.hold_out[port]  # the hops between switches it is held for beside (PortFaults.hold_out)
-        due = self.last[port] = max(now + fixed + out[0] + len(frame) * out[1] + len(frame) / rate, self.last[port])
+        due = self.last[port] = self._hop_end(port, len(frame), now)
         for delay, copy in copies:
             self._hold(due + delay - fixed, port, copy)
+
+    def _hop_end(self, port: int, size: int, now: float) -> float:
+        """When a frame of ``size`` bytes given to a pacing ``port`` at ``now`` ends its hop: its delay, the hops
+        between switches it is held for beside (PortFaults.hold_out) and its serialization, not before the port's
+        frame before it."""
+        out, fixed = self.hold_out[port], self.injectors[port].spec.delay
+        return max(now + fixed + out[0] + size * out[1] + size / self.rates[port], self.last[port])
 
     def _hold(self, due: float, port: int, frame: bytes | np.ndarray) -> None:
         self.seq += 1
@@ -90,8 +94,8 @@ class Egress:
         1.022 of its links' time (medians of 3, twice, load 12), 1.015 with the rest sent apart."""
         spec, rate = self.injectors[port].spec, self.rates[port]
         if rate and len(block) > 1 and not (spec.loss or spec.dup or spec.reorder):
-            size, out = block.shape[1], self.hold_out[port]
-            due = max(now + spec.delay + out[0] + size * out[1] + size / rate, self.last[port])
+            size = block.shape[1]
+            due = self._hop_end(port, size, now)
             self._hold(due, port, block[0].tobytes())
             self.last[port] = due + size / rate / 2  # nothing overtakes the rest: the link sends in order
             self._hold(self.last[port], port, np.array(block[1:]))  # a copy: the caller's buffer may be reused
