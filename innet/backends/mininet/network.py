@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shlex
 import signal
 import subprocess
 import tempfile
@@ -210,8 +211,7 @@ class Network:
         for node in net.hosts:  # one shell round trip and one ip and tc process a node: k=8's 768 interfaces'
             # commands one by one (Mininet's TCLink's and these) took its bring-up 1.5-2 minutes
             lines = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1", *offload[node.name]]
-            lines += [f"printf '%s\\n' {' '.join(repr(c) for c in cmds)} | {tool} -batch -"
-                      for tool, cmds in (("ip", ip[node.name]), ("tc", tc[node.name])) if cmds]
+            lines += [_batch(tool, cmds) for tool, cmds in (("ip", ip[node.name]), ("tc", tc[node.name])) if cmds]
             error = node.cmd("{ " + " ; ".join(lines) + " ; } 2>&1 | grep -v '^Warning'")
             if error.strip():
                 raise UserError(f"cannot set up {node.name}'s interfaces: {error.strip()}")
@@ -241,7 +241,7 @@ class Network:
             ends.setdefault(link.intf1.node, []).append(f"link del {link.intf1.name}")
         for node, lines in ends.items():
             if node.shell and not node.waiting:  # a shell an interrupt left mid-command: Mininet's stop, or the record
-                node.cmd(f"printf '%s\\n' {' '.join(repr(c) for c in lines)} | ip -batch - >/dev/null 2>&1")
+                node.cmd(_batch("ip", lines) + " >/dev/null 2>&1")
         self.net.links = []
 
     def _kernel_loss(self, shaped: list[tuple[str, str, float]], loss: float) -> None:
@@ -349,3 +349,8 @@ class Network:
         delete_intfs(self.state.data.intfs)
         if self.state.data.htb_hysteresis:
             release(own=self.state.path)
+
+
+def _batch(tool: str, lines: list[str]) -> str:
+    """A shell command running ``lines`` through one ``tool -batch`` process (``ip`` or ``tc``)."""
+    return f"printf '%s\\n' {' '.join(shlex.quote(line) for line in lines)} | {tool} -batch -"
