@@ -39,6 +39,8 @@ def cache_dir() -> str:
 
 
 DILATED = 2.0  # a dilation over 1: what calibrated_plane asks about (its calibration is only for dilated runs)
+
+
 def unsupported_run(run: RunSpec, program: type[SwitchProgram], faults: Sequence[Faults], dilation: float,
                     unheld: str = "") -> str:
     """Why this run's switches cannot run the eBPF switch, in a few words ("" when they can). ``unheld``: why the
