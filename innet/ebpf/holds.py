@@ -17,9 +17,9 @@ from itertools import pairwise
 import networkx as nx
 
 from innet.graph import is_switch, node_indices
-from innet.node.config import Hold
 from innet.planning.planner import JobPlan
 from innet.planning.spec import RunSpec
+from innet.wire.faults import Hold
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,7 @@ from innet.hosts.ssp import Consistency
 from innet.hosts.training import Training
 from innet.node.admission import AdmissionReport
 from innet.switch.runtime import SwitchConfig, SwitchReport
-from innet.wire.faults import FaultSpec
-
-Hold = tuple[float, float]  # seconds, and seconds per byte of the frame held (PortFaults.hold_path)
+from innet.wire.faults import FaultSpec, Hold
 
 
 @dataclass(frozen=True)

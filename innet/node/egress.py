@@ -13,8 +13,8 @@ import numpy as np
 
 from innet.hosts.endpoint import Endpoint
 from innet.io.rawport import RawPort
-from innet.node.config import Faults, Hold
-from innet.wire.faults import FaultInjector
+from innet.node.config import Faults
+from innet.wire.faults import FaultInjector, Hold
 from innet.wire.packet import ETH_LEN, ip_to_node
 
 

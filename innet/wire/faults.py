@@ -12,6 +12,8 @@ import math
 import random
 from dataclasses import dataclass
 
+Hold = tuple[float, float]  # a link's hold on a frame: seconds, and seconds per byte of the frame (its serialization)
+
 
 @dataclass(frozen=True)
 class FaultSpec:
