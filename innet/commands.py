@@ -73,6 +73,9 @@ def parser() -> argparse.ArgumentParser:
                    help="local: the fabric in virtual time (the default); mininet: real switches (root)")
     r.add_argument("--quick", action="store_true", help="the experiment's short sweep (its `quick` values)")
     r.add_argument("--out", default=None, help="directory for the results (default results/<name>-<timestamp>)")
+    r.add_argument("--jobs", type=_jobs, default=os.cpu_count() or 1,
+                   help="points run at once on the local backend, each in its own process (default: one per core; "
+                        "the mininet backend runs one at a time)")
     return p
 
 
@@ -156,7 +159,7 @@ def _reproduce(args: argparse.Namespace) -> int:
         return 0
     if args.name is None:
         raise UserError("name an experiment (innet reproduce --list shows them) or give a .toml file")
-    files = reproduce(load(args.name), backend=args.backend, quick=args.quick, out=args.out)
+    files = reproduce(load(args.name), backend=args.backend, quick=args.quick, out=args.out, jobs=args.jobs)
     with open(files[1]) as f:  # points.json: the paper beside innet, point by point
         for line in lines(json.load(f)):
             print(line)
@@ -234,3 +237,10 @@ def console(entry: Callable[[], int] | None = None) -> int:
             raise
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _jobs(text: str) -> int:
+    """``--jobs``: a whole number of processes, at least 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"jobs must be a whole number of at least 1, got {text!r}")
+    return int(text)

@@ -240,6 +240,35 @@ def test_a_good_file_of_ones_own_runs(tmp_path):
     times = {(r["series"], r["bw"]): float(r["completion_s"]) for r in rows}
     assert times["innet", "10"] > 5 * times["innet", "100"]  # ten times the bandwidth, far less time
     assert sorted(os.listdir(tmp_path / "o" / "runs")) == ["innet-10", "innet-100", "pbox-10", "pbox-100"]
+    # the default runs a point per core at once, each in its own process: one at a time gives the same table
+    assert innet("reproduce", "mine.toml", "--out", "one", "--jobs", "1", cwd=tmp_path).returncode == 0
+    assert (tmp_path / "one" / "points.csv").read_text() == (tmp_path / "o" / "points.csv").read_text().replace(
+        str(tmp_path / "o"), str(tmp_path / "one"))
+    out = innet("reproduce", "mine.toml", "--jobs", "0", cwd=tmp_path)
+    assert (out.returncode, out.stderr) == (2, "error: argument --jobs: jobs must be a whole number of at least 1, "
+                                               "got '0' (see --help)\n")
+
+
+def test_a_point_that_fails_in_a_pool_keeps_the_points_before_it_and_leaves_no_process(tmp_path):
+    """Points run two at a time: the third point's failure (a ring through a program whose handler raises, as a
+    run that fails once traffic flows would) is the same line as one at a time, and the pool's processes have
+    ended."""
+    import multiprocessing
+
+    from innet.errors import UserError
+    from innet.experiments.sweep import reproduce
+    from tests.test_program_errors import ROUTED
+
+    (tmp_path / "bad.py").write_text(ROUTED.format("ctx.rout(pkt)"))
+    (tmp_path / "mine.toml").write_text(GOOD.replace('pbox = { mode = "pbox" }', 'pbox = { mode = "pbox" }\n'
+                                                     f'bad = {{ mode = "ring", program = "{tmp_path / "bad.py"}" }}'))
+    with pytest.raises(UserError) as caught:
+        reproduce(load(str(tmp_path / "mine.toml")), out=str(tmp_path / "o"), jobs=2)
+    assert str(caught.value).startswith(f"innet run --backend local --topo star --elements 2000 --bw 10 --mode ring "
+                                        f"--program {tmp_path / 'bad.py'}: program bad ({tmp_path / 'bad.py'}): handler "
+                                        "Bad.forward raised AttributeError at line 9")
+    assert str(caught.value).endswith(f"; the 2 point(s) before it are in {tmp_path / 'o' / 'points.csv'}")
+    assert multiprocessing.active_children() == []
 
 
 def test_a_point_that_fails_keeps_the_points_before_it(tmp_path, monkeypatch):

@@ -7,6 +7,9 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 
 from tqdm import tqdm
 
@@ -27,36 +30,75 @@ def run_point(options: Options, out: str) -> RunRecord:
         raise UserError(f"{command_of(options)}: {exc}") from None
 
 
-def reproduce(experiment: Experiment, backend: str = "local", quick: bool = False, out: str | None = None) -> list[str]:
+def reproduce(experiment: Experiment, backend: str = "local", quick: bool = False, out: str | None = None,
+              jobs: int = 1) -> list[str]:
     """Run every point of ``experiment`` (its quick sweep with ``quick``) and write its files into ``out``;
-    the files written."""
+    the files written. ``jobs`` > 1 (the local backend only: its runs share nothing) runs that many points at
+    once, each in its own process; the points are taken, shown and written in their order all the same."""
     out = make_output_folder(out or NewFolder(os.path.join("results", f"{experiment.name}-{time.strftime('%Y%m%d-%H%M%S')}")))
     values = experiment.quick if quick else experiment.values
     points = [(s, v) for v in values for s in experiment.series]
-    done: dict[tuple[tuple[str, str], ...], RunRecord] = {}  # a series that does not sweep runs once
+    runs: dict[Key, tuple[Options, str]] = {}  # a series that does not sweep runs once
+    variants = {point: _variants(experiment, backend, out, *point, runs) for point in points}
     rows: list[Row] = []
     bests = any("best" in own for own in experiment.series.values())
-    with tqdm(points, unit="point", file=sys.stderr, dynamic_ncols=True) as bar:
+    with _Runs(runs, jobs if backend == "local" else 1) as record, \
+            tqdm(points, unit="point", file=sys.stderr, dynamic_ncols=True) as bar:
         for series, value in bar:
             bar.set_postfix_str(f"{experiment.option}={value} {series}")
             tried = []
-            for label, own in experiment.variants(series, value):
-                options = {"backend": backend, **own}
-                key = tuple(sorted((k, repr(v)) for k, v in options.items()))
-                if key not in done:
-                    slug = f"{series}-{_slug(value)}" + (f"-{_slug(label).replace(' ', '-')}" if label else "")
-                    try:
-                        done[key] = run_point(options, os.path.join(out, "runs", slug))
-                    except UserError as exc:
-                        if not rows:
-                            raise
-                        raise UserError(f"{exc}; the {len(rows)} point(s) before it are in "
-                                        f"{os.path.join(out, 'points.csv')}") from None
-                tried.append(_row(experiment, series, value, done[key], command_of(options),
-                                  label if bests else None))
+            for label, options, key in variants[series, value]:
+                try:
+                    done = record(key)
+                except UserError as exc:
+                    if not rows:
+                        raise
+                    raise UserError(f"{exc}; the {len(rows)} point(s) before it are in "
+                                    f"{os.path.join(out, 'points.csv')}") from None
+                tried.append(_row(experiment, series, value, done, command_of(options), label if bests else None))
             rows.append(best_of(experiment, tried))
             write_outputs(experiment, rows_with_ratios(experiment, rows), out, plot=False)  # each point kept as it comes
     return write_outputs(experiment, rows_with_ratios(experiment, rows), out)
+
+
+Key = tuple[tuple[str, str], ...]
+
+
+def _variants(experiment: Experiment, backend: str, out: str, series: str, value: Value,
+              runs: dict[Key, tuple[Options, str]]) -> list[tuple[str, Options, Key]]:
+    """One point's variants (label, options, key), each variant's run added to ``runs`` unless another point's
+    has the same options."""
+    found = []
+    for label, own in experiment.variants(series, value):
+        options = {"backend": backend, **own}
+        key = tuple(sorted((k, repr(v)) for k, v in options.items()))
+        slug = f"{series}-{_slug(value)}" + (f"-{_slug(label).replace(' ', '-')}" if label else "")
+        runs.setdefault(key, (options, os.path.join(out, "runs", slug)))
+        found.append((label, options, key))
+    return found
+
+
+class _Runs:
+    """The sweep's runs by key: with one job each runs when it is first asked for; with more, all are handed to
+    a pool of processes at the start and asked for in order. Leaving cancels what has not started and waits
+    for what has (nothing is left running)."""
+
+    def __init__(self, runs: dict[Key, tuple[Options, str]], jobs: int) -> None:
+        self.runs, self.done = runs, dict[Key, RunRecord]()
+        self.pool = ProcessPoolExecutor(min(jobs, len(runs)), mp_context=get_context("spawn")) if jobs > 1 else None
+        self.futures = {key: self.pool.submit(run_point, *args) for key, args in runs.items()} if self.pool else {}
+
+    def __enter__(self) -> Callable[[Key], RunRecord]:
+        return self.record
+
+    def record(self, key: Key) -> RunRecord:
+        if key not in self.done:
+            self.done[key] = self.futures[key].result() if self.pool else run_point(*self.runs[key])
+        return self.done[key]
+
+    def __exit__(self, *_: object) -> None:
+        if self.pool:
+            self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def best_of(experiment: Experiment, rows: list[Row]) -> Row:
