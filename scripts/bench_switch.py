@@ -5,9 +5,11 @@ Rows: forward program, and sum_allreduce with 2, 4 and 8 workers, at 64, 256
 and 1024 elements per packet, a pool of 512 slots (switchbench.SLOTS: the open-loop
 sender keeps more than a pool in every port's queue, and a pool of a read's worth let
 one port's read overtake another port's contributions). The sender (one process,
-sendmmsg, all workers' interfaces in lockstep; its loop in C, scripts/blast.c built
-at run time, unless --python-sender; its sockets hear nothing) runs on CPU 0; the switch gets CPU 1, all of it: the
-innet switch's process, and (RPS on the switch's ports) the kernel's receive
+all workers' interfaces in lockstep; by default the frames made in the kernel: scripts/xdpgen.bpf.c run as
+BPF_PROG_TEST_RUN's live frames, stamped and redirected into the workers' veths, whose far ends get NAPI (GRO on:
+for every target alike) and whose poll, skb and hand-off to CPU 1 (RPS) run on the sender's core; --sender c:
+sendmmsg from a loop in C, scripts/blast.c built at run time; --sender python: that loop in Python) runs on CPU 0;
+the switch gets CPU 1, all of it: the innet switch's process, and (RPS on the switch's ports) the kernel's receive
 path of every frame it takes in, so the bridge's forwarding and the eBPF
 program run there too, and the delivery of what the switch sends. So each
 column measures one core's worth of switch against the same input, and the
