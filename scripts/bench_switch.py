@@ -48,6 +48,7 @@ one core's worth of each, even where one sending core could not fill it (quiet m
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 
@@ -82,6 +83,9 @@ def main():
                         "method before 2026-11-29); python: its loop in Python (before 2026-11-28's evening)")
     p.add_argument("--python-sender", action="store_const", const="python", dest="sender", help="--sender python")
     args = p.parse_args()
+    if args.sender == "xdp" and not shutil.which("clang"):
+        print("bench_switch: no clang to build the kernel-made sender (xdpgen.bpf.c): blast.c sends (--sender c)")
+        args.sender = "c"
     native = "" if args.sender == "python" else native_sender(cache_dir())
     xdp = xdp_generator(cache_dir()) if args.sender == "xdp" else ""
     cases = [("forward", 1, e) for e in (64, 256, 1024)] + [("sum", w, e) for w in (2, 4, 8) for e in (64, 256, 1024)]

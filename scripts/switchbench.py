@@ -102,8 +102,8 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
             steer(s1, SWITCH_CPU)
         if xdp:  # the generator's frames need NAPI on the veths' far ends (GRO turns it on): every target alike
             for intf in s1.intfNames():
-                if intf != "lo":
-                    s1.cmd(f"ethtool -K {intf} gro on")
+                if intf != "lo" and "generic-receive-offload: on" not in s1.cmd(f"ethtool -K {intf} gro on; ethtool -k {intf}"):
+                    raise RuntimeError(f"cannot turn GRO on at {intf} (ethtool): the kernel-made sender needs it")
         control = None
         if target == "bridge":
             s1.cmd("ip link add br0 type bridge && ip link set br0 up")
