@@ -135,7 +135,8 @@ def native_blast(lib: str, fds: list[int], senders: list[MultiSender], advance: 
 class GenConfig(ctypes.Structure):
     """xdpgen.bpf.c's ``struct gen``."""
 
-    _fields_ = [(name, ctypes.c_uint64) for name in ("slots", "rounds", "first", "sum", "nports", "rate", "start", "sent")]
+    _fields_ = [(name, ctypes.c_uint64) for name in ("slots", "rounds", "first", "sum", "nports", "rate", "start", "sent",
+                                                       "duration")]
 
 
 def in_namespace(where: str, call: Callable[[str], T]) -> T:
@@ -176,7 +177,7 @@ def xdp_blast(lib: str, obj: str, where: list[str], templates: list[bytes], kind
             if bpf.bpf_map_update_elem(maps[name], ctypes.byref(ctypes.c_uint32(key)), ctypes.byref(value), 0):
                 raise OSError(ctypes.get_errno(), f"xdpgen map {name}[{key}]")
 
-        cfg = GenConfig(slots, rounds, first, int(kind == "sum"), len(where), int(rate), 0, 0)
+        cfg = GenConfig(slots, rounds, first, int(kind == "sum"), len(where), int(rate), 0, 0, int(seconds * 1e9))
         put("gen", 0, cfg)
         for port, (w, frame) in enumerate(zip(where, templates, strict=True)):
             put("heads", port, (ctypes.c_ubyte * 64).from_buffer_copy(frame[:64]))
@@ -185,14 +186,16 @@ def xdp_blast(lib: str, obj: str, where: list[str], templates: list[bytes], kind
         c.xdp_blast.restype = ctypes.c_long
         c.xdp_blast.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_long, ctypes.c_double, ctypes.c_int,
                                 ctypes.POINTER(ctypes.c_double)]
-        elapsed = ctypes.c_double()
+        ended = ctypes.c_double()
         prog = bpf.bpf_program__fd(bpf.bpf_object__find_program_by_name(handle, b"innet_xdpgen"))
-        err = c.xdp_blast(prog, templates[0], len(templates[0]), seconds, batch, ctypes.byref(elapsed))
+        err = c.xdp_blast(prog, templates[0], len(templates[0]), seconds, batch, ctypes.byref(ended))
         if err < 0:
             raise OSError(-err, "BPF_PROG_TEST_RUN of live frames")
         if bpf.bpf_map_lookup_elem(maps["gen"], ctypes.byref(ctypes.c_uint32(0)), ctypes.byref(cfg)):
             raise OSError(ctypes.get_errno(), "xdpgen map gen")
-        return int(cfg.sent), elapsed.value
+        # sending began at the first frame (bpf_ktime_get_ns: CLOCK_MONOTONIC), after the call's setup, and lasted
+        # seconds (unless the call ended sooner)
+        return int(cfg.sent), min(seconds, ended.value - cfg.start / 1e9) if cfg.start else 0.0
     finally:
         bpf.bpf_object__close(handle)
 

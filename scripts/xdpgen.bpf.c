@@ -4,7 +4,8 @@
  * rank's addresses and fields) copied in, then chunk n + 1 + first (forward: n % rounds + first), slot
  * n % slots and the version flag ((n + 1) / slots) % 2 (sum): blast.c's frames in its order, ports in
  * lockstep, each redirected into its port's veth (a devmap entry). Paced (rate > 0), a frame not due yet is
- * dropped here unsent (the sender's core spins on them). The caller ends the run with a signal. */
+ * dropped here unsent (the sender's core spins on them), and so is every frame after duration ns from the
+ * first (the caller's alarm, a little later, ends the call: its setup takes ~25 ms). */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
@@ -14,7 +15,7 @@
 #define MAX_PORTS 64
 #define VER 16
 
-struct gen { __u64 slots, rounds, first, sum, nports, rate, start, sent; };
+struct gen { __u64 slots, rounds, first, sum, nports, rate, start, sent, duration; };
 struct head { unsigned char b[64]; };
 struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, 1); __type(key, __u32); __type(value, struct gen); } gen SEC(".maps");
 struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, MAX_PORTS); __type(key, __u32); __type(value, struct head); } heads SEC(".maps");
@@ -31,6 +32,8 @@ int innet_xdpgen(struct xdp_md *ctx)
 	__u64 now = bpf_ktime_get_ns();
 	if (!g->start)
 		g->start = now;
+	if (g->duration && now - g->start >= g->duration)
+		return XDP_DROP; /* the run's time is over: the caller's alarm ends the call */
 	if (g->rate && g->start + g->sent * 1000000000ull / g->rate > now)
 		return XDP_DROP; /* not due yet */
 	__u32 port = g->sent % g->nports;
