@@ -11,8 +11,8 @@ With ``--xdp OBJ`` as well (``xdp_generator()`` builds xdpgen.bpf.c) no frame is
 BPF_PROG_TEST_RUN of live frames runs OBJ on copies of each port's first frame, which stamps each copy's slot,
 chunk and version as blast.c's replay would and redirects it into its port's veth, frame i to port i % ports
 (the far end needs NAPI: GRO on). Its work (the program, the veth's NAPI poll that makes each frame an skb, the
-enqueue to the receiving core) stays on the sender's core; it sent 2.3-3.5x blast.c's frames per second there
-(scripts/bench_switch.py's veths, 4 ports, 256 values, loaded machine, 2026-11-29).
+enqueue to the receiving core) stays on the sender's core; it sent 2.1-3.6x blast.c's frames per second there,
+2.6-3.2x per second of its CPU (4 veths steered as scripts/bench_switch.py's, 256 values, loaded machine, 2026-11-29).
 """
 
 from __future__ import annotations
