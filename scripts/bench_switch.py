@@ -5,9 +5,11 @@ Rows: forward program, and sum_allreduce with 2, 4 and 8 workers, at 64, 256
 and 1024 elements per packet, a pool of 512 slots (switchbench.SLOTS: the open-loop
 sender keeps more than a pool in every port's queue, and a pool of a read's worth let
 one port's read overtake another port's contributions). The sender (one process,
-sendmmsg, all workers' interfaces in lockstep; its loop in C, scripts/blast.c built
-at run time, unless --python-sender; its sockets hear nothing) runs on CPU 0; the switch gets CPU 1, all of it: the
-innet switch's process, and (RPS on the switch's ports) the kernel's receive
+all workers' interfaces in lockstep; by default the frames made in the kernel: scripts/xdpgen.bpf.c run as
+BPF_PROG_TEST_RUN's live frames, stamped and redirected into the workers' veths, whose far ends get NAPI (GRO on:
+for every target alike) and whose poll, skb and hand-off to CPU 1 (RPS) run on the sender's core; --sender c:
+sendmmsg from a loop in C, scripts/blast.c built at run time; --sender python: that loop in Python) runs on CPU 0;
+the switch gets CPU 1, all of it: the innet switch's process, and (RPS on the switch's ports) the kernel's receive
 path of every frame it takes in, so the bridge's forwarding and the eBPF
 program run there too, and the delivery of what the switch sends. So each
 column measures one core's worth of switch against the same input, and the
@@ -46,13 +48,14 @@ one core's worth of each, even where one sending core could not fill it (quiet m
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from innet.backends.mininet.dataplane import cache_dir  # noqa: E402
-from scripts.blast import native_sender  # noqa: E402
+from scripts.blast import native_sender, xdp_generator  # noqa: E402
 from scripts.report import report  # noqa: E402
 from scripts.switchbench import measure  # noqa: E402
 
@@ -75,10 +78,16 @@ def main():
     p.add_argument("--ebpf", action="store_true", help="also the eBPF switch (--data-plane ebpf) on the sum rows")
     p.add_argument("--unsteered", action="store_true",
                    help="the old method: the switch's receive path in the sender's softirq (CPU 0), not on CPU 1")
-    p.add_argument("--python-sender", action="store_true",
-                   help="the sender's loop in Python (the method before 2026-11-28's evening), not blast.c")
+    p.add_argument("--sender", choices=("xdp", "c", "python"), default="xdp",
+                   help="xdp: the frames made in the kernel (xdpgen.bpf.c, live frames); c: blast.c's sendmmsg (the "
+                        "method before 2026-11-29); python: its loop in Python (before 2026-11-28's evening)")
+    p.add_argument("--python-sender", action="store_const", const="python", dest="sender", help="--sender python")
     args = p.parse_args()
-    native = "" if args.python_sender else native_sender(cache_dir())
+    if args.sender == "xdp" and not shutil.which("clang"):
+        print("bench_switch: no clang to build the kernel-made sender (xdpgen.bpf.c): blast.c sends (--sender c)")
+        args.sender = "c"
+    native = "" if args.sender == "python" else native_sender(cache_dir())
+    xdp = xdp_generator(cache_dir()) if args.sender == "xdp" else ""
     cases = [("forward", 1, e) for e in (64, 256, 1024)] + [("sum", w, e) for w in (2, 4, 8) for e in (64, 256, 1024)]
     if args.quick:
         cases = [("forward", 1, 256), ("sum", 4, 256)]
@@ -91,7 +100,7 @@ def main():
         for _ in range(args.runs):  # interleaved: a busy machine's load weighs on all three alike
             for target in targets:
                 runs[target].append(measure(kind, workers, elements, target, args.seconds,
-                                            args.search if target != "bridge" else 0, not args.unsteered, native))
+                                            args.search if target != "bridge" else 0, not args.unsteered, native, xdp))
         bridge, innet, ebpf = runs["bridge"], runs["innet"], runs.get("ebpf", [])
         bridge_pps = statistics.median(r["in_pps"] for r in bridge)
         lossless = statistics.median(r["lossless_pps"] for r in innet)
@@ -120,7 +129,7 @@ def main():
                                       *(["ebpf pps", "ebpf pps flat out", "ebpf sender pps", "ebpf core busy", "ebpf pps per cpu-s",
                                         "ebpf/innet", "ebpf/bridge", "ebpf pps per core-s", "ebpf/innet per core-s",
                                         "ebpf/bridge per core-s"] if args.ebpf else [])],
-           rows, {"steered": not args.unsteered, "sender": "python" if args.python_sender else "c"})
+           rows, {"steered": not args.unsteered, "sender": args.sender})
 
 if __name__ == "__main__":
     main()

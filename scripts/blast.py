@@ -7,6 +7,12 @@ to 64 with one sendmmsg each, round-robin over its interfaces (paced to
 One process drives all of a benchmark's "workers", in lockstep.
 With ``--native LIB`` (``native_sender()`` builds it from blast.c with the machine's cc) the same loop runs in C,
 so the sender is the kernel's send path alone, not the interpreter's work between system calls.
+With ``--xdp OBJ`` as well (``xdp_generator()`` builds xdpgen.bpf.c) no frame is copied from user space: one
+BPF_PROG_TEST_RUN of live frames runs OBJ on copies of each port's first frame, which stamps each copy's slot,
+chunk and version as blast.c's replay would and redirects it into its port's veth, frame i to port i % ports
+(the far end needs NAPI: GRO on). Its work (the program, the veth's NAPI poll that makes each frame an skb, the
+enqueue to the receiving core) stays on the sender's core; it sent 2.1-3.6x blast.c's frames per second there,
+2.6-3.2x per second of its CPU (4 veths steered as scripts/bench_switch.py's, 256 values, loaded machine, 2026-11-29).
 """
 
 from __future__ import annotations
@@ -16,9 +22,12 @@ import ctypes
 import hashlib
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 
@@ -27,6 +36,7 @@ from innet.io.rawport import RawPort
 from innet.wire.packet import HEADER_DTYPE, HEADER_OFFSET, ROUTE, VER, make_packet
 
 _libc = ctypes.CDLL(None, use_errno=True)
+T = TypeVar("T")
 
 
 class MultiSender:
@@ -84,6 +94,24 @@ def native_sender(cache: str) -> str:
     return path
 
 
+XDP_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "xdpgen.bpf.c")
+
+
+def xdp_generator(cache: str) -> str:
+    """xdpgen.bpf.c built with clang under ``cache`` (by its source's digest): the path to give ``--xdp``."""
+    with open(XDP_SOURCE, "rb") as fh:
+        source = fh.read()
+    path = os.path.join(cache, "blast", f"xdpgen-{hashlib.sha256(source).hexdigest()[:16]}.o")
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".o", dir=os.path.dirname(path))
+        os.close(fd)
+        subprocess.run(["clang", "-O2", "-g", "-target", "bpf", "-mcpu=v3", "-I/usr/include/x86_64-linux-gnu", "-c",
+                        XDP_SOURCE, "-o", tmp], check=True)
+        os.replace(tmp, path)
+    return path
+
+
 def native_blast(lib: str, fds: list[int], senders: list[MultiSender], advance: int, seconds: float, rate: float,
                  batch: int) -> tuple[int, float]:
     """blast.c's loop over ``senders``' frames (one per port, equal counts and lengths): frames sent, seconds."""
@@ -103,6 +131,74 @@ def native_blast(lib: str, fds: list[int], senders: list[MultiSender], advance: 
     return sent, elapsed.value
 
 
+
+class GenConfig(ctypes.Structure):
+    """xdpgen.bpf.c's ``struct gen``."""
+
+    _fields_ = [(name, ctypes.c_uint64) for name in ("slots", "rounds", "first", "sum", "nports", "rate", "start", "sent",
+                                                       "duration")]
+
+
+def in_namespace(where: str, call: Callable[[str], T]) -> T:
+    """``call(IFACE)`` inside the network namespace of process PID for ``where`` = PID:IFACE (here for IFACE)."""
+    if ":" not in where:
+        return call(where)
+    pid, iface = where.split(":", 1)
+    with open("/proc/self/ns/net", "rb") as home, open(f"/proc/{pid}/ns/net", "rb") as there:
+        if _libc.setns(there.fileno(), CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"cannot enter the namespace of process {pid}")
+        try:
+            return call(iface)
+        finally:
+            _libc.setns(home.fileno(), CLONE_NEWNET)
+
+
+def xdp_blast(lib: str, obj: str, where: list[str], templates: list[bytes], kind: str, slots: int, rounds: int,
+              first: int, seconds: float, rate: float, batch: int) -> tuple[int, float]:
+    """The ports' frames (``templates``: each port's first) made and sent in the kernel by xdpgen.bpf.c (``obj``,
+    run by blast.c's ``xdp_blast`` on this core), port i's into its veth ``where[i]``: frames sent, seconds."""
+    bpf = ctypes.CDLL("libbpf.so.1", use_errno=True)
+    bpf.bpf_object__open_file.restype = ctypes.c_void_p
+    bpf.bpf_object__open_file.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+    bpf.bpf_object__load.argtypes = bpf.bpf_object__close.argtypes = [ctypes.c_void_p]
+    bpf.bpf_object__find_program_by_name.restype = ctypes.c_void_p
+    bpf.bpf_object__find_program_by_name.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    bpf.bpf_program__fd.argtypes = [ctypes.c_void_p]
+    bpf.bpf_object__find_map_fd_by_name.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    bpf.bpf_map_update_elem.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64]
+    bpf.bpf_map_lookup_elem.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+    handle = bpf.bpf_object__open_file(obj.encode(), None)
+    if not handle or bpf.bpf_object__load(handle):
+        raise OSError(f"cannot load {obj}")
+    try:
+        maps = {name: bpf.bpf_object__find_map_fd_by_name(handle, name.encode()) for name in ("gen", "heads", "out")}
+
+        def put(name: str, key: int, value: ctypes.Array | ctypes.Structure) -> None:  # type: ignore[type-arg]
+            if bpf.bpf_map_update_elem(maps[name], ctypes.byref(ctypes.c_uint32(key)), ctypes.byref(value), 0):
+                raise OSError(ctypes.get_errno(), f"xdpgen map {name}[{key}]")
+
+        cfg = GenConfig(slots, rounds, first, int(kind == "sum"), len(where), int(rate), 0, 0, int(seconds * 1e9))
+        put("gen", 0, cfg)
+        for port, (w, frame) in enumerate(zip(where, templates, strict=True)):
+            put("heads", port, (ctypes.c_ubyte * 64).from_buffer_copy(frame[:64]))
+            in_namespace(w, lambda iface, port=port: put("out", port, ctypes.c_uint32(socket.if_nametoindex(iface))))
+        c = ctypes.CDLL(lib)
+        c.xdp_blast.restype = ctypes.c_long
+        c.xdp_blast.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_long, ctypes.c_double, ctypes.c_int,
+                                ctypes.POINTER(ctypes.c_double)]
+        ended = ctypes.c_double()
+        prog = bpf.bpf_program__fd(bpf.bpf_object__find_program_by_name(handle, b"innet_xdpgen"))
+        err = c.xdp_blast(prog, templates[0], len(templates[0]), seconds, batch, ctypes.byref(ended))
+        if err < 0:
+            raise OSError(-err, "BPF_PROG_TEST_RUN of live frames")
+        if bpf.bpf_map_lookup_elem(maps["gen"], ctypes.byref(ctypes.c_uint32(0)), ctypes.byref(cfg)):
+            raise OSError(ctypes.get_errno(), "xdpgen map gen")
+        # sending began at the first frame (bpf_ktime_get_ns: CLOCK_MONOTONIC), after the call's setup, and lasted
+        # seconds (unless the call ended sooner)
+        return int(cfg.sent), min(seconds, ended.value - cfg.start / 1e9) if cfg.start else 0.0
+    finally:
+        bpf.bpf_object__close(handle)
+
 SEND_ONLY = 0  # a packet socket of protocol 0 hears nothing
 
 
@@ -110,17 +206,7 @@ def open_port(where: str, protocol: int = SEND_ONLY) -> RawPort:
     """``IFACE`` here, or ``PID:IFACE`` inside the network namespace of process PID (a Mininet host), to send
     from: by default its socket hears nothing (one of ETH_P_ALL would get a queued copy of every frame the
     host receives, made by whichever core delivers it: in bench_switch, the switch's)."""
-    if ":" not in where:
-        return RawPort(where, protocol=protocol)
-    pid, iface = where.split(":", 1)
-    with open("/proc/self/ns/net", "rb") as home, open(f"/proc/{pid}/ns/net", "rb") as there:
-        if _libc.setns(there.fileno(), CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), f"cannot enter the namespace of process {pid}")
-        try:
-            return RawPort(iface, protocol=protocol)  # the socket stays in that namespace
-        finally:
-            _libc.setns(home.fileno(), CLONE_NEWNET)
-
+    return in_namespace(where, lambda iface: RawPort(iface, protocol=protocol))  # the socket stays in that namespace
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
@@ -136,10 +222,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=0.0, help="frames/s over all interfaces (0: as fast as possible)")
     p.add_argument("--first-chunk", type=int, default=0, help="added to every chunk number (a later run's data is new)")
     p.add_argument("--native", help="blast.c built as a shared library (native_sender): its loop sends")
+    p.add_argument("--xdp", help="xdpgen.bpf.c built: the frames made and sent in the kernel (needs --native)")
     args = p.parse_args(argv)
     names = args.ifaces.split(",")
-    ports = [open_port(n) for n in names]
     srcs = [int(x) for x in args.src.split(",")]
+    if args.xdp:
+        templates = [frames[0] for frames in frames_for(args.kind, srcs, args.dst, args.slots, args.elements, 2 * args.slots)]
+        cpu = time.process_time()
+        sent, elapsed = xdp_blast(args.native, args.xdp, names, templates, args.kind, args.slots, args.rounds,
+                                  args.first_chunk, args.seconds, args.rate, 256)
+        print(f"sent {sent} {elapsed:.4f} {time.process_time() - cpu:.4f}", flush=True)
+        return 0
+    ports = [open_port(n) for n in names]
     per_port = frames_for(args.kind, srcs, args.dst, args.slots, args.elements, args.rounds)
     senders = [MultiSender(frames) for frames in per_port]
     for sender in senders:

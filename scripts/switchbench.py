@@ -74,7 +74,7 @@ def steer(node: Any, cpu: int) -> None:
 
 
 def measure(kind: str, workers: int, elements: int, target: str, seconds: float = 1.0, search: int = 0,
-            steered: bool = True, native: str = "") -> dict[str, Any]:
+            steered: bool = True, native: str = "", xdp: str = "") -> dict[str, Any]:
     """Packets/s through the middle node (``target``: bridge, innet, or ebpf: the innet switch with
     ``--data-plane ebpf``'s tc program on its ports), the sender on CPU 0 and the switch on CPU 1: with
     ``steered`` (RPS), all of it, the kernel's receive path on its ports included (the bridge's forwarding, the
@@ -100,6 +100,10 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
         s1 = emu.net.get("s1")
         if steered:
             steer(s1, SWITCH_CPU)
+        if xdp:  # the generator's frames need NAPI on the veths' far ends (GRO turns it on): every target alike
+            for intf in s1.intfNames():
+                if intf != "lo" and "generic-receive-offload: on" not in s1.cmd(f"ethtool -K {intf} gro on; ethtool -k {intf}"):
+                    raise RuntimeError(f"cannot turn GRO on at {intf} (ethtool): the kernel-made sender needs it")
         control = None
         if target == "bridge":
             s1.cmd("ip link add br0 type bridge && ip link set br0 up")
@@ -124,7 +128,8 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
             blast = emu.spawn(None, ["taskset", "-c", str(SENDER_CPU), sys.executable, "-m", "scripts.blast", where, "--kind", kind,
                                      "--dst", str(dst), "--src", ",".join(str(idx[h]) for h in senders),
                                      "--elements", str(elements), "--slots", str(SLOTS), "--seconds", str(seconds), "--rate", str(rate),
-                                     "--first-chunk", str(first_chunk), *(["--native", native] if native else [])],
+                                     "--first-chunk", str(first_chunk), *(["--native", native] if native else []),
+                                     *(["--xdp", xdp] if xdp else [])],
                                stdout=subprocess.PIPE)
             out, _ = blast.communicate(timeout=seconds + 60)
             core = core_times(SWITCH_CPU)

@@ -69,6 +69,58 @@ def test_the_native_sender_sends_the_python_senders_frames_in_its_order_with_new
             b.close()
 
 
+
+XDPGEN_CHECK = """
+import socket, subprocess, sys
+from innet.wire.packet import parse_frame
+from scripts.blast import frames_for, native_sender, xdp_blast, xdp_generator
+for k in (0, 1):
+    subprocess.run(f"ip link add xg{k} type veth peer name xp{k} && ip link set xg{k} up && ip link set xp{k} up"
+                   f" && ethtool -K xp{k} gro on", shell=True, check=True, capture_output=True)
+ears = [socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3)) for _ in (0, 1)]
+for k, ear in enumerate(ears):
+    ear.bind((f"xp{k}", 0))
+    ear.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 24)
+templates = [frames[0] for frames in frames_for("sum", [3, 4], 9, 4, 8, 8)]
+sent, elapsed = xdp_blast(native_sender(sys.argv[1]), xdp_generator(sys.argv[1]), ["xg0", "xg1"], templates, "sum",
+                          4, 8, 100, 0.05, 2000.0, 8)
+print(sent, elapsed)
+for ear in ears:
+    ear.setblocking(False)
+    got = []
+    try:
+        while True:
+            got.append(parse_frame(ear.recv(4096)))
+    except BlockingIOError:
+        pass
+    got = [p for p in got if p is not None]  # not the kernel's own (IPv6 neighbour discovery)
+    print(" ".join(f"{p.rank},{p.src},{p.slot},{p.chunk},{int(p.has(16))},{sum(p.values.tolist())}" for p in got))
+"""
+
+
+def test_the_xdp_sender_sends_the_native_senders_frames_in_its_order_paced(tmp_path):
+    """xdpgen.bpf.c run as live frames (in a private network namespace, two veth pairs): each port gets its rank's
+    frames in blast.c's order (slot, chunk from --first-chunk on, version flag), the ports in lockstep, paced."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    if os.geteuid() != 0 or not shutil.which("clang") or not shutil.which("unshare"):
+        pytest.skip("needs root and clang")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run(["unshare", "-n", sys.executable, "-c", XDPGEN_CHECK, str(tmp_path)], cwd=root,
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": root})
+    assert out.returncode == 0, out.stderr[-2000:]
+    head, *ports = out.stdout.splitlines()
+    sent, elapsed = int(head.split()[0]), float(head.split()[1])
+    assert 0.05 <= elapsed < 1 and 60 <= sent <= 2000 * elapsed + 2  # paced to 2000 frames/s over both ports
+    for rank, line in enumerate(ports):
+        got = [tuple(int(x) for x in cell.split(",")) for cell in line.split()]
+        assert len(got) == (sent - rank + 1) // 2  # port i % 2 for frame i
+        # rank, source node, slot n % 4, chunk n + 1 + 100, version ((n + 1) // 4) % 2, values 0..7 untouched
+        assert got == [(rank, 3 + rank, n % 4, n + 101, (n + 1) // 4 % 2, 28) for n in range(len(got))]
+
 def test_bench_blocks_prints_both_paths_for_every_read_size():
     import subprocess
     import sys
@@ -117,7 +169,8 @@ def test_bench_switch_quick_gives_both_programs_and_the_ebpf_switch_against_the_
     # pool of 128 slots, a read's worth, the open-loop sender's ports drifted a pool apart and it completed nothing)
     assert all(0.5 <= float(row[8]) <= 2.5 for row in body), body
     [entry] = [json.loads(line) for line in (tmp_path / "results" / "bench.jsonl").read_text().splitlines()]
-    assert entry["steered"] is True and entry["sender"] == "c"  # the switch's receive path on its core; blast.c sends
+    # the switch's receive path on its core; the frames made in the kernel (xdpgen) where clang builds it
+    assert entry["steered"] is True and entry["sender"] == ("xdp" if shutil.which("clang") else "c")
     for row in entry["rows"]:  # the share of the switch's core busy while the sender ran flat out
         cell = dict(zip(entry["header"], row, strict=True))
         assert 0 < cell["bridge core busy"] <= 1 and 0 < cell["innet core busy"] <= 1, cell

@@ -240,6 +240,10 @@ static __always_inline int send_slot(struct __sk_buff *skb, struct hdr *h, struc
     __u32 children = j->nchildren < MAX_PORTS ? j->nchildren : MAX_PORTS;
     struct copying m = { .skb = skb, .j = j, .node = c->node, .towards = towards_of(j, h) };
     if (bpf_skb_store_bytes(skb, 0, h, sizeof(*h), 0)) return TC_ACT_SHOT;
+    if (m.towards == -1 && children > 0 && children <= MAX_PORTS) {  // the last child gets the frame itself:
+        bpf_loop(children - 1, copy_to_child, &m, 0);  // a clone fewer, and its copy of the frame to unshare it
+        return emit(skb, h, c->node, j->children[children - 1], j->band, 0);
+    }
     bpf_loop(children, copy_to_child, &m, 0);
     if (m.towards != -1) {  // innet.switch.routed.result_down: the other children hear the slot is complete
         h->count = 0;
