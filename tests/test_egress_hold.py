@@ -258,3 +258,18 @@ def test_a_block_sent_is_held_for_the_hops_its_flow_must_meet_others_after_as_a_
     egress = Egress({0: port}, {0: PortFaults(FaultSpec(delay=DELAY), 0, RATE, hold_out=(0.003, 1 / RATE))})
     egress.send_block(0, np.zeros((3, 1250), dtype=np.uint8), 1.0)  # 1 ms a row at 10 Mbit/s
     assert round(egress.held[0][0], 9) == round(1.0 + DELAY + 0.003 + 0.001 + 0.001, 9)
+
+
+def test_a_finished_host_sends_what_it_holds_and_forgets_what_it_hears():
+    """A node group's finished worker (innet.node.worker.serve_workers) leaves once what it said is sent: frames it
+    receives after (a predecessor's 16 DONE repeats) are forgotten, as by a worker alone in its process, which has
+    exited. Kept, their past hop ends were its poll's deadline: a k=8 ring's worker process spun at a core's worth
+    for minutes after its calls (F = 6520, 2026-11-29), never leaving."""
+    port, endpoint = Port([b"d" * 58] * 16), Echo()
+    egress = Egress({0: port}, {0: PortFaults(FaultSpec(delay=DELAY), 0, RATE, hold_in=True)})
+    egress.send(0, b"x" * 1250, 1.0)  # its last ACK, held for its hop
+    feed(port, endpoint, egress, 1.0)
+    assert not egress.settle(1.0) and egress.next_due() == 1.0 + DELAY + 1250 / RATE  # the ACK: not sent yet
+    assert not egress.settle(1.0 + DELAY) and port.sent == []
+    assert egress.settle(1.0 + DELAY + 1250 / RATE) and port.sent == [b"x" * 1250]
+    assert egress.next_due() is None and endpoint.seen == []  # nothing left to wake it: the DONEs were never delivered

@@ -149,6 +149,15 @@ class Egress:
             else:
                 self.ports[port].send_block(frame)
 
+    def settle(self, now: float) -> bool:
+        """A host that has finished: send what is due by ``now`` and forget what it received (a predecessor's DONE
+        repeats coming after it finished: a worker alone in its process has exited by then, its socket unread);
+        True once it has nothing left to send. Held, those frames' past hop ends kept a node group's finished
+        worker live with its poll's timeout 0: a k=8 ring's worker processes spun for minutes after their calls."""
+        self.flush(now)
+        self.inbound.clear()
+        return not self.held
+
     def next_due(self) -> float | None:
         due = [q[0][0] for q in (self.held, self.inbound) if q]
         return min(due) if due else None

@@ -186,9 +186,7 @@ def serve_workers(conf: WorkerGroup) -> int:
         for node in list(live):
             if node.state != "finished":
                 served(node, node.step)
-            else:
-                node.client.egress.flush(time.monotonic())
-            if node.state == "finished" and node.client.egress.next_due() is None:  # what it said is sent
+            if node.state == "finished" and node.client.egress.settle(time.monotonic()):  # what it said is sent
                 live.discard(node)
                 status = max(status, node.status if node.status is not None else node.save())
     return status

@@ -120,7 +120,8 @@ def auto_choice(graph: nx.Graph, run: RunSpec, rp: RunPlan, faithful_mbps: float
         woken = woken_graph(graph) if plane == "ebpf" else graph
         base = predict(graph, run, list(rp.plans), rp.per_packet, 0.0)[key]
         hops = (predict(woken, run, list(rp.plans), rp.per_packet, hop_s)[key] - base) / hop_s
-        latency = latency_factor(hops, hop_cost(hop_s, sum(len(p.workers) for p in rp.plans)), base, run.iterations)
+        latency = latency_factor(hops, hop_cost(hop_s, sum(len(p.workers) for p in rp.plans), plane), base,
+                                 run.iterations)
     bounds = auto_bounds(host_link_rate(graph), faithful_mbps, carried_rate(graph, loads), latency)
     servers = {s for p in rp.plans for s in (p.pbox, *p.servers) if s is not None} if run.mode == "pbox" else set()
     if plane == "ebpf" and python_mbps > 0 and servers:

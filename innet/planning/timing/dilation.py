@@ -11,7 +11,6 @@ calibration that picks ``f`` (innet.backends.mininet.calibration) and the backen
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import networkx as nx
@@ -56,13 +55,20 @@ def auto_bound(bounds: dict[str, float]) -> str:
     return name if bounds[name] > 1.0 else ""
 
 
-def hop_cost(hop_s: float, workers: int) -> float:
+HOP_EXPONENT = {"python": 0.5, "ebpf": 0.25}  # hop_cost's power of workers / CALIBRATION_WORKERS, per data plane
+
+
+def hop_cost(hop_s: float, workers: int, plane: str = "python") -> float:
     """What a hop costs a run of ``workers`` (all jobs'), in wall seconds, from ``hop_s`` measured on the
     calibration's star: more where more frames set off at once than from its CALIBRATION_WORKERS (every worker
-    sends at each step, and 2 cores wake and serve their hops in turn), with the square root of their ratio:
-    fat-tree k=8's ring (128 ranks relaying each piece) took 1.11x its links' time at the factor 8350 its links
-    asked, ~12 ms a hop over its ~1000, 5 times the star's 2.4 ms, where 128 / 4 = 32 and its root is 5.7."""
-    return hop_s * math.sqrt(max(1.0, workers / CALIBRATION_WORKERS))
+    sends at each step, and 2 cores wake and serve their hops in turn), with a power of their ratio
+    (``HOP_EXPONENT``). The Python switch's, the square root: fat-tree k=8's ring (128 ranks relaying each piece)
+    took 1.11x its links' time at the factor 8350 its links asked, ~12 ms a hop over its ~1000, 5 times the star's
+    2.4 ms, where 128 / 4 = 32 and its root is 5.7. The eBPF switch's, the fourth root (2.4 at k=8): its switches
+    wake no process, and k=8's ring (378 host hops) ran 1.0144x its model at 3000, 1.0065x at 4500, 1.0037x at 6520
+    (~1.1-1.6 ms a hop, the star's own), but 1.061x at 2000, its processes then keeping 1.8 of the 2 cores busy
+    (load 12-17, docs/performance.md): the fourth root takes 3800-6000 at a 1.1-1.8 ms hop, 1.3-2x that 3000."""
+    return hop_s * max(1.0, workers / CALIBRATION_WORKERS) ** HOP_EXPONENT[plane]
 
 
 def latency_factor(hops: float, hop_s: float, predicted_s: float, calls: int = 1) -> float:
