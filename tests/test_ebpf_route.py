@@ -156,7 +156,7 @@ def test_a_repeat_of_a_reduce_scatter_slot_is_answered_as_the_python_switch_answ
 
 
 @needs_root
-def test_a_frame_that_is_not_ipv4_is_counted_foreign_and_dropped_as_the_python_switch_does(plane):
+def test_a_frame_that_is_not_ipv4_is_counted_foreign_and_dropped_but_arp_left_to_the_kernel(plane):
     """The switch's sockets on an eBPF port hear IPv4 only (after the program), so a frame of another kind left to
     the kernel was counted nowhere: a fuzzer's 100k frames at a live eBPF switch lost ~15k from the counters."""
     runtime = SwitchRuntime(CONFIG, load_program("sum_allreduce"))
@@ -165,5 +165,5 @@ def test_a_frame_that_is_not_ipv4_is_counted_foreign_and_dropped_as_the_python_s
               "802.3 length": ipv4[:12] + b"\x00\x40" + ipv4[14:78], "header alone": ipv4[:12] + b"\x88\xb5"}
     for k, (name, frame) in enumerate(frames.items(), 1):
         verdict, _, _ = run_frame(plane, 0, frame)
-        assert runtime.receive(0, frame, 0.0) == [] and verdict == TC_ACT_SHOT, name
+        assert runtime.receive(0, frame, 0.0) == [] and verdict == (TC_ACT_OK if name == "ARP" else TC_ACT_SHOT), name
         assert plane.counters().get("bad:foreign") == runtime.ctx.counters["bad:foreign"] == k, name

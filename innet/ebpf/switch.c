@@ -379,8 +379,12 @@ int innet_switch(struct __sk_buff *skb) {
     struct hdr h;
     __u32 zero = 0, ifindex = skb->ifindex;
     __u16 type = 0;
-    // not IPv4: foreign, counted and dropped here as the Python switch does (its sockets here hear IPv4 only)
-    if (bpf_skb_load_bytes(skb, 12, &type, sizeof(type)) || type != bpf_htons(0x0800)) { count(C_FOREIGN); return TC_ACT_SHOT; }
+    // not IPv4: foreign, counted here as the Python switch counts it (its sockets here hear IPv4 only) and dropped,
+    // but ARP, left to the kernel as there: the IP network beside innet's frames (innet.backends.mininet.iplane) needs it
+    if (bpf_skb_load_bytes(skb, 12, &type, sizeof(type)) || type != bpf_htons(0x0800)) {
+        count(C_FOREIGN);
+        return type == bpf_htons(0x0806) ? TC_ACT_OK : TC_ACT_SHOT;
+    }
     if (bpf_skb_load_bytes(skb, 0, &h, sizeof(h))) return TC_ACT_OK;
     if (h.ver_ihl != 0x45 || h.proto != 17 || h.dport != bpf_htons(AGG_PORT))
         return TC_ACT_OK;
