@@ -16,6 +16,7 @@ from tqdm import tqdm
 from innet.api import run
 from innet.cli import Options
 from innet.errors import UserError
+from innet.events import Event, emit, listening
 from innet.experiments.file import Experiment, Value, command_of
 from innet.experiments.report import Row, metric, rows_with_ratios, write_outputs
 from innet.results.files import NewFolder, make_output_folder
@@ -86,14 +87,18 @@ class _Runs:
     def __init__(self, runs: dict[Key, tuple[Options, str]], jobs: int) -> None:
         self.runs, self.done = runs, dict[Key, RunRecord]()
         self.pool = ProcessPoolExecutor(min(jobs, len(runs)), mp_context=get_context("spawn")) if jobs > 1 else None
-        self.futures = {key: self.pool.submit(run_point, *args) for key, args in runs.items()} if self.pool else {}
+        self.futures = {key: self.pool.submit(_run_telling, *args) for key, args in runs.items()} if self.pool else {}
 
     def __enter__(self) -> Callable[[Key], RunRecord]:
         return self.record
 
     def record(self, key: Key) -> RunRecord:
-        if key not in self.done:
-            self.done[key] = self.futures[key].result() if self.pool else run_point(*self.runs[key])
+        if key not in self.done and not self.pool:
+            self.done[key] = run_point(*self.runs[key])
+        elif key not in self.done:
+            self.done[key], said = self.futures[key].result()
+            for event in said:  # what its run said, as one run in this process would have, in the points' order
+                emit(event.kind, event.message)
         return self.done[key]
 
     def __exit__(self, *_: object) -> None:
@@ -115,6 +120,14 @@ def _row(experiment: Experiment, series: str, value: Value, record: RunRecord, c
     if best is not None:
         row["best"] = best
     return row
+
+
+def _run_telling(options: Options, out: str) -> tuple[RunRecord, list[Event]]:
+    """``run_point`` in a pool's process: its record and what it said (its progress left out: it is over)."""
+    said: list[Event] = []
+    with listening(lambda event: said.append(event) if event.kind != "progress" else None):
+        record = run_point(options, out)
+    return record, said
 
 
 def _slug(value: Value) -> str:
