@@ -52,7 +52,7 @@ def test_each_subcommand_shows_its_own_flags_in_sections():
     assert not flags_of(plan) & {"--backend", "--loss", "--crash", "--out", "--consistency", "--pcap", "--seed", "--train"}
     assert training | {"--mode", "--topk", "--staleness", "--backend"} <= flags_of(train)
     assert not flags_of(train) & {"--workload", "--elements", "--iterations", "--slice", "--plan-only"}
-    assert flags_of(innet("reproduce", "--help").stdout) == {"--help", "--list", "--backend", "--quick", "--out"}
+    assert flags_of(innet("reproduce", "--help").stdout) == {"--help", "--list", "--backend", "--quick", "--out", "--jobs"}
     assert flags_of(innet("clean", "--help").stdout) == {"--help"}
 
 

@@ -43,6 +43,9 @@ def reproduce(experiment: Experiment, backend: str = "local", quick: bool = Fals
     variants = {point: _variants(experiment, backend, out, *point, runs) for point in points}
     rows: list[Row] = []
     bests = any("best" in own for own in experiment.series.values())
+    # made before the runs start: each run's check that its folder can be made makes and removes the folders missing
+    # on its way, and two at once raced over this one
+    os.makedirs(os.path.join(out, "runs"), exist_ok=True)
     with _Runs(runs, jobs if backend == "local" else 1) as record, \
             tqdm(points, unit="point", file=sys.stderr, dynamic_ncols=True) as bar:
         for series, value in bar:
