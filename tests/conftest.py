@@ -1,9 +1,11 @@
 import os
 import sys
 import warnings
+from collections import Counter
 
 import pytest
 
+TIME_BY_FILE = 25  # the slowest files the summary lists
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -36,13 +38,25 @@ def _records_left_by_dead_runs(request):
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Say how often plain torchrun's known teardown abort was recognised and retried (tests/torchrun.py)."""
+    """Say how often plain torchrun's known teardown abort was recognised and retried (tests/torchrun.py), and where
+    the suite's time went: the Mininet tests' and the others' totals, and the slowest files (make test's 30 minutes)."""
     from tests.torchrun import ABORTS
 
     if ABORTS:
         terminalreporter.section("gloo teardown aborts retried")
         for line in ABORTS:
             terminalreporter.write_line(line)
+    by_file, by_kind = Counter(), Counter()
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            if isinstance(report, pytest.TestReport):
+                by_file[report.nodeid.split("::")[0]] += report.duration
+                by_kind["mininet" if "mininet" in report.keywords else "the others"] += report.duration
+    if by_file:
+        terminalreporter.section("time by file")
+        terminalreporter.write_line(", ".join(f"{kind} {seconds:.0f} s" for kind, seconds in by_kind.most_common()))
+        for path, seconds in by_file.most_common(TIME_BY_FILE):
+            terminalreporter.write_line(f"{seconds:8.1f} s  {path}")
 
 
 @pytest.fixture
