@@ -284,3 +284,40 @@ def test_an_answer_of_the_wrong_shape_is_dropped_and_named_if_the_call_then_time
             call.on_timeout(call.next_deadline())
         assert str(call.error).endswith("; its switch answered chunk 14 with 5 values where 16 were due: the switch "
                                         "program's result has the wrong shape"), (path, call.error)
+
+
+def _window_state(call):
+    """Everything a call's window holds, its timers' too, as one comparable string."""
+    def plain(obj, skip=()):
+        return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in vars(obj).items() if k not in skip}
+    window = call.window
+    parts = ("timer", "rack", "undo", "host")
+    return repr((plain(window, ("spec", "frame", *parts)), *(plain(getattr(window, p), ("spec",)) for p in parts)))
+
+
+def test_the_exponents_answer_by_plain_ints_is_the_block_paths_and_a_rehearsal_changes_nothing():
+    """The exponent's answer taken by ``receive``'s plain ints sends what the block path sends and leaves the call
+    as it does: a plain answer, then its repeat (stale); one carrying values (misshapen, dropped). A process
+    rehearsed before "go" (a throwaway call agreed and answered once, nothing sent) sends the same frames."""
+    tensor = np.linspace(-3, 5, 16 * 5 + 7, dtype=np.float32)
+    agreed = fixedpoint.magnitude_exponent(tensor) + 2
+    plain = make_packet(None, job=1, rank=1, nworkers=4, slot=3, chunk=3, flags=RESULT, exp=agreed).to_frame(SWITCH, 1)
+    valued = make_packet(np.ones(2, np.int32), job=1, rank=1, nworkers=4, slot=3, chunk=3, flags=RESULT,
+                         exp=agreed).to_frame(SWITCH, 1)
+    for answers in ([plain, plain], [valued]):
+        calls = [AllreduceCall(spec(1, 4, slots=4, elements=16), tensor, first_chunk=3) for _ in range(2)]
+        for call in calls:
+            call.start(0.0)
+        for k, frame in enumerate(answers):
+            by_frame = frames_of(calls[0].receive(frame, 0.001 * (k + 1)))
+            by_block = frames_of(calls[1].receive_block(parse_block(*pack_frames([frame])), 0.001 * (k + 1)))
+            assert by_frame == by_block and len(by_frame) == (4 if answers[0] is plain and k == 0 else 0)
+            assert _window_state(calls[0]) == _window_state(calls[1])
+        assert [c.scale for c in calls] == [fixedpoint.scale_for(agreed, 4) if answers[0] is plain else None] * 2
+        assert calls[0].misshapen == calls[1].misshapen and bool(calls[0].misshapen) == (answers[0] is valued)
+    procs = [WorkerProcess(spec(1, 4, slots=4, elements=16), [tensor], first_chunk=3) for _ in range(2)]
+    rehearsal = procs[0].rehearse()
+    assert rehearsal.scale is not None and rehearsal.window.in_flight.tolist().count(-1) == 1  # agreed, one answered
+    sent = [frames_of(p.start(0.0)) + frames_of(p.receive(plain, 0.001)) for p in procs]
+    assert sent[0] == sent[1] and len(sent[0]) == 5 and [len(p.calls) for p in procs] == [1, 1]
+    assert _window_state(procs[0].current) == _window_state(procs[1].current)

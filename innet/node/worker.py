@@ -47,6 +47,7 @@ class WorkerNode:
         endpoint = endpoint_of(spec, tensors, conf.mode, list(conf.ring), conf.training, ssp)
         if learner is None and isinstance(endpoint, WorkerProcess):
             endpoint.prepare()  # before "go": the calls' buffers in memory, as a training loop's are
+            endpoint.rehearse()  # and their code warm
         self.client = AllreduceClient(spec, conf.port, conf.mode, list(conf.ring), conf.faults, conf.training,
                                       endpoint=endpoint)
         self.client.status = conf.result + ".status"  # innet.backends.mininet.collect reads it for the progress line

@@ -143,13 +143,15 @@ class AllreduceCall:
         fields = None if self.done else frame_fields(frame)
         if fields is None:
             return []  # what the block path does with it: nothing
-        src, _, _, job, _, _, _, chunk, count, flags, _ = fields
+        src, _, _, job, _, _, _, chunk, count, flags, exp = fields
         spec, window = self.spec, self.window
         if job != spec.job or (src != spec.peer and src not in spec.servers) or not flags & (RESULT | ABORT):
             return []
-        if flags & (ABORT | SPARSE | OVERFLOW) or chunk == self.first:
+        if flags & (ABORT | SPARSE | OVERFLOW):
             return self.receive_block(parse_block(*pack_frames([frame])), now)
         slot = chunk % spec.slots
+        if chunk == self.first:
+            return self._agreed(slot, count, exp, now)
         offset = (chunk - self.first - 1) * spec.elements
         if window.in_flight[slot] != chunk or count != self._count_of(chunk, offset):
             if window.in_flight[slot] == chunk:
@@ -159,6 +161,24 @@ class AllreduceCall:
         window.answered_one(slot, chunk, now)
         self._padded[offset : offset + count] = np.frombuffer(frame, VALUE_DTYPE, count, PAYLOAD_OFFSET)
         out = self._send_one(chunk + spec.slots, now)
+        out += window.resend_lost(now)
+        if window.drained():
+            self.finished_at = now
+        return out
+
+    def _agreed(self, slot: int, count: int, exp: int, now: float) -> Frames:
+        """``receive`` of the exponent chunk's plain answer (no values, agreed exponent ``exp``): what the block path
+        does with it, without its arrays (on the eBPF star this CPU, all four workers' at one instant, is the run's
+        time)."""
+        window = self.window
+        if window.in_flight[slot] != self.first or count:
+            if window.in_flight[slot] == self.first:
+                self._misshapen(self.first, count, 0)
+            window.stale(np.array([slot]), np.array([self.first]))
+            return []
+        window.answered_one(slot, self.first, now)
+        self._agree(exp)
+        out = self._send(np.arange(self.first + 1, self.first + 1 + self.spec.slots), now)
         out += window.resend_lost(now)
         if window.drained():
             self.finished_at = now

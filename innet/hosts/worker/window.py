@@ -133,16 +133,16 @@ class Window:
 
     # -- results --------------------------------------------------------------
     def answered_one(self, slot: int, chunk: int, now: float) -> None:
-        """``answered`` for one data chunk's fresh result (a hot path: plain ints)."""
+        """``answered`` for one chunk's fresh result (a hot path: plain ints)."""
         self.in_flight[slot] = -1
         sent = float(self.sent_at[slot])
         self.undo.answered(np.array([slot]), np.array([chunk]), self.resent[slot:slot + 1], now - self.first_suspect[slot:slot + 1])
-        if not self.resent[slot]:
+        if self.resent[slot]:
+            self._resent_answered(np.array([slot]), now)
+        elif chunk != self.first:  # Karn's rule; the lone exponent packet never queues (``answered``)
             self.timer.sample(now - sent)
             self.rack.sample(now - sent)
             self.rack.reordered(now - float(self.suspect_at[slot]))
-        else:
-            self._resent_answered(np.array([slot]), now)
         seq = int(self._delivered(np.array([slot]), now)[0])
         self.first_suspect[slot] = np.inf
         if seq > self.newest_seq:
