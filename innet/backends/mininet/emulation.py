@@ -263,7 +263,7 @@ class Emulation(Network):
         (servers of a cluster do not share it: there, each starts when told), and ``early`` (the background's
         senders) ``lead`` seconds before it."""
         cpu = {sw: ctl.stats().cpu_s for sw, ctl in self.switch_controls.items()}
-        counters, drops = self.interface_bytes(), self.drop_counts()
+        counters, drops = self.counters()
         started = time.monotonic()
         at = started + GO_LEAD + GO_LEAD_PER_HOST * (len(starters) + len(early or {})) + lead
         for procs, instant in ((early or {}, at - lead), (starters, at)):
@@ -279,8 +279,8 @@ class Emulation(Network):
         share of a core and the frames dropped at every interface, queue and switch socket; ``sched``: the
         scheduler policy each process served under, recorded (a line where some did not get the one asked)."""
         wall = time.monotonic() - readings.started
-        directions = direction_bytes_between(self.graph, readings.interface_bytes, self.interface_bytes())
-        drops_after = self.drop_counts()
+        after, drops_after = self.counters()
+        directions = direction_bytes_between(self.graph, readings.interface_bytes, after)
         hosts = [w for specs in rp.specs.values() for w in specs]
         window = calls_window(self.run_dir, hosts) if self.cluster is None else None  # servers' clocks differ
         start, end = window or (readings.started, readings.started + wall)
