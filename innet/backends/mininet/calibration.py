@@ -10,8 +10,8 @@ run at r does, so the figure holds for any requested rate; a run's factor is the
 
 It also measures what a frame pays per process hop in wall time (``hop_s``): barriers on the same star,
 undilated at the faithful rate (one tiny frame from each worker through the switch and back, nothing to
-carry), Mininet's time per call less the local backend's (the links' time) over the hops the timing
-model counts on the barrier's path. Dilation divides it by the factor; a run whose critical path has
+carry), Mininet's time per call (on the eBPF switch from its last rank's start) less the local backend's (the
+links' time) over the hops the timing model counts on the barrier's path. Dilation divides it by the factor; a run whose critical path has
 many hops for its time (a barrier, a small call, a long ring) is dilated until they weigh little
 (``innet.planning.timing.dilation.latency_factor``).
 
