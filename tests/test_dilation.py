@@ -292,9 +292,11 @@ def test_auto_asks_the_python_switchs_calibration_for_a_pbox_on_the_ebpf_switch(
 
 def test_the_ebpf_calibrations_hop_is_its_own_switchs_over_the_hosts_hops(monkeypatch):
     """measured_hop on each plane: the same barrier's time over the local backend's, over 2 hops on the Python
-    switch (up to the switch and back), over 1 (the host woken) on the eBPF switch."""
+    switch (up to the switch and back), over 1 (the host woken) on the eBPF switch, there from each call's last
+    start: the ranks' start spread (0.5 ms here) is the previous call's end."""
     from innet.backends.local import run as local_run
     from innet.backends.mininet import calibration, emulation
+    from innet.results.record import CallSpan, Timeline
 
     ran = []
 
@@ -304,7 +306,11 @@ def test_the_ebpf_calibrations_hop_is_its_own_switchs_over_the_hosts_hops(monkey
     def fake(graph, spec, **kw):
         ran.append(spec.data_plane)
         record = Record(switch_data_plane={"s1": spec.data_plane})
-        record.completion_s = local_run.run_local(graph, spec).completion_s + 0.003
+        local = local_run.run_local(graph, spec).completion_s
+        record.completion_s = local + 0.003
+        spans = [CallSpan(1, rank, f"h{rank + 1}", k, "barrier", 0, 0.01 * k + 0.0005 * (rank % 2),
+                          0.01 * k + 0.0005 + local + 0.003 * (1 + (k == 2))) for k in range(3) for rank in range(4)]
+        record.timeline = Timeline(tuple(spans), ()) if kw.get("calls") else None
         return record
 
     monkeypatch.setattr(emulation, "run_mininet", fake)

@@ -127,24 +127,15 @@ def test_shares_are_taken_over_the_window_asked_for_not_the_whole_wait():
     assert wait["child"] >= 0 and 0 < busy <= os.cpu_count()
 
 
-class FakeNode:
-    def __init__(self, outputs):
-        self.outputs = outputs
-
-    def cmd(self, command):
-        return self.outputs[command.split()[0]]
-
-
 def test_drops_are_read_from_tc_and_ip_inside_a_node():
     tc = [{"kind": "htb", "handle": "5:", "root": True, "dev": "s1-eth1", "drops": 7},
           {"kind": "pfifo_fast", "handle": "10:", "parent": "5:1", "dev": "s1-eth1", "drops": 7},
           {"kind": "noqueue", "root": True, "dev": "lo", "drops": 0}]
     ip = [{"ifname": "lo", "stats64": {"rx": {"dropped": 0}, "tx": {"dropped": 0}}},
           {"ifname": "s1-eth1", "stats64": {"rx": {"dropped": 2}, "tx": {"dropped": 1}}}]
-    node = FakeNode({"tc": json.dumps(tc), "ip": json.dumps(ip)})
-    assert queue_drops(node) == {"s1-eth1": 7}  # the root's count has its children's in it: counted once
-    assert interface_drops(node) == {"s1-eth1": 3}
-    assert queue_drops(FakeNode({"tc": "Cannot find device"})) == {}
+    assert queue_drops(json.dumps(tc)) == {"s1-eth1": 7}  # the root's count has its children's in it: counted once
+    assert interface_drops(json.dumps(ip)) == {"s1-eth1": 3}
+    assert queue_drops("Cannot find device") == {}
     assert drops_between({"s1-eth1": 5}, {"s1-eth1": 7, "s1-eth2": 1}) == {"s1-eth1": 2, "s1-eth2": 1}
 
 

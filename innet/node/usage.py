@@ -11,7 +11,6 @@ import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -114,24 +113,24 @@ class Samples:
         return seconds, cpu, wait, busy
 
 
-def queue_drops(node: Any) -> dict[str, int]:
-    """Frames each interface of Mininet node ``node`` dropped at its root queue (the shaper's, children's
-    overflows included), read inside its namespace."""
+def queue_drops(qdiscs: str) -> dict[str, int]:
+    """Frames each interface dropped at its root queue (the shaper's, children's overflows included), from a node's
+    ``tc -s -j qdisc show`` read inside its namespace."""
     try:
-        qdiscs = json.loads(node.cmd("tc -s -j qdisc show"))
+        shown = json.loads(qdiscs)
     except ValueError:
         return {}
-    return {q["dev"]: int(q.get("drops", 0)) for q in qdiscs if q.get("root") and q.get("dev", "lo") != "lo"}
+    return {q["dev"]: int(q.get("drops", 0)) for q in shown if q.get("root") and q.get("dev", "lo") != "lo"}
 
 
-def interface_drops(node: Any) -> dict[str, int]:
-    """Frames each interface of ``node`` dropped itself (rx and tx ``dropped``)."""
+def interface_drops(links: str) -> dict[str, int]:
+    """Frames each interface dropped itself (rx and tx ``dropped``), from a node's ``ip -s -j link show``."""
     try:
-        links = json.loads(node.cmd("ip -s -j link show"))
+        shown = json.loads(links)
     except ValueError:
         return {}
     return {d["ifname"]: int(d["stats64"]["rx"]["dropped"]) + int(d["stats64"]["tx"]["dropped"])
-            for d in links if "stats64" in d and d["ifname"] != "lo"}
+            for d in shown if "stats64" in d and d["ifname"] != "lo"}
 
 
 def drops_between(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:

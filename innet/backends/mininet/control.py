@@ -1,6 +1,6 @@
 """The controller's end of a switch process's control channel: JSON lines on a Unix socket.
 
-``install`` hands a switch its routes and jobs, ``stats`` reads its counters and CPU, ``stop`` ends it
+``install`` hands a switch its routes and jobs, ``stats`` reads its counters and CPU, ``stop_all`` ends them
 (innet.node.switch serves the other end). Messages and answers are the records of innet.node.config,
 through innet.node.codec.
 """
@@ -58,14 +58,20 @@ class Control:
     def stats(self) -> SwitchStats:
         return from_json(SwitchStats, self._call("stats"))
 
-    def stop(self) -> None:
-        self._call("stop")
-
     def _call(self, op: str, message: object = None) -> object:
         """Send one message (a record's JSON, with its ``op``); the switch's answer, as JSON values."""
+        self._send(op, message)
+        return self._answer()
+
+    def _send(self, op: str, message: object = None) -> None:
         body = {"op": op, **(message if isinstance(message, dict) else {})}
         try:
             self.sock.sendall(json.dumps(body).encode() + b"\n")
+        except OSError:
+            pass  # the switch is gone: its answer says so
+
+    def _answer(self) -> object:
+        try:
             line = self.file.readline()
         except OSError:
             line = b""
@@ -82,3 +88,13 @@ class Control:
         except OSError:
             lines = []
         return lines[-1] if lines else "no message"
+
+
+def stop_all(controls: list[Control]) -> None:
+    """``stop`` every switch of ``controls``, all told before any answer is awaited: the processes serving them stop
+    theirs at once (one after the other, k=8's 80 eBPF switches took 7.6 s at load 10, each detaching its ports'
+    programs)."""
+    for ctl in controls:
+        ctl._send("stop")
+    for ctl in controls:
+        ctl._answer()

@@ -24,7 +24,7 @@ from innet.backends.cluster.servers import Cluster, cluster_figures
 from innet.backends.mininet.background import Background, ElasticBackground
 from innet.backends.mininet.cleanup import RunState
 from innet.backends.mininet.collect import Procs, Watch, calls_window, input_record, outcome, switch_drops
-from innet.backends.mininet.control import Control
+from innet.backends.mininet.control import Control, stop_all
 from innet.backends.mininet.dataplane import ebpf_object
 from innet.backends.mininet.network import Counters, Network, built, direction_bytes_between, log
 from innet.backends.mininet.nodes import (
@@ -101,7 +101,7 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
                 pbox_cores: int = 1, crash: dict[str, float] | None = None,
                 intruders: list[tuple[str, list[str]]] | None = None, cluster: Cluster | None = None,
                 dilation: float = 1.0, node_group: int | None = None, placed: RunPlan | None = None,
-                dilation_bound: str = "") -> RunRecord:
+                dilation_bound: str = "", calls: bool = False) -> RunRecord:
     """Run ``run`` on a Mininet network built from ``graph``; remove everything afterwards.
 
     ``crash`` kills the named worker hosts' processes (SIGKILL) that many seconds
@@ -113,7 +113,9 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     times slower, and the record's times are the requested (virtual) ones; ``dilation_bound``: what chose it, for
     the fidelity record (innet.planning.timing.dilation.auto_bounds). ``node_group``: switches
     (and workers) per process, None for innet.planning.grouping's choice. ``placed``: the run's plan as
-    ``innet.prepare`` placed it, realised here on the dilated links and clock (else planned here).
+    ``innet.prepare`` placed it, realised here on the dilated links and clock (else planned here). ``calls``: the
+    record's timeline holds every rank's calls even without ``run.timeline`` (which also tracks switches' slots,
+    the Python switch's only: the eBPF calibration's hop, innet.backends.mininet.calibration.from_last_start).
     """
     from mininet.log import setLogLevel
 
@@ -138,7 +140,7 @@ def run_mininet(graph: nx.Graph, run: RunSpec, pcap_dir: str | None = None, cli:
     announce(graph, run, rp, dilation, dilation_bound)  # the plans are the requested graph's: dilation changes rates, not routes
     with built(wire_graph, link_mtu(answer), Emulation, cluster) as emu:
         emu.dilate(dilation, graph, run, dilation_bound)
-        emu.node_group = node_group
+        emu.node_group, emu.calls = node_group, calls
         emu.start_switches(wire_run, program, configs, pcap_dir, rp.plans)
         return emu.execute(wire_run, rp, pbox_cores, dilate_times(crash or {}, dilation), intruders or [], cli)
 
@@ -189,6 +191,7 @@ class Emulation(Network):
         self.dilation_bound = ""
         self.requested: tuple[nx.Graph, RunSpec] | None = None
         self.node_group: int | None = None  # nodes per process (innet.planning.grouping); None: its choice
+        self.calls = False  # the record's timeline holds the ranks' calls (run_mininet)
         self.ebpf = False  # the switches run the eBPF switch (start_switches): hosts end the hops from them
         self.holds: Holds = {}  # and what each holds for the hops between switches
 
@@ -263,7 +266,7 @@ class Emulation(Network):
         (servers of a cluster do not share it: there, each starts when told), and ``early`` (the background's
         senders) ``lead`` seconds before it."""
         cpu = {sw: ctl.stats().cpu_s for sw, ctl in self.switch_controls.items()}
-        counters, drops = self.interface_bytes(), self.drop_counts()
+        counters, drops = self.counters()
         started = time.monotonic()
         at = started + GO_LEAD + GO_LEAD_PER_HOST * (len(starters) + len(early or {})) + lead
         for procs, instant in ((early or {}, at - lead), (starters, at)):
@@ -279,8 +282,8 @@ class Emulation(Network):
         share of a core and the frames dropped at every interface, queue and switch socket; ``sched``: the
         scheduler policy each process served under, recorded (a line where some did not get the one asked)."""
         wall = time.monotonic() - readings.started
-        directions = direction_bytes_between(self.graph, readings.interface_bytes, self.interface_bytes())
-        drops_after = self.drop_counts()
+        after, drops_after = self.counters()
+        directions = direction_bytes_between(self.graph, readings.interface_bytes, after)
         hosts = [w for specs in rp.specs.values() for w in specs]
         window = calls_window(self.run_dir, hosts) if self.cluster is None else None  # servers' clocks differ
         start, end = window or (readings.started, readings.started + wall)
@@ -289,8 +292,7 @@ class Emulation(Network):
         # a switch works only while the calls go on: its CPU since "go" is theirs
         cpu_share = {sw: (st.cpu_s - readings.switch_cpu_s[sw]) / seconds if seconds > 0 else 0.0
                      for sw, st in stats.items()}
-        for ctl in self.switch_controls.values():
-            ctl.stop()
+        stop_all(list(self.switch_controls.values()))
         fid = fidelity(self.dilation, cpu, drops_between(readings.drops[0], drops_after[0]),
                        drops_between(readings.drops[1], drops_after[1]),
                        {sw: sum(st.socket_drops.values()) for sw, st in stats.items()}, os.cpu_count() or 1, waits)
@@ -321,7 +323,7 @@ class Emulation(Network):
                if self.cluster is not None else {}),
         )
         record = with_directions(record, graph, measured.directions)
-        if run.timeline:  # the hosts' monotonic clock, from the first call's start
+        if run.timeline or self.calls:  # the hosts' monotonic clock, from the first call's start
             starts = [t for o in outcomes for t in o.started if math.isfinite(t)]
             workers = {(s.job, s.rank): w for specs in rp.specs.values() for w, s in specs.items()}
             reports = {sw: st.runtime for sw, st in stats.items() if st.runtime is not None}

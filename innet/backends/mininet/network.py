@@ -49,17 +49,16 @@ def log(msg: str, kind: str = "phase") -> None:
     emit(kind, msg)
 
 
-def interface_bytes(node: Any) -> dict[str, int]:
-    """tx bytes of every interface of a Mininet node, read inside its namespace: whole Ethernet frames, as a veth
-    counts them, on a cluster's VXLAN tunnels too."""
-    out = node.cmd("ip -d -s -j link show")
+def interface_bytes(links: str) -> dict[str, int]:
+    """tx bytes of every interface of a Mininet node, from its ``ip -d -s -j link show`` read inside its namespace:
+    whole Ethernet frames, as a veth counts them, on a cluster's VXLAN tunnels too."""
     try:
-        links = json.loads(out)
+        shown = json.loads(links)
     except ValueError:
         return {}
     return {d["ifname"]: int(d["stats64"]["tx"]["bytes"])
             + (ETH_HEADER * int(d["stats64"]["tx"]["packets"]) if d.get("linkinfo", {}).get("info_kind") == "vxlan" else 0)
-            for d in links if "stats64" in d}
+            for d in shown if "stats64" in d}
 
 
 def direction_bytes_between(graph: nx.Graph, before: Counters, after: Counters) -> dict[tuple[str, str], int]:
@@ -150,7 +149,6 @@ class Network:
         self.bursts = False  # shaped links send in bursts of BURST_S (innet.backends.mininet.shaper)
 
     def build(self) -> None:
-        from mininet.link import TCLink
         from mininet.net import Mininet
         from mininet.node import Host
 
@@ -159,7 +157,7 @@ class Network:
         graph = self.graph
         log(f"building {graph.graph.get('name', 'topology')}: {graph.number_of_nodes()} nodes, "
             f"{graph.number_of_edges()} links")
-        link, host = (VxlanLink, RemoteHost) if self.cluster is not None else (TCLink, Host)
+        link, host = (VxlanLink, RemoteHost) if self.cluster is not None else (_made_link(), Host)
         if self.cluster is not None:
             self._connect()
         remote = {"cluster": self.cluster} if self.cluster is not None else {}
@@ -174,7 +172,10 @@ class Network:
                 self.state.add_pid(f"mininet:{name}", node.shell.pid)  # here: a remote node's is its ssh
         unshaped = 0
         shaped: list[tuple[str, str, float]] = []
-        for u, v, data in sorted(graph.edges(data=True), key=lambda e: link_name(e[0], e[1])):
+        edges = sorted(graph.edges(data=True), key=lambda e: link_name(e[0], e[1]))
+        if self.cluster is None:
+            self._make_pairs([(u, v) for u, v, _ in edges])
+        for u, v, data in edges:
             params: dict[str, float] = {}
             if data["bw"] <= TCLINK_MAX_MBPS:
                 params = {"bw": data["bw"]} if self.cluster is not None else {}  # here: shaped below, node by node
@@ -192,6 +193,16 @@ class Network:
         if loss:
             self._kernel_loss(shaped, loss)
 
+    def _make_pairs(self, links: list[tuple[str, str]]) -> None:
+        """Every link's veth pair, each end made in its node's namespace, by one ``ip -batch`` (Mininet's links made
+        and brought up each end one shell command at a time: 1,920 round trips, 12 s of k=8's bring-up at load 9)."""
+        graph = self.graph
+        lines = [f"link add name {u}-eth{port_to(graph, u, v)} netns {self.net.get(u).pid} type veth "
+                 f"peer name {v}-eth{port_to(graph, v, u)} netns {self.net.get(v).pid}" for u, v in links]
+        made = subprocess.run(["ip", "-batch", "-"], input="\n".join(lines), capture_output=True, text=True, check=False)
+        if made.returncode:
+            raise UserError(f"cannot make the links' veth pairs: {made.stderr.strip()}")
+
     def _configure(self, shaped: list[tuple[str, str, float]]) -> None:
         """Each node's interfaces set up as the run needs them: no offloads, jumbo MTU where the frames need it, the
         ``shaped`` interfaces' queues and shapers, IPv6 off; one shell round trip a node."""
@@ -203,18 +214,20 @@ class Network:
             for intf in node.intfNames():
                 if intf != "lo":
                     offload[node.name].append(f"ethtool -K {intf} tx off rx off sg off tso off gso off gro off >/dev/null 2>&1")
+                    ip[node.name].append(f"link set {intf} up")
                     if self.mtu != ETH_MTU:  # frames longer than Ethernet's (--packet-elements): jumbo links
                         ip[node.name].append(f"link set {intf} mtu {self.mtu}")
         for name, intf, bw in shaped:
             ip[name] += self._queue_length(intf)
             tc[name] += self._shaper(intf, bw)
-        for node in net.hosts:  # one shell round trip and one ip and tc process a node: k=8's 768 interfaces'
-            # commands one by one (Mininet's TCLink's and these) took its bring-up 1.5-2 minutes
+        commands = {}  # one shell round trip and one ip and tc process a node, all nodes' at once: k=8's 768
+        for node in net.hosts:  # interfaces' commands one by one (Mininet's TCLink's and these) took its bring-up 1.5-2 minutes
             lines = ["sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1", *offload[node.name]]
             lines += [_batch(tool, cmds) for tool, cmds in (("ip", ip[node.name]), ("tc", tc[node.name])) if cmds]
-            error = node.cmd("{ " + " ; ".join(lines) + " ; } 2>&1 | grep -v '^Warning'")
+            commands[node.name] = "{ " + " ; ".join(lines) + " ; } 2>&1 | grep -v '^Warning'"
+        for name, error in self.each_node(commands).items():
             if error.strip():
-                raise UserError(f"cannot set up {node.name}'s interfaces: {error.strip()}")
+                raise UserError(f"cannot set up {name}'s interfaces: {error.strip()}")
 
     def _queue_length(self, intf: str) -> list[str]:
         """``ip`` lines giving ``intf`` a queue that holds the frames the run can have in flight (pfifo_fast's limit:
@@ -239,9 +252,8 @@ class Network:
         ends: dict[Any, list[str]] = {}
         for link in self.net.links:
             ends.setdefault(link.intf1.node, []).append(f"link del {link.intf1.name}")
-        for node, lines in ends.items():
-            if node.shell and not node.waiting:  # a shell an interrupt left mid-command: Mininet's stop, or the record
-                node.cmd(_batch("ip", lines) + " >/dev/null 2>&1")
+        self.each_node({node.name: _batch("ip", lines) + " >/dev/null 2>&1" for node, lines in ends.items()
+                        if node.shell and not node.waiting})  # a shell an interrupt left mid-command: Mininet's stop, or the record
         self.net.links = []
 
     def _kernel_loss(self, shaped: list[tuple[str, str, float]], loss: float) -> None:
@@ -309,17 +321,32 @@ class Network:
         write(path, conf)
         return path
 
-    def drop_counts(self) -> tuple[dict[str, int], dict[str, int]]:
-        """Every interface's frames dropped so far: at its queue, and by the interface itself."""
+    def each_node(self, commands: dict[str, str]) -> dict[str, str]:
+        """What each named node's command of ``commands`` printed in its shell: all sent before any is read, so their
+        round trips overlap (one node after the other, reading k=8's 208 nodes' counters took 5-9 s, load 9-11)."""
+        nodes = [self.net.get(name) for name in commands]
+        for node in nodes:
+            node.sendCmd(commands[node.name])
+        return {node.name: node.waitOutput() for node in nodes}
+
+    def counters(self) -> tuple[Counters, tuple[dict[str, int], dict[str, int]]]:
+        """Every interface's tx bytes (``interface_bytes``) and the frames it dropped so far: at its queue, and
+        itself; one shell round trip a node."""
+        shown = self.each_node({n.name: f"ip -d -s -j link show; echo '{_QDISCS}'; tc -s -j qdisc show"
+                                for n in self.net.hosts})
+        sent: Counters = {}
         queue: dict[str, int] = {}
         interface: dict[str, int] = {}
-        for node in self.net.hosts:
-            queue.update(queue_drops(node))
-            interface.update(interface_drops(node))
-        return queue, interface
+        for name, out in shown.items():
+            links, _, qdiscs = out.partition(_QDISCS)
+            sent[name] = interface_bytes(links)
+            queue.update(queue_drops(qdiscs))
+            interface.update(interface_drops(links))
+        return sent, (queue, interface)
 
     def interface_bytes(self) -> Counters:
-        return {n.name: interface_bytes(n) for n in self.net.hosts}
+        return {name: interface_bytes(out)
+                for name, out in self.each_node({n.name: "ip -d -s -j link show" for n in self.net.hosts}).items()}
 
     def teardown(self) -> None:
         if self.pcaps:
@@ -349,6 +376,28 @@ class Network:
         delete_intfs(self.state.data.intfs)
         if self.state.data.htb_hysteresis:
             release(own=self.state.path)
+
+
+def _made_link() -> type:
+    """Mininet's link between two nodes whose veth pair ``Network._make_pairs`` made: it makes none, and its
+    interfaces run no command (``Network._configure`` sets them up, one batch a node)."""
+    from mininet.link import Intf, Link
+
+    class MadeIntf(Intf):
+        def config(self, **_params: Any) -> dict[str, Any]:
+            return {}
+
+    class MadeLink(Link):
+        def __init__(self, node1: Any, node2: Any, **params: Any) -> None:
+            super().__init__(node1, node2, **{**params, "intf": MadeIntf})
+
+        def makeIntfPair(self, *_args: Any, **_kwargs: Any) -> None:  # noqa: N802 - Mininet's name
+            return None
+
+    return MadeLink
+
+
+_QDISCS = "--- qdiscs ---"  # between a node's links and its queues in ``Network.counters``' output
 
 
 def _batch(tool: str, lines: list[str]) -> str:

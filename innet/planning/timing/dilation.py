@@ -67,7 +67,9 @@ def hop_cost(hop_s: float, workers: int, plane: str = "python") -> float:
     2.4 ms, where 128 / 4 = 32 and its root is 5.7. The eBPF switch's, the fourth root (2.4 at k=8): its switches
     wake no process, and k=8's ring (378 host hops) ran 1.0144x its model at 3000, 1.0065x at 4500, 1.0037x at 6520
     (~1.1-1.6 ms a hop, the star's own), but 1.061x at 2000, its processes then keeping 1.8 of the 2 cores busy
-    (load 12-17, docs/performance.md): the fourth root takes 3800-6000 at a 1.1-1.8 ms hop, 1.3-2x that 3000."""
+    (load 12-17, docs/performance.md): the fourth root takes 3800-6000 at a 1.1-1.8 ms hop, 1.3-2x that 3000. (Those
+    hops were whole barrier calls; measured from each call's last start, calibration.from_last_start, they are ~0.6x
+    that: 1.1 ms at load 9-12 took 3688, within 1.4% twice.)"""
     return hop_s * max(1.0, workers / CALIBRATION_WORKERS) ** HOP_EXPONENT[plane]
 
 
