@@ -143,7 +143,7 @@ def test_auto_takes_the_ebpf_switch_only_where_this_machine_can_load_it(monkeypa
     star = build("star", workers=4)
     monkeypatch.setattr(dataplane.shutil, "which", lambda name: "/usr/bin/clang")
     monkeypatch.setattr(dataplane.os, "geteuid", lambda: 0)
-    assert calibrated_plane(star, RunSpec(data_plane="auto")) == "ebpf"
+    assert RunSpec().data_plane == "auto" and calibrated_plane(star, RunSpec()) == "ebpf"  # the default
     assert calibrated_plane(star, RunSpec(data_plane="auto", mode="ring")) == "ebpf"  # its switches route in the kernel
     assert calibrated_plane(star, RunSpec(data_plane="auto", collective="all_gather")) == "ebpf"
     assert calibrated_plane(star, RunSpec(data_plane="auto", program="max_allreduce")) == "python"
@@ -168,6 +168,8 @@ def test_auto_takes_the_ebpf_switchs_calibration_once_cached_else_the_python_swi
         for plane in ("auto", "ebpf", "python"):
             dilation_choice(star, RunSpec(data_plane=plane, backend="mininet"))
     assert asked == ["python", "ebpf", "python", "ebpf", "ebpf", "python"]
+    assert dataplane._calibrated(RunSpec()).endswith(  # the default run's line says how to cache the eBPF switch's
+        "once cached, else the Python switch's: sudo python scripts/calibrate_dilation.py --data-plane ebpf caches it")
 
 
 @pytest.mark.skipif(shutil.which("clang") is None, reason="clang (make deps) builds the eBPF switch")
