@@ -81,20 +81,11 @@ def ebpf_object(run: RunSpec, program: type[SwitchProgram], graph: nx.Graph, swi
         across = " and the hops between switches on its path" if any(h != HostHold() for h in holds.values()) else ""
         if any(h.out != (0.0, 0.0) for h in holds.values()):
             across += ", some by their senders so that flows meet as on the Python switch"
-        held = f"; dilated {dilation:g}x, each hop held by the host at its end{across} ({_calibrated(run)})"
+        held = (f"; dilated {dilation:g}x, each hop held by the host at its end{across} (--dilation auto takes the "
+                f"eBPF switch's calibration)")
     what = program.name if run.mode == "innet" else f"its routes (--mode {run.mode} aggregates in no switch)"
     log(f"--data-plane {run.data_plane}: every switch runs {what} as a tc program ({path}){held}")
     return path, holds if dilated else {}
-
-
-def _calibrated(run: RunSpec) -> str:
-    """Which calibration ``--dilation auto`` takes on the eBPF switch: with ``--data-plane auto`` (the default) the
-    Python switch's until the eBPF switch's is cached (innet.api.dilation_choice: a run does not stop to measure it;
-    innet.backends.mininet.calibration imports this module, so the line names both)."""
-    if run.data_plane == "auto":
-        return ("--dilation auto takes the eBPF switch's calibration once cached, else the Python switch's: "
-                "sudo python scripts/calibrate_dilation.py --data-plane ebpf caches it")
-    return "--dilation auto takes the eBPF switch's calibration"
 
 
 def _keys(program: type[SwitchProgram]) -> int:
@@ -119,8 +110,8 @@ def _unbuildable(run: RunSpec, program: type[SwitchProgram]) -> str:
 
 def calibrated_plane(graph: nx.Graph, run: RunSpec, plans: Sequence[JobPlan] | None = None) -> str:
     """The data plane whose calibration (innet.backends.mininet.calibration) a dilated run of ``run`` on ``graph``
-    takes: "ebpf" where its switches will run the eBPF switch, else "python" (innet.api.dilation_choice: with
-    ``auto``, the eBPF switch's once cached). ``plans``: the run's (else planned)."""
+    takes: "ebpf" where its switches will run the eBPF switch, else "python" (innet.api.dilation_choice), with
+    ``auto`` as with ``ebpf``. ``plans``: the run's (else planned)."""
     from innet.backends.mininet.nodes import port_faults
     from innet.planning.spec import program_of
 
