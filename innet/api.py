@@ -322,15 +322,13 @@ def dilation_choice(graph: nx.Graph, spec: RunSpec, rp: RunPlan | None = None) -
         return 1.0, ""
     if spec.dilation != "auto":
         return float(spec.dilation), ""
-    from innet.backends.mininet.calibration import calibration, is_cached
+    from innet.backends.mininet.calibration import calibration
     from innet.backends.mininet.dataplane import calibrated_plane
     from innet.planning.timing.dilation import auto_factor
     from innet.schemes.modes import auto_choice, plan_run
 
     rp = rp or plan_run(graph, spec, program_of(spec))
     plane = calibrated_plane(graph, spec, rp.plans)
-    if plane == "ebpf" and spec.data_plane == "auto" and not is_cached("ebpf"):
-        plane = "python"  # auto does not stop to calibrate: the Python switch's carries less, faithful on eBPF too
     cal = calibration(data_plane=plane)
     wrong = shapeable(spec, auto_factor(host_link_rate(graph), cal.faithful_mbps))
     if wrong:

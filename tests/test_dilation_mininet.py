@@ -11,11 +11,12 @@ import sys
 
 import pytest
 
-from innet.backends.mininet.calibration import calibration, faithful_rate
+from innet.backends.mininet.calibration import calibration
+from innet.backends.mininet.dataplane import calibrated_plane
 from innet.cli import main
 from innet.planning.spec import RunSpec, program_of
 from innet.planning.timing.dilation import auto_factor, host_link_rate
-from innet.schemes.modes import auto_dilation, plan_run
+from innet.schemes.modes import auto_choice, plan_run
 from topologies import build
 
 pytestmark = pytest.mark.mininet
@@ -55,9 +56,12 @@ def test_the_default_run_is_dilated_by_the_traffic_on_all_its_links_and_takes_th
     (the uplinks too: F = 150) it is dilated more."""
     local = run(tmp_path, "local", "--topo", "leaf-spine", "--backend", "local")
     real = [run(tmp_path, f"mn{k}", "--topo", "leaf-spine", "--dilation", "auto") for k in range(3)]
-    factor = auto_dilation(build("leaf-spine"), RunSpec(), plan_run(build("leaf-spine"), RunSpec(), program_of(RunSpec())),
-                           faithful_rate(), calibration().hop_s)
-    assert factor > auto_factor(host_link_rate(build("leaf-spine")), faithful_rate())
+    graph, spec = build("leaf-spine"), RunSpec()
+    plane = calibrated_plane(graph, spec)  # the default's: the eBPF switch where this machine can load it
+    cal = calibration(data_plane=plane)
+    factor = auto_choice(graph, spec, plan_run(graph, spec, program_of(spec)), cal.faithful_mbps, cal.hop_s, plane)[0]
+    assert factor > auto_factor(host_link_rate(graph), cal.faithful_mbps)
+    assert {p for r in real for p in r["switch_data_plane"].values()} == {plane}
     assert all(r["fidelity"]["dilation"] == factor for r in real), [r["fidelity"]["dilation"] for r in real]
     assert_takes_the_local_time(local, real)
 

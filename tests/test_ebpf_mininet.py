@@ -53,7 +53,7 @@ def run(graph, tmp_path=None, **options):
 def test_star_frames_are_the_python_switchs_byte_for_byte_and_sums_exact(tmp_path):
     graph = build("star", workers=4)
     ebpf = run(graph, tmp_path / "ebpf", elements=5000, data_plane="ebpf")
-    python = run(graph, tmp_path / "python", elements=5000)
+    python = run(graph, tmp_path / "python", elements=5000, data_plane="python")
     assert ebpf["correct"] and python["correct"], (ebpf["errors"], python["errors"])
     assert ebpf["switch_data_plane"] == {"s1": "ebpf"}
     assert python["switch_data_plane"] == {"s1": "python"}
@@ -120,7 +120,8 @@ def test_a_dilated_star_runs_the_ebpf_switch_each_hop_held_as_the_python_switchs
     graph, spec, factor = calibration_case(10.0)
     ebpf = run_mininet(graph, dataclasses.replace(spec, data_plane="ebpf"), pcap_dir=str(tmp_path / "ebpf"),
                        dilation=factor)
-    python = run_mininet(graph, spec, pcap_dir=str(tmp_path / "python"), dilation=factor)
+    python = run_mininet(graph, dataclasses.replace(spec, data_plane="python"), pcap_dir=str(tmp_path / "python"),
+                         dilation=factor)
     assert ebpf["correct"] and python["correct"], (ebpf["errors"], python["errors"])
     assert ebpf["switch_data_plane"] == {"s1": "ebpf"} and python["switch_data_plane"] == {"s1": "python"}
     assert ebpf["result_digest"] == python["result_digest"] and ebpf["link_bytes"] == python["link_bytes"]

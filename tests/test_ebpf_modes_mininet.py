@@ -42,7 +42,7 @@ def as_local(graph, spec, **options):
 def test_a_star_forwards_in_the_kernel_the_python_switchs_frames(mode, tmp_path, said):
     graph = build("star", workers=4)
     ebpf = run(graph, tmp_path / "ebpf", mode=mode, elements=5000, data_plane="ebpf")
-    python = run(graph, tmp_path / "python", mode=mode, elements=5000)
+    python = run(graph, tmp_path / "python", mode=mode, elements=5000, data_plane="python")
     same_run(ebpf, python)
     seen = frames_by_interface(tmp_path / "ebpf")
     assert seen == frames_by_interface(tmp_path / "python")
@@ -93,7 +93,7 @@ def test_routed_and_replicated_slots_send_the_python_switchs_frames(collective, 
     byte for byte."""
     graph = build("leaf-spine", racks=2, hosts_per_rack=2)
     ebpf = run(graph, tmp_path / "ebpf", collective=collective, elements=20000, placement="tor", data_plane="ebpf")
-    python = run(graph, tmp_path / "python", collective=collective, elements=20000, placement="tor")
+    python = run(graph, tmp_path / "python", collective=collective, elements=20000, placement="tor", data_plane="python")
     same_run(ebpf, python)
     seen = frames_by_interface(tmp_path / "ebpf")
     assert seen == frames_by_interface(tmp_path / "python")

@@ -211,9 +211,9 @@ class RunSpec:
                                         "(the default): F = the host link's rate over the rate this machine carries "
                                         "faithfully (calibrated once, cached); off: F = 1. The local backend runs in "
                                         "virtual time and takes auto or off only")
-    data_plane: str = option("python", group="backend", choices=("python", "ebpf", "auto"), backends=("mininet",),
-                             help="mininet: the switches' data plane: python (the default), ebpf: the built-in sum "
-                                  "all-reduce as a tc program on every switch port (README: eBPF switch), or auto: ebpf "
+    data_plane: str = option("auto", group="backend", choices=("python", "ebpf", "auto"), backends=("mininet",),
+                             help="mininet: the switches' data plane: python, ebpf: the built-in sum all-reduce as a "
+                                  "tc program on every switch port (README: eBPF switch), or auto (the default): ebpf "
                                   "where this machine can build and load it (root, clang or a cached build), else "
                                   "python; what it cannot run stays on the Python switch, with a line saying so")
     node_group: int | None = option(None, group="backend", metavar="auto|off|G", parse=parse_node_group,

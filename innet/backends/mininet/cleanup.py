@@ -9,6 +9,7 @@ global ``mn -c``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -120,8 +121,11 @@ def records() -> list[tuple[str, Created, bool]]:
         try:
             with open(path, encoding="utf-8") as fh:
                 data = from_json(Created, json.load(fh))
+        except FileNotFoundError:  # its run ended between the listing and the read
+            continue
         except (OSError, ValueError, TypeError, AttributeError):
-            os.unlink(path)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
             continue
         runner, started = data.runner
         out.append((path, data, runner == os.getpid() or _alive(runner, started)))

@@ -81,9 +81,8 @@ def ebpf_object(run: RunSpec, program: type[SwitchProgram], graph: nx.Graph, swi
         across = " and the hops between switches on its path" if any(h != HostHold() for h in holds.values()) else ""
         if any(h.out != (0.0, 0.0) for h in holds.values()):
             across += ", some by their senders so that flows meet as on the Python switch"
-        once = ", once cached, else the Python switch's" if run.data_plane == "auto" else ""
         held = (f"; dilated {dilation:g}x, each hop held by the host at its end{across} (--dilation auto takes the "
-                f"eBPF switch's calibration{once})")
+                f"eBPF switch's calibration)")
     what = program.name if run.mode == "innet" else f"its routes (--mode {run.mode} aggregates in no switch)"
     log(f"--data-plane {run.data_plane}: every switch runs {what} as a tc program ({path}){held}")
     return path, holds if dilated else {}
@@ -111,8 +110,8 @@ def _unbuildable(run: RunSpec, program: type[SwitchProgram]) -> str:
 
 def calibrated_plane(graph: nx.Graph, run: RunSpec, plans: Sequence[JobPlan] | None = None) -> str:
     """The data plane whose calibration (innet.backends.mininet.calibration) a dilated run of ``run`` on ``graph``
-    takes: "ebpf" where its switches will run the eBPF switch, else "python" (innet.api.dilation_choice: with
-    ``auto``, the eBPF switch's once cached). ``plans``: the run's (else planned)."""
+    takes: "ebpf" where its switches will run the eBPF switch, else "python" (innet.api.dilation_choice), with
+    ``auto`` as with ``ebpf``. ``plans``: the run's (else planned)."""
     from innet.backends.mininet.nodes import port_faults
     from innet.planning.spec import program_of
 
