@@ -73,10 +73,29 @@ def steer(node: Any, cpu: int) -> None:
         raise RuntimeError(f"cannot steer {node.name}'s receive queues to CPU {cpu}: {out.strip()[:300]}")
 
 
+def threaded_napi(node: Any, cpu: int) -> None:
+    """Each of ``node``'s ports polled by its own kernel thread (threaded NAPI) pinned to ``cpu``: veth polls the
+    receiving port (its XDP program, its skbs made) in the NAPI the sender's redirect scheduled, on the sender's
+    core, unless a thread does it. Ports named ``node``-eth* (their threads napi/<port>-<id>)."""
+    intfs = [i for i in node.intfNames() if i != "lo"]
+    out = node.cmd(f"unshare -m sh -c '[ -e /sys/class/net/{intfs[0]} ] || mount -t sysfs sysfs /sys; "
+                   + "".join(f"echo 1 > /sys/class/net/{i}/threaded; cat /sys/class/net/{i}/threaded; " for i in intfs) + "'")
+    if out.split() != ["1"] * len(intfs):
+        raise RuntimeError(f"cannot thread {node.name}'s NAPI: {out.strip()[:300]}")
+    names = subprocess.run(["ps", "-eo", "pid=,comm="], capture_output=True, text=True, check=True).stdout.splitlines()
+    pids = [line.split()[0] for line in names if any(line.split()[1].startswith(f"napi/{i}-") for i in intfs)]
+    if len(pids) < len(intfs):
+        raise RuntimeError(f"{node.name}'s NAPI threads not found: {pids}")
+    for pid in pids:  # and real-time, as the softirq it replaces runs before any process on that core
+        subprocess.run(["taskset", "-pc", str(cpu), pid], capture_output=True, check=True)
+        subprocess.run(["chrt", "-f", "-p", "50", pid], capture_output=True, check=True)
+
+
 def measure(kind: str, workers: int, elements: int, target: str, seconds: float = 1.0, search: int = 0,
-            steered: bool = True, native: str = "", xdp: str = "") -> dict[str, Any]:
-    """Packets/s through the middle node (``target``: bridge, innet, or ebpf: the innet switch with
-    ``--data-plane ebpf``'s tc program on its ports), the sender on CPU 0 and the switch on CPU 1: with
+            steered: bool = True, native: str = "", xdp: str = "", threaded: bool = False) -> dict[str, Any]:
+    """Packets/s through the middle node (``target``: bridge, innet, ebpf: the innet switch with
+    ``--data-plane ebpf``'s tc program on its ports, or xdp: that with switch.c's XDP half before it), the
+    sender on CPU 0 and the switch on CPU 1 (``threaded``: its ports' NAPI polls too, threaded_napi): with
     ``steered`` (RPS), all of it, the kernel's receive path on its ports included (the bridge's forwarding, the
     eBPF program, the Python switch's ring); without, that path runs in the sender's softirq on CPU 0.
     ``native``: the sender's loop in C (scripts.blast's ``--native``: blast.c built by ``native_sender``), else
@@ -96,7 +115,8 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
     graph = star(hosts, bw=100_000.0, pbox=False)  # above TCLink's range: left unshaped, veth speed
     idx = node_indices(graph)
     senders = [f"h{i + 1}" for i in range(workers)]
-    with network(graph, JUMBO_MTU) as emu, timed_programs(target == "ebpf"):  # room for 1024 elements a frame
+    ebpf = target in ("ebpf", "xdp")
+    with network(graph, JUMBO_MTU) as emu, timed_programs(ebpf):  # room for 1024 elements a frame
         s1 = emu.net.get("s1")
         if steered:
             steer(s1, SWITCH_CPU)
@@ -104,6 +124,8 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
             for intf in s1.intfNames():
                 if intf != "lo" and "generic-receive-offload: on" not in s1.cmd(f"ethtool -K {intf} gro on; ethtool -k {intf}"):
                     raise RuntimeError(f"cannot turn GRO on at {intf} (ethtool): the kernel-made sender needs it")
+        if threaded:
+            threaded_napi(s1, SWITCH_CPU)
         control = None
         if target == "bridge":
             s1.cmd("ip link add br0 type bridge && ip link set br0 up")
@@ -111,15 +133,15 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
                 if intf != "lo":
                     s1.cmd(f"ip link set {intf} master br0")
         else:
-            control = _start_switch(emu, graph, kind, senders, elements, target == "ebpf")
+            control = _start_switch(emu, graph, kind, senders, elements, ebpf, target == "xdp")
         where = ",".join(f"{emu.net.get(h).pid}:{h}-eth0" for h in senders)
         dst = idx["s1"] if kind == "sum" else idx[f"h{hosts}"]
         done_intf = "s1-eth0" if kind == "sum" else f"s1-eth{hosts - 1}"
 
-        programs = _programs(s1) if target == "ebpf" else set()
+        programs = _programs(s1) if ebpf else set()
 
         def cpu_s() -> float:
-            if target == "ebpf":  # the tc program's own run time (frames it ran on: the in-count below)
+            if ebpf:  # the tc program's own run time (frames it ran on: the in-count below)
                 return program_run_s(programs)
             return control.stats().cpu_s if control is not None else 0.0
 
@@ -204,9 +226,10 @@ def timed_programs(on: bool) -> Iterator[None]:
 
 
 def _programs(node: Any) -> set[int]:
-    """The ids of the BPF programs on ``node``'s tc ingress hooks (its eBPF switch's; another run's are not)."""
+    """The ids of the BPF programs on ``node``'s tc ingress and XDP hooks (its eBPF switch's; another run's are not)."""
     out = json.loads(node.cmd("bpftool -j net show") or "[]")
-    return {f["id"] for ns in out for f in ns.get("tc", []) if f.get("kind") == "clsact/ingress"}
+    return ({f["id"] for ns in out for f in ns.get("tc", []) if f.get("kind") == "clsact/ingress"}
+            | {f["id"] for ns in out for f in ns.get("xdp", []) if "id" in f})
 
 
 def program_run_s(ids: set[int]) -> float:
@@ -215,7 +238,8 @@ def program_run_s(ids: set[int]) -> float:
     return sum(p.get("run_time_ns", 0) for p in json.loads(out) if p.get("id") in ids) / 1e9
 
 
-def _start_switch(emu: Any, graph: Any, kind: str, senders: list[str], elements: int, ebpf: bool = False) -> Control:
+def _start_switch(emu: Any, graph: Any, kind: str, senders: list[str], elements: int, ebpf: bool = False,
+                  xdp: bool = False) -> Control:
     """The innet switch on s1, pinned to CPU 1: forward, or sum_allreduce at ``elements`` per packet (with ``ebpf``,
     its ports run the eBPF switch; what it does runs in the kernel's softirq, on whichever CPU the frame came)."""
     program = os.path.join(emu.run_dir, f"sum_{elements}.py")
@@ -226,7 +250,7 @@ def _start_switch(emu: Any, graph: Any, kind: str, senders: list[str], elements:
     conf = SwitchNodeConfig("forward" if kind == "forward" else program, {p: f"s1-eth{p}" for p in config.ports},
                             {p: PortFaults() for p in config.ports}, os.path.join(emu.run_dir, "s1.sock"),
                             pool_slots=SLOTS if kind == "sum" else 0,
-                            ebpf=object_path(elements, 2 * SLOTS, cache_dir()) if ebpf else "")
+                            ebpf=object_path(elements, 2 * SLOTS, cache_dir()) if ebpf else "", xdp=xdp)
     path = emu.write("s1.json", conf)
     emu.spawn("s1", ["taskset", "-c", str(SWITCH_CPU), sys.executable, "-m", "innet.node", "switch", path])
     control = Control(conf.control)
