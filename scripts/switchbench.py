@@ -73,29 +73,12 @@ def steer(node: Any, cpu: int) -> None:
         raise RuntimeError(f"cannot steer {node.name}'s receive queues to CPU {cpu}: {out.strip()[:300]}")
 
 
-def threaded_napi(node: Any, cpu: int) -> None:
-    """Each of ``node``'s ports polled by its own kernel thread (threaded NAPI) pinned to ``cpu``: veth polls the
-    receiving port (its XDP program, its skbs made) in the NAPI the sender's redirect scheduled, on the sender's
-    core, unless a thread does it. Ports named ``node``-eth* (their threads napi/<port>-<id>)."""
-    intfs = [i for i in node.intfNames() if i != "lo"]
-    out = node.cmd(f"unshare -m sh -c '[ -e /sys/class/net/{intfs[0]} ] || mount -t sysfs sysfs /sys; "
-                   + "".join(f"echo 1 > /sys/class/net/{i}/threaded; cat /sys/class/net/{i}/threaded; " for i in intfs) + "'")
-    if out.split() != ["1"] * len(intfs):
-        raise RuntimeError(f"cannot thread {node.name}'s NAPI: {out.strip()[:300]}")
-    names = subprocess.run(["ps", "-eo", "pid=,comm="], capture_output=True, text=True, check=True).stdout.splitlines()
-    pids = [line.split()[0] for line in names if any(line.split()[1].startswith(f"napi/{i}-") for i in intfs)]
-    if len(pids) < len(intfs):
-        raise RuntimeError(f"{node.name}'s NAPI threads not found: {pids}")
-    for pid in pids:  # and real-time, as the softirq it replaces runs before any process on that core
-        subprocess.run(["taskset", "-pc", str(cpu), pid], capture_output=True, check=True)
-        subprocess.run(["chrt", "-f", "-p", "50", pid], capture_output=True, check=True)
-
-
 def measure(kind: str, workers: int, elements: int, target: str, seconds: float = 1.0, search: int = 0,
-            steered: bool = True, native: str = "", xdp: str = "", threaded: bool = False) -> dict[str, Any]:
+            steered: bool = True, native: str = "", xdp: str = "", hop: bool = False) -> dict[str, Any]:
     """Packets/s through the middle node (``target``: bridge, innet, ebpf: the innet switch with
     ``--data-plane ebpf``'s tc program on its ports, or xdp: that with switch.c's XDP half before it), the
-    sender on CPU 0 and the switch on CPU 1 (``threaded``: its ports' NAPI polls too, threaded_napi): with
+    sender on CPU 0 and the switch on CPU 1 (``hop``, the ``xdp`` sender's: its ports' receive too, scripts.blast's
+    --hop: their veths' poll, an XDP program there, the skb made): with
     ``steered`` (RPS), all of it, the kernel's receive path on its ports included (the bridge's forwarding, the
     eBPF program, the Python switch's ring); without, that path runs in the sender's softirq on CPU 0.
     ``native``: the sender's loop in C (scripts.blast's ``--native``: blast.c built by ``native_sender``), else
@@ -124,8 +107,6 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
             for intf in s1.intfNames():
                 if intf != "lo" and "generic-receive-offload: on" not in s1.cmd(f"ethtool -K {intf} gro on; ethtool -k {intf}"):
                     raise RuntimeError(f"cannot turn GRO on at {intf} (ethtool): the kernel-made sender needs it")
-        if threaded:
-            threaded_napi(s1, SWITCH_CPU)
         control = None
         if target == "bridge":
             s1.cmd("ip link add br0 type bridge && ip link set br0 up")
@@ -151,7 +132,7 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
                                      "--dst", str(dst), "--src", ",".join(str(idx[h]) for h in senders),
                                      "--elements", str(elements), "--slots", str(SLOTS), "--seconds", str(seconds), "--rate", str(rate),
                                      "--first-chunk", str(first_chunk), *(["--native", native] if native else []),
-                                     *(["--xdp", xdp] if xdp else [])],
+                                     *(["--xdp", xdp] if xdp else []), *(["--hop", str(SWITCH_CPU)] if hop else [])],
                                stdout=subprocess.PIPE)
             out, _ = blast.communicate(timeout=seconds + 60)
             core = core_times(SWITCH_CPU)
