@@ -35,7 +35,14 @@ of CPU 1 busy while the sender ran flat out at the bridge and at the Python swit
 with CPU 1 short of busy was bounded by the sender); and the frames the sender sent flat out per second of
 its own CPU time (all targets' runs: its rate were it never descheduled, beside the switches' per cpu-s).
 
---ebpf adds, for the sum rows, the same switch with --data-plane ebpf's tc program on its ports: its lossless
+--receive switch (the default with the xdp sender): every frame handed to CPU 1 first (a cpumap entry whose kthread,
+real-time as a NIC queue's softirq, redirects it into its port's veth), so the veths' receive (their poll, any XDP
+program, the skb) runs on the switch's core too, for every column alike; --receive sender: on the sender's core
+(the method before 2026-11-29's night: there the bridge and the Python switch got their veths' poll free).
+
+--ebpf adds, for the sum rows, the same switch with --data-plane ebpf's programs on its ports (switch.c's XDP half,
+which takes a contribution that only folds before the kernel makes an skb of it, then its tc program; --tc-only:
+the tc program alone): its lossless
 rate, what it completed flat out, what the sender pushed flat out in the same run and the share of CPU 1
 busy meanwhile (/proc/stat; other processes' work included: when the program completed all the sender sent
 with that core short of busy, the sender bounds it, not the switch), the frames it takes in per second of the program's
@@ -81,6 +88,9 @@ def main():
     p.add_argument("--sender", choices=("xdp", "c", "python"), default="xdp",
                    help="xdp: the frames made in the kernel (xdpgen.bpf.c, live frames); c: blast.c's sendmmsg (the "
                         "method before 2026-11-29); python: its loop in Python (before 2026-11-28's evening)")
+    p.add_argument("--receive", choices=("switch", "sender"), default="switch",
+                   help="the xdp sender's frames received (the veths' poll) on the switch's core or the sender's")
+    p.add_argument("--tc-only", action="store_true", help="--ebpf's switch without its XDP half")
     p.add_argument("--python-sender", action="store_const", const="python", dest="sender", help="--sender python")
     args = p.parse_args()
     if args.sender == "xdp" and not shutil.which("clang"):
@@ -94,14 +104,16 @@ def main():
     if args.seconds is None:
         args.seconds = 0.5 if args.quick else 1.0
     rows = []
+    ebpf_target, hop = "ebpf" if args.tc_only else "xdp", args.sender == "xdp" and args.receive == "switch"
     for kind, workers, elements in cases:
-        targets = ["bridge", "innet", *(["ebpf"] if args.ebpf and kind == "sum" else [])]
+        targets = ["bridge", "innet", *([ebpf_target] if args.ebpf and kind == "sum" else [])]
         runs: dict[str, list[dict]] = {target: [] for target in targets}
         for _ in range(args.runs):  # interleaved: a busy machine's load weighs on all three alike
             for target in targets:
                 runs[target].append(measure(kind, workers, elements, target, args.seconds,
-                                            args.search if target != "bridge" else 0, not args.unsteered, native, xdp))
-        bridge, innet, ebpf = runs["bridge"], runs["innet"], runs.get("ebpf", [])
+                                            args.search if target != "bridge" else 0, not args.unsteered, native, xdp,
+                                            hop=hop))
+        bridge, innet, ebpf = runs["bridge"], runs["innet"], runs.get(ebpf_target, [])
         bridge_pps = statistics.median(r["in_pps"] for r in bridge)
         lossless = statistics.median(r["lossless_pps"] for r in innet)
         cpu_pps = statistics.median(r.get("cpu_pps", 0.0) for r in innet)
@@ -129,7 +141,8 @@ def main():
                                       *(["ebpf pps", "ebpf pps flat out", "ebpf sender pps", "ebpf core busy", "ebpf pps per cpu-s",
                                         "ebpf/innet", "ebpf/bridge", "ebpf pps per core-s", "ebpf/innet per core-s",
                                         "ebpf/bridge per core-s"] if args.ebpf else [])],
-           rows, {"steered": not args.unsteered, "sender": args.sender})
+           rows, {"steered": not args.unsteered, "sender": args.sender, "receive": args.receive if args.sender == "xdp" else "sender",
+                  "ebpf": ebpf_target if args.ebpf else ""})
 
 if __name__ == "__main__":
     main()

@@ -136,7 +136,7 @@ class GenConfig(ctypes.Structure):
     """xdpgen.bpf.c's ``struct gen``."""
 
     _fields_ = [(name, ctypes.c_uint64) for name in ("slots", "rounds", "first", "sum", "nports", "rate", "start", "sent",
-                                                       "duration")]
+                                                       "duration", "hop")]
 
 
 def in_namespace(where: str, call: Callable[[str], T]) -> T:
@@ -153,10 +153,24 @@ def in_namespace(where: str, call: Callable[[str], T]) -> T:
             _libc.setns(home.fileno(), CLONE_NEWNET)
 
 
+def realtime_kthreads(prefix: str) -> None:
+    """The kernel threads named ``prefix``... scheduled real-time (FIFO 50): a NIC queue's softirq, which they stand
+    for, runs before any process on its core, loaded machine or not."""
+    import subprocess
+
+    names = subprocess.run(["ps", "-eo", "pid=,comm="], capture_output=True, text=True, check=True).stdout.splitlines()
+    pids = [int(line.split()[0]) for line in names if line.split()[1].startswith(prefix)]
+    if not pids:
+        raise OSError(f"no kernel thread {prefix}*")
+    for pid in pids:
+        os.sched_setscheduler(pid, os.SCHED_FIFO, os.sched_param(50))
+
+
 def xdp_blast(lib: str, obj: str, where: list[str], templates: list[bytes], kind: str, slots: int, rounds: int,
-              first: int, seconds: float, rate: float, batch: int) -> tuple[int, float, float]:
+              first: int, seconds: float, rate: float, batch: int, hop: int = -1) -> tuple[int, float, float]:
     """The ports' frames (``templates``: each port's first) made and sent in the kernel by xdpgen.bpf.c (``obj``,
-    run by blast.c's ``xdp_blast`` on this core), port i's into its veth ``where[i]``: frames sent, seconds, and
+    run by blast.c's ``xdp_blast`` on this core), port i's into its veth ``where[i]`` (``hop`` >= 0: by way of that
+    CPU, a cpumap entry, so that the veths receive there): frames sent, seconds, and
     this process's CPU seconds while it sent (not the program's load, nor the call's setup and teardown)."""
     bpf = ctypes.CDLL("libbpf.so.1", use_errno=True)
     bpf.bpf_object__open_file.restype = ctypes.c_void_p
@@ -172,16 +186,23 @@ def xdp_blast(lib: str, obj: str, where: list[str], templates: list[bytes], kind
     if not handle or bpf.bpf_object__load(handle):
         raise OSError(f"cannot load {obj}")
     try:
-        maps = {name: bpf.bpf_object__find_map_fd_by_name(handle, name.encode()) for name in ("gen", "heads", "out")}
+        maps = {name: bpf.bpf_object__find_map_fd_by_name(handle, name.encode())
+                for name in ("gen", "heads", "out", "cpus", "port_of")}
 
         def put(name: str, key: int, value: ctypes.Array | ctypes.Structure) -> None:  # type: ignore[type-arg]
             if bpf.bpf_map_update_elem(maps[name], ctypes.byref(ctypes.c_uint32(key)), ctypes.byref(value), 0):
                 raise OSError(ctypes.get_errno(), f"xdpgen map {name}[{key}]")
 
-        cfg = GenConfig(slots, rounds, first, int(kind == "sum"), len(where), int(rate), 0, 0, int(seconds * 1e9))
+        cfg = GenConfig(slots, rounds, first, int(kind == "sum"), len(where), int(rate), 0, 0, int(seconds * 1e9), hop + 1)
         put("gen", 0, cfg)
+        if hop >= 0:  # struct bpf_cpumap_val: its queue's size, the program its kthread runs
+            hop_fd = bpf.bpf_program__fd(bpf.bpf_object__find_program_by_name(handle, b"innet_xdpgen_hop"))
+            put("cpus", hop, (ctypes.c_uint32 * 2)(2048, hop_fd))
+            realtime_kthreads(f"cpumap/{hop}/")
         for port, (w, frame) in enumerate(zip(where, templates, strict=True)):
             put("heads", port, (ctypes.c_ubyte * 64).from_buffer_copy(frame[:64]))
+            if bpf.bpf_map_update_elem(maps["port_of"], ctypes.c_char_p(frame[26:30]), ctypes.byref(ctypes.c_uint32(port)), 0):
+                raise OSError(ctypes.get_errno(), "xdpgen map port_of")
             in_namespace(w, lambda iface, port=port: put("out", port, ctypes.c_uint32(socket.if_nametoindex(iface))))
         c = ctypes.CDLL(lib)
         c.xdp_blast.restype = ctypes.c_long
@@ -229,13 +250,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--first-chunk", type=int, default=0, help="added to every chunk number (a later run's data is new)")
     p.add_argument("--native", help="blast.c built as a shared library (native_sender): its loop sends")
     p.add_argument("--xdp", help="xdpgen.bpf.c built: the frames made and sent in the kernel (needs --native)")
+    p.add_argument("--hop", type=int, default=-1, help="with --xdp: the frames handed to this CPU, the veths' "
+                                                        "receive run there (a cpumap entry)")
     args = p.parse_args(argv)
     names = args.ifaces.split(",")
     srcs = [int(x) for x in args.src.split(",")]
     if args.xdp:
         templates = [frames[0] for frames in frames_for(args.kind, srcs, args.dst, args.slots, args.elements, 2 * args.slots)]
         sent, elapsed, cpu = xdp_blast(args.native, args.xdp, names, templates, args.kind, args.slots, args.rounds,
-                                       args.first_chunk, args.seconds, args.rate, 256)
+                                       args.first_chunk, args.seconds, args.rate, 256, args.hop)
         print(f"sent {sent} {elapsed:.4f} {cpu:.4f}", flush=True)
         return 0
     ports = [open_port(n) for n in names]

@@ -74,9 +74,11 @@ def steer(node: Any, cpu: int) -> None:
 
 
 def measure(kind: str, workers: int, elements: int, target: str, seconds: float = 1.0, search: int = 0,
-            steered: bool = True, native: str = "", xdp: str = "") -> dict[str, Any]:
-    """Packets/s through the middle node (``target``: bridge, innet, or ebpf: the innet switch with
-    ``--data-plane ebpf``'s tc program on its ports), the sender on CPU 0 and the switch on CPU 1: with
+            steered: bool = True, native: str = "", xdp: str = "", hop: bool = False) -> dict[str, Any]:
+    """Packets/s through the middle node (``target``: bridge, innet, ebpf: the innet switch with
+    ``--data-plane ebpf``'s tc program on its ports, or xdp: that with switch.c's XDP half before it), the
+    sender on CPU 0 and the switch on CPU 1 (``hop``, the ``xdp`` sender's: its ports' receive too, scripts.blast's
+    --hop: their veths' poll, an XDP program there, the skb made): with
     ``steered`` (RPS), all of it, the kernel's receive path on its ports included (the bridge's forwarding, the
     eBPF program, the Python switch's ring); without, that path runs in the sender's softirq on CPU 0.
     ``native``: the sender's loop in C (scripts.blast's ``--native``: blast.c built by ``native_sender``), else
@@ -96,7 +98,8 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
     graph = star(hosts, bw=100_000.0, pbox=False)  # above TCLink's range: left unshaped, veth speed
     idx = node_indices(graph)
     senders = [f"h{i + 1}" for i in range(workers)]
-    with network(graph, JUMBO_MTU) as emu, timed_programs(target == "ebpf"):  # room for 1024 elements a frame
+    ebpf = target in ("ebpf", "xdp")
+    with network(graph, JUMBO_MTU) as emu, timed_programs(ebpf):  # room for 1024 elements a frame
         s1 = emu.net.get("s1")
         if steered:
             steer(s1, SWITCH_CPU)
@@ -111,15 +114,15 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
                 if intf != "lo":
                     s1.cmd(f"ip link set {intf} master br0")
         else:
-            control = _start_switch(emu, graph, kind, senders, elements, target == "ebpf")
+            control = _start_switch(emu, graph, kind, senders, elements, ebpf, target == "xdp")
         where = ",".join(f"{emu.net.get(h).pid}:{h}-eth0" for h in senders)
         dst = idx["s1"] if kind == "sum" else idx[f"h{hosts}"]
         done_intf = "s1-eth0" if kind == "sum" else f"s1-eth{hosts - 1}"
 
-        programs = _programs(s1) if target == "ebpf" else set()
+        programs = _programs(s1) if ebpf else set()
 
         def cpu_s() -> float:
-            if target == "ebpf":  # the tc program's own run time (frames it ran on: the in-count below)
+            if ebpf:  # the tc program's own run time (frames it ran on: the in-count below)
                 return program_run_s(programs)
             return control.stats().cpu_s if control is not None else 0.0
 
@@ -129,7 +132,7 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
                                      "--dst", str(dst), "--src", ",".join(str(idx[h]) for h in senders),
                                      "--elements", str(elements), "--slots", str(SLOTS), "--seconds", str(seconds), "--rate", str(rate),
                                      "--first-chunk", str(first_chunk), *(["--native", native] if native else []),
-                                     *(["--xdp", xdp] if xdp else [])],
+                                     *(["--xdp", xdp] if xdp else []), *(["--hop", str(SWITCH_CPU)] if hop else [])],
                                stdout=subprocess.PIPE)
             out, _ = blast.communicate(timeout=seconds + 60)
             core = core_times(SWITCH_CPU)
@@ -204,9 +207,10 @@ def timed_programs(on: bool) -> Iterator[None]:
 
 
 def _programs(node: Any) -> set[int]:
-    """The ids of the BPF programs on ``node``'s tc ingress hooks (its eBPF switch's; another run's are not)."""
+    """The ids of the BPF programs on ``node``'s tc ingress and XDP hooks (its eBPF switch's; another run's are not)."""
     out = json.loads(node.cmd("bpftool -j net show") or "[]")
-    return {f["id"] for ns in out for f in ns.get("tc", []) if f.get("kind") == "clsact/ingress"}
+    return ({f["id"] for ns in out for f in ns.get("tc", []) if f.get("kind") == "clsact/ingress"}
+            | {f["id"] for ns in out for f in ns.get("xdp", []) if "id" in f})
 
 
 def program_run_s(ids: set[int]) -> float:
@@ -215,7 +219,8 @@ def program_run_s(ids: set[int]) -> float:
     return sum(p.get("run_time_ns", 0) for p in json.loads(out) if p.get("id") in ids) / 1e9
 
 
-def _start_switch(emu: Any, graph: Any, kind: str, senders: list[str], elements: int, ebpf: bool = False) -> Control:
+def _start_switch(emu: Any, graph: Any, kind: str, senders: list[str], elements: int, ebpf: bool = False,
+                  xdp: bool = False) -> Control:
     """The innet switch on s1, pinned to CPU 1: forward, or sum_allreduce at ``elements`` per packet (with ``ebpf``,
     its ports run the eBPF switch; what it does runs in the kernel's softirq, on whichever CPU the frame came)."""
     program = os.path.join(emu.run_dir, f"sum_{elements}.py")
@@ -226,7 +231,7 @@ def _start_switch(emu: Any, graph: Any, kind: str, senders: list[str], elements:
     conf = SwitchNodeConfig("forward" if kind == "forward" else program, {p: f"s1-eth{p}" for p in config.ports},
                             {p: PortFaults() for p in config.ports}, os.path.join(emu.run_dir, "s1.sock"),
                             pool_slots=SLOTS if kind == "sum" else 0,
-                            ebpf=object_path(elements, 2 * SLOTS, cache_dir()) if ebpf else "")
+                            ebpf=object_path(elements, 2 * SLOTS, cache_dir()) if ebpf else "", xdp=xdp)
     path = emu.write("s1.json", conf)
     emu.spawn("s1", ["taskset", "-c", str(SWITCH_CPU), sys.executable, "-m", "innet.node", "switch", path])
     control = Control(conf.control)

@@ -82,25 +82,27 @@ for k, ear in enumerate(ears):
     ear.bind((f"xp{k}", 0))
     ear.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 24)
 templates = [frames[0] for frames in frames_for("sum", [3, 4], 9, 4, 8, 8)]
-sent, elapsed, _ = xdp_blast(native_sender(sys.argv[1]), xdp_generator(sys.argv[1]), ["xg0", "xg1"], templates,
-                             "sum", 4, 8, 100, 0.05, 2000.0, 8)
-print(sent, elapsed)
-for ear in ears:
-    ear.setblocking(False)
-    got = []
-    try:
-        while True:
-            got.append(parse_frame(ear.recv(4096)))
-    except BlockingIOError:
-        pass
-    got = [p for p in got if p is not None]  # not the kernel's own (IPv6 neighbour discovery)
-    print(" ".join(f"{p.rank},{p.src},{p.slot},{p.chunk},{int(p.has(16))},{sum(p.values.tolist())}" for p in got))
+for hop in (-1, 1):  # sent from this core, then by way of CPU 1 (a cpumap entry: the veths receive there)
+    sent, elapsed, _ = xdp_blast(native_sender(sys.argv[1]), xdp_generator(sys.argv[1]), ["xg0", "xg1"], templates,
+                                 "sum", 4, 8, 100, 0.05, 2000.0, 8, hop)
+    print(sent, elapsed)
+    for ear in ears:
+        ear.setblocking(False)
+        got = []
+        try:
+            while True:
+                got.append(parse_frame(ear.recv(4096)))
+        except BlockingIOError:
+            pass
+        got = [p for p in got if p is not None]  # not the kernel's own (IPv6 neighbour discovery)
+        print(" ".join(f"{p.rank},{p.src},{p.slot},{p.chunk},{int(p.has(16))},{sum(p.values.tolist())}" for p in got))
 """
 
 
 def test_the_xdp_sender_sends_the_native_senders_frames_in_its_order_paced(tmp_path):
     """xdpgen.bpf.c run as live frames (in a private network namespace, two veth pairs): each port gets its rank's
-    frames in blast.c's order (slot, chunk from --first-chunk on, version flag), the ports in lockstep, paced."""
+    frames in blast.c's order (slot, chunk from --first-chunk on, version flag), the ports in lockstep, paced; and
+    the same by way of CPU 1 (--hop: a cpumap entry whose kthread redirects each frame into its port)."""
     import os
     import shutil
     import subprocess
@@ -112,14 +114,16 @@ def test_the_xdp_sender_sends_the_native_senders_frames_in_its_order_paced(tmp_p
     out = subprocess.run(["unshare", "-n", sys.executable, "-c", XDPGEN_CHECK, str(tmp_path)], cwd=root,
                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": root})
     assert out.returncode == 0, out.stderr[-2000:]
-    head, *ports = out.stdout.splitlines()
-    sent, elapsed = int(head.split()[0]), float(head.split()[1])
-    assert 0.05 <= elapsed < 1 and 60 <= sent <= 2000 * elapsed + 2  # paced to 2000 frames/s over both ports
-    for rank, line in enumerate(ports):
-        got = [tuple(int(x) for x in cell.split(",")) for cell in line.split()]
-        assert len(got) == (sent - rank + 1) // 2  # port i % 2 for frame i
-        # rank, source node, slot n % 4, chunk n + 1 + 100, version ((n + 1) // 4) % 2, values 0..7 untouched
-        assert got == [(rank, 3 + rank, n % 4, n + 101, (n + 1) // 4 % 2, 28) for n in range(len(got))]
+    lines = out.stdout.splitlines()
+    assert len(lines) == 6
+    for head, *ports in (lines[:3], lines[3:]):
+        sent, elapsed = int(head.split()[0]), float(head.split()[1])
+        assert 0.05 <= elapsed < 1 and 60 <= sent <= 2000 * elapsed + 2  # paced to 2000 frames/s over both ports
+        for rank, line in enumerate(ports):
+            got = [tuple(int(x) for x in cell.split(",")) for cell in line.split()]
+            assert len(got) == (sent - rank + 1) // 2  # port i % 2 for frame i
+            # rank, source node, slot n % 4, chunk n + 1 + 100, version ((n + 1) // 4) % 2, values 0..7 untouched
+            assert got == [(rank, 3 + rank, n % 4, n + 101, (n + 1) // 4 % 2, 28) for n in range(len(got))]
 
 def test_bench_blocks_prints_both_paths_for_every_read_size():
     import subprocess

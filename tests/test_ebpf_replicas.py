@@ -40,6 +40,29 @@ class RunOpts(ctypes.Structure):
                 ("duration", U32), ("flags", U32), ("cpu", U32), ("batch_size", U32)]
 
 
+class XdpMd(ctypes.Structure):
+    """struct xdp_md, a test run's context: the frame's bounds and the interface it came in at."""
+
+    _fields_ = [(name, U32) for name in ("data", "data_end", "data_meta", "ingress_ifindex", "rx_queue_index",
+                                         "egress_ifindex")]
+
+
+XDP_DROP, XDP_PASS = 1, 2
+
+
+def xdp_takes(plane: EbpfPlane, frame: bytes, ifindex: int) -> bool:
+    """switch.c's XDP half run on ``frame`` in at ``ifindex`` (BPF_PROG_TEST_RUN): True when it took the frame
+    (XDP_DROP: folded or counted), False when it passed it on to the tc program untouched (asserted)."""
+    out = ctypes.create_string_buffer(len(frame) + 256)
+    md = XdpMd(0, len(frame), 0, ifindex, 0, 0)
+    opts = RunOpts(ctypes.sizeof(RunOpts), ctypes.cast(ctypes.c_char_p(frame), ctypes.c_void_p).value,
+                   ctypes.addressof(out), len(frame), len(out), ctypes.addressof(md), None, ctypes.sizeof(md), 0)
+    assert plane.lib.bpf_prog_test_run_opts(plane.xdp_fd, ctypes.byref(opts)) == 0
+    assert opts.retval in (XDP_DROP, XDP_PASS)
+    assert opts.retval == XDP_DROP or out.raw[:opts.data_size_out] == frame
+    return opts.retval == XDP_DROP
+
+
 @pytest.fixture
 def netns():
     """This test's own network namespace, its loopback up, entered for the test and left (and removed) after."""
@@ -61,7 +84,7 @@ class Both:
     """One switch as the eBPF program and as the Python runtime, each given the same frames. Ranks 0-3 sit behind
     ports 0-3 (nodes 0-3); below the root, the parent switch behind port 4."""
 
-    def __init__(self, tmp: str, nworkers: int, root: bool) -> None:
+    def __init__(self, tmp: str, nworkers: int, root: bool, xdp: bool = False) -> None:
         job = JobPort(job=1, nworkers=nworkers, children=(0, 1, 2, 3), parent=None if root else 4, aggregate=True,
                       contributors={r: r for r in range(4)}, rank=0, rank_ports={r: r for r in range(4)}, slot_base=0,
                       slots=SLOTS)
@@ -75,7 +98,8 @@ class Both:
         self.tap = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
         self.tap.bind(("lo", 0))
         self.tap.setblocking(False)
-        self.plane = EbpfPlane(object_path(ELEMS, 2 * SLOTS, tmp), {})
+        self.plane = EbpfPlane(object_path(ELEMS, 2 * SLOTS, tmp), {}, xdp)  # xdp: each frame to its XDP half first
+        self.taken = 0  # frames the XDP half took
         self.plane.ifindex = dict.fromkeys(config.ports, self.lo)  # every port's copies leave by the loopback
         self.plane.install(config, SLOTS)
         self.plane.lib.bpf_prog_test_run_opts.argtypes = [ctypes.c_int, ctypes.POINTER(RunOpts)]
@@ -87,6 +111,10 @@ class Both:
     def send(self, port: int, frame: bytes) -> list[tuple[int, bytes]]:
         """``frame`` in on ``port`` at both switches: what each sent, (port, frame), sorted; asserted the same."""
         self.plane._put("port_of", U32(self.lo), U32(port))
+        if self.plane.xdp_fd >= 0 and xdp_takes(self.plane, frame, self.lo):
+            self.taken += 1
+            assert self.runtime.receive(port, frame, 0.0) == []
+            return []
         out = ctypes.create_string_buffer(ELEMS * 4 + 256)
         ctx_in, ctx_out = ctypes.create_string_buffer(SKB_SIZE), ctypes.create_string_buffer(SKB_SIZE)
         opts = RunOpts(ctypes.sizeof(RunOpts), ctypes.cast(ctypes.c_char_p(frame), ctypes.c_void_p).value,
@@ -122,19 +150,21 @@ def frame(rank, chunk, nworkers, values=None, flags=0, exp=0, src=None, dst=NODE
     return pkt.to_frame(rank if src is None else src, dst)
 
 
-@pytest.mark.parametrize("collective,root,nworkers,is_root", [
-    (ALL_GATHER, 0, 4, True),  # the star's root switch: every chunk's owner below it
-    (ALL_GATHER, 0, 8, False),  # a ToR of 8 ranks: half the chunks' owners elsewhere (its partial a header)
-    (BROADCAST, 2, 8, False),  # the root rank below this ToR
-    (BROADCAST, 6, 8, False),  # the root rank elsewhere: every partial a header
-    (BROADCAST, 3, 4, True),
+@pytest.mark.parametrize("collective,root,nworkers,is_root,xdp", [
+    (ALL_GATHER, 0, 4, True, False),  # the star's root switch: every chunk's owner below it
+    (ALL_GATHER, 0, 8, False, False),  # a ToR of 8 ranks: half the chunks' owners elsewhere (its partial a header)
+    (ALL_GATHER, 0, 8, False, True),  # and the XDP half before the tc program
+    (BROADCAST, 2, 8, False, False),  # the root rank below this ToR
+    (BROADCAST, 6, 8, False, False),  # the root rank elsewhere: every partial a header
+    (BROADCAST, 3, 4, True, False),
+    (BROADCAST, 3, 4, True, True),
 ])
 def test_replicated_slots_carry_the_source_ranks_values_as_the_python_switch_sends_them(
-        netns, tmp_path, collective, root, nworkers, is_root):
+        netns, tmp_path, collective, root, nworkers, is_root, xdp):
     rng = np.random.default_rng(49 + root + nworkers)
     chunks = 3 * SLOTS  # data chunks 1..chunks (chunk 0: the exponent's headers), every key through three rounds
     source = collective.source(chunks, nworkers, root)
-    both = Both(str(tmp_path), nworkers, is_root)
+    both = Both(str(tmp_path), nworkers, is_root, xdp)
     bad = 0
     try:
         for rank in rng.permutation(4):  # the exponent chunk: headers of every rank, the job's size as its mark
@@ -174,6 +204,8 @@ def test_replicated_slots_carry_the_source_ranks_values_as_the_python_switch_sen
             [(port, answer)] = both.send(late, frame(late, chunk, nworkers, flags=RETX, exp=int(exps[late])))
             assert port == late and np.array_equal(parse_frame(answer).values, values)
         assert both.plane.counters().get("drop:bad_count", 0) == bad
+        # the XDP half took every frame that only folds (3 of a chunk's 4 contributions) and the bogus ones
+        assert both.taken == (3 * (chunks + 1) + bad if xdp else 0)
     finally:
         both.close()
 
@@ -181,8 +213,8 @@ def test_replicated_slots_carry_the_source_ranks_values_as_the_python_switch_sen
 def test_a_repeat_without_retx_is_the_networks_copy_and_dropped_as_the_python_switch_drops_it(netns, tmp_path):
     """A counted contribution come again unflagged (a link's duplicate, not the worker's resend): neither switch answers
     it nor sends the partial up again; both count it a duplicate. Flagged RETX, both answer."""
-    for is_root in (True, False):
-        both = Both(str(tmp_path), 4, is_root)
+    for is_root, xdp in ((True, False), (False, False), (False, True)):
+        both = Both(str(tmp_path), 4, is_root, xdp)
         try:
             values = np.arange(5, dtype=np.int32)
             for rank in range(4):

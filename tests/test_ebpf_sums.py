@@ -11,6 +11,7 @@ import pytest
 
 from innet.ebpf.build import object_path
 from innet.wire.packet import OVERFLOW, RESULT, VER, make_packet, parse_frame
+from tests.test_ebpf_replicas import xdp_takes
 
 pytestmark = pytest.mark.skipif(shutil.which("clang") is None or os.geteuid() != 0,
                                 reason="loading the eBPF switch needs root and clang (make deps)")
@@ -26,13 +27,14 @@ class RunOpts(ctypes.Structure):  # libbpf's struct bpf_test_run_opts
                 ("flags", ctypes.c_uint32), ("cpu", ctypes.c_uint32), ("batch_size", ctypes.c_uint32)]
 
 
-@pytest.fixture
-def switch(tmp_path):
+@pytest.fixture(params=[False, True], ids=["tc", "xdp"])
+def switch(tmp_path, request):
     """A switch whose one port (the loopback a test run's frames arrive on) holds all WORKERS ranks of job 1 and
-    its parent: every completed slot's partial comes back as the run's redirected frame."""
+    its parent: every completed slot's partial comes back as the run's redirected frame. xdp: each frame to
+    switch.c's XDP half first, which must take every contribution but the completing one (its verdict SHOT)."""
     from innet.ebpf import loader
 
-    plane = loader.EbpfPlane(object_path(256, 2 * SLOTS, str(tmp_path)), {})
+    plane = loader.EbpfPlane(object_path(256, 2 * SLOTS, str(tmp_path)), {}, request.param)
     try:
         plane._put("cfg", loader.U32(0), loader.Config(NODE, SLOTS))
         plane._clear_pool(2 * SLOTS)
@@ -42,10 +44,18 @@ def switch(tmp_path):
         for rank in range(WORKERS):
             plane._put("members", loader.Pair(1, rank), loader.Pair(rank, 1))
         plane.lib.bpf_prog_test_run_opts.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        seen: dict[int, set[int]] = {}  # each chunk's ranks so far
 
         def send(values, rank, chunk):
             frame = make_packet(values, job=1, rank=rank, nworkers=WORKERS, slot=chunk % SLOTS, chunk=chunk,
                                 flags=VER if chunk // SLOTS % 2 else 0).to_frame(NEIGHBOR, NODE)
+            if request.param:
+                ranks = seen.setdefault(chunk, set())
+                taken = xdp_takes(plane, frame, 1)  # a first contribution that does not complete its slot
+                assert taken == (rank not in ranks and len(ranks) < WORKERS - 1)
+                ranks.add(rank)
+                if taken:
+                    return SHOT, None
             out = ctypes.create_string_buffer(len(frame) + 256)
             opts = RunOpts(ctypes.sizeof(RunOpts), ctypes.cast(ctypes.c_char_p(frame), ctypes.c_void_p),
                            ctypes.cast(out, ctypes.c_void_p), len(frame), len(out))

@@ -1,5 +1,6 @@
 """One switch's eBPF data plane: its program loaded (libbpf, through ctypes), attached to every port's tc
-ingress hook, fed the switch's plan, read back, and detached.
+ingress hook (and with ``xdp``, switch.c's XDP half before it on the same ports), fed the switch's plan, read
+back, and detached.
 
 Nothing is pinned: the maps live as long as this process holds them and the program stays attached, and
 ``close`` removes the clsact hooks it made (the run's links, deleted at its end, take any left with them).
@@ -18,6 +19,7 @@ from innet.switch.runtime import BANDS, PortStats, SwitchConfig
 
 U32, U64 = ctypes.c_uint32, ctypes.c_uint64
 BPF_TC_INGRESS = 1
+XDP_FLAGS_DRV_MODE = 4  # the veth's own XDP (its NAPI), not the generic hook after the skb is made
 COUNTER_NAMES = ("drop:stale", "drop:duplicate", "drop:bad_count", "ebpf:answered", "ebpf:resent_up", "ebpf:routed",
                  "bad:foreign")
 
@@ -65,6 +67,9 @@ def _libbpf() -> ctypes.CDLL:
     lib.bpf_object__find_program_by_name.restype = ctypes.c_void_p
     lib.bpf_object__find_program_by_name.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
     lib.bpf_program__fd.argtypes = [ctypes.c_void_p]
+    lib.bpf_program__set_autoload.argtypes = [ctypes.c_void_p, ctypes.c_bool]
+    lib.bpf_xdp_attach.argtypes = [ctypes.c_int, ctypes.c_int, U32, ctypes.c_void_p]
+    lib.bpf_xdp_detach.argtypes = [ctypes.c_int, U32, ctypes.c_void_p]
     lib.bpf_object__find_map_fd_by_name.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
     lib.bpf_map_update_elem.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, U64]
     lib.bpf_map_lookup_elem.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
@@ -76,9 +81,10 @@ def _libbpf() -> ctypes.CDLL:
 
 class EbpfPlane:
     """switch.c loaded from ``obj`` and attached to the tc ingress hook of each of ``ports`` (port -> interface),
-    in this thread's network namespace (the switch's)."""
+    in this thread's network namespace (the switch's). ``xdp``: the XDP half too (innet_xdp: contributions that
+    only fold are taken before the kernel makes an skb of them; the rest passes on to the tc program)."""
 
-    def __init__(self, obj: str, ports: Mapping[int, str]) -> None:
+    def __init__(self, obj: str, ports: Mapping[int, str], xdp: bool = False) -> None:
         self.lib = lib = _libbpf()
         if max(ports, default=0) >= MAX_PORTS:
             raise OSError(f"port {max(ports)} is past the eBPF switch's {MAX_PORTS}")
@@ -87,11 +93,15 @@ class EbpfPlane:
             self.obj = None
             raise OSError(f"libbpf could not open {obj}")
         self.hooks: list[TcHook] = []
+        self.xdp: list[int] = []  # the ifindexes the XDP half is attached to
+        xdp_prog = lib.bpf_object__find_program_by_name(self.obj, b"innet_xdp")
+        lib.bpf_program__set_autoload(xdp_prog, xdp)
         if lib.bpf_object__load(self.obj):
             self.close()
             raise OSError(f"the kernel refused {obj} (libbpf's log is above)")
         prog = lib.bpf_object__find_program_by_name(self.obj, b"innet_switch")
         self.prog_fd = lib.bpf_program__fd(prog)
+        self.xdp_fd = lib.bpf_program__fd(xdp_prog) if xdp else -1
         self.maps = {name: lib.bpf_object__find_map_fd_by_name(self.obj, name.encode())
                      for name in ("cfg", "ports", "port_of", "routes", "jobs", "members", "towards", "pool",
                                                                      "stats", "counters")}
@@ -100,6 +110,11 @@ class EbpfPlane:
         try:
             for ifindex in self.ifindex.values():
                 self._attach(ifindex)
+            for ifindex in self.ifindex.values() if xdp else ():
+                err = lib.bpf_xdp_attach(ifindex, self.xdp_fd, XDP_FLAGS_DRV_MODE, None)
+                if err:
+                    raise OSError(-err, f"XDP attach on ifindex {ifindex}")
+                self.xdp.append(ifindex)
         except OSError:
             self.close()
             raise
@@ -172,7 +187,10 @@ class EbpfPlane:
         return {name: n for name, n in values.items() if n}
 
     def close(self) -> None:
-        """Detach from every port (the clsact hooks removed) and free the program and its maps."""
+        """Detach from every port (the XDP half and the clsact hooks removed) and free the programs and their maps."""
+        for ifindex in self.xdp:
+            self.lib.bpf_xdp_detach(ifindex, XDP_FLAGS_DRV_MODE, None)
+        self.xdp = []
         for hook in self.hooks:
             hook.attach_point = BPF_TC_INGRESS | 2  # BPF_TC_EGRESS too: the whole clsact qdisc
             self.lib.bpf_tc_hook_destroy(ctypes.byref(hook))

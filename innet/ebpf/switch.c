@@ -253,34 +253,31 @@ static __always_inline int send_slot(struct __sk_buff *skb, struct hdr *h, struc
     return TC_ACT_SHOT;
 }
 
-static __always_inline int contribution(struct __sk_buff *skb, struct hdr *h, __u32 port, struct job_info *j,
-                                        struct slot *s, struct config *c) {
-    struct member_key mk = { bpf_ntohs(h->job), bpf_ntohs(h->rank) };
-    struct member *m = bpf_map_lookup_elem(&members, &mk);
-    if (!m || m->port != port || m->index >= 64) return -1;  // the Python switch drops it: not_member
-    __u64 bit = 1ULL << m->index;
+#define PASS 4  // take's answer to the XDP program: the frame goes on to the tc program, the slot untouched
+
+// What a contribution (its copy ``in``) does to the slot, the caller holding its lock: 0 added, 1 answer (a repeat of a
+// finished slot), 2 resend up (a repeat of a slot waiting for its parent), 3 added and complete, else a counter + 10.
+// ``quiet`` (the XDP program): PASS, the slot untouched, for whatever sends a frame (1, 2, 3) and for any repeat: the
+// tc program then does it all, so each frame is taken once, whole, by one program under the lock.
+static __always_inline int take(struct slot *s, struct hdr *h, struct inbox *in, struct job_info *j, __u64 bit,
+                                int quiet) {
     __s64 chunk = bpf_ntohl(h->chunk);
     __u32 n = bpf_ntohs(h->count);
-    __u32 zero = 0, len = 4 * n;
-    struct inbox *in = bpf_map_lookup_elem(&inboxes, &zero);  // this CPU's: the fold reads it under the lock
-    if (!in || n > ELEMS) return TC_ACT_SHOT;
-    asm volatile("" : "+r"(len));  // the verifier must see the bounds tested on len itself
-    if (len >= 4 && len <= ELEMS * 4 && bpf_skb_load_bytes(skb, PAY_OFF, in->vals, len)) return TC_ACT_SHOT;
-    if (n < 2 * WORDS) in->vals[n] = 0;  // an odd count's last word
-    int what = 0;  // 0: added, 1: answer, 2: resend up, 3: added and complete, else a counter + 10
-    int replica = replicates(j, h->nworkers);
-    bpf_spin_lock(&s->lock);
+    int what = 0;
     if (chunk < s->chunk) {
-        what = 10 + C_STALE;
+        return 10 + C_STALE;
     } else if (chunk > s->chunk) {
+        if (quiet && j->need == 1) return PASS;
         s->chunk = chunk; s->state = COLLECTING; s->have = 1; s->seen = bit;
         s->exp = h->exp; s->overflow = 0; s->count = n;
         fold(in, s, n, 1);
     } else if (s->seen & bit) {
+        if (quiet) return PASS;
         what = s->state == DONE ? 1 : s->state == WAITING ? 2 : 10 + C_DUPLICATE;
-    } else if (n != s->count && (!replica || (n && s->count))) {
+    } else if (n != s->count && (!replicates(j, h->nworkers) || (n && s->count))) {
         what = 10 + C_BAD_COUNT;
     } else {  // a replica's values after its headers are the round's; a header after them adds nothing
+        if (quiet && s->have + 1 == j->need) return PASS;
         if (h->exp > s->exp) s->exp = h->exp;
         s->seen |= bit;
         s->have += 1;
@@ -297,6 +294,36 @@ static __always_inline int contribution(struct __sk_buff *skb, struct hdr *h, __
         s->state = j->is_root ? DONE : WAITING;
         what = 3;
     }
+    return what;
+}
+
+// The contributor's bit in the slot's bitmap (0: not a member on this port: the Python switch drops it, not_member),
+// and this CPU's inbox (the fold reads it under the lock) for its ``n`` values.
+static __always_inline __u64 member_bit(struct hdr *h, __u32 port) {
+    struct member_key mk = { bpf_ntohs(h->job), bpf_ntohs(h->rank) };
+    struct member *m = bpf_map_lookup_elem(&members, &mk);
+    return !m || m->port != port || m->index >= 64 ? 0 : 1ULL << m->index;
+}
+
+static __always_inline struct inbox *inbox_for(__u32 n) {
+    __u32 zero = 0;
+    struct inbox *in = bpf_map_lookup_elem(&inboxes, &zero);
+    if (!in || n > ELEMS) return 0;
+    if (n < 2 * WORDS) in->vals[n] = 0;  // an odd count's last word
+    return in;
+}
+
+static __always_inline int contribution(struct __sk_buff *skb, struct hdr *h, __u32 port, struct job_info *j,
+                                        struct slot *s, struct config *c) {
+    __u64 bit = member_bit(h, port);
+    if (!bit) return -1;
+    __u32 n = bpf_ntohs(h->count), len = 4 * n;
+    struct inbox *in = inbox_for(n);
+    if (!in) return TC_ACT_SHOT;
+    asm volatile("" : "+r"(len));  // the verifier must see the bounds tested on len itself
+    if (len >= 4 && len <= ELEMS * 4 && bpf_skb_load_bytes(skb, PAY_OFF, in->vals, len)) return TC_ACT_SHOT;
+    bpf_spin_lock(&s->lock);
+    int what = take(s, h, in, j, bit, 0);
     bpf_spin_unlock(&s->lock);
     note(port, 0, skb->len);
     if (what == 1 || what == 2) {
@@ -374,10 +401,37 @@ static __always_inline int route(struct __sk_buff *skb, struct hdr *h, __u32 por
     return bpf_redirect(p->ifindex, 0);
 }
 
+// Where an innet frame (its header ``h``, ``len`` bytes, in at ``ifindex``) goes: 1 routed (w's config and port
+// filled), 0 a slot of a job aggregating here (all of w), -1 not this program's (the Python switch's, or the kernel's).
+struct where { struct config *c; struct job_info *j; struct slot *s; __u32 port; };
+
+static __always_inline int place(struct hdr *h, __u32 len, __u32 ifindex, struct where *w) {
+    __u32 zero = 0;
+    if (h->ver_ihl != 0x45 || h->proto != 17 || h->dport != bpf_htons(AGG_PORT)) return -1;
+    __u32 n = bpf_ntohs(h->count);
+    if (bpf_ntohs(h->udp_len) != 8 + 16 + 4 * n || len < PAY_OFF + 4 * n) return -1;
+    w->c = bpf_map_lookup_elem(&cfg, &zero);
+    __u32 *port = bpf_map_lookup_elem(&port_of, &ifindex);
+    if (!w->c || !port) return -1;
+    __u32 p = w->port = *port;
+    if (h->flags & F_ROUTE) return 1;
+    if (h->flags & (F_ABORT | F_SPARSE) || n > ELEMS) return -1;
+    struct port_info *info = bpf_map_lookup_elem(&ports, &p);
+    if (!info || node_of(h->saddr) != (int)info->neighbor) return -1;  // the Python switch: spoofed_source
+    __u32 job = bpf_ntohs(h->job);
+    w->j = bpf_map_lookup_elem(&jobs, &job);
+    if (!w->j) return -1;  // not an aggregating job here: the Python switch relays it
+    __u32 slot = bpf_ntohs(h->slot);
+    if (slot >= w->j->slots || kept(w->j, h->nworkers) != h->nworkers) return -1;  // not this job's mark
+    __u32 key = (h->flags & F_VER ? w->c->slots : 0) + w->j->slot_base + slot;
+    w->s = bpf_map_lookup_elem(&pool, &key);
+    return w->s ? 0 : -1;
+}
+
 SEC("tc")
 int innet_switch(struct __sk_buff *skb) {
     struct hdr h;
-    __u32 zero = 0, ifindex = skb->ifindex;
+    struct where w;
     __u16 type = 0;
     // not IPv4: foreign, counted here as the Python switch counts it (its sockets here hear IPv4 only) and dropped,
     // but ARP, left to the kernel as there: the IP network beside innet's frames (innet.backends.mininet.iplane) needs it
@@ -386,32 +440,41 @@ int innet_switch(struct __sk_buff *skb) {
         return type == bpf_htons(0x0806) ? TC_ACT_OK : TC_ACT_SHOT;
     }
     if (bpf_skb_load_bytes(skb, 0, &h, sizeof(h))) return TC_ACT_OK;
-    if (h.ver_ihl != 0x45 || h.proto != 17 || h.dport != bpf_htons(AGG_PORT))
-        return TC_ACT_OK;
-    __u32 n = bpf_ntohs(h.count);
-    if (bpf_ntohs(h.udp_len) != 8 + 16 + 4 * n || skb->len < PAY_OFF + 4 * n) return TC_ACT_OK;
-    struct config *c = bpf_map_lookup_elem(&cfg, &zero);
-    __u32 *port = bpf_map_lookup_elem(&port_of, &ifindex);
-    if (!c || !port) return TC_ACT_OK;
-    __u32 p = *port;
-    if (h.flags & F_ROUTE) return route(skb, &h, p, c);
-    if (h.flags & (F_ABORT | F_SPARSE) || n > ELEMS) return TC_ACT_OK;
-    struct port_info *info = bpf_map_lookup_elem(&ports, &p);
-    if (!info || node_of(h.saddr) != (int)info->neighbor) return TC_ACT_OK;  // the Python switch: spoofed_source
-    __u32 job = bpf_ntohs(h.job);
-    struct job_info *j = bpf_map_lookup_elem(&jobs, &job);
-    if (!j) return TC_ACT_OK;  // not an aggregating job here: the Python switch relays it
-    __u32 slot = bpf_ntohs(h.slot);
-    if (slot >= j->slots || kept(j, h.nworkers) != h.nworkers) return TC_ACT_OK;  // not this job's mark
-    __u32 key = (h.flags & F_VER ? c->slots : 0) + j->slot_base + slot;
-    struct slot *s = bpf_map_lookup_elem(&pool, &key);
-    if (!s) return TC_ACT_OK;
+    int where = place(&h, skb->len, skb->ifindex, &w);
+    if (where < 0) return TC_ACT_OK;
+    if (where > 0) return route(skb, &h, w.port, w.c);
     if (!(h.flags & F_RESULT)) {
-        int verdict = contribution(skb, &h, p, j, s, c);
+        int verdict = contribution(skb, &h, w.port, w.j, w.s, w.c);
         return verdict < 0 ? TC_ACT_OK : verdict;
     }
-    if (j->is_root || p != j->parent) return TC_ACT_OK;  // the Python switch drops it: result_from_child
-    return result(skb, &h, p, j, s, c);
+    if (w.j->is_root || w.port != w.j->parent) return TC_ACT_OK;  // the Python switch drops it: result_from_child
+    return result(skb, &h, w.port, w.j, w.s, w.c);
+}
+
+// The XDP half (loader's xdp=True, before the tc program on the same ports): a contribution that only folds into its
+// slot (or is dropped and counted: stale, a bad count) is taken here, before the kernel makes an skb of it; every
+// other frame (the one completing a slot, repeats, results, routed, foreign) goes on untouched to the tc program
+// above (XDP_PASS), which takes it as it takes every frame without this half. xdp.frags: the ports' jumbo MTU.
+SEC("xdp.frags")
+int innet_xdp(struct xdp_md *ctx) {
+    struct hdr h;
+    struct where w;
+    __u32 len = bpf_xdp_get_buff_len(ctx);
+    if (bpf_xdp_load_bytes(ctx, 0, &h, sizeof(h)) || h.ethertype != bpf_htons(0x0800)) return XDP_PASS;
+    if (place(&h, len, ctx->ingress_ifindex, &w) != 0 || (h.flags & F_RESULT)) return XDP_PASS;
+    __u64 bit = member_bit(&h, w.port);
+    __u32 n = bpf_ntohs(h.count), bytes = 4 * n;
+    struct inbox *in = inbox_for(n);
+    if (!bit || !in) return XDP_PASS;
+    asm volatile("" : "+r"(bytes));  // the verifier must see the bounds tested on bytes itself
+    if (bytes >= 4 && bytes <= ELEMS * 4 && bpf_xdp_load_bytes(ctx, PAY_OFF, in->vals, bytes)) return XDP_PASS;
+    bpf_spin_lock(&w.s->lock);
+    int what = take(w.s, &h, in, w.j, bit, 1);
+    bpf_spin_unlock(&w.s->lock);
+    if (what == PASS) return XDP_PASS;
+    note(w.port, 0, len);
+    if (what >= 10) count(what - 10);
+    return XDP_DROP;
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -164,7 +164,7 @@ def _plane(conf: SwitchNodeConfig) -> EbpfPlane | None:
     if not conf.ebpf:
         return None
     try:
-        return EbpfPlane(conf.ebpf, conf.ports)
+        return EbpfPlane(conf.ebpf, conf.ports, conf.xdp)
     except OSError as exc:
         print(f"the eBPF switch did not load ({exc}); the Python switch runs alone", file=sys.stderr)
         return None
