@@ -90,8 +90,9 @@ def test_the_backends_agree_on_an_elastic_background():
     """Leaf-spine 2 racks x 2, 1 MiB per worker, 50% permutation of TCP flows (the kernel's on Mininet, dilated):
     both exact; what the background delivers alone, the share the job takes of it, and the job's slowdown (on each
     backend against a second run without the background) within 10% of each other. During the job the background delivers only
-    ~10-15 segments in all (its window, behind the job's frames; Mininet 68-112 Mbit/s over runs, local 67), so
-    there the bound is 3% of what it delivers alone."""
+    a window or two of segments in all (behind the job's frames; Mininet 68-134 Mbit/s over runs, local 67: whole
+    windows, so the figure moves in steps of ~67), so there the bound is 8% of what it delivers alone, a step and a
+    few segments (goodput_loss within 10% alone would allow ~9.7%)."""
     options = dict(racks=2, hosts_per_rack=2, elements=262144, mode="innet", plots=False)
     local = innet.run("leaf-spine", backend="local", background="permutation:0.5:tcp", **options).runs[0]
     real = innet.run("leaf-spine", backend="mininet", background="permutation:0.5:tcp", **options).runs[0]
@@ -100,7 +101,7 @@ def test_the_backends_agree_on_an_elastic_background():
     assert mb.transport == "tcp" and mb.flows == lb.flows == 4 and mb.offered_mbps == lb.offered_mbps == 2000.0
     assert mb.alone_mbps == pytest.approx(lb.alone_mbps, rel=0.1)
     assert mb.goodput_loss == pytest.approx(lb.goodput_loss, rel=0.1)
-    assert abs(mb.delivered_mbps - lb.delivered_mbps) <= 0.03 * lb.alone_mbps
+    assert abs(mb.delivered_mbps - lb.delivered_mbps) <= 0.08 * lb.alone_mbps
     # the job's slowdown on Mininet: against a second Mininet run without the background, as the local one
     assert mb.job_alone_s > 0 and mb.slowdown == pytest.approx(real.completion_s / mb.job_alone_s, abs=1e-3)  # rounded
     assert mb.slowdown == pytest.approx(lb.slowdown, rel=0.1)
