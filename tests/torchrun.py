@@ -33,6 +33,10 @@ def torchrun(*args: str, ranks: int = 2, finished: str = r"test accuracy [\d.]+"
     """``python -m torch.distributed.run --nproc-per-node RANKS --standalone ARGS`` from the repo's root: the first
     run that is not a teardown abort (after ``TRIES``, the last one)."""
     env = dict(os.environ, PYTHONPATH=ROOT)
+    # the ranks share torchrun's stdout: unbuffered (PYTHONUNBUFFERED, set where this ran), a print's text and its
+    # newline are two writes, and one rank's line can land inside another's ("losses ... 0.555pipeline_p2p: stage 0
+    # ..."); buffered, each flushed line is one write, whole
+    env.pop("PYTHONUNBUFFERED", None)
     for attempt in range(1, TRIES + 1):
         out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
                               "--standalone", *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
