@@ -3,11 +3,12 @@ again when the data plane changes). The measurement itself is Mininet's: tests/t
 
 import dataclasses
 import json
+import statistics
 
 import pytest
 
 from innet.backends.mininet import calibration as calibration_module
-from innet.backends.mininet.calibration import TOLERANCE, calibration, data_plane_version, faithful_rate, machine_key, search
+from innet.backends.mininet.calibration import TOLERANCE, calibration, data_plane_version, faithful_rate, machine_key, search, settled
 
 
 def ratios(table):
@@ -28,6 +29,23 @@ def test_the_search_keeps_the_highest_rate_before_the_first_that_misses():
     assert search(ratio_at, (1.0, 2.0))[0] == 1.0  # none faithful: the lowest, the best there is
     ratio_at, _ = ratios({1.0: 1.0, 2.0: 0.99, 4.0: 1 / TOLERANCE - 0.01, 8.0: 1.0})
     assert search(ratio_at, (1.0, 2.0, 4.0, 8.0))[0] == 2.0  # faster than its links: not faithful either
+
+
+@pytest.mark.parametrize(("ratios", "done"), [
+    ([1.0], False),  # one run of three: the median could be anywhere
+    ([1.0, 1.01], True),  # two within: so is the median, whatever the third
+    ([1.0, TOLERANCE + 0.01], False),  # one within, one above: the third decides
+    ([TOLERANCE + 0.01, float("inf")], True),  # two above (a failed run counts as above)
+    ([1 / TOLERANCE - 0.01, TOLERANCE + 0.01], False),  # one below, one above: the median may be within
+    ([0.9, 0.95], True),  # two below
+    ([1.0, 1.3, 0.9], True),  # all three made
+])
+def test_the_calibrations_runs_stop_once_the_median_s_side_is_known(ratios, done):
+    assert settled(ratios) is done
+    if done and len(ratios) < 3:  # whatever a third run gives, the median is on the side the two agree on
+        side = [not 1 / TOLERANCE <= r <= TOLERANCE for r in ratios][0]
+        for third in (0.5, 1.0, 1.5):
+            assert (not 1 / TOLERANCE <= statistics.median([*ratios, third]) <= TOLERANCE) == side
 
 
 @pytest.fixture
