@@ -11,6 +11,7 @@ end of the session (conftest.py) and tried again, up to ``TRIES`` times. Any oth
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -29,9 +30,12 @@ def teardown_abort(out: subprocess.CompletedProcess[str], finished: str) -> bool
             and re.search(finished, out.stdout) is not None)
 
 
+@functools.cache
 def torchrun(*args: str, ranks: int = 2, finished: str = r"test accuracy [\d.]+") -> subprocess.CompletedProcess[str]:
     """``python -m torch.distributed.run --nproc-per-node RANKS --standalone ARGS`` from the repo's root: the first
-    run that is not a teardown abort (after ``TRIES``, the last one)."""
+    run that is not a teardown abort (after ``TRIES``, the last one). Once a session for the same arguments: the
+    examples seed everything, so a second run prints the same (two launch tests each compare the FSDP example's
+    2 epochs, and two the pipeline example's 3 steps, with gloo's)."""
     env = dict(os.environ, PYTHONPATH=ROOT)
     # the ranks share torchrun's stdout: unbuffered (PYTHONUNBUFFERED, set where this ran), a print's text and its
     # newline are two writes, and one rank's line can land inside another's ("losses ... 0.555pipeline_p2p: stage 0
