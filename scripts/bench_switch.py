@@ -36,9 +36,8 @@ with CPU 1 short of busy was bounded by the sender); and the frames the sender s
 its own CPU time (all targets' runs: its rate were it never descheduled, beside the switches' per cpu-s).
 
 --receive switch (the default with the xdp sender): every frame handed to CPU 1 first (a cpumap entry whose kthread,
-real-time as a NIC queue's softirq, redirects it into its port's veth; its queue scripts.blast's HOP_QUEUE, 16384
-frames), so the veths' receive (their poll, any XDP program, the skb) runs on the switch's core too, for every column
-alike; --receive sender: on the sender's core
+real-time as a NIC queue's softirq, redirects it into its port's veth), so the veths' receive (their poll, any XDP
+program, the skb) runs on the switch's core too, for every column alike; --receive sender: on the sender's core
 (the method before 2026-11-29's night: there the bridge and the Python switch got their veths' poll free).
 
 --ebpf adds, for the sum rows, the same switch with --data-plane ebpf's programs on its ports (switch.c's XDP half,

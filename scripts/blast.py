@@ -95,13 +95,6 @@ def native_sender(cache: str) -> str:
 
 
 XDP_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "xdpgen.bpf.c")
-# The hop's queue (the cpumap entry's, as a NIC's receive ring): frames wait there while CPU 1 runs something else.
-# 16384, the kernel's limit: ~55 ms of frames at 300k/s. With 2048 (~7 ms) the eBPF switch, whose receive is all in
-# that entry's kthread, lost 12-44% at 300-360k/s offered on a loaded machine when others' tasks on CPU 1 held the
-# kthread off (every loss at the enqueue: xdp:xdp_cpumap_enqueue's drops; none at the veths' rings, the backlog or
-# the switch); with 16384, 0-5% (docs/performance.md, 2026-11-29 07:20). The Python switch's sockets already hold
-# 16 MB a port (innet.io.rawport's BUFFER_BYTES: thousands of frames) before it loses one.
-HOP_QUEUE = 16384
 
 
 def xdp_generator(cache: str) -> str:
@@ -204,7 +197,7 @@ def xdp_blast(lib: str, obj: str, where: list[str], templates: list[bytes], kind
         put("gen", 0, cfg)
         if hop >= 0:  # struct bpf_cpumap_val: its queue's size, the program its kthread runs
             hop_fd = bpf.bpf_program__fd(bpf.bpf_object__find_program_by_name(handle, b"innet_xdpgen_hop"))
-            put("cpus", hop, (ctypes.c_uint32 * 2)(HOP_QUEUE, hop_fd))
+            put("cpus", hop, (ctypes.c_uint32 * 2)(2048, hop_fd))
             realtime_kthreads(f"cpumap/{hop}/")
         for port, (w, frame) in enumerate(zip(where, templates, strict=True)):
             put("heads", port, (ctypes.c_ubyte * 64).from_buffer_copy(frame[:64]))
