@@ -3,7 +3,7 @@
 an all-reduce on a star of 4, 65536 elements, innet mode, dilated so its links run at a real rate) at a few
 real rates, and for each a breakdown of its time. Needs root (Mininet); 35-50 seconds.
 
-    sudo python scripts/bench_fidelity.py [--rates 5,10,20,40] [--json FILE]
+    sudo python scripts/bench_fidelity.py [--rates 5,10,20,40] [--json FILE] [--data-plane python|ebpf]
 
 Per rate, real milliseconds unless said otherwise. The switch's ports are captured (run_mininet's pcaps:
 tcpdump, kernel timestamps: a worker's frame when its shaper lets it onto the veth, a result when the
@@ -228,12 +228,16 @@ class Softirq:
         return {"cpu": round((after[1] - before[1]) / 1e9 / span, 3), "wait": round((after[2] - before[2]) / 1e9 / span, 3)}
 
 
-def breakdown(rate: float, local_s: float | None = None) -> dict[str, object]:
-    """One Mininet run of the calibration at ``rate`` real Mbit/s, its switch's ports captured, broken down."""
+def breakdown(rate: float, local_s: float | None = None, data_plane: str = "auto") -> dict[str, object]:
+    """One Mininet run of the calibration at ``rate`` real Mbit/s on ``data_plane``'s switch, its ports captured,
+    broken down."""
+    from dataclasses import replace
+
     from innet.backends.mininet import emulation
     from innet.backends.mininet.calibration import calibration_case, local_completion
 
     graph, spec, factor = calibration_case(rate)
+    spec = replace(spec, data_plane=data_plane)
     local = local_s if local_s is not None else local_completion(graph)
     delay = max(d.get("latency", 0.0) for _, _, d in graph.edges(data=True)) * factor
     windows: list[tuple[float, float] | None] = []
@@ -302,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rates", default=",".join(f"{r:g}" for r in RATES), help="real Mbit/s, comma-separated")
     p.add_argument("--json", default="", help="also write the rows to this file")
+    p.add_argument("--data-plane", default="auto", choices=("auto", "python", "ebpf"),
+                   help="the star's switch, as run_topology.py's (default auto: eBPF where it loads)")
     args = p.parse_args(argv)
     if os.geteuid() != 0:
         print("bench_fidelity: needs root (Mininet): sudo python scripts/bench_fidelity.py", file=sys.stderr)
@@ -313,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     local = local_completion(calibration_case(RATES[0])[0])  # the same virtual run at every rate
     rows = []
     for rate in (float(r) for r in args.rates.split(",")):
-        rows.append(breakdown(rate, local))
+        rows.append(breakdown(rate, local, args.data_plane))
         print("\n".join(lines(rows[-1])), flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:

@@ -173,7 +173,7 @@ def test_the_ranks_store_is_the_launchers_and_listens_on_loopback_only(tmp_path)
     """Rank 0 looks, in its own /proc, at what listens on MASTER_PORT: the launcher's store, on 127.0.0.1 alone
     (torch's own rank-0 store would listen on every interface)."""
     script = tmp_path / "looks.py"
-    script.write_text("import os\nimport torch.distributed as dist\ndist.init_process_group()\n"
+    script.write_text("import os, sys\nimport torch.distributed as dist\ndist.init_process_group()\n"
                       "port = int(os.environ['MASTER_PORT'])\nfound = []\n"
                       "for table in ('/proc/net/tcp', '/proc/net/tcp6'):\n"
                       "    for line in open(table).read().splitlines()[1:]:\n"
@@ -181,7 +181,7 @@ def test_the_ranks_store_is_the_launchers_and_listens_on_loopback_only(tmp_path)
                       "        if state == '0A' and int(local.split(':')[1], 16) == port:\n"
                       "            found.append(local.split(':')[0])\n"
                       "if dist.get_rank() == 0:\n    print('listening', os.environ['MASTER_ADDR'], found)\n"
-                      "dist.destroy_process_group()\n")
+                      "dist.destroy_process_group()\nsys.stdout.flush()\nos._exit(0)\n")  # README's advice: gloo's teardown abort
     out, _ = launch_leaving_nothing(script, workers=2)
     assert out.returncode == 0, out.stderr
     assert "[rank0]: listening 127.0.0.1 ['0100007F']" in out.stdout.splitlines()
@@ -246,7 +246,7 @@ def test_a_launch_without_a_command_or_in_a_gloo_mode_is_one_line():
     assert out.stderr.startswith("error: 1023 torch ranks need about 269.9 GiB") and "use fewer --workers" in out.stderr
 
 
-MININET_SCRIPT = """import sys, time, torch
+MININET_SCRIPT = """import os, sys, time, torch
 import torch.distributed as dist
 
 
@@ -279,6 +279,7 @@ while len(sys.argv) > 1:
     time.sleep(0.01)
 dist.barrier()
 dist.destroy_process_group()
+os._exit(0)  # without the interpreter's finalization, which races gloo's threads (README: gloo's teardown abort)
 """
 SHARD = 1001  # values per rank: not whole packets of 256, so each rank's piece travels as 4 packets of 251 (1004)
 
@@ -410,7 +411,7 @@ def test_on_mininet_a_rank_late_by_less_than_the_collective_timeout_is_waited_fo
     script = tmp_path / "late.py"
     script.write_text("import os, time, torch\nimport torch.distributed as dist\ndist.init_process_group()\n"
                       "if os.environ['RANK'] == '1':\n    time.sleep(8)\nt = torch.ones(3)\ndist.all_reduce(t)\n"
-                      "print('sum', t.tolist(), flush=True)\ndist.destroy_process_group()\n")
+                      "print('sum', t.tolist(), flush=True)\ndist.destroy_process_group()\nos._exit(0)\n")
     out = launch("--backend", "mininet", "--topo", "star", "--workers", "2", "--collective-timeout", "30", "--",
                  sys.executable, str(script), timeout=300)
     assert out.returncode == 0, out.stderr
