@@ -18,7 +18,8 @@ _HOMES = {  # each name's module
     "innet.switch.reduction": ("Reduction",),
     "innet.wire.operators": ("BAND", "BOR", "MAX", "MIN", "SUM", "Operator"),
     "innet.wire.packet": ("ABORT", "ALL_RANKS", "FALLBACK", "OVERFLOW", "RESULT", "RETX", "ROUTE", "SPARSE", "VER",
-                          "InnetAgg", "Packet", "make_packet"),
+                          "Packet", "make_packet"),
+    "innet.wire.layer": ("InnetAgg",),
 }
 _HOME = {name: module for module, names in _HOMES.items() for name in names}
 __all__ = list(_HOME)

@@ -9,6 +9,7 @@ from innet.planning.planner import plan_job
 from innet.planning.spec import RunSpec
 from innet.switch.loader import load_program
 from innet.switch.runtime import SwitchRuntime
+from innet.wire.layer import scapy_frame
 from innet.wire.packet import (
     ABORT,
     ALL_RANKS,
@@ -23,7 +24,6 @@ from innet.wire.packet import (
     VER,
     build_frames,
     make_packet,
-    scapy_frame,
 )
 from innet.wire.sparse import encode
 from topologies import build

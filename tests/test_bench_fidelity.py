@@ -8,7 +8,8 @@ import sys
 import pytest
 from scapy.utils import wrpcap
 
-from innet.wire.packet import RESULT, RETX, scapy_frame
+from innet.wire.layer import scapy_frame
+from innet.wire.packet import RESULT, RETX
 from scripts.bench_fidelity import lines, read_pcap, stages
 
 RATE, DELAY = 8e6, 0.002  # bit/s: a 1000-byte frame takes 1 ms, a 100-byte one 0.1 ms

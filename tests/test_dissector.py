@@ -16,7 +16,8 @@ from scapy.utils import RawPcapReader, wrpcap
 
 from innet.switch.runtime import kind_of
 from innet.wire.dissector import LUA_SCRIPT, install, plugin_dir
-from innet.wire.packet import ABORT, FLAG_NAMES, HEADER_DTYPE, SPARSE, InnetAgg, make_packet, parse_frame
+from innet.wire.layer import InnetAgg
+from innet.wire.packet import ABORT, FLAG_NAMES, HEADER_DTYPE, SPARSE, make_packet, parse_frame
 from tests.helpers import every_kind
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -15,7 +15,8 @@ from innet.ebpf.build import MAX_NODES, object_path, source
 from innet.ebpf.loader import U32, EbpfPlane
 from innet.switch.loader import load_program
 from innet.switch.runtime import PortStats, SwitchConfig, SwitchRuntime
-from innet.wire.packet import GROUP_BASE, P2P_JOB, RESULT, ROUTE, scapy_frame
+from innet.wire.layer import scapy_frame
+from innet.wire.packet import GROUP_BASE, P2P_JOB, RESULT, ROUTE
 
 TC_ACT_OK, TC_ACT_SHOT, TC_ACT_REDIRECT = 0, 2, 7
 SKB_PRIORITY = 32  # offset of ``priority`` in struct __sk_buff

@@ -310,7 +310,7 @@ def test_bad_topology_file_is_one_line_on_the_mininet_backend(tmp_path):
 def test_pcap_per_interface_is_readable(tmp_path):
     from scapy.utils import rdpcap
 
-    from innet.wire.packet import InnetAgg
+    from innet.wire.layer import InnetAgg
 
     graph = build("star", workers=2)
     result = run_mininet(graph, RunSpec(elements=2 * 2048 + 88, min_rto=0.02), pcap_dir=str(tmp_path))

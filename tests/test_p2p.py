@@ -28,7 +28,8 @@ from innet.shipped import build
 from innet.switch.runtime import SwitchRuntime
 from innet.switch.testkit import Harness
 from innet.wire.faults import FaultSpec
-from innet.wire.packet import PAYLOAD_OFFSET, ROUTE, make_packet, to_scapy
+from innet.wire.layer import to_scapy
+from innet.wire.packet import PAYLOAD_OFFSET, ROUTE, make_packet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

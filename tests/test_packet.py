@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 from scapy.fields import FieldListField
 
+from innet.wire.layer import InnetAgg, scapy_frame, to_scapy
 from innet.wire.packet import (
     ALL_RANKS,
     HEADER_DTYPE,
@@ -10,13 +11,10 @@ from innet.wire.packet import (
     RESULT,
     RETX,
     VER,
-    InnetAgg,
     frame_fields,
     make_packet,
     node_ip,
     parse_frame,
-    scapy_frame,
-    to_scapy,
 )
 
 

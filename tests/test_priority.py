@@ -12,7 +12,8 @@ from innet.planning.planner import plan_job
 from innet.planning.spec import RunSpec
 from innet.switch.loader import load_program
 from innet.switch.runtime import SwitchRuntime
-from innet.wire.packet import RESULT, ROUTE, TOS_OFFSET, build_frames, make_packet, parse_block, parse_frame, scapy_frame
+from innet.wire.layer import scapy_frame
+from innet.wire.packet import RESULT, ROUTE, TOS_OFFSET, build_frames, make_packet, parse_block, parse_frame
 from tests.helpers import ints
 from topologies import build
 

@@ -143,7 +143,8 @@ def test_the_wireshark_commands_run_as_written(shell, tmp_path):
     from scapy.layers.l2 import Ether
     from scapy.utils import wrpcap
 
-    from innet.wire.packet import RETX, InnetAgg
+    from innet.wire.layer import InnetAgg
+    from innet.wire.packet import RETX
     from tests.helpers import every_kind
 
     captures = section("Reading captures in Wireshark", "docs/running.md")  # README's Running it links it

@@ -12,7 +12,8 @@ from innet.planning.spec import RunSpec
 from innet.switch.loader import load_program
 from innet.switch.runtime import SwitchConfig, SwitchRuntime
 from innet.wire import fixedpoint
-from innet.wire.packet import PAYLOAD_OFFSET, RESULT, SPARSE, make_packet, parse_frame, scapy_frame
+from innet.wire.layer import scapy_frame
+from innet.wire.packet import PAYLOAD_OFFSET, RESULT, SPARSE, make_packet, parse_frame
 from innet.wire.sparse import decode, encode, sparse_bytes, topk_with_feedback
 from topologies import build
 

@@ -12,6 +12,7 @@ from innet.hosts.worker.process import WorkerProcess
 from innet.results.check import check
 from innet.switch.runtime import flatten
 from innet.wire import fixedpoint
+from innet.wire.layer import scapy_frame
 from innet.wire.packet import (
     FLAGS_OFFSET,
     HEADER_DTYPE,
@@ -24,7 +25,6 @@ from innet.wire.packet import (
     pack_frames,
     parse_block,
     parse_frame,
-    scapy_frame,
 )
 
 SWITCH = 9

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
 from innet.errors import UserError
@@ -37,6 +37,9 @@ from innet.wire.packet import (
     pack_frames,
     parse_block,
 )
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 INPUT_BAND = BANDS - 1
 

@@ -1,4 +1,4 @@
--- Wireshark dissector for innet's gradient aggregation header (innet.wire.packet.InnetAgg).
+-- Wireshark dissector for innet's gradient aggregation header (innet.wire.layer.InnetAgg).
 --
 -- Frames are Ethernet / IPv4 / UDP port 48879 / innet header (16 bytes, network byte order) / payload.
 -- Field names follow the header table in innet's README: innet.job, innet.rank, ... innet.exp.

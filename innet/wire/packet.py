@@ -1,9 +1,10 @@
-"""The innet gradient packet: one scapy layer, and the numpy views derived from it.
+"""The innet gradient packet: one declaration of its header (``HEADER_DTYPE``), and the views of it.
 
 A gradient frame is Ether / IPv4 / UDP(dport=AGG_PORT) / InnetAgg / payload, where
-the payload is ``count`` little-endian int32 values (fixed-point gradients). The
-scapy layer below is the only declaration of the header; ``HEADER_DTYPE`` (the
-fast path's numpy view of it) is derived from its ``fields_desc``.
+the payload is ``count`` little-endian int32 values (fixed-point gradients). ``HEADER_DTYPE``
+below is the only declaration of the header: the fast path's numpy view is it, and scapy's layer
+(``InnetAgg`` in innet.wire.layer, with ``to_scapy`` and ``scapy_frame``) is built from it there,
+apart, so a process that only moves frames never loads scapy.
 """
 
 from __future__ import annotations
@@ -14,19 +15,6 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-from scapy.config import conf
-from scapy.fields import (
-    FieldListField,
-    FlagsField,
-    IntField,
-    LESignedIntField,
-    ShortField,
-    SignedByteField,
-)
-from scapy.layers.inet import IP, UDP
-from scapy.layers.l2 import Ether
-from scapy.packet import Packet as ScapyPacket
-from scapy.packet import bind_layers
 
 AGG_PORT = 48879
 ALL_RANKS = 0xFFFF  # ``rank`` of a result multicast to every contributor
@@ -35,50 +23,10 @@ FLAGS = {name: 1 << bit for bit, name in enumerate(FLAG_NAMES)}
 RESULT, RETX, ROUTE, OVERFLOW, VER, SPARSE, FALLBACK, ABORT = (FLAGS[n] for n in FLAG_NAMES)
 
 
-class InnetAgg(ScapyPacket):
-    """Aggregation header (16 bytes) followed by the element values.
-
-    ``chunk`` is the chunk's sequence number in the job's stream: it grows by
-    one per chunk across all-reduce calls, so a stale packet is recognisable;
-    the tensor offset is ``(chunk - first_chunk) * elements_per_packet``.
-    ``exp`` is the fixed-point exponent (see innet.wire.fixedpoint); the ``VER``
-    flag selects the slot's shadow copy.
-    """
-
-    name = "InnetAgg"
-    fields_desc = [
-        ShortField("job", 0),
-        ShortField("rank", 0),
-        ShortField("nworkers", 0),
-        ShortField("slot", 0),
-        IntField("chunk", 0),
-        ShortField("count", None),
-        FlagsField("flags", 0, 8, FLAG_NAMES),
-        SignedByteField("exp", 0),
-        FieldListField("values", [], LESignedIntField("", 0), count_from=lambda p: p.count),
-    ]
-
-    def post_build(self, pkt: bytes, pay: bytes) -> bytes:
-        if self.count is None:
-            pkt = pkt[:12] + struct.pack("!H", len(self.values)) + pkt[14:]
-        return pkt + pay
-
-
-bind_layers(UDP, InnetAgg, dport=AGG_PORT)
-conf.max_list_count = max(conf.max_list_count, 65535)  # scapy refuses lists over 100 items by default
-
-
-def _numpy_code(field: Any) -> str:
-    """The numpy type code of one fixed-size scapy field (network byte order)."""
-    if isinstance(field, FlagsField):
-        return f">u{field.size // 8}"
-    code = field.fmt.lstrip("!<>=")
-    return (">" if field.fmt[0] in "!>" else "<") + np.dtype(code).str[1:]
-
-
-HEADER_DTYPE = np.dtype(
-    [(f.name, _numpy_code(f)) for f in InnetAgg.fields_desc if not isinstance(f, FieldListField)]
-)
+HEADER_DTYPE = np.dtype([  # the header, in network byte order: 16 bytes (innet.wire.layer's scapy view is built from it)
+    ("job", ">u2"), ("rank", ">u2"), ("nworkers", ">u2"), ("slot", ">u2"), ("chunk", ">u4"), ("count", ">u2"),
+    ("flags", "u1"), ("exp", "i1"),
+])
 HEADER_NAMES: tuple[str, ...] = HEADER_DTYPE.names  # type: ignore[assignment]
 HEADER_LEN = HEADER_DTYPE.itemsize
 VALUE_DTYPE = np.dtype("<i4")
@@ -367,18 +315,3 @@ def frame_heads(src: int | np.ndarray, dst: int | np.ndarray, hdr: np.ndarray, c
         out[:, :HEADER_OFFSET] = np.frombuffer(frame_prefix(*one, HEADER_LEN + 4 * count, band), np.uint8)
     out[:, HEADER_OFFSET:PAYLOAD_OFFSET] = np.ascontiguousarray(hdr, HEADER_DTYPE).view(np.uint8).reshape(n, HEADER_LEN)
 
-
-def to_scapy(frame: bytes) -> Ether:
-    """Dissect a frame with scapy (for tests, pcaps and debugging; slow)."""
-    return Ether(frame)
-
-
-def scapy_frame(src: int, dst: int, band: int = 0, **fields: Any) -> bytes:
-    """Craft a frame with scapy (the reference the fast path is tested against)."""
-    pkt = (
-        Ether(dst=node_mac(dst), src=node_mac(src))
-        / IP(src=ip_str(node_ip(src)), dst=ip_str(node_ip(dst)), tos=band << 2, flags="DF", id=0, ttl=64)
-        / UDP(sport=AGG_PORT, dport=AGG_PORT, chksum=0)
-        / InnetAgg(**fields)
-    )
-    return bytes(pkt)
