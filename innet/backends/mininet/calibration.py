@@ -49,6 +49,7 @@ TARGET_MBPS = 100000.0  # the virtual rate calibrated at: the seeds' 100 Gbit/s
 TOLERANCE = 1.02  # Mininet's completion time over the local backend's: a fifth of the 10% a run should meet, since
 # the other modes load the CPU more than this one star does (runs that keep more links busy are dilated more: auto_dilation),
 # and runs of more hops lose more (at the 40 Mbit/s 1.05 chose, star 1.02, the default leaf-spine's PBox 1.05-1.10)
+WITHIN = 1  # band_side of a ratio within TOLERANCE either way (0 below the band, 2 above it)
 CALIBRATION_TIMEOUT_S = 20.0  # real seconds without progress before a calibration run gives up
 CALIBRATION_RUNS = 3  # Mininet runs per candidate rate, their median taken: one run beside other programs' load misses by chance;
 # the runs stop once more than half agree on the side of the band the median is then on (settled)
@@ -140,7 +141,7 @@ def search(ratio_at: Callable[[float], float], rates: tuple[float, ...] | None =
     for rate in rates:
         ratio = ratio_at(rate)
         measured[f"{rate:g}"] = round(float(ratio), 4)
-        if not 1 / TOLERANCE <= ratio <= TOLERANCE:
+        if band_side(ratio) != WITHIN:
             break
         faithful = rate
     return faithful, measured
@@ -233,10 +234,15 @@ def measured_ratio(rate: float, data_plane: str = "python") -> float:
     return statistics.median(ratios)
 
 
+def band_side(ratio: float) -> int:
+    """Where ``ratio`` falls against the tolerance band: 0 below it (faster than the links), WITHIN, 2 above it."""
+    return (ratio >= 1 / TOLERANCE) + (ratio > TOLERANCE)
+
+
 def settled(ratios: list[float]) -> bool:
     """Whether the median of CALIBRATION_RUNS ratios is on a known side of the tolerance band already: all runs
-    made, or more than half of them on one side (below it, within it, above it), which the median then is too."""
-    sides = [(ratio >= 1 / TOLERANCE) + (ratio > TOLERANCE) for ratio in ratios]
+    made, or more than half of them on one side (band_side), which the median then is too."""
+    sides = [band_side(ratio) for ratio in ratios]
     return len(ratios) >= CALIBRATION_RUNS or any(2 * sides.count(side) > CALIBRATION_RUNS for side in set(sides))
 
 
