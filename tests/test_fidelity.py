@@ -105,6 +105,16 @@ def test_cpu_seconds_come_from_proc_and_survive_until_the_process_is_reaped():
     assert process_cpu_s(child.pid) is None and process_times(child.pid) is None and has_exited(child.pid)
 
 
+def test_cpu_seconds_are_read_to_the_nanosecond_not_in_clock_ticks():
+    """A 3 ms burst reads as 3 ms (a short call's window held none of stat's 10 ms ticks: CI saw 0 busy cores)."""
+    before, _ = process_times(os.getpid())
+    deadline = time.process_time() + 0.003
+    while time.process_time() < deadline:
+        pass
+    after, _ = process_times(os.getpid())
+    assert 0.003 <= after - before < 0.009
+
+
 def test_shares_are_taken_over_the_window_asked_for_not_the_whole_wait():
     """A process idle, then busy 0.3 s of CPU, then idle again (as a worker generates, all-reduces, saves):
     over the readings around its busy window it used a core, over the whole wait a fraction of one."""

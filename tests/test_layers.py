@@ -125,3 +125,18 @@ def test_a_process_inside_a_namespace_imports_nothing_of_the_planner_or_the_spec
                          env=dict(os.environ, PYTHONPATH=os.path.dirname(ROOT)), timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == []
+
+
+def test_a_node_process_runs_one_thread_so_its_cpu_times_stay_with_it():
+    """NODE_ENV: without it numpy's OpenBLAS starts a thread per core, whose CPU time leaves the process's
+    per-thread schedstat when it ends (innet.node.usage.process_times)."""
+    import subprocess
+    import sys
+
+    from innet.backends.mininet.network import NODE_ENV
+
+    code = "import os, innet.node.__main__; print(len(os.listdir('/proc/self/task')))"
+    threads = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=os.path.dirname(ROOT),
+                              env=dict(os.environ, PYTHONPATH=os.path.dirname(ROOT), **env), timeout=120).stdout.strip()
+               for env in ({}, NODE_ENV)]
+    assert threads[1] == "1" and int(threads[0]) >= 1  # without: one per core, here

@@ -1,5 +1,5 @@
-"""What a Mininet run cost the machine: CPU time per process (``/proc/<pid>/stat``), the time it waited
-for a CPU (``/proc/<pid>/schedstat``) and frames dropped
+"""What a Mininet run cost the machine: CPU time per process and the time it waited for a CPU
+(``/proc/<pid>/task/*/schedstat``) and frames dropped
 per interface (``tc -s qdisc``: queue overflows at the shapers; ``ip -s link``: the interfaces' own rx/tx
 drops). innet.results.fidelity turns the differences over a run into its fidelity verdict."""
 
@@ -32,20 +32,28 @@ def own_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def process_wait_s(pid: int) -> float | None:
-    """Seconds process ``pid`` has spent runnable but waiting for a CPU (``/proc/<pid>/schedstat``'s run
-    queue delay; None once it is gone): what it would have run, had a core been free."""
-    try:
-        with open(f"/proc/{pid}/schedstat", encoding="ascii") as fh:
-            return int(fh.read().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def process_times(pid: int) -> tuple[float, float] | None:
-    """(CPU seconds, run-queue wait seconds) of ``pid``, or None once it is gone."""
-    cpu, wait = process_cpu_s(pid), process_wait_s(pid)
-    return None if cpu is None else (cpu, wait or 0.0)
+    """(CPU seconds, run-queue wait seconds) of ``pid``, or None once it is gone: its threads' ``schedstat``
+    (``/proc/<pid>/task/*/schedstat``: nanoseconds on a CPU, and runnable but waiting for one), where the
+    kernel keeps them; else its CPU from ``stat`` (whole clock ticks: 10 ms, all a short call's window may
+    hold) and no wait. A thread's times leave with it (a process's at exit read its last thread's alone): node
+    processes run one thread (innet.backends.mininet.network.NODE_ENV)."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    cpu = wait = read = 0
+    for tid in threads:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as fh:
+                ran, waited = fh.read().split()[:2]
+        except FileNotFoundError:  # a thread that just ended
+            continue
+        except (OSError, ValueError):  # no schedstat in this kernel
+            stat = process_cpu_s(pid)
+            return None if stat is None else (stat, 0.0)
+        cpu, wait, read = cpu + int(ran), wait + int(waited), read + 1
+    return (cpu / 1e9, wait / 1e9) if read else None
 
 
 def has_exited(pid: int) -> bool:

@@ -13,7 +13,7 @@ import time
 
 import networkx as nx
 
-from innet.backends.mininet.network import Network
+from innet.backends.mininet.network import NODE_ENV, Network
 from innet.backends.mininet.nodes import await_ready
 from innet.hosts.background import (
     BackgroundStats,
@@ -43,7 +43,7 @@ class Background:
             stats = os.path.join(net.run_dir, f"{host}-background-stats.json")
             conf = BackgroundConfig(net_index(graph, host), tuple(flows), f"{host}-eth0", stats, run.seed)
             path = net.write(f"{host}-background.json", conf)
-            self.procs[host] = net.spawn(host, [sys.executable, "-m", "innet.node.background", path],
+            self.procs[host] = net.spawn(host, [sys.executable, "-m", "innet.node.background", path], NODE_ENV,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE)
             self.paths.append(stats)
         await_ready({f"{h}:background": p for h, p in self.procs.items()})
@@ -96,7 +96,7 @@ class ElasticBackground:
             conf = ElasticConfig(address[host], tuple((address[names[dst]], bps * SEGMENT / FRAME_BYTES)
                                                       for dst, bps in flows), stats)
             path = net.write(f"{host}-elastic.json", conf)
-            self.procs[host] = net.spawn(host, [sys.executable, "-m", "innet.node.elastic", path], stdout=subprocess.PIPE)
+            self.procs[host] = net.spawn(host, [sys.executable, "-m", "innet.node.elastic", path], NODE_ENV, stdout=subprocess.PIPE)
             self.paths.append(stats)
         await_ready({f"{h}:elastic": p for h, p in self.procs.items()})
         time.sleep(max(0.2, WARM_S * dilation))

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -41,6 +41,9 @@ Counters = dict[str, dict[str, int]]  # node -> interface -> bytes sent
 N = TypeVar("N", bound="Network")
 
 
+# innet's node processes run one thread: numpy's OpenBLAS would start one per core (its start alone cost ~0.1 s of
+# CPU a process here), which none uses, and whose times leave with it (innet.node.usage.process_times)
+NODE_ENV = {"OPENBLAS_NUM_THREADS": "1"}
 QUEUE_FRAMES = 1000  # a veth's default txqueuelen: the frames its queue holds, unless a run needs more
 
 
@@ -294,9 +297,11 @@ class Network:
                     raise UserError(f"cannot set up IP on {name} ({command}): {error.strip()}")
 
 
-    def spawn(self, name: str | None, args: list[str], **kw: Any) -> subprocess.Popen[bytes]:
-        """Start ``args`` inside node ``name`` (or, with None, here), recorded for teardown."""
-        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    def spawn(self, name: str | None, args: list[str], extra_env: Mapping[str, str] | None = None,
+              **kw: Any) -> subprocess.Popen[bytes]:
+        """Start ``args`` inside node ``name`` (or, with None, here), recorded for teardown; ``extra_env`` added
+        to its environment (innet's own node processes: ``NODE_ENV``)."""
+        env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **(extra_env or {}))
         proc: subprocess.Popen[bytes]
         with signals_deferred():  # a process is recorded before an interrupt can land
             if name is None:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import networkx as nx
 
 from innet.backends.mininet.control import Control
-from innet.backends.mininet.network import Network, log
+from innet.backends.mininet.network import NODE_ENV, Network, log
 from innet.ebpf.holds import HostHold
 from innet.errors import UserError
 from innet.events import Progress
@@ -87,7 +87,7 @@ def _start_group(net: Network, group: list[str], confs: dict[str, C], roles: tup
         path, role = net.write(f"{label}.json", confs[label]), roles[0]
     else:
         path, role = net.write(f"{label}.json", grouped(tuple(replace(confs[n], netns=net.netns(n)) for n in group))), roles[1]
-    return label, net.spawn(group[0], _command(role, path), **popen)
+    return label, net.spawn(group[0], _command(role, path), NODE_ENV, **popen)
 
 
 def start_switches(net: Network, run: RunSpec, program: type[SwitchProgram], configs: dict[str, SwitchConfig],
@@ -131,7 +131,7 @@ def start_pboxes(net: Network, run: RunSpec, rp: RunPlan, cores: int, faults: Fa
     for core, server in enumerate(servers):
         conf = PBoxConfig(server.node, cores, core, f"{host}-eth0", faults(str(host)), tuple(server.jobs.values()))
         path = net.write(f"pbox{core}.json", conf)
-        procs[f"{host}#{core}"] = net.spawn(str(host), _command("pbox", path), stdout=subprocess.PIPE)
+        procs[f"{host}#{core}"] = net.spawn(str(host), _command("pbox", path), NODE_ENV, stdout=subprocess.PIPE)
     return procs
 
 
@@ -171,7 +171,7 @@ def start_input(net: Network, plan: InputPlan, faults: FaultsOf) -> Procs:
     procs: Procs = {}
     for host, role, conf in confs:
         path = net.write(f"{host}-{role}.json", conf)
-        procs[f"{host}:{role}"] = net.spawn(host, _command(role, path), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        procs[f"{host}:{role}"] = net.spawn(host, _command(role, path), NODE_ENV, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     return procs
 
 

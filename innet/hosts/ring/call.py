@@ -4,6 +4,7 @@ recovery are the package's (innet.hosts.ring); what it ACKs and what ACKs tell i
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 
 import numpy as np
@@ -132,13 +133,14 @@ class RingCall:
         self.backlog.append((step, j, values, exp))
 
     def _drain(self, now: float) -> Frames:
-        """Send what the window has room for, oldest first: blocks of equal-length frames."""
+        """Send what the window has room for, oldest first: blocks of equal-length frames, each a run of them in
+        the backlog's order. Grouped by length across the whole window instead, a step's short last piece went out
+        with another step's short piece queued ahead of them, before its own step's earlier pieces: the successor
+        took it for a hole (a duplicate ACK, and 16 DONE repeats), 6 in 20 jumbo runs on Mininet."""
         room = max(WINDOW, ACK_EVERY * self.steps) - len(self.scoreboard.unacked)
         items = [self.backlog.popleft() for _ in range(min(room, len(self.backlog)))]
-        by_count: dict[int, list[tuple[int, int, np.ndarray | None, int | None]]] = {}
-        for item in items:
-            by_count.setdefault(0 if item[2] is None else len(item[2]), []).append(item)
-        return [self._transmit(count, group, now) for count, group in by_count.items()]
+        return [self._transmit(count, list(run), now)
+                for count, run in itertools.groupby(items, lambda item: 0 if item[2] is None else len(item[2]))]
 
     def _transmit(self, count: int, items: list[tuple[int, int, np.ndarray | None, int | None]], now: float) -> np.ndarray:
         """The frames of ``items`` (each with ``count`` values) as one block; each one put in flight."""
