@@ -5,6 +5,7 @@ import dataclasses
 import json
 import statistics
 
+import numpy as np
 import pytest
 
 from innet.backends.mininet import calibration as calibration_module
@@ -21,13 +22,14 @@ def ratios(table):
     return ratio_at, calls
 
 
-def test_the_search_keeps_the_highest_rate_before_the_first_that_misses():
-    ratio_at, calls = ratios({1.0: 1.01, 2.0: TOLERANCE, 4.0: 1.3, 8.0: 1.0})
+@pytest.mark.parametrize("kind", [float, np.float64])  # a run's completion time is numpy's: so is its ratio
+def test_the_search_keeps_the_highest_rate_before_the_first_that_misses(kind):
+    ratio_at, calls = ratios({1.0: kind(1.01), 2.0: kind(TOLERANCE), 4.0: kind(1.3), 8.0: kind(1.0)})
     assert search(ratio_at, (1.0, 2.0, 4.0, 8.0)) == (2.0, {"1": 1.01, "2": TOLERANCE, "4": 1.3})
     assert calls == [1.0, 2.0, 4.0]  # a miss ends it: 8 is not tried
-    ratio_at, _ = ratios({1.0: TOLERANCE + 0.01, 2.0: 1.0})
+    ratio_at, _ = ratios({1.0: kind(TOLERANCE + 0.01), 2.0: kind(1.0)})
     assert search(ratio_at, (1.0, 2.0))[0] == 1.0  # none faithful: the lowest, the best there is
-    ratio_at, _ = ratios({1.0: 1.0, 2.0: 0.99, 4.0: 1 / TOLERANCE - 0.01, 8.0: 1.0})
+    ratio_at, _ = ratios({1.0: kind(1.0), 2.0: kind(0.99), 4.0: kind(1 / TOLERANCE - 0.01), 8.0: kind(1.0)})
     assert search(ratio_at, (1.0, 2.0, 4.0, 8.0))[0] == 2.0  # faster than its links: not faithful either
 
 
@@ -41,7 +43,7 @@ def test_the_search_keeps_the_highest_rate_before_the_first_that_misses():
     ([1.0, 1.3, 0.9], True),  # all three made
 ])
 def test_the_calibrations_runs_stop_once_the_median_s_side_is_known(ratios, done):
-    assert settled(ratios) is done
+    assert settled(ratios) is done and settled([np.float64(r) for r in ratios]) is done
     if done and len(ratios) < 3:  # whatever a third run gives, the median is on the side the two agree on
         side = [not 1 / TOLERANCE <= r <= TOLERANCE for r in ratios][0]
         for third in (0.5, 1.0, 1.5):

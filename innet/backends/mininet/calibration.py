@@ -54,7 +54,7 @@ CALIBRATION_TIMEOUT_S = 20.0  # real seconds without progress before a calibrati
 CALIBRATION_RUNS = 3  # Mininet runs per candidate rate, their median taken: one run beside other programs' load misses by chance;
 # the runs stop once more than half agree on the side of the band the median is then on (settled)
 HOP_CALLS = 9  # barrier calls the hop latency is the median of: one more Mininet run, 10-15 s here (of ~70 s)
-CALIBRATION_VERSION = 4  # bump when the procedure above changes
+CALIBRATION_VERSION = 5  # bump when the procedure above changes (5: band_side on numpy ratios fixed)
 EBPF_HOP = 3  # the eBPF calibration's hop: 1 measured through the Python switch, 2 its own (hosts' hops only), 3 from
 # each barrier's last start (from_last_start)
 KEPT = 8  # calibrations calibration.json keeps, the newest: one per machine key (data plane version)
@@ -235,8 +235,11 @@ def measured_ratio(rate: float, data_plane: str = "python") -> float:
 
 
 def band_side(ratio: float) -> int:
-    """Where ``ratio`` falls against the tolerance band: 0 below it (faster than the links), WITHIN, 2 above it."""
-    return (ratio >= 1 / TOLERANCE) + (ratio > TOLERANCE)
+    """Where ``ratio`` falls against the tolerance band: 0 below it (faster than the links), WITHIN, 2 above it. As
+    Python floats: numpy's booleans add as a logical or (np.float64 ratios above the band came out WITHIN, and the
+    search went on to 320 Mbit/s, calling every rate faithful)."""
+    ratio = float(ratio)
+    return int(ratio >= 1 / TOLERANCE) + int(ratio > TOLERANCE)
 
 
 def settled(ratios: list[float]) -> bool:
