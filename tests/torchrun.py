@@ -32,18 +32,20 @@ def teardown_abort(out: subprocess.CompletedProcess[str], finished: str) -> bool
 
 @functools.cache
 def torchrun(*args: str, ranks: int = 2, finished: str = r"test accuracy [\d.]+") -> subprocess.CompletedProcess[str]:
-    """``python -m torch.distributed.run --nproc-per-node RANKS --standalone ARGS`` from the repo's root: the first
-    run that is not a teardown abort (after ``TRIES``, the last one). Once a session for the same arguments: the
+    """``python -m torch.distributed.run --nproc-per-node RANKS --standalone --no-python python ARGS`` from the repo's
+    root: the first run that is not a teardown abort (after ``TRIES``, the last one). Once a session for the same arguments: the
     examples seed everything, so a second run prints the same (two launch tests each compare the FSDP example's
     2 epochs, and two the pipeline example's 3 steps, with gloo's)."""
     env = dict(os.environ, PYTHONPATH=ROOT)
-    # the ranks share torchrun's stdout: unbuffered (PYTHONUNBUFFERED, set where this ran), a print's text and its
+    # the ranks share torchrun's stdout. torchrun starts them with ``python -u`` (its own), where a print's text and its
     # newline are two writes, and one rank's line can land inside another's ("losses ... 0.555pipeline_p2p: stage 0
-    # ..."); buffered, each flushed line is one write, whole
+    # ..."; CI saw it, PYTHONUNBUFFERED unset); started here as plain commands (--no-python), buffered, each flushed
+    # line is one write, whole
     env.pop("PYTHONUNBUFFERED", None)
     for attempt in range(1, TRIES + 1):
-        out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
-                              "--standalone", *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+        out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--standalone",
+                              "--no-python", sys.executable, *args], capture_output=True, text=True, cwd=ROOT, env=env,
+                             timeout=600)
         if not teardown_abort(out, finished):
             return out
         ABORTS.append(f"torchrun {' '.join(args)}: gloo's teardown abort after the result, try {attempt} of {TRIES}")
