@@ -149,6 +149,19 @@ def _choice(graph, hop_s, faithful=5.0, plane="python", python=0.0, **kw):
     return auto_choice(graph, run, rp, faithful, hop_s, plane, python), rp, run
 
 
+def test_a_background_is_counted_with_the_links_the_job_keeps_busy():
+    """A 50% permutation on a star of 4 at 1000 Mbit/s: 4 flows of 500 Mbit/s over 2 links each, 4000 Mbit/s on the
+    links beside the job's 8000 (1.5 times the factor); on the leaf-spine 2x2, two of its flows cross the spine."""
+    from innet.hosts.background import carried_mbps, parse_background
+
+    bg = parse_background("permutation:0.5:tcp")
+    star, leaf = build("star", workers=4, bw=1000), build("leaf-spine", racks=2, hosts_per_rack=2, bw=1000)
+    assert carried_mbps(star, bg) == pytest.approx(4000.0) and carried_mbps(leaf, bg) == pytest.approx(6000.0)
+    assert _choice(star, 0.0, faithful=10.0, background=bg)[0] == (pytest.approx(150.0), BUSY)
+    assert _choice(leaf, 0.0, faithful=10.0, background=bg)[0] == (pytest.approx(150.0 + 6000.0 / 80), BUSY)
+    assert _choice(leaf, 0.0, faithful=10.0)[0] == (pytest.approx(150.0), BUSY)
+
+
 def test_a_barrier_is_dilated_until_its_process_hops_weigh_little():
     """#46: a barrier on a star at 10 Mbit/s took 6.4 ms on Mininet at the bandwidth's factor 2 (0.1 ms on the
     fabric): no payload, two process hops of a few ms each. With the calibration's hop latency its two hops

@@ -105,6 +105,12 @@ def background_flows(graph: nx.Graph, bg: BackgroundSpec, seed: int = 0) -> list
 LINK_SHARE = 0.9  # the most of a link's rate background flows take together
 
 
+def carried_mbps(graph: nx.Graph, bg: BackgroundSpec, seed: int = 0) -> float:
+    """Mbit/s the background's flows put on all link directions together, at the rates they get
+    (``background_flows``): each flow's rate once for every link on its path."""
+    return sum(f.bps * (len(_path(graph, f.src, f.dst)) - 1) for f in background_flows(graph, bg, seed)) / 1e6
+
+
 def fit_links(graph: nx.Graph, flows: list[Flow]) -> list[Flow]:
     """``flows`` slowed, the most overloaded link first, until no link direction carries more than
     ``LINK_SHARE`` of its rate."""
