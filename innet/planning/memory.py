@@ -58,7 +58,7 @@ def estimate_bytes(graph: nx.Graph, run: RunSpec, backend: str, node_group: int 
         return total + MININET_PER_NODE * len(graph) + torch_ranks_bytes(workers, sum(run.call_sizes()))
     if backend == "mininet":
         cores = cores or os.cpu_count() or 1
-        processes = process_count(switches, cores, node_group) + process_count(workers, cores, node_group)
+        processes = process_count(switches, cores, node_group) + process_count(workers, cores, node_group, hosts=True)
         ports = sum(d for n, d in graph.degree if is_switch(graph, n)) + workers + 1
         per_port = MININET_PORT_FRAMES * (ETH_LEN + link_mtu(program.elements) + 64)  # a row: a frame, aligned
         total += MININET_PER_PROCESS * (processes + 1) + MININET_PER_NODE * len(graph) + per_port * ports

@@ -63,7 +63,7 @@ DATA_PLANE = ("innet/wire/packet.py", "innet/switch/runtime.py", "innet/switch/e
               "innet/hosts/worker/framing.py", "innet/hosts/worker/process.py", "innet/hosts/recovery.py",
               "innet/hosts/ring/call.py", "innet/hosts/ring/acks.py", "innet/hosts/pbox.py", "innet/node/__main__.py",
               "innet/node/switch.py", "innet/node/worker.py", "innet/io/rawport.py", "innet/io/mmsg.py",
-              "innet/node/egress.py", "innet/io/sched.py", "innet/backends/mininet/shaper.py",
+              "innet/node/egress.py", "innet/io/sched.py", "innet/backends/mininet/shaper.py", "innet/planning/grouping.py",
               os.path.relpath(os.path.join(PROGRAMS, "sum_allreduce.py"), ROOT))  # innet/switch_programs/ installed
 # and DATA_PLANE: its hosts, and the switch's Python side
 EBPF_PLANE = ("innet/ebpf/switch.c", "innet/ebpf/build.py", "innet/ebpf/loader.py", "innet/backends/mininet/dataplane.py",

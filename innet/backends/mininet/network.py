@@ -312,9 +312,10 @@ class Network:
             self.state.add_pid(f"innet:{name or 'root'}", proc.pid)
         return proc
 
-    def groups(self, names: list[str], wanted: int | None) -> list[list[str]]:
-        """``names`` in the node groups their processes serve (innet.planning.grouping): one each on small runs."""
-        return node_groups(names, group_size(len(names), os.cpu_count() or 1, wanted), self.placement)
+    def groups(self, names: list[str], wanted: int | None, hosts: bool = False) -> list[list[str]]:
+        """``names`` in the node groups their processes serve (innet.planning.grouping): on small runs one each, or
+        with ``hosts`` (workers) one a core."""
+        return node_groups(names, group_size(len(names), os.cpu_count() or 1, wanted, hosts), self.placement)
 
     def netns(self, name: str) -> str:
         return f"/proc/{self.net.get(name).pid}/ns/net"

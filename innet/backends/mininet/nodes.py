@@ -154,7 +154,7 @@ def worker_configs(net: Network, run: RunSpec, rp: RunPlan, faults: FaultsOf) ->
 def start_workers(net: Network, confs: dict[str, WorkerConfig], node_group: int | None) -> Procs:
     """The worker processes (a worker to crash is alone in its process: the crash kills its process)."""
     procs: Procs = {}
-    for group in net.groups(sorted(confs, key=natural_key), node_group):
+    for group in net.groups(sorted(confs, key=natural_key), node_group, hosts=True):
         label = group_label(group)
         _, procs[label] = _start_group(net, group, confs, ("worker", "workers"), WorkerGroup,
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE)
