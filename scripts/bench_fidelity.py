@@ -234,7 +234,7 @@ def breakdown(rate: float, local_s: float | None = None, data_plane: str = "auto
     from dataclasses import replace
 
     from innet.backends.mininet import emulation
-    from innet.backends.mininet.calibration import calibration_case, local_completion
+    from innet.backends.mininet.calibration import CALIBRATION_GROUP, calibration_case, local_completion
 
     graph, spec, factor = calibration_case(rate)
     spec = replace(spec, data_plane=data_plane)
@@ -253,7 +253,8 @@ def breakdown(rate: float, local_s: float | None = None, data_plane: str = "auto
             pcaps = os.path.join(tmp, "pcap")
             wall = time.time() - time.monotonic()  # tcpdump's clock less the workers' (both this machine's)
             with Softirq() as softirq:
-                record = emulation.run_mininet(graph, spec, pcap_dir=pcaps, dilation=factor)
+                record = emulation.run_mininet(graph, spec, pcap_dir=pcaps, dilation=factor,
+                                               node_group=CALIBRATION_GROUP)  # as the calibration runs it
             time.sleep(0.2)  # tcpdump ended with the network: let it have written its last frames
             ports = {name[:-5]: read_pcap(os.path.join(pcaps, name)) for name in sorted(os.listdir(pcaps))
                      if name.endswith(".pcap")}

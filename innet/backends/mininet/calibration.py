@@ -1,12 +1,12 @@
 """``--dilation auto``: the link rate this machine carries faithfully, measured once and cached.
 
-The calibration runs what the dilation is for: an all-reduce on a star of 4 (innet mode, 65536
-elements) at ``TARGET_MBPS`` on Mininet, dilated so its links run at a candidate real rate, and the
-same run on the local backend (virtual time, no CPU in it). The faithful rate is the highest candidate,
-doubling from ``RATES[0]``, at which Mininet's completion time (the median of ``CALIBRATION_RUNS``, fewer when
-the first agree: ``settled``) is within
-``TOLERANCE`` of the local one; the first candidate that misses ends the search. A dilated run at real rate r does what an undilated
-run at r does, so the figure holds for any requested rate; a run's factor is then
+The calibration runs what the dilation is for: an all-reduce on a star of 4 (innet mode, 65536 elements; each
+worker in its own process, ``CALIBRATION_GROUP``) at ``TARGET_MBPS`` on Mininet, dilated so its links run at a
+candidate real rate, and the same run on the local backend (virtual time, no CPU in it). The faithful rate is the
+highest candidate, doubling from ``RATES[0]``, at which Mininet's completion time (the median of
+``CALIBRATION_RUNS``, fewer when the first agree: ``settled``) is within ``TOLERANCE`` of the local one; the first
+candidate that misses ends the search. A dilated run at real rate r does what an undilated run at r does, so the
+figure holds for any requested rate; a run's factor is then
 ``innet.schemes.modes.auto_dilation``: more where a run keeps more links busy at once than this star.
 
 It also measures what a frame pays per process hop in wall time (``hop_s``): barriers on the same star,
@@ -54,9 +54,12 @@ CALIBRATION_TIMEOUT_S = 20.0  # real seconds without progress before a calibrati
 CALIBRATION_RUNS = 3  # Mininet runs per candidate rate, their median taken: one run beside other programs' load misses by chance;
 # the runs stop once more than half agree on the side of the band the median is then on (settled)
 HOP_CALLS = 9  # barrier calls the hop latency is the median of: one more Mininet run, 10-15 s here (of ~70 s)
-CALIBRATION_VERSION = 5  # bump when the procedure above changes (5: band_side on numpy ratios fixed)
+CALIBRATION_VERSION = 6  # bump when the procedure above changes (5: band_side on numpy ratios fixed; 6: CALIBRATION_GROUP)
 EBPF_HOP = 3  # the eBPF calibration's hop: 1 measured through the Python switch, 2 its own (hosts' hops only), 3 from
 # each barrier's last start (from_last_start)
+CALIBRATION_GROUP = 1  # the star's workers each in a process of its own: as a large run's, several processes a core
+# (innet.planning.grouping), not a small run's one a core, which carried twice the rate (eBPF 160 Mbit/s, Python 10),
+# and fat-tree k=8's ring dilated by that calibration kept 1.6-1.8 cores busy and was not faithful
 KEPT = 8  # calibrations calibration.json keeps, the newest: one per machine key (data plane version)
 DATA_PLANE = ("innet/wire/packet.py", "innet/switch/runtime.py", "innet/switch/engine.py", "innet/switch/reduction.py",
               "innet/switch/program.py", "innet/hosts/worker/call.py", "innet/hosts/worker/window.py",
@@ -225,7 +228,7 @@ def measured_ratio(rate: float, data_plane: str = "python") -> float:
     local = local_completion(graph)
     ratios: list[float] = []
     while not settled(ratios):
-        record = run_mininet(graph, replace(spec, data_plane=data_plane), dilation=factor)
+        record = run_mininet(graph, replace(spec, data_plane=data_plane), dilation=factor, node_group=CALIBRATION_GROUP)
         ran = set(record["switch_data_plane"].values())
         if ran != {data_plane}:
             raise UserError(f"the calibration's star ran the {'/'.join(sorted(ran))} switch, not the {data_plane} one "
@@ -276,7 +279,7 @@ def measured_hop(rate: float, data_plane: str = "python") -> float:
             - predict(graph, spec, list(rp.plans), rp.per_packet, 0.0)["completion_s"]) / 1e-3
     local = run_local(graph, spec).completion_s
     ebpf = data_plane == "ebpf"
-    record = run_mininet(graph, replace(spec, data_plane=data_plane), calls=ebpf)
+    record = run_mininet(graph, replace(spec, data_plane=data_plane), calls=ebpf, node_group=CALIBRATION_GROUP)
     if set(record["switch_data_plane"].values()) != {data_plane}:
         raise UserError(f"the calibration's barrier did not run on the {data_plane} switch (the lines above say why)")
     if not record.correct or hops <= 0:
