@@ -41,10 +41,11 @@ program, the skb) runs on the switch's core too, for every column alike; --recei
 (the method before 2026-11-29's night: there the bridge and the Python switch got their veths' poll free).
 
 --ebpf adds, for the sum rows, the same switch with --data-plane ebpf's programs on its ports (switch.c's XDP half,
-which takes a contribution that only folds before the kernel makes an skb of it, then its tc program; --tc-only:
-the tc program alone): its lossless
-rate, what it completed flat out, what the sender pushed flat out in the same run and the share of CPU 1
-busy meanwhile (/proc/stat; other processes' work included: when the program completed all the sender sent
+which takes a contribution that only folds before the kernel makes an skb of it and sends a root's result to every
+child as XDP frames, the hosts' ends' GRO on to take them, then its tc program; --tc-only: the tc program alone): its
+lossless rate, what it completed flat out, what the sender pushed flat out in the same run and the share of CPU 1
+busy over the send (/proc/stat, read by the sender around it; other processes' work included: when the program
+completed all the sender sent
 with that core short of busy, the sender bounds it, not the switch), the frames it takes in per second of the program's
 own run time (the kernel's BPF run-time statistics, on while it runs; the receive path before it and the
 delivery of what it sends not included), and its lossless rate over the Python switch's and over the bridge's

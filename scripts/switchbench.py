@@ -109,8 +109,13 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
             steer(s1, SWITCH_CPU)
         if xdp:  # the generator's frames need NAPI on the veths' far ends (GRO turns it on): every target alike
             for intf in s1.intfNames():
-                if intf != "lo" and "generic-receive-offload: on" not in s1.cmd(f"ethtool -K {intf} gro on; ethtool -k {intf}"):
-                    raise RuntimeError(f"cannot turn GRO on at {intf} (ethtool): the kernel-made sender needs it")
+                if intf != "lo":
+                    gro_on(s1, intf)
+        if target == "xdp":  # and so do the XDP half's results on the hosts' ends: there alone, since a host's NAPI
+            # costs its receive more (the bridge, flooding to 3 hosts, lost ~15% flat out with it: 185-198k against
+            # 219-240k, 2026-11-29 13:24-13:41), and the Python switch and the bridge keep the veths' default
+            for h in senders:
+                gro_on(emu.net.get(h), f"{h}-eth0")
         control = None
         if target == "bridge":
             s1.cmd("ip link add br0 type bridge && ip link set br0 up")
@@ -131,23 +136,24 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
             return control.stats().cpu_s if control is not None else 0.0
 
         def run(rate: float, first_chunk: int) -> dict[str, float]:
-            before, cpu_before, core_before = _rx_tx(s1), cpu_s(), core_times(SWITCH_CPU)
+            before, cpu_before = _rx_tx(s1), cpu_s()
             blast = emu.spawn(None, ["taskset", "-c", str(SENDER_CPU), sys.executable, "-m", "scripts.blast", where, "--kind", kind,
                                      "--dst", str(dst), "--src", ",".join(str(idx[h]) for h in senders),
                                      "--elements", str(elements), "--slots", str(SLOTS), "--seconds", str(seconds), "--rate", str(rate),
                                      "--first-chunk", str(first_chunk), *(["--native", native] if native else []),
-                                     *(["--xdp", xdp] if xdp else []), *(["--hop", str(SWITCH_CPU)] if hop else [])],
+                                     *(["--xdp", xdp] if xdp else []), *(["--hop", str(SWITCH_CPU)] if hop else []),
+                                     "--core", str(SWITCH_CPU)],
                                stdout=subprocess.PIPE)
             out, _ = blast.communicate(timeout=seconds + 60)
-            core = core_times(SWITCH_CPU)
             time.sleep(0.3)  # let the switch drain what is queued
             after = _rx_tx(s1)
             sent, elapsed, sender_cpu = int(out.split()[1]), float(out.split()[2]), float(out.split()[3])
+            busy, ticks = int(out.split()[4]), int(out.split()[5])  # CPU 1 over the send alone, as the sender saw it
             rx = sum(after[i][0] - before[i][0] for i in after if i in before and i != "lo")
             done = after[done_intf][1] - before[done_intf][1]
             r = {"rate": rate, "sent": sent, "elapsed": elapsed, "sender_cpu": sender_cpu, "in": rx,
                  "done": done * (workers if kind == "sum" else 1),
-                 "cpu": cpu_s() - cpu_before, "core_busy": (core[0] - core_before[0]) / max(core[1] - core_before[1], 1)}
+                 "cpu": cpu_s() - cpu_before, "core_busy": busy / max(ticks, 1)}
             if control is not None and target == "innet":  # why a run fell short: its counters so far
                 stats = control.stats()
                 r.update(counters=dict(stats.counters), socket_drops=sum(stats.socket_drops.values()),
@@ -190,12 +196,9 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
         return result
 
 
-def core_times(cpu: int) -> tuple[int, int]:
-    """CPU ``cpu``'s busy and total time so far, in clock ticks (/proc/stat: everything but idle and iowait;
-    on a shared machine, other processes' work on that core too)."""
-    with open("/proc/stat", encoding="ascii") as f:
-        ticks = next([int(x) for x in line.split()[1:]] for line in f if line.startswith(f"cpu{cpu} "))
-    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
+def gro_on(node: Any, intf: str) -> None:
+    if "generic-receive-offload: on" not in node.cmd(f"ethtool -K {intf} gro on; ethtool -k {intf}"):
+        raise RuntimeError(f"cannot turn GRO on at {intf} (ethtool): the kernel-made sender and XDP results need it")
 
 
 @contextlib.contextmanager
@@ -213,10 +216,16 @@ def timed_programs(on: bool) -> Iterator[None]:
 
 
 def _programs(node: Any) -> set[int]:
-    """The ids of the BPF programs on ``node``'s tc ingress and XDP hooks (its eBPF switch's; another run's are not)."""
+    """The ids of the BPF programs on ``node``'s tc ingress and XDP hooks (its eBPF switch's; another run's are not),
+    and of the switch's innet_devmap (run on each result's copy as it leaves: in no hook, found by the maps it
+    shares with them)."""
     out = json.loads(node.cmd("bpftool -j net show") or "[]")
-    return ({f["id"] for ns in out for f in ns.get("tc", []) if f.get("kind") == "clsact/ingress"}
-            | {f["id"] for ns in out for f in ns.get("xdp", []) if "id" in f})
+    hooked = ({f["id"] for ns in out for f in ns.get("tc", []) if f.get("kind") == "clsact/ingress"}
+              | {f["id"] for ns in out for f in ns.get("xdp", []) if "id" in f})
+    progs = json.loads(subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True,
+                                      check=True).stdout)
+    maps = {m for p in progs if p.get("id") in hooked for m in p.get("map_ids", [])}
+    return hooked | {p["id"] for p in progs if p.get("name") == "innet_devmap" and maps & set(p.get("map_ids", []))}
 
 
 def program_run_s(ids: set[int]) -> float:

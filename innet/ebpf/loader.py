@@ -10,6 +10,7 @@ The structs below mirror switch.c's map values field for field.
 from __future__ import annotations
 
 import ctypes
+import os
 import socket
 from collections.abc import Mapping
 
@@ -20,6 +21,7 @@ from innet.switch.runtime import BANDS, PortStats, SwitchConfig
 U32, U64 = ctypes.c_uint32, ctypes.c_uint64
 BPF_TC_INGRESS = 1
 XDP_FLAGS_DRV_MODE = 4  # the veth's own XDP (its NAPI), not the generic hook after the skb is made
+BPF_MAP_TYPE_DEVMAP_HASH = 25  # switch.c's struct children_ports: a job's children's ports, fanout's inner maps
 COUNTER_NAMES = ("drop:stale", "drop:duplicate", "drop:bad_count", "ebpf:answered", "ebpf:resent_up", "ebpf:routed",
                  "bad:foreign")
 
@@ -45,6 +47,12 @@ class JobInfo(ctypes.Structure):
 
 class Pair(ctypes.Structure):
     _fields_ = [("a", U32), ("b", U32)]
+
+
+class DevmapVal(ctypes.Structure):
+    """struct bpf_devmap_val: a port's interface and the program run on each frame sent out of it."""
+
+    _fields_ = [("ifindex", U32), ("prog_fd", ctypes.c_int)]
 
 
 class TcHook(ctypes.Structure):
@@ -76,13 +84,16 @@ def _libbpf() -> ctypes.CDLL:
     lib.bpf_object__find_map_by_name.restype = ctypes.c_void_p
     lib.bpf_object__find_map_by_name.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
     lib.bpf_map__value_size.argtypes = [ctypes.c_void_p]
+    lib.bpf_map_create.argtypes = [ctypes.c_int, ctypes.c_char_p, U32, U32, U32, ctypes.c_void_p]
     return lib
 
 
 class EbpfPlane:
     """switch.c loaded from ``obj`` and attached to the tc ingress hook of each of ``ports`` (port -> interface),
     in this thread's network namespace (the switch's). ``xdp``: the XDP half too (innet_xdp: contributions that
-    only fold are taken before the kernel makes an skb of them; the rest passes on to the tc program)."""
+    only fold are taken before the kernel makes an skb of them, and a root's result leaves by its children's ports
+    as XDP frames; the rest passes on to the tc program). Those results never meet the ports' qdiscs: ``xdp`` is for
+    unshaped ports (scripts/bench_switch.py's), whose far ends take XDP frames (their NAPI on: GRO)."""
 
     def __init__(self, obj: str, ports: Mapping[int, str], xdp: bool = False) -> None:
         self.lib = lib = _libbpf()
@@ -95,16 +106,19 @@ class EbpfPlane:
         self.hooks: list[TcHook] = []
         self.xdp: list[int] = []  # the ifindexes the XDP half is attached to
         xdp_prog = lib.bpf_object__find_program_by_name(self.obj, b"innet_xdp")
-        lib.bpf_program__set_autoload(xdp_prog, xdp)
+        devmap_prog = lib.bpf_object__find_program_by_name(self.obj, b"innet_devmap")
+        for half in (xdp_prog, devmap_prog):
+            lib.bpf_program__set_autoload(half, xdp)
         if lib.bpf_object__load(self.obj):
             self.close()
             raise OSError(f"the kernel refused {obj} (libbpf's log is above)")
         prog = lib.bpf_object__find_program_by_name(self.obj, b"innet_switch")
         self.prog_fd = lib.bpf_program__fd(prog)
         self.xdp_fd = lib.bpf_program__fd(xdp_prog) if xdp else -1
+        self.devmap_fd = lib.bpf_program__fd(devmap_prog) if xdp else -1
         self.maps = {name: lib.bpf_object__find_map_fd_by_name(self.obj, name.encode())
                      for name in ("cfg", "ports", "port_of", "routes", "jobs", "members", "towards", "pool",
-                                                                     "stats", "counters")}
+                                  "stats", "counters", "fanout")}
         self.ifindex = {port: socket.if_nametoindex(name) for port, name in ports.items()}
         self.cpus = lib.libbpf_num_possible_cpus()
         try:
@@ -170,6 +184,24 @@ class EbpfPlane:
             self._put("members", Pair(job.job, rank), Pair(index, job.contributors[rank]))
         for rank, port in job.rank_ports.items():
             self._put("towards", Pair(job.job, rank), U32(port))
+        if self.xdp_fd >= 0 and job.parent is None and job.children:
+            self._install_fanout(job)
+
+    def _install_fanout(self, job: JobPort) -> None:
+        """The root's children's ports for innet_xdp's result multicast: a map of its own in ``fanout``, each
+        port with innet_devmap (the outer map holds the inner one; this process's fd to it is closed)."""
+        fd = self.lib.bpf_map_create(BPF_MAP_TYPE_DEVMAP_HASH, b"innet_children", 4, ctypes.sizeof(DevmapVal),
+                                     MAX_PORTS, None)
+        if fd < 0:
+            raise OSError(-fd, "eBPF map children_ports")
+        try:
+            for port in job.children:
+                value = DevmapVal(self.ifindex[port], self.devmap_fd)
+                if self.lib.bpf_map_update_elem(fd, ctypes.byref(U32(port)), ctypes.byref(value), 0):
+                    raise OSError(ctypes.get_errno(), f"eBPF map children_ports (port {port})")
+            self._put("fanout", U32(job.job), U32(fd))
+        finally:
+            os.close(fd)
 
     def _per_cpu(self, name: str, key: int, width: int) -> list[int]:
         """A per-CPU array's entry ``key`` (``width`` u64 fields), summed over the CPUs."""

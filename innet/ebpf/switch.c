@@ -16,6 +16,7 @@
 #define KEYS 256
 #endif
 #define WORDS ((ELEMS + 1) / 2)  // a slot's values as 64-bit words
+#define SIGNS 0x8000000080000000ULL  // a word's two int32 sign bits
 #define MAX_PORTS 64
 #define MAX_NODES 0x8000  // innet.wire.packet's GROUP_BASE: node indices below, multicast groups from there
 #define INPUT_JOB 0xFFFF
@@ -84,6 +85,17 @@ struct { __uint(type, BPF_MAP_TYPE_ARRAY); __uint(max_entries, KEYS); __type(key
 struct { __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); __uint(max_entries, MAX_PORTS); __type(key, __u32); __type(value, struct port_stats); } stats SEC(".maps");
 struct { __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); __uint(max_entries, 1); __type(key, __u32); __type(value, struct inbox); } inboxes SEC(".maps");
 struct { __uint(type, BPF_MAP_TYPE_PERCPU_ARRAY); __uint(max_entries, C_COUNTERS); __type(key, __u32); __type(value, __u64); } counters SEC(".maps");
+// The XDP half's result multicast (the loader's xdp=True): per job aggregating at its root, its children's ports, each
+// with innet_devmap to write that port's headers; a completing contribution becomes the result and leaves by all of
+// them at once (bpf_redirect_map with BPF_F_BROADCAST: the kernel copies the frame per port, no skb at the switch).
+struct children_ports {
+    __uint(type, BPF_MAP_TYPE_DEVMAP_HASH);
+    __uint(max_entries, MAX_PORTS);
+    __uint(key_size, sizeof(__u32));
+    __uint(value_size, sizeof(struct bpf_devmap_val));
+};
+struct { __uint(type, BPF_MAP_TYPE_HASH_OF_MAPS); __uint(max_entries, 256); __type(key, __u32);
+         __array(values, struct children_ports); } fanout SEC(".maps");
 
 static __always_inline void count(__u32 what) {
     __u64 *c = bpf_map_lookup_elem(&counters, &what);
@@ -168,16 +180,17 @@ static __attribute__((noinline)) int fold(struct inbox *in, struct slot *s, __u3
         }
         return 0;
     }
-    __s32 wrapped = 0;
+    __u64 wrapped = 0;
     for (__u32 i = 0; i < WORDS; i++) {
         if (i >= words) break;
         __u64 x = from[i], y = to[i];
-        __s32 xl = (__s32)x, xh = (__s32)(x >> 32), yl = (__s32)y, yh = (__s32)(y >> 32);
-        __s32 lo = (__s32)((__u32)xl + (__u32)yl), hi = (__s32)((__u32)xh + (__u32)yh);
-        wrapped |= ((xl ^ lo) & (yl ^ lo)) | ((xh ^ hi) & (yh ^ hi));
-        to[i] = (__u64)(__u32)lo | (__u64)(__u32)hi << 32;
+        // both int32 lanes added at once, no carry from the low lane into the high one (SWAR): the lanes' low 31
+        // bits added, their sign bits put back by xor; a lane wrapped where x and y agree in sign and its sum does not
+        __u64 sum = ((x & ~SIGNS) + (y & ~SIGNS)) ^ ((x ^ y) & SIGNS);
+        wrapped |= (x ^ sum) & (y ^ sum);
+        to[i] = sum;
     }
-    return wrapped < 0;
+    return (wrapped & SIGNS) != 0;
 }
 
 // A replicating collective's contribution (all-gather, broadcast: innet.switch.routed.replica_mark): one rank sends
@@ -254,11 +267,14 @@ static __always_inline int send_slot(struct __sk_buff *skb, struct hdr *h, struc
 }
 
 #define PASS 4  // take's answer to the XDP program: the frame goes on to the tc program, the slot untouched
+#define QUIET 1  // take's quiet: the XDP program passes what sends a frame on to the tc program
+#define COMPLETES 2  // or completes the slot itself (its result multicast by innet_xdp, the frame never an skb)
 
 // What a contribution (its copy ``in``) does to the slot, the caller holding its lock: 0 added, 1 answer (a repeat of a
 // finished slot), 2 resend up (a repeat of a slot waiting for its parent), 3 added and complete, else a counter + 10.
-// ``quiet`` (the XDP program): PASS, the slot untouched, for whatever sends a frame (1, 2, 3) and for any repeat: the
-// tc program then does it all, so each frame is taken once, whole, by one program under the lock.
+// ``quiet`` (the XDP program): PASS, the slot untouched, for any repeat and (QUIET) for whatever sends a frame (1, 2,
+// 3): the tc program then does it all, so each frame is taken once, whole, by one program under the lock. COMPLETES:
+// 3 as without ``quiet`` (the XDP program sends the result).
 static __always_inline int take(struct slot *s, struct hdr *h, struct inbox *in, struct job_info *j, __u64 bit,
                                 int quiet) {
     __s64 chunk = bpf_ntohl(h->chunk);
@@ -267,7 +283,7 @@ static __always_inline int take(struct slot *s, struct hdr *h, struct inbox *in,
     if (chunk < s->chunk) {
         return 10 + C_STALE;
     } else if (chunk > s->chunk) {
-        if (quiet && j->need == 1) return PASS;
+        if (quiet == QUIET && j->need == 1) return PASS;
         s->chunk = chunk; s->state = COLLECTING; s->have = 1; s->seen = bit;
         s->exp = h->exp; s->overflow = 0; s->count = n;
         fold(in, s, n, 1);
@@ -277,7 +293,7 @@ static __always_inline int take(struct slot *s, struct hdr *h, struct inbox *in,
     } else if (n != s->count && (!replicates(j, h->nworkers) || (n && s->count))) {
         what = 10 + C_BAD_COUNT;
     } else {  // a replica's values after its headers are the round's; a header after them adds nothing
-        if (quiet && s->have + 1 == j->need) return PASS;
+        if (quiet == QUIET && s->have + 1 == j->need) return PASS;
         if (h->exp > s->exp) s->exp = h->exp;
         s->seen |= bit;
         s->have += 1;
@@ -451,10 +467,39 @@ int innet_switch(struct __sk_buff *skb) {
     return result(skb, &h, w.port, w.j, w.s, w.c);
 }
 
+// The root's result in the frame that completed the slot (``h`` its header), to every child at once: send_slot's
+// frame, each port's headers written by innet_devmap on its copy.
+static __always_inline int xdp_result(struct xdp_md *ctx, struct hdr *h, struct slot *s, struct job_info *j,
+                                      void *children) {
+    __u32 len = 4 * s->count;
+    asm volatile("" : "+r"(len));  // the verifier must see the bounds tested on len itself
+    if (len >= 4 && len <= ELEMS * 4 && bpf_xdp_store_bytes(ctx, PAY_OFF, s->vals, len)) return XDP_DROP;
+    h->rank = bpf_htons(ALL_RANKS);
+    h->flags = F_RESULT | (h->flags & F_VER) | (s->overflow ? F_OVERFLOW : 0);
+    h->exp = s->exp;
+    h->tos = j->band << 2;  // the band, for innet_devmap's prefix
+    if (bpf_xdp_store_bytes(ctx, 0, h, sizeof(*h))) return XDP_DROP;
+    return bpf_redirect_map(children, 0, BPF_F_BROADCAST);
+}
+
+// The children's ports innet_xdp may multicast a result of ``w``'s slot to (0: none; the tc program sends it): at the
+// root, a result for every rank (no mark, no replica), the frame its header's length (fit's: nothing to cut) and
+// whole in its first buffer (the kernel copies that alone per port), and the job's ports in ``fanout``.
+static __always_inline void *xdp_children(struct xdp_md *ctx, struct hdr *h, struct where *w, __u32 len) {
+    void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
+    if (!w->j->is_root || towards_of(w->j, h) != -1 || replicates(w->j, h->nworkers) || len > PAY_OFF + ELEMS * 4
+        || len != PAY_OFF + 4 * (__u32)bpf_ntohs(h->count) || data + len > end)
+        return 0;
+    __u32 job = bpf_ntohs(h->job);
+    return bpf_map_lookup_elem(&fanout, &job);
+}
+
 // The XDP half (loader's xdp=True, before the tc program on the same ports): a contribution that only folds into its
-// slot (or is dropped and counted: stale, a bad count) is taken here, before the kernel makes an skb of it; every
-// other frame (the one completing a slot, repeats, results, routed, foreign) goes on untouched to the tc program
-// above (XDP_PASS), which takes it as it takes every frame without this half. xdp.frags: the ports' jumbo MTU.
+// slot (or is dropped and counted: stale, a bad count) is taken here, before the kernel makes an skb of it, and so is
+// one completing a root's slot whose children's ports are in ``fanout``: its result leaves by them all (no skb at the
+// switch; it never meets the ports' qdiscs, which is why only unshaped ports may have it). Every other frame (repeats,
+// results, partials up, routed, foreign) goes on untouched to the tc program above (XDP_PASS), which takes it as it
+// takes every frame without this half. xdp.frags: the ports' jumbo MTU.
 SEC("xdp.frags")
 int innet_xdp(struct xdp_md *ctx) {
     struct hdr h;
@@ -466,15 +511,34 @@ int innet_xdp(struct xdp_md *ctx) {
     __u32 n = bpf_ntohs(h.count), bytes = 4 * n;
     struct inbox *in = inbox_for(n);
     if (!bit || !in) return XDP_PASS;
+    void *children = xdp_children(ctx, &h, &w, len);
     asm volatile("" : "+r"(bytes));  // the verifier must see the bounds tested on bytes itself
     if (bytes >= 4 && bytes <= ELEMS * 4 && bpf_xdp_load_bytes(ctx, PAY_OFF, in->vals, bytes)) return XDP_PASS;
     bpf_spin_lock(&w.s->lock);
-    int what = take(w.s, &h, in, w.j, bit, 1);
+    int what = take(w.s, &h, in, w.j, bit, children ? COMPLETES : QUIET);
     bpf_spin_unlock(&w.s->lock);
     if (what == PASS) return XDP_PASS;
     note(w.port, 0, len);
     if (what >= 10) count(what - 10);
-    return XDP_DROP;
+    return what == 3 && children ? xdp_result(ctx, &h, w.s, w.j, children) : XDP_DROP;
+}
+
+// A result's copy on its way out of a child's port (innet_xdp's multicast): the headers from this switch to the
+// port's neighbour in the frame's band (emit's prefix), counted as the port's.
+SEC("xdp.frags/devmap")
+int innet_devmap(struct xdp_md *ctx) {
+    struct hdr h;
+    __u32 zero = 0, ifindex = ctx->egress_ifindex;
+    struct config *c = bpf_map_lookup_elem(&cfg, &zero);
+    __u32 *port = bpf_map_lookup_elem(&port_of, &ifindex);
+    if (!c || !port || bpf_xdp_load_bytes(ctx, 0, &h, sizeof(h))) return XDP_DROP;
+    __u32 p = *port;
+    struct port_info *info = bpf_map_lookup_elem(&ports, &p);
+    if (!info) return XDP_DROP;
+    prefix(&h, c->node, info->neighbor, h.tos >> 2);
+    if (bpf_xdp_store_bytes(ctx, 0, &h, sizeof(h))) return XDP_DROP;
+    note(p, 1, bpf_xdp_get_buff_len(ctx));
+    return XDP_PASS;
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -58,7 +58,8 @@ class SwitchNodeConfig:
     fan_in: int = 0
     netns: str = ""  # in a group: the namespace its ports open in
     ebpf: str = ""  # --data-plane ebpf: the built tc program (innet.ebpf) its ports run before this process
-    xdp: bool = False  # and switch.c's XDP half before it (innet.ebpf.loader: contributions taken before an skb)
+    xdp: bool = False  # and switch.c's XDP half before it (innet.ebpf.loader: contributions taken before an skb, a
+    # root's results sent as XDP frames, unshaped: the bench's ports only)
 
 
 @dataclass(frozen=True)
