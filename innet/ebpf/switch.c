@@ -240,14 +240,20 @@ static long copy_to_child(__u32 i, void *arg) {
     return 0;
 }
 
+// The header of what a slot sends (``flags``: F_RESULT, F_RETX or none, the frame's version kept): the slot's wrap
+// flag and exponent.
+static __always_inline void stamp(struct hdr *h, struct slot *s, __u32 flags) {
+    h->flags = flags | (h->flags & F_VER) | (s->overflow ? F_OVERFLOW : 0);
+    h->exp = s->exp;
+}
+
 // A complete slot: its result multicast down (the root), or its partial up to the parent.
 static __always_inline int send_slot(struct __sk_buff *skb, struct hdr *h, struct slot *s, struct job_info *j,
                                      struct config *c, __u32 flags, __u16 rank) {
     __u32 n = s->count;  // a replicating slot's values may have come in another frame than this one
     if (fit(skb, h, n) || (n && write_values(skb, s, n))) return TC_ACT_SHOT;
     h->rank = bpf_htons(rank);
-    h->flags = flags | (h->flags & F_VER) | (s->overflow ? F_OVERFLOW : 0);
-    h->exp = s->exp;
+    stamp(h, s, flags);
     h->nworkers = kept(j, h->nworkers);
     if (!(flags & F_RESULT)) return emit(skb, h, c->node, j->parent, j->band, 0);
     __u32 children = j->nchildren < MAX_PORTS ? j->nchildren : MAX_PORTS;
@@ -357,8 +363,7 @@ static __always_inline int contribution(struct __sk_buff *skb, struct hdr *h, __
         } else if (fit(skb, h, 0)) {
             return TC_ACT_SHOT;
         }
-        h->flags = F_RESULT | (h->flags & F_VER) | (s->overflow ? F_OVERFLOW : 0);
-        h->exp = s->exp;
+        stamp(h, s, F_RESULT);
         return emit(skb, h, c->node, port, j->band, 0);
     }
     if (what == 2) {  // a repeat of a slot waiting for its parent: the partial up again
@@ -475,8 +480,7 @@ static __always_inline int xdp_result(struct xdp_md *ctx, struct hdr *h, struct 
     asm volatile("" : "+r"(len));  // the verifier must see the bounds tested on len itself
     if (len >= 4 && len <= ELEMS * 4 && bpf_xdp_store_bytes(ctx, PAY_OFF, s->vals, len)) return XDP_DROP;
     h->rank = bpf_htons(ALL_RANKS);
-    h->flags = F_RESULT | (h->flags & F_VER) | (s->overflow ? F_OVERFLOW : 0);
-    h->exp = s->exp;
+    stamp(h, s, F_RESULT);
     h->tos = j->band << 2;  // the band, for innet_devmap's prefix
     if (bpf_xdp_store_bytes(ctx, 0, h, sizeof(*h))) return XDP_DROP;
     return bpf_redirect_map(children, 0, BPF_F_BROADCAST);
@@ -487,8 +491,8 @@ static __always_inline int xdp_result(struct xdp_md *ctx, struct hdr *h, struct 
 // whole in its first buffer (the kernel copies that alone per port), and the job's ports in ``fanout``.
 static __always_inline void *xdp_children(struct xdp_md *ctx, struct hdr *h, struct where *w, __u32 len) {
     void *data = (void *)(long)ctx->data, *end = (void *)(long)ctx->data_end;
-    if (!w->j->is_root || towards_of(w->j, h) != -1 || replicates(w->j, h->nworkers) || len > PAY_OFF + ELEMS * 4
-        || len != PAY_OFF + 4 * (__u32)bpf_ntohs(h->count) || data + len > end)
+    if (!w->j->is_root || towards_of(w->j, h) != -1 || replicates(w->j, h->nworkers)
+        || len != PAY_OFF + 4 * (__u32)bpf_ntohs(h->count) || data + len > end)  // place: a count of ELEMS at most
         return 0;
     __u32 job = bpf_ntohs(h->job);
     return bpf_map_lookup_elem(&fanout, &job);
