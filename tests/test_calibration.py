@@ -23,7 +23,8 @@ def ratios(table):
 
 
 @pytest.mark.parametrize("kind", [float, np.float64])  # a run's completion time is numpy's: so is its ratio
-def test_the_search_keeps_the_highest_rate_before_the_first_that_misses(kind):
+def test_the_search_keeps_the_highest_rate_before_the_first_that_misses(kind, monkeypatch):
+    monkeypatch.setattr(calibration_module, "REFINE", 0)  # the doubling alone
     ratio_at, calls = ratios({1.0: kind(1.01), 2.0: kind(TOLERANCE), 4.0: kind(1.3), 8.0: kind(1.0)})
     assert search(ratio_at, (1.0, 2.0, 4.0, 8.0)) == (2.0, {"1": 1.01, "2": TOLERANCE, "4": 1.3})
     assert calls == [1.0, 2.0, 4.0]  # a miss ends it: 8 is not tried
@@ -31,6 +32,33 @@ def test_the_search_keeps_the_highest_rate_before_the_first_that_misses(kind):
     assert search(ratio_at, (1.0, 2.0))[0] == 1.0  # none faithful: the lowest, the best there is
     ratio_at, _ = ratios({1.0: kind(1.0), 2.0: kind(0.99), 4.0: kind(1 / TOLERANCE - 0.01), 8.0: kind(1.0)})
     assert search(ratio_at, (1.0, 2.0, 4.0, 8.0))[0] == 2.0  # faster than its links: not faithful either
+
+
+@pytest.mark.parametrize(("line", "faithful", "tried"), [
+    (3.0, 2.83, [1, 2, 4, 2.83, 3.36]),  # the first midpoint within, the second not
+    (2.5, 2.38, [1, 2, 4, 2.83, 2.38]),  # the first not, the second within
+    (2.1, 2.0, [1, 2, 4, 2.83, 2.38]),  # neither: the doubling's rate stands
+    (3.9, 3.36, [1, 2, 4, 2.83, 3.36]),
+    (0.5, 1.0, [1]),  # the lowest rate misses: nothing below it is tried
+    (100.0, 8.0, [1, 2, 4, 8]),  # none misses: nothing above the grid is guessed
+])
+def test_the_search_halves_the_step_between_the_last_faithful_rate_and_the_miss(line, faithful, tried):
+    calls = []
+
+    def ratio_at(rate):  # within the band up to ``line``, above it past it
+        calls.append(rate)
+        return np.float64(1 + 0.02 * rate / line)
+
+    rate, measured = search(ratio_at, (1.0, 2.0, 4.0, 8.0))
+    assert rate == faithful and calls == tried
+    assert list(measured) == [f"{r:g}" for r in tried] and calibration_module.faithful_of(measured) == faithful
+
+
+def test_the_faithful_rate_is_read_back_from_the_ratios():
+    faithful_of = calibration_module.faithful_of
+    assert faithful_of({"5": 1.01, "10": 1.03, "7.07": 1.015, "8.41": 1.025}) == 7.07
+    assert faithful_of({"5": 1.03}) == 5.0 and faithful_of({"5": 1.0, "10": 1.01}) == 10.0
+    assert faithful_of({"5": 1.0, "10": 0.9, "20": 1.0}) == 5.0  # faster than its links misses too
 
 
 @pytest.mark.parametrize(("ratios", "done"), [
@@ -54,6 +82,7 @@ def test_the_calibrations_runs_stop_once_the_median_s_side_is_known(ratios, done
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("INNET_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(calibration_module, "RATES", (5.0, 10.0, 20.0))
+    monkeypatch.setattr(calibration_module, "REFINE", 0)  # the cache's tests: the doubling's rates alone
     monkeypatch.setattr(calibration_module, "measured_hop", lambda rate, data_plane="python": 0.0025)  # Mininet's (test_dilation_mininet)
     return tmp_path / "calibration.json"
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from innet.backends.mininet.calibration import WITHIN, band_side, calibration
+from innet.backends.mininet.calibration import RATES, REFINE, WITHIN, band_side, calibration, faithful_of
 from innet.backends.mininet.dataplane import calibrated_plane
 from innet.cli import main
 from innet.planning.spec import RunSpec, program_of
@@ -59,9 +59,9 @@ def test_the_default_run_is_dilated_by_the_traffic_on_all_its_links_and_takes_th
     graph, spec = build("leaf-spine"), RunSpec()
     plane = calibrated_plane(graph, spec)  # the default's: the eBPF switch where this machine can load it
     cal = calibration(data_plane=plane)
-    rates, within = list(cal.ratios), [band_side(r) == WITHIN for r in cal.ratios.values()]
-    assert all(within[:-1]), cal.ratios  # the search stopped at its first miss, and kept the rate before it
-    assert f"{cal.faithful_mbps:g}" == (rates[-1] if within[-1] else rates[max(0, len(rates) - 2)]), cal
+    doubled = [r for r in cal.ratios if float(r) in RATES]  # the doubling's, in order; then the midpoints
+    assert all(band_side(cal.ratios[r]) == WITHIN for r in doubled[:-1]), cal.ratios  # it stopped at its first miss
+    assert len(cal.ratios) - len(doubled) in (0, REFINE) and cal.faithful_mbps == faithful_of(cal.ratios), cal
     factor = auto_choice(graph, spec, plan_run(graph, spec, program_of(spec)), cal.faithful_mbps, cal.hop_s, plane)[0]
     assert factor > auto_factor(host_link_rate(graph), cal.faithful_mbps)
     assert {p for r in real for p in r["switch_data_plane"].values()} == {plane}

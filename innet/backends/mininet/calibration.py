@@ -5,8 +5,9 @@ worker in its own process, ``CALIBRATION_GROUP``) at ``TARGET_MBPS`` on Mininet,
 candidate real rate, and the same run on the local backend (virtual time, no CPU in it). The faithful rate is the
 highest candidate, doubling from ``RATES[0]``, at which Mininet's completion time (the median of
 ``CALIBRATION_RUNS``, fewer when the first agree: ``settled``) is within ``TOLERANCE`` of the local one; the first
-candidate that misses ends the search. A dilated run at real rate r does what an undilated run at r does, so the
-figure holds for any requested rate; a run's factor is then
+candidate that misses ends the doubling, and ``REFINE`` halvings of the ratio between the two (geometric midpoints,
+each measured alike) place the rate to within 2^(1/4) (19%) of where it misses. A dilated run at real rate r
+does what an undilated run at r does, so the figure holds for any requested rate; a run's factor is then
 ``innet.schemes.modes.auto_dilation``: more where a run keeps more links busy at once than this star.
 
 It also measures what a frame pays per process hop in wall time (``hop_s``): barriers on the same star,
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import statistics
 import time
@@ -45,6 +47,9 @@ from innet.shipped import CHECKOUT as ROOT
 from innet.shipped import PROGRAMS
 
 RATES = (2.5, 5.0, 10.0, 20.0, 40.0, 80.0, 160.0, 320.0)  # Mbit/s, real, tried in order
+REFINE = 2  # geometric midpoints measured between the last faithful rate and the first miss: on the doubling grid alone
+# a rate 1.9x apart from the 2% line read alike (the eBPF star's line at ~95-113 Mbit/s, the Python one's at ~11: 80
+# against 10 or 5, 8x or 16x by which side of 2% the runs at 10 landed; docs/performance.md)
 TARGET_MBPS = 100000.0  # the virtual rate calibrated at: the seeds' 100 Gbit/s
 TOLERANCE = 1.02  # Mininet's completion time over the local backend's: a fifth of the 10% a run should meet, since
 # the other modes load the CPU more than this one star does (runs that keep more links busy are dilated more: auto_dilation),
@@ -54,7 +59,8 @@ CALIBRATION_TIMEOUT_S = 20.0  # real seconds without progress before a calibrati
 CALIBRATION_RUNS = 3  # Mininet runs per candidate rate, their median taken: one run beside other programs' load misses by chance;
 # the runs stop once more than half agree on the side of the band the median is then on (settled)
 HOP_CALLS = 9  # barrier calls the hop latency is the median of: one more Mininet run, 10-15 s here (of ~70 s)
-CALIBRATION_VERSION = 6  # bump when the procedure above changes (5: band_side on numpy ratios fixed; 6: CALIBRATION_GROUP)
+CALIBRATION_VERSION = 7  # bump when the procedure above changes (5: band_side on numpy ratios fixed; 6: CALIBRATION_GROUP;
+# 7: REFINE)
 EBPF_HOP = 3  # the eBPF calibration's hop: 1 measured through the Python switch, 2 its own (hosts' hops only), 3 from
 # each barrier's last start (from_last_start)
 CALIBRATION_GROUP = 1  # the star's workers each in a process of its own: as a large run's, several processes a core
@@ -75,7 +81,7 @@ EBPF_PLANE = ("innet/ebpf/switch.c", "innet/ebpf/build.py", "innet/ebpf/loader.p
 
 def data_plane_version(data_plane: str = "python") -> str:
     """A digest of the data plane's code: the calibration is only as good as the code it measured."""
-    digest = hashlib.sha256(f"{CALIBRATION_VERSION} {RATES} {TARGET_MBPS} {TOLERANCE} {CALIBRATION_RUNS}".encode())
+    digest = hashlib.sha256(f"{CALIBRATION_VERSION} {RATES} {REFINE} {TARGET_MBPS} {TOLERANCE} {CALIBRATION_RUNS}".encode())
     if data_plane != "python":
         digest.update(f"{data_plane} {EBPF_HOP}".encode())
     for rel in DATA_PLANE + (EBPF_PLANE if data_plane == "ebpf" else ()):
@@ -137,17 +143,40 @@ def is_cached(data_plane: str = "python") -> bool:
 def search(ratio_at: Callable[[float], float], rates: tuple[float, ...] | None = None) -> tuple[float, dict[str, float]]:
     """The highest of ``rates`` (in order) whose ``ratio_at`` is within TOLERANCE before the first that is
     not, either way (a run faster than its links was not held to their rates: the eBPF switch's star at 80 Mbit/s
-    took 0.98 of their time, the shaper's 2 ms bursts passing two frames at once), and every ratio measured; the
-    lowest rate when none is."""
+    took 0.98 of their time, the shaper's 2 ms bursts passing two frames at once), then REFINE geometric midpoints
+    between it and that miss, each kept where it is within (``faithful_of``); and every ratio measured, in the
+    order measured. The lowest rate when none is within."""
     rates = rates or RATES
-    faithful, measured = rates[0], {}
-    for rate in rates:
+    measured: dict[str, float] = {}
+
+    def within(rate: float) -> bool:
         ratio = ratio_at(rate)
         measured[f"{rate:g}"] = round(float(ratio), 4)
-        if band_side(ratio) != WITHIN:
+        return band_side(ratio) == WITHIN
+
+    faithful, miss = rates[0], None
+    for rate in rates:
+        if not within(rate):
+            miss = rate
             break
         faithful = rate
+    if miss is not None and miss != rates[0]:
+        for _ in range(REFINE):
+            mid = float(f"{math.sqrt(faithful * miss):.3g}")
+            if within(mid):
+                faithful = mid
+            else:
+                miss = mid
     return faithful, measured
+
+
+def faithful_of(ratios: dict[str, float]) -> float:
+    """The faithful rate a calibration's ``ratios`` (real rate -> ratio) say: the highest rate within TOLERANCE
+    below every rate that is not; the lowest rate when there is none."""
+    rates = sorted(float(r) for r in ratios)
+    misses = [r for r in rates if band_side(ratios[f"{r:g}"]) != WITHIN]
+    return max((r for r in rates if r < min(misses, default=math.inf) and band_side(ratios[f"{r:g}"]) == WITHIN),
+               default=rates[0])
 
 
 def faithful_rate(ratio_at: Callable[[float], float] | None = None, version: str | None = None,
