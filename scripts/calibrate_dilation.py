@@ -17,7 +17,8 @@ from innet.backends.mininet.calibration import cache_file, calibration  # noqa: 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rates", default=None, help="real Mbit/s to try, in order (default: innet.backends.mininet.calibration.RATES)")
+    p.add_argument("--rates", default=None, help="real Mbit/s to try, in order, then REFINE midpoints below the "
+                   "first miss (default: innet.backends.mininet.calibration.RATES)")
     p.add_argument("--data-plane", choices=("python", "ebpf"), default="python",
                    help="the switches the calibration's star runs (each data plane is calibrated apart)")
     args = p.parse_args()
