@@ -43,15 +43,17 @@ program, the skb) runs on the switch's core too, for every column alike; --recei
 --ebpf adds, for the sum rows, the same switch with --data-plane ebpf's programs on its ports (switch.c's XDP half,
 which takes a contribution that only folds before the kernel makes an skb of it and sends a root's result to every
 child as XDP frames, the hosts' ends' GRO on to take them, then its tc program; --tc-only: the tc program alone): its
-lossless rate, what it completed flat out, what the sender pushed flat out in the same run and the share of CPU 1
-busy over the send (/proc/stat, read by the sender around it; other processes' work included: when the program
-completed all the sender sent
-with that core short of busy, the sender bounds it, not the switch), the frames it takes in per second of the program's
+lossless rate, what it completed flat out, what the sender pushed flat out in the same run and CPU 1's busy seconds
+per second of the send ("core busy": /proc/stat, read around the run's frame counters, the drain after the send
+included, so over 1 where a node works on through a backlog, as the Python switch does; other processes' work
+included: when the program completed all the sender sent with that core short of busy, the sender bounds it, not
+the switch), the frames it takes in per second of the program's
 own run time (the kernel's BPF run-time statistics, on while it runs; the receive path before it and the
 delivery of what it sends not included), and its lossless rate over the Python switch's and over the bridge's
-forwarding, both from the same set of runs. "per core-s" columns: each node's flat-out figure (the bridge's intake,
-the switches' completions) over the share of CPU 1 busy meanwhile, and the eBPF switch's ratios in that measure:
-one core's worth of each, even where one sending core could not fill it (quiet machine only).
+forwarding, both from the same set of runs. "per core-s" columns: the bridge's intake flat out and each switch's
+completions at its lossless rate, over CPU 1's busy seconds while they were counted (``per_core``), and the eBPF
+switch's ratios in that measure: one core's worth of each, even where one sending core could not fill it (quiet
+machine only).
 """
 
 import argparse
@@ -70,11 +72,13 @@ from scripts.switchbench import measure  # noqa: E402
 BMV2_PPS = 90e3  # the software P4 switch's documented plain-forwarding rate (80-100k packets/s): not measured here
 
 
-def per_core(runs: list[dict], key: str) -> float:
-    """The median of ``key`` (flat out) per second of CPU 1 busy meanwhile: what the node would carry with that
-    core all its own and busy (its figure when the sender, not the core, bounded it). On a quiet machine only:
-    other processes' work on CPU 1 counts as the node's."""
-    return statistics.median(r[key] / r["core_busy"] if r["core_busy"] > 0 else 0.0 for r in runs) if runs else 0.0
+def per_core(runs: list[dict]) -> float:
+    """The median of a node's frames per second of CPU 1 busy (``core_pps``: the bridge's intake flat out, a
+    switch's completions at its lossless rate, the core's drain after the send counted with them): what the node
+    would carry with that core all its own and busy. Flat out, the Python switch's completions collapse (its ports'
+    partial chunks), so its figure is taken where it completes what it is sent. On a quiet machine only: other
+    processes' work on CPU 1 counts as the node's."""
+    return statistics.median(r.get("core_pps", 0.0) for r in runs) if runs else 0.0
 
 
 def main():
@@ -126,14 +130,14 @@ def main():
                      cpu_pps, round(cpu_pps / BMV2_PPS, 1),
                      *(round(statistics.median(r["core_busy"] for r in runs[t]), 3) for t in ("bridge", "innet")),
                      statistics.median(r["sender_cpu_pps"] for t in targets for r in runs[t]),
-                     per_core(bridge, "in_pps"), per_core(innet, "done_pps")])
+                     per_core(bridge), per_core(innet)])
         if args.ebpf:
             rows[-1] += [statistics.median(r[k] for r in ebpf) if ebpf else 0.0
                          for k in ("lossless_pps", "done_pps", "sender_pps", "core_busy", "cpu_pps")]
             ebpf_pps = rows[-1][-5]
             rows[-1] += [round(ebpf_pps / lossless, 2) if lossless and ebpf else 0.0,
                          round(ebpf_pps / bridge_pps, 2) if ebpf else 0.0]
-            core = [per_core(bridge, "in_pps"), per_core(innet, "done_pps"), per_core(ebpf, "done_pps")]
+            core = [per_core(bridge), per_core(innet), per_core(ebpf)]
             rows[-1] += [core[2], round(core[2] / core[1], 2) if core[1] else 0.0, round(core[2] / core[0], 2) if core[0] else 0.0]
     report("switch vs Linux bridge", ["program", "elements/pkt", "sender pps", "bridge pps", "innet pps",
                                       "innet elements/s", "innet/bridge", "innet pps overloaded", "at 2x / lossless",

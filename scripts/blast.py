@@ -252,19 +252,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--xdp", help="xdpgen.bpf.c built: the frames made and sent in the kernel (needs --native)")
     p.add_argument("--hop", type=int, default=-1, help="with --xdp: the frames handed to this CPU, the veths' "
                                                         "receive run there (a cpumap entry)")
-    p.add_argument("--core", type=int, default=-1, help="print this CPU's busy and total clock ticks over the send too")
     args = p.parse_args(argv)
 
     def report(sent: int, elapsed: float, cpu: float) -> int:
-        busy, total = (a - b for a, b in zip(core_times(args.core), before, strict=True)) if args.core >= 0 else (0, 0)
-        print(f"sent {sent} {elapsed:.4f} {cpu:.4f} {busy} {total}", flush=True)
+        print(f"sent {sent} {elapsed:.4f} {cpu:.4f}", flush=True)
         return 0
 
     names = args.ifaces.split(",")
     srcs = [int(x) for x in args.src.split(",")]
     if args.xdp:
         templates = [frames[0] for frames in frames_for(args.kind, srcs, args.dst, args.slots, args.elements, 2 * args.slots)]
-        before = core_times(args.core) if args.core >= 0 else (0, 0)  # from here: CPU ``--core``'s share busy
         return report(*xdp_blast(args.native, args.xdp, names, templates, args.kind, args.slots, args.rounds,
                                  args.first_chunk, args.seconds, args.rate, 256, args.hop))
     ports = [open_port(n) for n in names]
@@ -273,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     for sender in senders:
         sender.advance_chunks(args.first_chunk)
     batch = 64 if not args.rate else max(1, min(64, int(args.rate / len(ports) / 2000)))  # ~0.5 ms rounds
-    cpu, before = time.process_time(), core_times(args.core) if args.core >= 0 else (0, 0)
+    cpu = time.process_time()
     if args.native:
         sent, elapsed = native_blast(args.native, [port.fileno() for port in ports], senders,
                                      args.rounds if args.kind == "sum" else 0, args.seconds, args.rate, batch)
@@ -294,14 +291,6 @@ def main(argv: list[str] | None = None) -> int:
             for sender in senders:
                 sender.advance_chunks(args.rounds)
     return report(sent, time.monotonic() - start, time.process_time() - cpu)
-
-
-def core_times(cpu: int) -> tuple[int, int]:
-    """CPU ``cpu``'s busy and total time so far, in clock ticks (/proc/stat: everything but idle and iowait;
-    on a shared machine, other processes' work on that core too)."""
-    with open("/proc/stat", encoding="ascii") as f:
-        ticks = next([int(x) for x in line.split()[1:]] for line in f if line.startswith(f"cpu{cpu} "))
-    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
 
 
 if __name__ == "__main__":

@@ -137,23 +137,23 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
 
         def run(rate: float, first_chunk: int) -> dict[str, float]:
             before, cpu_before = _rx_tx(s1), cpu_s()
+            busy = busy_s(SWITCH_CPU)
             blast = emu.spawn(None, ["taskset", "-c", str(SENDER_CPU), sys.executable, "-m", "scripts.blast", where, "--kind", kind,
                                      "--dst", str(dst), "--src", ",".join(str(idx[h]) for h in senders),
                                      "--elements", str(elements), "--slots", str(SLOTS), "--seconds", str(seconds), "--rate", str(rate),
                                      "--first-chunk", str(first_chunk), *(["--native", native] if native else []),
-                                     *(["--xdp", xdp] if xdp else []), *(["--hop", str(SWITCH_CPU)] if hop else []),
-                                     "--core", str(SWITCH_CPU)],
+                                     *(["--xdp", xdp] if xdp else []), *(["--hop", str(SWITCH_CPU)] if hop else [])],
                                stdout=subprocess.PIPE)
             out, _ = blast.communicate(timeout=seconds + 60)
             time.sleep(0.3)  # let the switch drain what is queued
+            busy = busy_s(SWITCH_CPU) - busy  # the switch's core over what the counters count, its drain included
             after = _rx_tx(s1)
             sent, elapsed, sender_cpu = int(out.split()[1]), float(out.split()[2]), float(out.split()[3])
-            busy, ticks = int(out.split()[4]), int(out.split()[5])  # CPU 1 over the send alone, as the sender saw it
             rx = sum(after[i][0] - before[i][0] for i in after if i in before and i != "lo")
             done = after[done_intf][1] - before[done_intf][1]
             r = {"rate": rate, "sent": sent, "elapsed": elapsed, "sender_cpu": sender_cpu, "in": rx,
                  "done": done * (workers if kind == "sum" else 1),
-                 "cpu": cpu_s() - cpu_before, "core_busy": busy / max(ticks, 1)}
+                 "cpu": cpu_s() - cpu_before, "core_busy": busy / elapsed, "core_s": busy}
             if control is not None and target == "innet":  # why a run fell short: its counters so far
                 stats = control.stats()
                 r.update(counters=dict(stats.counters), socket_drops=sum(stats.socket_drops.values()),
@@ -167,6 +167,7 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
         result: dict[str, Any] = {"sender_pps": first["sent"] / first["elapsed"], "in_pps": first["in"] / first["elapsed"],
                                   "done_pps": first["done"] / first["elapsed"], "core_busy": first["core_busy"], "runs": runs,
                                   "sender_cpu_pps": first["sent"] / first["sender_cpu"] if first["sender_cpu"] > 0 else 0.0}
+        result["core_pps"] = per_core_s(first, "in" if target == "bridge" else "done")
         if control is not None:
             stats = control.stats()
             result["counters"] = stats.counters
@@ -188,12 +189,29 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
             if r["done"] >= 0.99 * r["sent"]:
                 lo, found = r["sent"] / r["elapsed"], True
                 result["cpu_pps"] = r["in"] / r["cpu"] if r["cpu"] > 0 else 0.0
+                result["core_pps"] = per_core_s(r, "done")
             else:
                 hi = rate
         result["lossless_pps"] = lo if found else 0.0
         r = run(2 * lo, (search + 1) << 24)  # twice the lossless rate, open loop
         result["overload2_pps"] = r["done"] / r["elapsed"]
         return result
+
+
+def per_core_s(run: dict[str, float], key: str) -> float:
+    """A run's ``key`` frames (``in``, ``done``) per second of the switch's core busy while they were counted."""
+    return run[key] / run["core_s"] if run["core_s"] > 0 else 0.0
+
+
+def busy_s(cpu: int) -> float:
+    """CPU ``cpu``'s busy seconds so far (/proc/stat: everything but idle and iowait; on a shared machine, other
+    processes' work on that core too). Read around a run's counters, the setup's idle core adds nothing: the frames
+    counted over these seconds are the node's per second of its core busy (read over the whole sender process and
+    taken as a share of its wall time, the load and setup idle around a 0.5 s send read every kernel column ~0.82
+    busy flat out; over the send alone, the Python switch's drain after it read 1.2)."""
+    with open("/proc/stat", encoding="ascii") as f:
+        ticks = next([int(x) for x in line.split()[1:]] for line in f if line.startswith(f"cpu{cpu} "))
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def gro_on(node: Any, intf: str) -> None:

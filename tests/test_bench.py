@@ -1,6 +1,7 @@
 """The benchmark sender's frames: what the switch will see."""
 
 import contextlib
+import os
 
 import pytest
 
@@ -177,9 +178,12 @@ def test_bench_switch_quick_gives_both_programs_and_the_ebpf_switch_against_the_
     [entry] = [json.loads(line) for line in (tmp_path / "results" / "bench.jsonl").read_text().splitlines()]
     # the switch's receive path on its core; the frames made in the kernel (xdpgen) where clang builds it
     assert entry["steered"] is True and entry["sender"] == ("xdp" if shutil.which("clang") else "c")
-    for row in entry["rows"]:  # the share of the switch's core busy while the sender ran flat out
-        cell = dict(zip(entry["header"], row, strict=True))
-        assert 0 < cell["bridge core busy"] <= 1 and 0 < cell["innet core busy"] <= 1, cell
+    ticks = 4 / os.sysconf("SC_CLK_TCK") / 0.3  # /proc/stat's granularity (a tick at each end) and the hop queue's
+    # drain after the send (its 2048 frames), over the 0.3 s send
+    for row in entry["rows"]:  # the switch's core's busy seconds per second of the flat-out send, its drain included:
+        cell = dict(zip(entry["header"], row, strict=True))  # the bridge works only while frames come, the Python
+        assert 0 < cell["bridge core busy"] <= 1 + ticks and 0 < cell["innet core busy"] <= 3, cell  # switch works
+        # through its backlog after it too: the sender's exit (its call's teardown) and the 0.3 s drain, 0.5 s at most
         assert cell["sender pps per cpu-s"] >= cell["sender pps"] * 0.9, cell  # it never had more than its core
     if ebpf:  # the sum row's eBPF switch: its rate, and its ratios to the Python switch and the bridge from it
         head = entry["header"]
@@ -191,7 +195,7 @@ def test_bench_switch_quick_gives_both_programs_and_the_ebpf_switch_against_the_
         assert cell["ebpf/innet per core-s"] == round(cell["ebpf pps per core-s"] / cell["innet pps per core-s"], 2)
         assert cell["ebpf/bridge per core-s"] == round(cell["ebpf pps per core-s"] / cell["bridge pps per core-s"], 2)
         assert cell["ebpf pps"] > 0 and cell["ebpf pps per cpu-s"] > 0 and cell["ebpf sender pps"] > 0
-        assert 0 < cell["ebpf core busy"] <= 1
+        assert 0 < cell["ebpf core busy"] <= 1 + ticks  # in the kernel, as the bridge: no backlog past the hop's queue
         assert cell["ebpf/innet"] == round(cell["ebpf pps"] / cell["innet pps"], 2)
         assert cell["ebpf/bridge"] == round(cell["ebpf pps"] / cell["bridge pps"], 2)
         assert entry["rows"][0][-10:] == [0.0] * 10  # forwarding: no eBPF program for it
