@@ -53,6 +53,11 @@ def _rx_tx(node: Any) -> dict[str, tuple[int, int]]:
 
 
 SENDER_CPU, SWITCH_CPU = 0, 1
+GRACE = 0.02  # seconds after the sender's exit (its call's teardown, ~25 ms after its last frame, before it) that
+# a run's completions are counted: a kernel queue (the hop's 2048 frames) drains in ~5 ms; a switch that takes
+# longer is behind the rate it was sent (counted until 0.3 s later, the Python switch's lossless rate in a 0.5 s trial
+# included its sockets' backlog: ~1.4 s of its core a second sent, 2026-11-29)
+DRAIN = 0.3  # then the rest drains, before the next run
 # The sum rows' pool: 512 slots (1024 keys with both versions). The sender is open loop, so every port's queue
 # holds far more than a pool, and the Python switch reads up to 256 frames of a port at a time: a read carries
 # a port up to 256 chunks past another port it has not read yet, and where that passes the pool's keys the next
@@ -145,9 +150,10 @@ def measure(kind: str, workers: int, elements: int, target: str, seconds: float 
                                      *(["--xdp", xdp] if xdp else []), *(["--hop", str(SWITCH_CPU)] if hop else [])],
                                stdout=subprocess.PIPE)
             out, _ = blast.communicate(timeout=seconds + 60)
-            time.sleep(0.3)  # let the switch drain what is queued
-            busy = busy_s(SWITCH_CPU) - busy  # the switch's core over what the counters count, its drain included
+            time.sleep(GRACE)
+            busy = busy_s(SWITCH_CPU) - busy  # the switch's core over what the counters count
             after = _rx_tx(s1)
+            time.sleep(DRAIN)  # what is still queued drains before the next run
             sent, elapsed, sender_cpu = int(out.split()[1]), float(out.split()[2]), float(out.split()[3])
             rx = sum(after[i][0] - before[i][0] for i in after if i in before and i != "lo")
             done = after[done_intf][1] - before[done_intf][1]
