@@ -44,8 +44,8 @@ program, the skb) runs on the switch's core too, for every column alike; --recei
 which takes a contribution that only folds before the kernel makes an skb of it and sends a root's result to every
 child as XDP frames, the hosts' ends' GRO on to take them, then its tc program; --tc-only: the tc program alone): its
 lossless rate, what it completed flat out, what the sender pushed flat out in the same run and CPU 1's busy seconds
-per second of the send ("core busy": /proc/stat, read around the run's frame counters, the drain after the send
-included, so over 1 where a node works on through a backlog, as the Python switch does; other processes' work
+per second of the send ("core busy": /proc/stat, read around the run's frame counters, which count to GRACE after
+the sender's exit, so over 1 where a node works on through a backlog, as the Python switch does; other processes' work
 included: when the program completed all the sender sent with that core short of busy, the sender bounds it, not
 the switch), the frames it takes in per second of the program's
 own run time (the kernel's BPF run-time statistics, on while it runs; the receive path before it and the
@@ -74,7 +74,7 @@ BMV2_PPS = 90e3  # the software P4 switch's documented plain-forwarding rate (80
 
 def per_core(runs: list[dict]) -> float:
     """The median of a node's frames per second of CPU 1 busy (``core_pps``: the bridge's intake flat out, a
-    switch's completions at its lossless rate, the core's drain after the send counted with them): what the node
+    switch's completions at its lossless rate, each counted with the core's busy seconds to the same instant): what the node
     would carry with that core all its own and busy. Flat out, the Python switch's completions collapse (its ports'
     partial chunks), so its figure is taken where it completes what it is sent. On a quiet machine only: other
     processes' work on CPU 1 counts as the node's."""

@@ -182,8 +182,9 @@ def test_bench_switch_quick_gives_both_programs_and_the_ebpf_switch_against_the_
     # drain after the send (its 2048 frames), over the 0.3 s send
     for row in entry["rows"]:  # the switch's core's busy seconds per second of the flat-out send, its drain included:
         cell = dict(zip(entry["header"], row, strict=True))  # the bridge works only while frames come, the Python
-        assert 0 < cell["bridge core busy"] <= 1 + ticks and 0 < cell["innet core busy"] <= 3, cell  # switch works
-        # through its backlog after it too: the sender's exit (its call's teardown) and the 0.3 s drain, 0.5 s at most
+        assert 0 < cell["bridge core busy"] <= 1 + ticks and 0 < cell["innet core busy"] <= 2, cell  # switch works
+        # through its backlog after it too, until the counters are read: the sender's exit (its call's teardown, ~25 ms
+        # here) and GRACE
         assert cell["sender pps per cpu-s"] >= cell["sender pps"] * 0.9, cell  # it never had more than its core
     if ebpf:  # the sum row's eBPF switch: its rate, and its ratios to the Python switch and the bridge from it
         head = entry["header"]
