@@ -173,10 +173,9 @@ def search(ratio_at: Callable[[float], float], rates: tuple[float, ...] | None =
 def faithful_of(ratios: dict[str, float]) -> float:
     """The faithful rate a calibration's ``ratios`` (real rate -> ratio) say: the highest rate within TOLERANCE
     below every rate that is not; the lowest rate when there is none."""
-    rates = sorted(float(r) for r in ratios)
-    misses = [r for r in rates if band_side(ratios[f"{r:g}"]) != WITHIN]
-    return max((r for r in rates if r < min(misses, default=math.inf) and band_side(ratios[f"{r:g}"]) == WITHIN),
-               default=rates[0])
+    sides = sorted((float(rate), band_side(ratio)) for rate, ratio in ratios.items())
+    first_miss = min((rate for rate, side in sides if side != WITHIN), default=math.inf)
+    return max((rate for rate, side in sides if side == WITHIN and rate < first_miss), default=sides[0][0])
 
 
 def faithful_rate(ratio_at: Callable[[float], float] | None = None, version: str | None = None,
