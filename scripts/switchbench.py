@@ -246,16 +246,19 @@ def _programs(node: Any) -> set[int]:
     out = json.loads(node.cmd("bpftool -j net show") or "[]")
     hooked = ({f["id"] for ns in out for f in ns.get("tc", []) if f.get("kind") == "clsact/ingress"}
               | {f["id"] for ns in out for f in ns.get("xdp", []) if "id" in f})
-    progs = json.loads(subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True,
-                                      check=True).stdout)
+    progs = _bpf_programs()
     maps = {m for p in progs if p.get("id") in hooked for m in p.get("map_ids", [])}
     return hooked | {p["id"] for p in progs if p.get("name") == "innet_devmap" and maps & set(p.get("map_ids", []))}
 
 
+def _bpf_programs() -> list[dict[str, Any]]:
+    """Every BPF program loaded on this machine, as bpftool describes it (id, name, map_ids, run_time_ns...)."""
+    return json.loads(subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout)
+
+
 def program_run_s(ids: set[int]) -> float:
     """Seconds the programs ``ids`` have run (the kernel's run_time_ns, while ``timed_programs``)."""
-    out = subprocess.run(["bpftool", "-j", "prog", "show"], capture_output=True, text=True, check=True).stdout
-    return sum(p.get("run_time_ns", 0) for p in json.loads(out) if p.get("id") in ids) / 1e9
+    return sum(p.get("run_time_ns", 0) for p in _bpf_programs() if p.get("id") in ids) / 1e9
 
 
 def _start_switch(emu: Any, graph: Any, kind: str, senders: list[str], elements: int, ebpf: bool = False,
